@@ -1,0 +1,13 @@
+// cli/commands.h — each subcommand lives in its own cli/<name>_command.cpp and registers itself
+// on the app; main.cpp only wires them up and turns splitflow::Error into a clean exit.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace splitflow::cli {
+
+void register_tokenize(CLI::App& app);
+void register_generate(CLI::App& app);
+void register_inspect(CLI::App& app);
+
+}  // namespace splitflow::cli

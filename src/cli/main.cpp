@@ -1,0 +1,19 @@
+// cli/main.cpp — the splitflow command: one subcommand per file under cli/.
+#include "core/error.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+int main(int argc, char** argv) {
+  CLI::App app{"splitflow: LLM inference and serving engine"};
+  app.require_subcommand(1);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  } catch (const splitflow::Error& error) {
+    fmt::print(stderr, "error: {}\n", error.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,44 @@
+// core/tensor.h — a host tensor: dtype, shape (outermost first, row-major, as torch) and bytes,
+// either owned or a view that keeps its backing storage (e.g. a MappedFile) alive.
+#pragma once
+
+#include "core/dtype.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace splitflow {
+
+using Shape = std::vector<int64_t>;
+
+std::string shape_str(const Shape& shape);  // "[4096, 128]"
+int64_t shape_numel(const Shape& shape);
+
+struct Tensor {
+  DType dtype = DType::F32;
+  Shape shape;
+  void* data = nullptr;            // null for an empty tensor (a missing optional weight)
+  std::shared_ptr<void> storage;   // keeps `data` alive
+
+  // Zero-initialised owned tensor, 64-byte aligned.
+  static Tensor zeros(DType dtype, Shape shape);
+  // Non-owning view; `keepalive` (may be null) is held for as long as the tensor lives.
+  static Tensor view(DType dtype, Shape shape, const void* data, std::shared_ptr<const void> keepalive);
+
+  bool empty() const { return data == nullptr; }
+  int64_t numel() const { return shape_numel(shape); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  int64_t dim(int axis) const { return shape.at(axis < 0 ? shape.size() + axis : axis); }
+
+  template <typename T>
+  T* as() { return static_cast<T*>(data); }
+  template <typename T>
+  const T* as() const { return static_cast<const T*>(data); }
+};
+
+// Returns an owned copy converted to `dtype` (a float type); same dtype copies.
+Tensor to_dtype(const Tensor& src, DType dtype);
+
+}  // namespace splitflow

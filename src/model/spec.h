@@ -1,0 +1,118 @@
+// model/spec.h — a model as data: the atomic modules a network is built from (Inferflow §2).
+// A spec comes from a JSON file (models/*.json templates resolved against a HF config.json or
+// GGUF metadata, or a hand-written spec), and it alone decides the layer plan and the tensor
+// names. No code outside the spec templates knows an architecture name.
+#pragma once
+
+#include "core/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace splitflow {
+
+enum class NetworkType { DecoderOnly, EncoderOnly, EncoderDecoder };
+enum class NormType { RMSNorm, LayerNorm };
+enum class Activation { SiLU, GELU, GELUTanh, ReLU };
+enum class PositionType { Rope, Learned, Sinusoidal, ALiBi, None };
+// Which elements RoPE rotates together: Half pairs x[i] with x[i + rot/2] (GPT-NeoX, HF Llama),
+// Interleaved pairs x[2i] with x[2i+1] (GPT-J, Meta/llama2.c/GGUF Llama layout).
+enum class RopeStyle { Half, Interleaved };
+enum class RopeScalingType { None, Linear, DynamicNTK, YaRN, Llama3, LongRope };
+// How a fused QKV weight stacks its rows: Concat = [q rows; k rows; v rows] (Phi-3, GPT-2, Falcon
+// with GQA groups excluded); PerHead = for each head [q; k; v] of head_dim rows (GPT-NeoX, MHA only).
+enum class QkvLayout { Separate, Concat, PerHead };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::None;
+  double factor = 1.0;
+  int original_max_position = 0;     // llama3, yarn, dynamic, longrope
+  double low_freq_factor = 1.0;      // llama3
+  double high_freq_factor = 4.0;     // llama3
+  double beta_fast = 32.0;           // yarn
+  double beta_slow = 1.0;            // yarn
+  double mscale = 1.0;               // yarn (DeepSeek variant: mscale / mscale_all_dim)
+  double mscale_all_dim = 0.0;       // yarn
+  std::optional<double> attention_factor;  // yarn / longrope: overrides the derived scale
+  std::vector<double> long_factor;   // longrope, rotary_dim/2 entries
+  std::vector<double> short_factor;  // longrope
+};
+
+struct RopeSpec {
+  double theta = 10000.0;
+  double partial_factor = 1.0;  // rotary_dim = head_dim * partial_factor (rounded down to even)
+  RopeStyle style = RopeStyle::Half;
+  RopeScaling scaling;
+};
+
+struct NormSpec {
+  NormType type = NormType::RMSNorm;
+  double eps = 1e-5;
+  bool bias = false;            // LayerNorm with a bias tensor
+  double weight_offset = 0.0;   // y = x_hat * (offset + w); Gemma uses 1
+};
+
+struct AttentionSpec {
+  int num_heads = 0;
+  int num_kv_heads = 0;   // < num_heads: grouped-query; 1: multi-query
+  int head_dim = 0;
+  bool q_bias = false, k_bias = false, v_bias = false, o_bias = false;
+  int sliding_window = 0;  // 0: full causal attention; W: each query sees the last W positions
+  double softmax_scale = 0.0;  // 0: 1/sqrt(head_dim)
+  QkvLayout qkv_layout = QkvLayout::Separate;
+};
+
+struct MlpSpec {
+  int intermediate_size = 0;
+  Activation activation = Activation::SiLU;
+  bool gated = true;            // act(gate(x)) * up(x), else act(up(x))
+  bool gate_up_fused = false;   // one [2*intermediate, hidden] tensor: gate rows then up rows
+  bool up_bias = false, down_bias = false;  // gate has a bias iff up does
+};
+
+// Tensor names with "{layer}" standing for the layer index. Every entry names the weight tensor
+// without its suffix; ".weight" / ".bias" are appended (weight_suffix / bias_suffix).
+// An empty name means the module is absent.
+struct TensorNames {
+  std::string weight_suffix = ".weight";
+  std::string bias_suffix = ".bias";
+  bool linear_transposed = false;  // stored [in, out] (GPT-2 Conv1D) rather than [out, in]
+  std::string embed, pos_embed, final_norm, lm_head;
+  std::string attn_norm, q, k, v, qkv, o;
+  std::string ffn_norm, gate, up, gate_up, down;
+};
+
+struct ModelSpec {
+  std::string name;                    // informational ("llama", "my-model")
+  NetworkType network = NetworkType::DecoderOnly;
+  int hidden_size = 0;
+  int num_layers = 0;
+  int vocab_size = 0;
+  int max_position = 0;                // context length
+  NormSpec norm;
+  AttentionSpec attention;
+  MlpSpec mlp;
+  PositionType position = PositionType::Rope;
+  RopeSpec rope;
+  bool parallel_residual = false;      // x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX, Falcon)
+  bool shared_layer_norm = false;      // parallel residual with one norm feeding both (Falcon-7B)
+  bool tie_embeddings = false;         // lm_head = embed
+  double embedding_multiplier = 1.0;   // Gemma: sqrt(hidden)
+  TensorNames tensors;
+  int bos_token_id = -1;
+  std::vector<int> eos_token_ids;
+
+  int rotary_dim() const;              // head_dim * partial_factor, even
+  double attention_scale() const;      // softmax_scale or 1/sqrt(head_dim)
+};
+
+// JSON <-> spec. Parsing validates every field: an unknown key, a wrong type or an impossible value
+// (heads not dividing by kv_heads, ...) throws splitflow::Error naming the JSON path ("attention.num_kv_heads").
+ModelSpec spec_from_json(const nlohmann::json& json);
+nlohmann::json spec_to_json(const ModelSpec& spec);
+void validate_spec(const ModelSpec& spec);
+
+}  // namespace splitflow

@@ -1,0 +1,44 @@
+// model/weights.h — a model's weights in one canonical layout, whatever the checkpoint format:
+// matrices [out, in] row-major (torch Linear), fused QKV and gate/up, host memory. Backends
+// take these and place them on their device. Binding checks every tensor's presence, dtype and
+// shape against the spec, and reports the tensor and the expected shape when they disagree.
+#pragma once
+
+#include "core/tensor.h"
+#include "model/spec.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace splitflow {
+
+class WeightSource;
+
+// q_dim = num_heads*head_dim, kv_dim = num_kv_heads*head_dim. Empty tensors are absent modules.
+struct LayerWeights {
+  Tensor attn_norm, attn_norm_bias;   // (hidden)
+  Tensor wqkv, bqkv;                  // (q_dim + 2*kv_dim, hidden): q rows, then k rows, then v rows
+  Tensor wo, bo;                      // (hidden, q_dim)
+  Tensor ffn_norm, ffn_norm_bias;     // (hidden); absent with shared_layer_norm
+  Tensor w_gate_up, b_gate_up;        // gated: (2*inter, hidden), gate rows then up rows; else (inter, hidden)
+  Tensor w_down, b_down;              // (hidden, inter)
+};
+
+struct ModelWeights {
+  Tensor embed;                       // (vocab, hidden)
+  Tensor pos_embed;                   // (max_position, hidden), learned absolute positions only
+  Tensor final_norm, final_norm_bias; // (hidden)
+  Tensor lm_head;                     // (vocab, hidden); shares embed's storage when tied
+  std::vector<LayerWeights> layers;
+};
+
+// Matrices (embed, lm_head, projections) are converted to `matrix_dtype` (F32, F16 or BF16);
+// norms and biases are always F32. Q/K rows are permuted to the spec's rope style when the
+// source format stores them differently (handled by the spec's tensor naming, see docs).
+ModelWeights bind_weights(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype);
+
+// Seeded random weights of the spec's shapes (normal, std 0.02; norms 1, biases small), so any
+// shape can be run and timed without a checkpoint. Deterministic for a given seed.
+ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint64_t seed);
+
+}  // namespace splitflow

@@ -1,0 +1,63 @@
+// tokenizer/tokenizer.h — text <-> token ids. Implementations: HF tokenizer.json (byte-level BPE,
+// SentencePiece-style BPE with byte fallback, WordPiece), GGUF vocabularies (tokenizer.ggml.*),
+// llama2.c tokenizer.bin. Encoding is bit-exact with the reference implementation of each format
+// (HF `tokenizers`, llama.cpp, llama2.c); tests check that.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace splitflow {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Encodes `text`. Special/added tokens written in the text are recognised (as HF does);
+  // add_special adds the BOS/EOS (or CLS/SEP) the tokenizer's post-processor asks for.
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special) const = 0;
+  // The raw bytes one token stands for (byte-level and byte-fallback tokens decoded to bytes,
+  // "▁" to space); may be an incomplete UTF-8 sequence. Special tokens give their text.
+  virtual std::string token_bytes(int32_t id) const = 0;
+  // Full decode with the format's rules (e.g. SentencePiece drops the leading space of the first
+  // piece). skip_special drops control/special tokens.
+  virtual std::string decode(const std::vector<int32_t>& ids, bool skip_special) const = 0;
+
+  virtual int32_t vocab_size() const = 0;
+  virtual bool is_special(int32_t id) const = 0;
+  virtual int32_t bos_id() const = 0;                   // -1 when none
+  virtual std::vector<int32_t> eos_ids() const = 0;     // may be empty
+  // Id of a token by its exact piece/content, -1 when absent.
+  virtual int32_t token_id(std::string_view piece) const = 0;
+};
+
+// From a HF tokenizer.json (+ optional tokenizer_config.json in the same directory for BOS/EOS
+// flags and added tokens).
+std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& tokenizer_json_path);
+// From GGUF metadata (`tokenizer.ggml.*` keys as produced by WeightSource::metadata()).
+std::unique_ptr<Tokenizer> load_gguf_tokenizer(const nlohmann::json& gguf_metadata);
+// From a llama2.c tokenizer.bin; vocab_size comes from the checkpoint header.
+std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int32_t vocab_size);
+
+// Streaming detokenizer: feed ids one at a time, get text as soon as it forms complete UTF-8;
+// incomplete sequences wait for the next token, so a stream never contains broken UTF-8.
+// Matches decode() of the whole sequence once finish() is called.
+class StreamDecoder {
+ public:
+  StreamDecoder(const Tokenizer& tokenizer, bool skip_special);
+  std::string push(int32_t id);
+  std::string finish();  // flushes what is left (invalid bytes become U+FFFD)
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool skip_special_;
+  std::vector<int32_t> ids_;
+  size_t emitted_bytes_ = 0;
+};
+
+}  // namespace splitflow

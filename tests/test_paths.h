@@ -1,0 +1,21 @@
+// tests/test_paths.h — where tests find fixtures, ../shared and the splitflow binary.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace splitflow::test {
+
+// ../shared (models, tokenizer vectors, data); SPLITFLOW_SHARED_DIR overrides the build default.
+inline std::string shared_dir() {
+  if (const char* env = std::getenv("SPLITFLOW_SHARED_DIR")) return env;
+  return SPLITFLOW_DEFAULT_SHARED_DIR;
+}
+inline std::string shared_path(const std::string& relative) { return shared_dir() + "/" + relative; }
+inline std::string fixture_path(const std::string& relative) {
+  return std::string(SPLITFLOW_TEST_FIXTURES) + "/" + relative;
+}
+inline std::string splitflow_binary() { return SPLITFLOW_BINARY; }
+
+}  // namespace splitflow::test
