@@ -33,8 +33,8 @@ struct ModelWeights {
 };
 
 // Matrices (embed, lm_head, projections) are converted to `matrix_dtype` (F32, F16 or BF16);
-// norms and biases are always F32. Q/K rows are permuted to the spec's rope style when the
-// source format stores them differently (handled by the spec's tensor naming, see docs).
+// norms and biases are always F32. Q/K rows stay as stored: the spec's rope.style says how the
+// checkpoint pairs them (Half for HF, Interleaved for Meta/llama2.c/GGUF layouts).
 ModelWeights bind_weights(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype);
 
 // Seeded random weights of the spec's shapes (normal, std 0.02; norms 1, biases small), so any
