@@ -1,4 +1,6 @@
-// cli/main.cpp — the splitflow command: one subcommand per file under cli/.
+// cli/main.cpp — the splitflow command: one subcommand per cli/<name>_command.cpp.
+// Every splitflow::Error ends the command with "error: <message>" and exit status 1.
+#include "cli/commands.h"
 #include "core/error.h"
 
 #include <CLI/CLI.hpp>
@@ -7,6 +9,9 @@
 int main(int argc, char** argv) {
   CLI::App app{"splitflow: LLM inference and serving engine"};
   app.require_subcommand(1);
+  splitflow::cli::register_generate(app);
+  splitflow::cli::register_tokenize(app);
+  splitflow::cli::register_inspect(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

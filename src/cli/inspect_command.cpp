@@ -1,0 +1,12 @@
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace splitflow::cli {
+
+// Placeholder until the command lands (issue 2 in progress).
+void register_inspect(CLI::App& app) {
+  auto* command = app.add_subcommand("inspect", "(not built yet)");
+  command->callback([] { fail("splitflow inspect is not built yet"); });
+}
+
+}  // namespace splitflow::cli
