@@ -1,0 +1,177 @@
+// backend/backend.h — the device abstraction: device memory and the kernels one transformer
+// forward pass needs. The runtime reaches every kernel through this interface; the CPU backend
+// (backend/cpu) and the CUDA backend (backend/cuda) implement it. No device-specific type appears
+// here, so nothing above the backend knows what runs the math.
+//
+// Contract:
+//  - A DeviceTensor is a non-owning, contiguous, row-major view of device memory (host memory on
+//    the CPU backend). DeviceBuffer owns memory; its view() is what kernels take.
+//  - Kernels run in issue order on one stream; on an asynchronous device they return before the
+//    work finishes. copy_to_host() waits for all issued work; synchronize() waits explicitly.
+//  - Activations, norms, biases, RoPE tables and the KV cache are F32; matrices (weights, the
+//    embedding table) may be F32, F16 or BF16 and are read in that dtype (no copy in fp32).
+//  - Index tensors (token ids, positions, slots, block tables) are I32.
+//  - Paged KV cache, per layer: K and V each [num_blocks, block_size, num_kv_heads, head_dim].
+//    Position p of a sequence lives in block block_table[p / block_size] at offset
+//    p % block_size. The scheduler, the CPU and the CUDA kernels all share this layout.
+//  - The qkv activation is [T, (num_heads + 2 * num_kv_heads) * head_dim]: per token the q heads,
+//    then the k heads, then the v heads, head_dim values each (the fused-QKV weight's row order).
+#pragma once
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "model/spec.h"
+
+#include <memory>
+#include <string>
+
+namespace splitflow {
+
+struct DeviceTensor {
+  void* data = nullptr;
+  DType dtype = DType::F32;
+  Shape shape;
+
+  bool empty() const { return data == nullptr; }
+  int64_t numel() const { return shape_numel(shape); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  int64_t dim(int axis) const { return shape.at(axis < 0 ? shape.size() + axis : axis); }
+  // Elements per index of dim 0.
+  int64_t row_numel() const { return shape.empty() ? 1 : numel() / shape[0]; }
+  // Rows [begin, begin + count) along dim 0.
+  DeviceTensor rows(int64_t begin, int64_t count) const {
+    SF_CHECK(!shape.empty() && begin >= 0 && count >= 0 && begin + count <= shape[0],
+             "device tensor {}: rows [{}, {}) out of range", shape_str(shape), begin, begin + count);
+    DeviceTensor view{static_cast<char*>(data) + static_cast<size_t>(begin * row_numel()) * dtype_size(dtype), dtype, shape};
+    view.shape[0] = count;
+    return view;
+  }
+  // The same memory under another shape of equal element count.
+  DeviceTensor reshape(Shape new_shape) const {
+    SF_CHECK(shape_numel(new_shape) == numel(), "device tensor {}: cannot reshape to {}", shape_str(shape),
+             shape_str(new_shape));
+    return DeviceTensor{data, dtype, std::move(new_shape)};
+  }
+
+  template <typename T>
+  T* as() const { return static_cast<T*>(data); }
+};
+
+class Backend;
+
+// Owns device memory (or, on the CPU backend, may share a host tensor's storage).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceTensor view, std::shared_ptr<void> owner) : view_(std::move(view)), owner_(std::move(owner)) {}
+  const DeviceTensor& view() const { return view_; }
+  bool empty() const { return view_.empty(); }
+
+ private:
+  DeviceTensor view_;
+  std::shared_ptr<void> owner_;
+};
+
+struct NormParams {
+  NormType type = NormType::RMSNorm;
+  float eps = 1e-5f;
+  float weight_offset = 0.0f;  // y = x_hat * (weight_offset + weight) + bias
+};
+
+struct RopeParams {
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int rotary_dim = 0;   // even, <= head_dim; dims past it pass through
+  RopeStyle style = RopeStyle::Half;
+};
+
+struct AttentionParams {
+  int num_heads = 0;
+  int num_kv_heads = 0;     // divides num_heads; query head h reads kv head h / (num_heads / num_kv_heads)
+  int head_dim = 0;
+  int block_size = 0;       // tokens per KV block
+  float scale = 1.0f;       // softmax(scale * q.k)
+  int sliding_window = 0;   // 0: full causal; W: keys at positions (p - W, p]
+};
+
+// Where each sequence of a batch sits: S sequences, T new tokens in total.
+// Sequence s owns query rows [query_start[s], query_start[s+1]) of the batch; it has
+// context_lens[s] tokens after this step, so its new tokens are at positions
+// context_lens[s] - n_s, ..., context_lens[s] - 1.
+struct AttentionBatch {
+  DeviceTensor query_start;    // [S + 1] I32, query_start[0] = 0, query_start[S] = T
+  DeviceTensor context_lens;   // [S] I32
+  DeviceTensor block_tables;   // [S, max_blocks_per_seq] I32, row s padded past its used blocks
+  int32_t max_query_len = 0;   // host copies of the maxima, for launch shapes
+  int32_t max_context_len = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // --- memory -------------------------------------------------------------------------------
+  // Zero-filled.
+  virtual DeviceBuffer allocate(DType dtype, Shape shape) = 0;
+  // The host tensor's contents on the device, same dtype and shape. The CPU backend shares the
+  // tensor's storage instead of copying (a memory-mapped checkpoint stays mapped, not duplicated).
+  virtual DeviceBuffer upload(const Tensor& host) = 0;
+  // Copies dst.nbytes() bytes from host into dst.
+  virtual void copy_to_device(const void* host, const DeviceTensor& dst) = 0;
+  // Waits for issued work, then copies src.nbytes() bytes into host.
+  virtual void copy_to_host(const DeviceTensor& src, void* host) = 0;
+  virtual void synchronize() = 0;
+
+  // --- kernels (shapes: T tokens, H hidden) ----------------------------------------------------
+  // out[t] = table[token_ids[t]] * multiplier, plus pos_table[positions[t]] when pos_table is
+  // not empty. table [vocab, H] and pos_table [max_positions, H]: F32/F16/BF16; token_ids,
+  // positions [T] I32; out [T, H].
+  virtual void embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier,
+                     const DeviceTensor& pos_table, const DeviceTensor& positions, const DeviceTensor& out) = 0;
+
+  // Pre-norm with an optional fused residual add: when delta is not empty, residual += delta
+  // first; then out = norm(residual) * (weight_offset + weight) + bias.
+  // residual, delta, out [T, H]; weight [H]; bias [H] or empty (always empty for RMSNorm).
+  virtual void add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
+                        const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) = 0;
+
+  // y = x W^T + bias. x [m, k] F32; w [n, k] F32/F16/BF16; bias [n] or empty; y [m, n].
+  virtual void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
+                      const DeviceTensor& y) = 0;
+
+  // Rotates, in place, the first rotary_dim dims of every q and k head of qkv [T, ...].
+  // cos_sin [R, 2, rotary_dim / 2]: row r holds cos(angle_i) * a then sin(angle_i) * a for pair i
+  // (a: the scaling's attention factor). Token t uses row table_rows[t] ([T] I32): its position
+  // in a precomputed table, or a row the runner filled for this step (length-dependent scalings).
+  // Half pairs dims (i, i + rotary_dim/2); Interleaved pairs (2i, 2i + 1).
+  virtual void rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
+                    const RopeParams& params) = 0;
+
+  // Stores the k and v heads of qkv [T, ...] in one layer's caches: token t goes to slot
+  // slots[t] = block * block_size + offset ([T] I32; a negative slot skips the token).
+  // k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim].
+  virtual void write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
+                        const DeviceTensor& k_cache, const DeviceTensor& v_cache) = 0;
+
+  // Paged causal attention of the batch's new tokens (q heads of qkv) over each sequence's cached
+  // keys and values (the new tokens' k/v must already be written). out [T, num_heads * head_dim].
+  virtual void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                         const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) = 0;
+
+  // gated: out[t, j] = act(x[t, j]) * x[t, I + j] with x [T, 2I] (gate columns, then up columns);
+  // else out = act(x) with x [T, I]. out [T, I]. GELU is the erf form; GELUTanh the tanh form.
+  virtual void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) = 0;
+
+  // out = a + b, all the same shape; out may alias a or b.
+  virtual void add(const DeviceTensor& a, const DeviceTensor& b, const DeviceTensor& out) = 0;
+
+  // out[i] = x[rows[i]]. x [T, C]; rows [R] I32; out [R, C].
+  virtual void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) = 0;
+};
+
+// The CPU backend (backend/cpu): num_threads <= 0 uses OpenMP's default.
+std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
+
+}  // namespace splitflow

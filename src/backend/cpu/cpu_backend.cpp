@@ -1,0 +1,319 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/simd.h"
+#include "core/error.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace splitflow {
+
+std::unique_ptr<Backend> make_cpu_backend(int num_threads) { return std::make_unique<cpu::CpuBackend>(num_threads); }
+
+namespace cpu {
+namespace {
+
+void check_f32(const DeviceTensor& t, const char* kernel, const char* arg) {
+  SF_CHECK(t.dtype == DType::F32, "cpu {}: {} has dtype {}, expected f32", kernel, arg, dtype_name(t.dtype));
+}
+void check_i32(const DeviceTensor& t, const char* kernel, const char* arg) {
+  SF_CHECK(t.dtype == DType::I32, "cpu {}: {} has dtype {}, expected i32", kernel, arg, dtype_name(t.dtype));
+}
+void check_matrix_dtype(const DeviceTensor& t, const char* kernel, const char* arg) {
+  SF_CHECK(t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16,
+           "cpu {}: {} has dtype {}, expected f32, f16 or bf16", kernel, arg, dtype_name(t.dtype));
+}
+void check_shape(const DeviceTensor& t, const Shape& expected, const char* kernel, const char* arg) {
+  SF_CHECK(t.shape == expected, "cpu {}: {} has shape {}, expected {}", kernel, arg, shape_str(t.shape),
+           shape_str(expected));
+}
+
+// out[0..n) = float(row[0..n)) * multiplier, for a matrix row of any supported dtype.
+void row_to_f32(const void* matrix, DType dtype, int64_t row, int64_t n, float multiplier, float* out) {
+  switch (dtype) {
+    case DType::F16: to_f32_row(static_cast<const F16Bits*>(matrix) + row * n, out, n); break;
+    case DType::BF16: to_f32_row(static_cast<const BF16Bits*>(matrix) + row * n, out, n); break;
+    default: std::memcpy(out, static_cast<const float*>(matrix) + row * n, n * sizeof(float)); break;
+  }
+  if (multiplier != 1.0f) scale(multiplier, out, n);
+}
+
+float activate(float x, Activation act) {
+  switch (act) {
+    case Activation::SiLU: return x / (1.0f + std::exp(-x));
+    // 1 + erf(x/sqrt2) = erfc(-x/sqrt2) and 1 + tanh(u) = 2 / (1 + e^(-2u)): the same values
+    // without the cancellation that loses the tail for negative x.
+    case Activation::GELU: return 0.5f * x * std::erfc(-x * 0.70710678118654752f);
+    case Activation::GELUTanh: {
+      const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+      return x / (1.0f + std::exp(-2.0f * inner));
+    }
+    case Activation::ReLU: return x > 0.0f ? x : 0.0f;
+  }
+  return x;
+}
+
+// out[j] = act(x[j]) (* up[j] when up is not null), j < n.
+void activate_row(const float* x, const float* up, Activation act, float* out, int64_t n) {
+  int64_t j = 0;
+#ifdef SPLITFLOW_CPU_AVX2
+  if (act == Activation::SiLU) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; j + 8 <= n; j += 8) {
+      const __m256 v = _mm256_loadu_ps(x + j);
+      const __m256 denominator = _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), v)));
+      __m256 y = _mm256_div_ps(v, denominator);
+      if (up != nullptr) y = _mm256_mul_ps(y, _mm256_loadu_ps(up + j));
+      _mm256_storeu_ps(out + j, y);
+    }
+  }
+#endif
+  for (; j < n; ++j) out[j] = up != nullptr ? activate(x[j], act) * up[j] : activate(x[j], act);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int num_threads) : num_threads_(num_threads > 0 ? num_threads : omp_get_max_threads()) {}
+
+std::string CpuBackend::name() const { return "cpu"; }
+
+DeviceBuffer CpuBackend::allocate(DType dtype, Shape shape) {
+  Tensor host = Tensor::zeros(dtype, std::move(shape));
+  return DeviceBuffer(DeviceTensor{host.data, host.dtype, host.shape}, host.storage);
+}
+
+DeviceBuffer CpuBackend::upload(const Tensor& host) {
+  SF_CHECK(!host.empty(), "cpu upload: tensor {} has no data", shape_str(host.shape));
+  if (host.storage) return DeviceBuffer(DeviceTensor{host.data, host.dtype, host.shape}, host.storage);
+  // A view without a keepalive may die with its caller: keep a copy.
+  Tensor copy = Tensor::zeros(host.dtype, host.shape);
+  std::memcpy(copy.data, host.data, host.nbytes());
+  return DeviceBuffer(DeviceTensor{copy.data, copy.dtype, copy.shape}, copy.storage);
+}
+
+void CpuBackend::copy_to_device(const void* host, const DeviceTensor& dst) {
+  if (dst.nbytes() > 0) std::memcpy(dst.data, host, dst.nbytes());
+}
+
+void CpuBackend::copy_to_host(const DeviceTensor& src, void* host) {
+  if (src.nbytes() > 0) std::memcpy(host, src.data, src.nbytes());
+}
+
+void CpuBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier,
+                       const DeviceTensor& pos_table, const DeviceTensor& positions, const DeviceTensor& out) {
+  check_matrix_dtype(table, "embed", "table");
+  check_i32(token_ids, "embed", "token_ids");
+  check_f32(out, "embed", "out");
+  SF_CHECK(table.shape.size() == 2, "cpu embed: table has shape {}, expected [vocab, hidden]", shape_str(table.shape));
+  const int64_t tokens = token_ids.numel(), vocab = table.dim(0), hidden = table.dim(1);
+  check_shape(out, {tokens, hidden}, "embed", "out");
+  const bool add_positions = !pos_table.empty();
+  if (add_positions) {
+    check_matrix_dtype(pos_table, "embed", "pos_table");
+    check_i32(positions, "embed", "positions");
+    SF_CHECK(pos_table.shape.size() == 2 && pos_table.dim(1) == hidden,
+             "cpu embed: pos_table has shape {}, expected [positions, {}]", shape_str(pos_table.shape), hidden);
+    check_shape(positions, {tokens}, "embed", "positions");
+  }
+  const int32_t* ids = token_ids.as<int32_t>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    SF_CHECK(ids[t] >= 0 && ids[t] < vocab, "cpu embed: token id {} at row {} is outside the vocabulary [0, {})", ids[t],
+             t, vocab);
+    if (add_positions)
+      SF_CHECK(positions.as<int32_t>()[t] >= 0 && positions.as<int32_t>()[t] < pos_table.dim(0),
+               "cpu embed: position {} at row {} is outside the position table [0, {})", positions.as<int32_t>()[t], t,
+               pos_table.dim(0));
+  }
+  float* y = out.as<float>();
+#pragma omp parallel num_threads(num_threads_) if (tokens > 1)
+  {
+    thread_local std::vector<float> row;
+    row.resize(hidden);
+#pragma omp for
+    for (int64_t t = 0; t < tokens; ++t) {
+      row_to_f32(table.data, table.dtype, ids[t], hidden, multiplier, y + t * hidden);
+      if (add_positions) {
+        row_to_f32(pos_table.data, pos_table.dtype, positions.as<int32_t>()[t], hidden, 1.0f, row.data());
+        axpy(1.0f, row.data(), y + t * hidden, hidden);
+      }
+    }
+  }
+}
+
+void CpuBackend::add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
+                          const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) {
+  check_f32(residual, "add_norm", "residual");
+  check_f32(weight, "add_norm", "weight");
+  check_f32(out, "add_norm", "out");
+  SF_CHECK(residual.shape.size() == 2, "cpu add_norm: residual has shape {}, expected [tokens, hidden]",
+           shape_str(residual.shape));
+  const int64_t tokens = residual.dim(0), hidden = residual.dim(1);
+  check_shape(out, residual.shape, "add_norm", "out");
+  check_shape(weight, {hidden}, "add_norm", "weight");
+  if (!delta.empty()) {
+    check_f32(delta, "add_norm", "delta");
+    check_shape(delta, residual.shape, "add_norm", "delta");
+  }
+  if (!bias.empty()) {
+    check_f32(bias, "add_norm", "bias");
+    check_shape(bias, {hidden}, "add_norm", "bias");
+  }
+  const float* w = weight.as<float>();
+  const float* b = bias.empty() ? nullptr : bias.as<float>();
+#pragma omp parallel for num_threads(num_threads_) if (tokens > 1)
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* x = residual.as<float>() + t * hidden;
+    float* y = out.as<float>() + t * hidden;
+    if (!delta.empty()) axpy(1.0f, delta.as<float>() + t * hidden, x, hidden);
+    float mean = 0.0f;
+    if (params.type == NormType::LayerNorm) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < hidden; ++i) sum += x[i];
+      mean = static_cast<float>(sum / hidden);
+    }
+    double squares = 0.0;
+    for (int64_t i = 0; i < hidden; ++i) squares += static_cast<double>(x[i] - mean) * (x[i] - mean);
+    const float inv = static_cast<float>(1.0 / std::sqrt(squares / hidden + params.eps));
+    for (int64_t i = 0; i < hidden; ++i) {
+      const float normalized = (x[i] - mean) * inv * (params.weight_offset + w[i]);
+      y[i] = b != nullptr ? normalized + b[i] : normalized;
+    }
+  }
+}
+
+void CpuBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y) {
+  check_f32(x, "matmul", "x");
+  check_matrix_dtype(w, "matmul", "w");
+  check_f32(y, "matmul", "y");
+  SF_CHECK(x.shape.size() == 2 && w.shape.size() == 2 && x.dim(1) == w.dim(1),
+           "cpu matmul: x {} and w {} do not agree (expected [m, k] and [n, k])", shape_str(x.shape),
+           shape_str(w.shape));
+  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
+  check_shape(y, {m, n}, "matmul", "y");
+  if (!bias.empty()) {
+    check_f32(bias, "matmul", "bias");
+    check_shape(bias, {n}, "matmul", "bias");
+  }
+  if (m == 0 || n == 0) return;
+  cpu::matmul(x.as<float>(), m, k, w.data, w.dtype, n, bias.empty() ? nullptr : bias.as<float>(), y.as<float>(),
+              num_threads_);
+}
+
+void CpuBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
+                      const RopeParams& params) {
+  check_f32(qkv, "rope", "qkv");
+  check_f32(cos_sin, "rope", "cos_sin");
+  check_i32(table_rows, "rope", "table_rows");
+  const int half = params.rotary_dim / 2, head_dim = params.head_dim;
+  SF_CHECK(params.rotary_dim % 2 == 0 && params.rotary_dim > 0 && params.rotary_dim <= head_dim,
+           "cpu rope: rotary_dim {} must be even and in (0, head_dim {}]", params.rotary_dim, head_dim);
+  const int64_t tokens = qkv.dim(0), width = (params.num_heads + 2 * params.num_kv_heads) * int64_t{head_dim};
+  check_shape(qkv, {tokens, width}, "rope", "qkv");
+  check_shape(table_rows, {tokens}, "rope", "table_rows");
+  SF_CHECK(cos_sin.shape.size() == 3 && cos_sin.dim(1) == 2 && cos_sin.dim(2) == half,
+           "cpu rope: cos_sin has shape {}, expected [rows, 2, {}]", shape_str(cos_sin.shape), half);
+  const int32_t* rows = table_rows.as<int32_t>();
+  for (int64_t t = 0; t < tokens; ++t)
+    SF_CHECK(rows[t] >= 0 && rows[t] < cos_sin.dim(0), "cpu rope: table row {} of token {} is outside [0, {})", rows[t],
+             t, cos_sin.dim(0));
+  const int rotated_heads = params.num_heads + params.num_kv_heads;
+#pragma omp parallel for num_threads(num_threads_) if (tokens > 1)
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* cos = cos_sin.as<float>() + static_cast<int64_t>(rows[t]) * 2 * half;
+    const float* sin = cos + half;
+    for (int head = 0; head < rotated_heads; ++head) {
+      float* x = qkv.as<float>() + t * width + static_cast<int64_t>(head) * head_dim;
+      if (params.style == RopeStyle::Half) {
+        for (int i = 0; i < half; ++i) {
+          const float x1 = x[i], x2 = x[i + half];
+          x[i] = x1 * cos[i] - x2 * sin[i];
+          x[i + half] = x2 * cos[i] + x1 * sin[i];
+        }
+      } else {
+        for (int i = 0; i < half; ++i) {
+          const float x1 = x[2 * i], x2 = x[2 * i + 1];
+          x[2 * i] = x1 * cos[i] - x2 * sin[i];
+          x[2 * i + 1] = x2 * cos[i] + x1 * sin[i];
+        }
+      }
+    }
+  }
+}
+
+void CpuBackend::write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
+                          const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
+  check_f32(qkv, "write_kv", "qkv");
+  check_i32(slots, "write_kv", "slots");
+  check_f32(k_cache, "write_kv", "k_cache");
+  check_f32(v_cache, "write_kv", "v_cache");
+  const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
+  const int64_t q_dim = int64_t{params.num_heads} * params.head_dim;
+  const int64_t tokens = qkv.dim(0), width = q_dim + 2 * kv_dim;
+  check_shape(qkv, {tokens, width}, "write_kv", "qkv");
+  check_shape(slots, {tokens}, "write_kv", "slots");
+  SF_CHECK(k_cache.shape.size() == 4 && k_cache.dim(1) == params.block_size && k_cache.dim(2) == params.num_kv_heads &&
+               k_cache.dim(3) == params.head_dim,
+           "cpu write_kv: k_cache has shape {}, expected [blocks, {}, {}, {}]", shape_str(k_cache.shape),
+           params.block_size, params.num_kv_heads, params.head_dim);
+  check_shape(v_cache, k_cache.shape, "write_kv", "v_cache");
+  const int64_t capacity = k_cache.dim(0) * params.block_size;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int32_t slot = slots.as<int32_t>()[t];
+    if (slot < 0) continue;
+    SF_CHECK(slot < capacity, "cpu write_kv: slot {} of token {} is outside the cache ({} slots)", slot, t, capacity);
+    const float* row = qkv.as<float>() + t * width;
+    std::memcpy(k_cache.as<float>() + slot * kv_dim, row + q_dim, kv_dim * sizeof(float));
+    std::memcpy(v_cache.as<float>() + slot * kv_dim, row + q_dim + kv_dim, kv_dim * sizeof(float));
+  }
+}
+
+void CpuBackend::activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) {
+  check_f32(x, "activation", "x");
+  check_f32(out, "activation", "out");
+  const int64_t tokens = out.dim(0), inner = out.dim(1);
+  check_shape(x, {tokens, gated ? 2 * inner : inner}, "activation", "x");
+  const int64_t stride = x.dim(1);
+  // Split each row's columns too: decode has one row and the MLP is wide.
+  const int64_t chunk = 512, chunks = (inner + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(num_threads_) collapse(2) if (tokens * inner >= 4096)
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t begin = c * chunk, count = std::min(chunk, inner - begin);
+      const float* row = x.as<float>() + t * stride;
+      activate_row(row + begin, gated ? row + inner + begin : nullptr, act, out.as<float>() + t * inner + begin, count);
+    }
+}
+
+void CpuBackend::add(const DeviceTensor& a, const DeviceTensor& b, const DeviceTensor& out) {
+  check_f32(a, "add", "a");
+  check_f32(b, "add", "b");
+  check_f32(out, "add", "out");
+  check_shape(b, a.shape, "add", "b");
+  check_shape(out, a.shape, "add", "out");
+  const float* pa = a.as<float>();
+  const float* pb = b.as<float>();
+  float* po = out.as<float>();
+  const int64_t n = a.numel();
+#pragma omp parallel for num_threads(num_threads_) if (n >= 65536)
+  for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+}
+
+void CpuBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {
+  check_f32(x, "gather_rows", "x");
+  check_i32(rows, "gather_rows", "rows");
+  check_f32(out, "gather_rows", "out");
+  const int64_t count = rows.numel(), cols = x.row_numel();
+  check_shape(out, {count, cols}, "gather_rows", "out");
+  for (int64_t i = 0; i < count; ++i) {
+    const int32_t row = rows.as<int32_t>()[i];
+    SF_CHECK(row >= 0 && row < x.dim(0), "cpu gather_rows: row {} at {} is outside [0, {})", row, i, x.dim(0));
+    std::memmove(out.as<float>() + i * cols, x.as<float>() + row * cols, cols * sizeof(float));
+  }
+}
+
+}  // namespace cpu
+}  // namespace splitflow

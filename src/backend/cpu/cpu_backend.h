@@ -1,0 +1,41 @@
+// backend/cpu/cpu_backend.h — the CPU Backend: fp32 math on host memory, OpenMP threads, AVX2/FMA
+// inner loops (backend/cpu/simd.h). Device memory is host memory, so upload() shares a host
+// tensor's storage (mmapped checkpoints are not copied) and copies are memcpy.
+#pragma once
+
+#include "backend/backend.h"
+
+namespace splitflow::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int num_threads);
+  std::string name() const override;
+  int num_threads() const { return num_threads_; }
+
+  DeviceBuffer allocate(DType dtype, Shape shape) override;
+  DeviceBuffer upload(const Tensor& host) override;
+  void copy_to_device(const void* host, const DeviceTensor& dst) override;
+  void copy_to_host(const DeviceTensor& src, void* host) override;
+  void synchronize() override {}
+
+  void embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier, const DeviceTensor& pos_table,
+             const DeviceTensor& positions, const DeviceTensor& out) override;
+  void add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
+                const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) override;
+  void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y) override;
+  void rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
+            const RopeParams& params) override;
+  void write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
+                const DeviceTensor& k_cache, const DeviceTensor& v_cache) override;
+  void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override;
+  void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override;
+  void add(const DeviceTensor& a, const DeviceTensor& b, const DeviceTensor& out) override;
+  void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
+
+ private:
+  int num_threads_;
+};
+
+}  // namespace splitflow::cpu

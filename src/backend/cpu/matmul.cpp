@@ -1,0 +1,227 @@
+#include "backend/cpu/matmul.h"
+
+#include "backend/cpu/simd.h"
+#include "core/error.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
+namespace splitflow::cpu {
+namespace {
+
+// ---- GEMV: y[i, j] = dot(x[i], w[j]) for a tile of MX rows of x and NW rows of w ----------------
+// Each w element is converted once and used MX times; MX * NW accumulators stay in registers.
+template <typename W, int MX, int NW>
+void dot_tile(const float* x, int64_t k, const W* w, float* y, int64_t n) {
+  int64_t p = 0;
+  float tail[MX][NW] = {};
+#ifdef SPLITFLOW_CPU_AVX2
+  __m256 acc[MX][NW];
+  for (int i = 0; i < MX; ++i)
+    for (int j = 0; j < NW; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (; p + 8 <= k; p += 8) {
+    __m256 wv[NW];
+    for (int j = 0; j < NW; ++j) wv[j] = load8(w + j * k + p);
+    for (int i = 0; i < MX; ++i) {
+      const __m256 xv = _mm256_loadu_ps(x + i * k + p);
+      for (int j = 0; j < NW; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MX; ++i)
+    for (int j = 0; j < NW; ++j) tail[i][j] = hsum(acc[i][j]);
+#endif
+  for (; p < k; ++p)
+    for (int j = 0; j < NW; ++j) {
+      const float wj = to_f32(w[j * k + p]);
+      for (int i = 0; i < MX; ++i) tail[i][j] += x[i * k + p] * wj;
+    }
+  for (int i = 0; i < MX; ++i)
+    for (int j = 0; j < NW; ++j) y[i * n + j] = tail[i][j];
+}
+
+// Rows [j_begin, j_end) of w against MX rows of x.
+template <typename W, int MX, int NW>
+void dot_rows(const float* x, int64_t k, const W* w, float* y, int64_t n, int64_t j_begin, int64_t j_end) {
+  int64_t j = j_begin;
+  for (; j + NW <= j_end; j += NW) dot_tile<W, MX, NW>(x, k, w + j * k, y + j, n);
+  for (; j < j_end; ++j) dot_tile<W, MX, 1>(x, k, w + j * k, y + j, n);
+}
+
+template <typename W>
+void gemv(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int num_threads) {
+  // Each thread owns a contiguous range of w rows (one pass over its share of the weights per
+  // group of up to 4 x rows); ranges are multiples of 8 rows so tiles stay whole.
+#pragma omp parallel num_threads(num_threads)
+  {
+    const int threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    const int64_t per_thread = (n + threads - 1) / threads;
+    const int64_t aligned = (per_thread + 7) / 8 * 8;
+    const int64_t j_begin = std::min<int64_t>(n, aligned * thread);
+    const int64_t j_end = std::min<int64_t>(n, j_begin + aligned);
+    for (int64_t i = 0; i < m;) {
+      const int64_t rows = std::min<int64_t>(4, m - i);
+      const float* xi = x + i * k;
+      float* yi = y + i * n;
+      switch (rows) {
+        case 1: dot_rows<W, 1, 8>(xi, k, w, yi, n, j_begin, j_end); break;
+        case 2: dot_rows<W, 2, 4>(xi, k, w, yi, n, j_begin, j_end); break;
+        case 3: dot_rows<W, 3, 4>(xi, k, w, yi, n, j_begin, j_end); break;
+        default: dot_rows<W, 4, 3>(xi, k, w, yi, n, j_begin, j_end); break;
+      }
+      i += rows;
+    }
+  }
+}
+
+// ---- GEMM: packed panels of w (fp32, k-major), a 6x16 register-blocked micro-kernel ------------
+constexpr int kMR = 6;     // x rows per micro-tile
+constexpr int kNR = 16;    // w rows (output columns) per micro-tile: two 8-lane vectors
+constexpr int64_t kKC = 256;   // k depth per packed panel (panel of kNR columns: 16 KiB, L1)
+constexpr int64_t kNC = 128;   // output columns per work item (packed block: 128 KiB, L2)
+
+// packed[p * kNR + c] = w[j0 + c][p0 + p] for p < kc, c < kNR (zero past n).
+template <typename W>
+void pack_panel(const W* w, int64_t k, int64_t n, int64_t j0, int64_t p0, int64_t kc, float* packed, float* row) {
+  for (int c = 0; c < kNR; ++c) {
+    if (j0 + c >= n) {
+      for (int64_t p = 0; p < kc; ++p) packed[p * kNR + c] = 0.0f;
+      continue;
+    }
+    to_f32_row(w + (j0 + c) * k + p0, row, kc);
+    for (int64_t p = 0; p < kc; ++p) packed[p * kNR + c] = row[p];
+  }
+}
+
+// y[i, c] (+)= sum_p x[i, p] * packed[p, c] for i < MR rows, c < cols (<= kNR).
+template <int MR>
+void micro_kernel(const float* x, int64_t ldx, const float* packed, int64_t kc, float* y, int64_t ldy, int64_t cols,
+                  bool accumulate) {
+  float out[MR][kNR];
+#ifdef SPLITFLOW_CPU_AVX2
+  __m256 c0[MR], c1[MR];
+  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m256 b0 = _mm256_load_ps(packed + p * kNR);
+    const __m256 b1 = _mm256_load_ps(packed + p * kNR + 8);
+    for (int i = 0; i < MR; ++i) {
+      const __m256 a = _mm256_broadcast_ss(x + i * ldx + p);
+      c0[i] = _mm256_fmadd_ps(a, b0, c0[i]);
+      c1[i] = _mm256_fmadd_ps(a, b1, c1[i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    _mm256_storeu_ps(out[i], c0[i]);
+    _mm256_storeu_ps(out[i] + 8, c1[i]);
+  }
+#else
+  for (int i = 0; i < MR; ++i)
+    for (int c = 0; c < kNR; ++c) out[i][c] = 0.0f;
+  for (int64_t p = 0; p < kc; ++p)
+    for (int i = 0; i < MR; ++i)
+      for (int c = 0; c < kNR; ++c) out[i][c] += x[i * ldx + p] * packed[p * kNR + c];
+#endif
+  for (int i = 0; i < MR; ++i)
+    for (int64_t c = 0; c < cols; ++c) y[i * ldy + c] = accumulate ? y[i * ldy + c] + out[i][c] : out[i][c];
+}
+
+void micro_kernel_rows(int64_t rows, const float* x, int64_t ldx, const float* packed, int64_t kc, float* y,
+                       int64_t ldy, int64_t cols, bool accumulate) {
+  switch (rows) {
+    case 1: micro_kernel<1>(x, ldx, packed, kc, y, ldy, cols, accumulate); break;
+    case 2: micro_kernel<2>(x, ldx, packed, kc, y, ldy, cols, accumulate); break;
+    case 3: micro_kernel<3>(x, ldx, packed, kc, y, ldy, cols, accumulate); break;
+    case 4: micro_kernel<4>(x, ldx, packed, kc, y, ldy, cols, accumulate); break;
+    case 5: micro_kernel<5>(x, ldx, packed, kc, y, ldy, cols, accumulate); break;
+    default: micro_kernel<6>(x, ldx, packed, kc, y, ldy, cols, accumulate); break;
+  }
+}
+
+struct AlignedFree {
+  void operator()(float* p) const { std::free(p); }
+};
+
+template <typename W>
+void gemm(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int num_threads) {
+  const int64_t blocks = (n + kNC - 1) / kNC;
+#pragma omp parallel num_threads(num_threads)
+  {
+    // Per-thread packing buffers: one block of kNC columns x kKC depth, and one converted w row.
+    std::unique_ptr<float, AlignedFree> packed(static_cast<float*>(std::aligned_alloc(64, kKC * kNC * sizeof(float))));
+    std::unique_ptr<float, AlignedFree> row(static_cast<float*>(std::aligned_alloc(64, kKC * sizeof(float))));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t block = 0; block < blocks; ++block) {
+      const int64_t j_begin = block * kNC, j_end = std::min(n, j_begin + kNC);
+      const int64_t panels = (j_end - j_begin + kNR - 1) / kNR;
+      for (int64_t p0 = 0; p0 < k; p0 += kKC) {
+        const int64_t kc = std::min(kKC, k - p0);
+        for (int64_t panel = 0; panel < panels; ++panel)
+          pack_panel(w, k, n, j_begin + panel * kNR, p0, kc, packed.get() + panel * kKC * kNR, row.get());
+        for (int64_t i = 0; i < m; i += kMR) {
+          const int64_t rows = std::min<int64_t>(kMR, m - i);
+          for (int64_t panel = 0; panel < panels; ++panel) {
+            const int64_t j = j_begin + panel * kNR;
+            micro_kernel_rows(rows, x + i * k + p0, k, packed.get() + panel * kKC * kNR, kc, y + i * n + j, n,
+                              std::min<int64_t>(kNR, j_end - j), p0 > 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+void add_bias(const float* bias, int64_t m, int64_t n, float* y) {
+  if (bias == nullptr) return;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) y[i * n + j] += bias[j];
+}
+
+template <template <typename> class Kernel>
+void dispatch(DType w_dtype, const float* x, int64_t m, int64_t k, const void* w, int64_t n, float* y,
+              int num_threads) {
+  switch (w_dtype) {
+    case DType::F32: Kernel<float>::run(x, m, k, static_cast<const float*>(w), n, y, num_threads); return;
+    case DType::F16: Kernel<F16Bits>::run(x, m, k, static_cast<const F16Bits*>(w), n, y, num_threads); return;
+    case DType::BF16: Kernel<BF16Bits>::run(x, m, k, static_cast<const BF16Bits*>(w), n, y, num_threads); return;
+    default: fail("cpu matmul: weight dtype {} is not supported (f32, f16, bf16)", dtype_name(w_dtype));
+  }
+}
+
+template <typename W>
+struct GemvKernel {
+  static void run(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int threads) {
+    gemv(x, m, k, w, n, y, threads);
+  }
+};
+template <typename W>
+struct GemmKernel {
+  static void run(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int threads) {
+    gemm(x, m, k, w, n, y, threads);
+  }
+};
+
+}  // namespace
+
+void matmul_gemv(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, const float* bias,
+                 float* y, int num_threads) {
+  dispatch<GemvKernel>(w_dtype, x, m, k, w, n, y, num_threads);
+  add_bias(bias, m, n, y);
+}
+
+void matmul_gemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, const float* bias,
+                 float* y, int num_threads) {
+  dispatch<GemmKernel>(w_dtype, x, m, k, w, n, y, num_threads);
+  add_bias(bias, m, n, y);
+}
+
+void matmul(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, const float* bias, float* y,
+            int num_threads) {
+  if (m < kGemmMinRows)
+    matmul_gemv(x, m, k, w, w_dtype, n, bias, y, num_threads);
+  else
+    matmul_gemm(x, m, k, w, w_dtype, n, bias, y, num_threads);
+}
+
+}  // namespace splitflow::cpu

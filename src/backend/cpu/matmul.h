@@ -1,0 +1,25 @@
+// backend/cpu/matmul.h — y = x W^T (+ bias) on the CPU, W read in its stored dtype.
+// Few rows of x (decode): a GEMV that streams W once, the weights being the memory traffic.
+// Many rows (prefill): a packed, register-blocked GEMM (W panels converted to fp32 while packing).
+#pragma once
+
+#include "core/dtype.h"
+
+#include <cstdint>
+
+namespace splitflow::cpu {
+
+// x [m, k] F32, w [n, k] in w_dtype (F32, F16, BF16), bias [n] or null, y [m, n] F32.
+void matmul(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, const float* bias,
+            float* y, int num_threads);
+
+// The two paths, exposed so tests and benchmarks can run each on any m.
+void matmul_gemv(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, const float* bias,
+                 float* y, int num_threads);
+void matmul_gemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, const float* bias,
+                 float* y, int num_threads);
+
+// Rows of x from which matmul() takes the GEMM path.
+constexpr int64_t kGemmMinRows = 8;
+
+}  // namespace splitflow::cpu

@@ -1,0 +1,119 @@
+// backend/cpu/simd.h — the CPU kernels' vector building blocks: 8-lane fp32 loads from F32, F16
+// (F16C) and BF16 memory, and reductions. AVX2 + FMA when the compiler targets them (-march), a
+// scalar fallback otherwise; kernels are written once over these helpers.
+#pragma once
+
+#include "core/dtype.h"
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define SPLITFLOW_CPU_AVX2 1
+#endif
+
+namespace splitflow::cpu {
+
+// Storage types of matrix elements; weight kernels are templated on them.
+struct F16Bits { uint16_t bits; };
+struct BF16Bits { uint16_t bits; };
+
+inline float to_f32(float value) { return value; }
+inline float to_f32(F16Bits value) { return f16_to_f32(value.bits); }
+inline float to_f32(BF16Bits value) { return bf16_to_f32(value.bits); }
+
+#ifdef SPLITFLOW_CPU_AVX2
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const F16Bits* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 load8(const BF16Bits* p) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  lo = _mm_add_ps(lo, _mm256_extractf128_ps(v, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+// e^x per lane (Cephes expf polynomial on x - n ln2, scaled by 2^n): about 1 ulp on
+// [-87, 88]; inputs below underflow to 0, above saturate at e^88.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
+}
+
+inline float hmax(__m256 v) {
+  __m128 lo = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_max_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_max_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+#endif
+
+// sum_i a[i] * b[i] in fp32.
+template <typename W>
+inline float dot(const float* a, const W* b, int64_t n) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#ifdef SPLITFLOW_CPU_AVX2
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load8(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc0);
+  sum = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+  for (; i < n; ++i) sum += a[i] * to_f32(b[i]);
+  return sum;
+}
+
+// y[i] += alpha * x[i].
+inline void axpy(float alpha, const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+#ifdef SPLITFLOW_CPU_AVX2
+  const __m256 a = _mm256_set1_ps(alpha);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+// y[i] *= alpha.
+inline void scale(float alpha, float* y, int64_t n) {
+  int64_t i = 0;
+#ifdef SPLITFLOW_CPU_AVX2
+  const __m256 a = _mm256_set1_ps(alpha);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(a, _mm256_loadu_ps(y + i)));
+#endif
+  for (; i < n; ++i) y[i] *= alpha;
+}
+
+// dst[i] = float(src[i]).
+template <typename W>
+inline void to_f32_row(const W* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#ifdef SPLITFLOW_CPU_AVX2
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8(src + i));
+#endif
+  for (; i < n; ++i) dst[i] = to_f32(src[i]);
+}
+
+}  // namespace splitflow::cpu

@@ -1,0 +1,275 @@
+// Each CPU kernel against a naive fp64 reference written here, on random inputs with odd sizes and
+// every matrix dtype. Kernels are reached through the Backend interface (as the runtime does).
+#include "backend/backend.h"
+#include "backend/cpu/matmul.h"
+#include "backend/backend_test_util.h"
+#include "core/error.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+using namespace splitflow;
+using namespace splitflow::test;
+
+namespace {
+
+class CpuKernels : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> backend = make_cpu_backend(2);
+  std::mt19937_64 rng{1234};
+};
+
+const DType kMatrixDtypes[] = {DType::F32, DType::F16, DType::BF16};
+
+// |got - want| <= tol * magnitude, magnitude the sum of |terms| that formed `want` (so fp32
+// accumulation error is allowed for, and nothing more).
+void expect_close(double got, double want, double magnitude, double tol, const std::string& what) {
+  ASSERT_LE(std::abs(got - want), tol * magnitude + 1e-7) << what << ": got " << got << ", want " << want;
+}
+
+// ---- matmul ----------------------------------------------------------------------------------
+
+using MatmulFn = void (*)(const float*, int64_t, int64_t, const void*, DType, int64_t, const float*, float*, int);
+
+void check_matmul(Backend& backend, std::mt19937_64& rng, int64_t m, int64_t k, int64_t n, DType dtype, bool with_bias,
+                  MatmulFn path) {
+  const std::vector<float> x = random_floats(rng, m * k);
+  StoredMatrix w = store_matrix(backend, random_floats(rng, n * k), {n, k}, dtype);
+  const std::vector<float> bias = random_floats(rng, n);
+  std::vector<float> y(m * n, -7.0f);
+  if (path != nullptr) {
+    path(x.data(), m, k, w.buffer.view().data, dtype, n, with_bias ? bias.data() : nullptr, y.data(), 2);
+  } else {
+    DeviceBuffer dx = to_device(backend, x, {m, k});
+    DeviceBuffer db = to_device(backend, bias, {n});
+    DeviceBuffer dy = backend.allocate(DType::F32, {m, n});
+    backend.matmul(dx.view(), w.buffer.view(), with_bias ? db.view() : DeviceTensor{}, dy.view());
+    y = to_host(backend, dy.view());
+  }
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double want = with_bias ? bias[j] : 0.0, magnitude = with_bias ? std::abs(bias[j]) : 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        want += static_cast<double>(x[i * k + p]) * w.values[j * k + p];
+        magnitude += std::abs(static_cast<double>(x[i * k + p]) * w.values[j * k + p]);
+      }
+      expect_close(y[i * n + j], want, magnitude, 2e-6,
+                   fmt::format("y[{}, {}] m={} k={} n={} {}", i, j, m, k, n, dtype_name(dtype)));
+    }
+}
+
+TEST_F(CpuKernels, MatmulMatchesReferenceForEveryDtypeAndOddShapes) {
+  for (DType dtype : kMatrixDtypes)
+    for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 13, 33})
+      for (int64_t k : {1, 7, 17, 64, 259})
+        for (int64_t n : {1, 5, 19, 40, 131}) check_matmul(*backend, rng, m, k, n, dtype, (m + k + n) % 2 == 0, nullptr);
+}
+
+// Both CPU paths on every m, so neither is only exercised on the sizes the dispatch picks.
+TEST_F(CpuKernels, GemvAndGemmPathsMatchReference) {
+  for (DType dtype : kMatrixDtypes)
+    for (int64_t m : {1, 3, 6, 7, 12, 20})
+      for (auto [k, n] : {std::pair<int64_t, int64_t>{300, 37}, {513, 129}, {31, 260}}) {
+        check_matmul(*backend, rng, m, k, n, dtype, true, cpu::matmul_gemv);
+        check_matmul(*backend, rng, m, k, n, dtype, false, cpu::matmul_gemm);
+      }
+}
+
+TEST_F(CpuKernels, MatmulRejectsMismatchedShapes) {
+  DeviceBuffer x = backend->allocate(DType::F32, {2, 8});
+  DeviceBuffer w = backend->allocate(DType::F16, {4, 9});
+  DeviceBuffer y = backend->allocate(DType::F32, {2, 4});
+  EXPECT_THROW(backend->matmul(x.view(), w.view(), {}, y.view()), Error);
+  DeviceBuffer w_ok = backend->allocate(DType::F16, {4, 8});
+  DeviceBuffer y_bad = backend->allocate(DType::F32, {2, 5});
+  EXPECT_THROW(backend->matmul(x.view(), w_ok.view(), {}, y_bad.view()), Error);
+  DeviceBuffer w_int = backend->allocate(DType::I32, {4, 8});
+  EXPECT_THROW(backend->matmul(x.view(), w_int.view(), {}, y.view()), Error);
+}
+
+// ---- embedding -------------------------------------------------------------------------------
+
+TEST_F(CpuKernels, EmbedGathersRowsScalesAndAddsPositions) {
+  const int64_t vocab = 37, hidden = 19, max_positions = 11;
+  const std::vector<int32_t> ids = {0, 36, 5, 5, 17, 2, 30};
+  const std::vector<int32_t> positions = {3, 0, 10, 4, 4, 7, 1};
+  const int64_t tokens = ids.size();
+  for (DType dtype : kMatrixDtypes)
+    for (bool with_positions : {false, true}) {
+      StoredMatrix table = store_matrix(*backend, random_floats(rng, vocab * hidden), {vocab, hidden}, dtype);
+      StoredMatrix pos = store_matrix(*backend, random_floats(rng, max_positions * hidden), {max_positions, hidden}, dtype);
+      DeviceBuffer d_ids = to_device(*backend, ids, {tokens});
+      DeviceBuffer d_pos = to_device(*backend, positions, {tokens});
+      DeviceBuffer out = backend->allocate(DType::F32, {tokens, hidden});
+      const float multiplier = 1.75f;
+      backend->embed(table.buffer.view(), d_ids.view(), multiplier, with_positions ? pos.buffer.view() : DeviceTensor{},
+                     d_pos.view(), out.view());
+      const std::vector<float> got = to_host(*backend, out.view());
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t i = 0; i < hidden; ++i) {
+          double want = table.values[ids[t] * hidden + i] * multiplier;
+          if (with_positions) want += pos.values[positions[t] * hidden + i];
+          expect_close(got[t * hidden + i], want, 4.0, 1e-7, fmt::format("embed t={} i={}", t, i));
+        }
+    }
+}
+
+TEST_F(CpuKernels, EmbedRejectsTokenOutsideVocabulary) {
+  DeviceBuffer table = backend->allocate(DType::F32, {10, 4});
+  DeviceBuffer ids = to_device(*backend, std::vector<int32_t>{3, 10}, {2});
+  DeviceBuffer out = backend->allocate(DType::F32, {2, 4});
+  EXPECT_THROW(backend->embed(table.view(), ids.view(), 1.0f, {}, {}, out.view()), Error);
+}
+
+// ---- norms -----------------------------------------------------------------------------------
+
+TEST_F(CpuKernels, AddNormMatchesReference) {
+  const int64_t tokens = 5, hidden = 67;
+  for (NormType type : {NormType::RMSNorm, NormType::LayerNorm})
+    for (bool with_delta : {false, true})
+      for (float offset : {0.0f, 1.0f}) {
+        const bool with_bias = type == NormType::LayerNorm;
+        std::vector<float> residual = random_floats(rng, tokens * hidden, -2.0f, 3.0f);
+        const std::vector<float> delta = random_floats(rng, tokens * hidden);
+        const std::vector<float> weight = random_floats(rng, hidden, 0.5f, 1.5f);
+        const std::vector<float> bias = random_floats(rng, hidden);
+        DeviceBuffer d_res = to_device(*backend, residual, {tokens, hidden});
+        DeviceBuffer d_delta = to_device(*backend, delta, {tokens, hidden});
+        DeviceBuffer d_w = to_device(*backend, weight, {hidden});
+        DeviceBuffer d_b = to_device(*backend, bias, {hidden});
+        DeviceBuffer out = backend->allocate(DType::F32, {tokens, hidden});
+        const NormParams params{type, 1e-5f, offset};
+        backend->add_norm(d_res.view(), with_delta ? d_delta.view() : DeviceTensor{}, d_w.view(),
+                          with_bias ? d_b.view() : DeviceTensor{}, params, out.view());
+        const std::vector<float> got = to_host(*backend, out.view());
+        const std::vector<float> got_residual = to_host(*backend, d_res.view());
+        for (int64_t t = 0; t < tokens; ++t) {
+          std::vector<double> x(hidden);
+          for (int64_t i = 0; i < hidden; ++i)
+            x[i] = static_cast<double>(residual[t * hidden + i]) + (with_delta ? delta[t * hidden + i] : 0.0);
+          double mean = 0.0, var = 0.0;
+          if (type == NormType::LayerNorm) mean = std::accumulate(x.begin(), x.end(), 0.0) / hidden;
+          for (double v : x) var += (v - mean) * (v - mean);
+          const double inv = 1.0 / std::sqrt(var / hidden + 1e-5);
+          for (int64_t i = 0; i < hidden; ++i) {
+            expect_close(got_residual[t * hidden + i], x[i], 1.0, 1e-7, "residual sum");
+            const double want = (x[i] - mean) * inv * (offset + weight[i]) + (with_bias ? bias[i] : 0.0);
+            expect_close(got[t * hidden + i], want, 1.0 + std::abs(want), 2e-6,
+                         fmt::format("norm t={} i={} type={} delta={} offset={}", t, i, static_cast<int>(type),
+                                     with_delta, offset));
+          }
+        }
+      }
+}
+
+// ---- RoPE ------------------------------------------------------------------------------------
+
+TEST_F(CpuKernels, RopeRotatesQAndKHeadsByTableRows) {
+  for (RopeStyle style : {RopeStyle::Half, RopeStyle::Interleaved})
+    for (auto [head_dim, rotary_dim] : {std::pair{16, 16}, {24, 8}, {10, 6}}) {
+      const RopeParams params{6, 2, head_dim, rotary_dim, style};
+      const int64_t tokens = 4, width = (6 + 2 * 2) * int64_t{head_dim}, half = rotary_dim / 2, table_rows = 9;
+      const std::vector<float> qkv = random_floats(rng, tokens * width);
+      const std::vector<float> table = random_floats(rng, table_rows * 2 * half);
+      const std::vector<int32_t> rows = {8, 0, 3, 3};
+      DeviceBuffer d_qkv = to_device(*backend, qkv, {tokens, width});
+      DeviceBuffer d_table = to_device(*backend, table, {table_rows, 2, half});
+      DeviceBuffer d_rows = to_device(*backend, rows, {tokens});
+      backend->rope(d_qkv.view(), d_table.view(), d_rows.view(), params);
+      const std::vector<float> got = to_host(*backend, d_qkv.view());
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int head = 0; head < 10; ++head)
+          for (int d = 0; d < head_dim; ++d) {
+            const int64_t base = t * width + int64_t{head} * head_dim;
+            double want = qkv[base + d];
+            if (head < 8 && d < rotary_dim) {  // q and k heads rotate, v heads and dims past rotary_dim do not
+              const int64_t pair = style == RopeStyle::Half ? d % half : d / 2;
+              const double c = table[rows[t] * 2 * half + pair], s = table[rows[t] * 2 * half + half + pair];
+              const bool first = style == RopeStyle::Half ? d < half : d % 2 == 0;
+              const int64_t partner = style == RopeStyle::Half ? (first ? d + half : d - half) : (first ? d + 1 : d - 1);
+              want = first ? qkv[base + d] * c - qkv[base + partner] * s : qkv[base + d] * c + qkv[base + partner] * s;
+            }
+            expect_close(got[base + d], want, 2.0, 1e-7, fmt::format("rope t={} head={} d={}", t, head, d));
+          }
+    }
+}
+
+// ---- activations -----------------------------------------------------------------------------
+
+double reference_activation(double x, Activation act) {
+  switch (act) {
+    case Activation::SiLU: return x / (1.0 + std::exp(-x));
+    case Activation::GELU: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Activation::GELUTanh: return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case Activation::ReLU: return x > 0 ? x : 0.0;
+  }
+  return 0.0;
+}
+
+TEST_F(CpuKernels, ActivationsGatedAndPlain) {
+  const int64_t tokens = 3, inner = 1029;  // several 512-column chunks plus a ragged tail
+  for (Activation act : {Activation::SiLU, Activation::GELU, Activation::GELUTanh, Activation::ReLU})
+    for (bool gated : {false, true}) {
+      const int64_t width = gated ? 2 * inner : inner;
+      const std::vector<float> x = random_floats(rng, tokens * width, -12.0f, 12.0f);
+      DeviceBuffer d_x = to_device(*backend, x, {tokens, width});
+      DeviceBuffer out = backend->allocate(DType::F32, {tokens, inner});
+      backend->activation(d_x.view(), act, gated, out.view());
+      const std::vector<float> got = to_host(*backend, out.view());
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t j = 0; j < inner; ++j) {
+          double want = reference_activation(x[t * width + j], act);
+          if (gated) want *= x[t * width + inner + j];
+          expect_close(got[t * inner + j], want, std::abs(want) + 1e-6, 4e-6,
+                       fmt::format("act {} gated={} x={}", static_cast<int>(act), gated, x[t * width + j]));
+        }
+    }
+}
+
+// ---- add, gather, write_kv -------------------------------------------------------------------
+
+TEST_F(CpuKernels, AddAndGatherRows) {
+  const std::vector<float> a = random_floats(rng, 7 * 13), b = random_floats(rng, 7 * 13);
+  DeviceBuffer da = to_device(*backend, a, {7, 13});
+  DeviceBuffer db = to_device(*backend, b, {7, 13});
+  backend->add(da.view(), db.view(), da.view());
+  const std::vector<float> sum = to_host(*backend, da.view());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(sum[i], a[i] + b[i]);
+  const std::vector<int32_t> rows = {6, 0, 6, 2};
+  DeviceBuffer d_rows = to_device(*backend, rows, {4});
+  DeviceBuffer out = backend->allocate(DType::F32, {4, 13});
+  backend->gather_rows(da.view(), d_rows.view(), out.view());
+  const std::vector<float> got = to_host(*backend, out.view());
+  for (int i = 0; i < 4; ++i)
+    for (int c = 0; c < 13; ++c) ASSERT_EQ(got[i * 13 + c], sum[rows[i] * 13 + c]);
+  const std::vector<int32_t> bad_rows = {7};
+  DeviceBuffer d_bad = to_device(*backend, bad_rows, {1});
+  DeviceBuffer one = backend->allocate(DType::F32, {1, 13});
+  EXPECT_THROW(backend->gather_rows(da.view(), d_bad.view(), one.view()), Error);
+}
+
+TEST_F(CpuKernels, WriteKvStoresKAndVHeadsAtSlots) {
+  const AttentionParams params{4, 2, 3, 5, 1.0f, 0};
+  const int64_t tokens = 3, width = (4 + 2 * 2) * 3, kv_dim = 6, blocks = 4;
+  const std::vector<float> qkv = random_floats(rng, tokens * width);
+  const std::vector<int32_t> slots = {17, -1, 2};
+  DeviceBuffer d_qkv = to_device(*backend, qkv, {tokens, width});
+  DeviceBuffer d_slots = to_device(*backend, slots, {tokens});
+  DeviceBuffer k = backend->allocate(DType::F32, {blocks, 5, 2, 3});
+  DeviceBuffer v = backend->allocate(DType::F32, {blocks, 5, 2, 3});
+  backend->write_kv(d_qkv.view(), d_slots.view(), params, k.view(), v.view());
+  const std::vector<float> got_k = to_host(*backend, k.view()), got_v = to_host(*backend, v.view());
+  for (int64_t slot = 0; slot < blocks * 5; ++slot)
+    for (int64_t i = 0; i < kv_dim; ++i) {
+      const int64_t t = slot == 17 ? 0 : slot == 2 ? 2 : -1;
+      ASSERT_EQ(got_k[slot * kv_dim + i], t < 0 ? 0.0f : qkv[t * width + 12 + i]) << slot;
+      ASSERT_EQ(got_v[slot * kv_dim + i], t < 0 ? 0.0f : qkv[t * width + 18 + i]) << slot;
+    }
+  const std::vector<int32_t> bad = {20, 0, 0};
+  DeviceBuffer d_bad = to_device(*backend, bad, {tokens});
+  EXPECT_THROW(backend->write_kv(d_qkv.view(), d_bad.view(), params, k.view(), v.view()), Error);
+}
+
+}  // namespace
