@@ -39,6 +39,8 @@ struct RopeScaling {
   std::optional<double> attention_factor;  // yarn / longrope: overrides the derived scale
   std::vector<double> long_factor;   // longrope, rotary_dim/2 entries
   std::vector<double> short_factor;  // longrope
+
+  bool operator==(const RopeScaling&) const = default;
 };
 
 struct RopeSpec {
@@ -46,6 +48,8 @@ struct RopeSpec {
   double partial_factor = 1.0;  // rotary_dim = head_dim * partial_factor (rounded down to even)
   RopeStyle style = RopeStyle::Half;
   RopeScaling scaling;
+
+  bool operator==(const RopeSpec&) const = default;
 };
 
 struct NormSpec {
@@ -53,6 +57,8 @@ struct NormSpec {
   double eps = 1e-5;
   bool bias = false;            // LayerNorm with a bias tensor
   double weight_offset = 0.0;   // y = x_hat * (offset + w); Gemma uses 1
+
+  bool operator==(const NormSpec&) const = default;
 };
 
 struct AttentionSpec {
@@ -63,6 +69,8 @@ struct AttentionSpec {
   int sliding_window = 0;  // 0: full causal attention; W: each query sees the last W positions
   double softmax_scale = 0.0;  // 0: 1/sqrt(head_dim)
   QkvLayout qkv_layout = QkvLayout::Separate;
+
+  bool operator==(const AttentionSpec&) const = default;
 };
 
 struct MlpSpec {
@@ -71,6 +79,8 @@ struct MlpSpec {
   bool gated = true;            // act(gate(x)) * up(x), else act(up(x))
   bool gate_up_fused = false;   // one [2*intermediate, hidden] tensor: gate rows then up rows
   bool up_bias = false, down_bias = false;  // gate has a bias iff up does
+
+  bool operator==(const MlpSpec&) const = default;
 };
 
 // Tensor names with "{layer}" standing for the layer index. Every entry names the weight tensor
@@ -79,10 +89,16 @@ struct MlpSpec {
 struct TensorNames {
   std::string weight_suffix = ".weight";
   std::string bias_suffix = ".bias";
-  bool linear_transposed = false;  // stored [in, out] (GPT-2 Conv1D) rather than [out, in]
+  // Tried in order in front of every name; the first that names a checkpoint tensor wins
+  // (GPT-2 checkpoints exist with and without a "transformer." prefix).
+  std::vector<std::string> name_prefixes = {""};
+  bool linear_transposed = false;  // projections stored [in, out] (GPT-2 Conv1D) rather than [out, in]
+  bool lm_head_optional = false;   // a missing lm_head tensor means lm_head = embed (GGUF drops it when tied)
   std::string embed, pos_embed, final_norm, lm_head;
   std::string attn_norm, q, k, v, qkv, o;
   std::string ffn_norm, gate, up, gate_up, down;
+
+  bool operator==(const TensorNames&) const = default;
 };
 
 struct ModelSpec {
@@ -107,10 +123,16 @@ struct ModelSpec {
 
   int rotary_dim() const;              // head_dim * partial_factor, even
   double attention_scale() const;      // softmax_scale or 1/sqrt(head_dim)
+
+  bool operator==(const ModelSpec&) const = default;
 };
 
 // JSON <-> spec. Parsing validates every field: an unknown key, a wrong type or an impossible value
 // (heads not dividing by kv_heads, ...) throws splitflow::Error naming the JSON path ("attention.num_kv_heads").
+// docs/model-spec.md is the format reference. Absent (or null) fields take the defaults above, except
+// attention.head_dim (hidden_size / num_heads), attention.num_kv_heads (num_heads) and
+// rope.scaling.original_max_position for dynamic/yarn/longrope (max_position). rope.scaling also
+// accepts HF's rope_scaling / rope_parameters object as it stands in config.json.
 ModelSpec spec_from_json(const nlohmann::json& json);
 nlohmann::json spec_to_json(const ModelSpec& spec);
 void validate_spec(const ModelSpec& spec);

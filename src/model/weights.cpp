@@ -1,0 +1,422 @@
+#include "model/weights.h"
+
+#include "core/error.h"
+#include "formats/weight_source.h"
+
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace splitflow {
+namespace {
+
+bool is_float(DType dtype) {
+  return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16 || dtype == DType::F64;
+}
+
+void check_matrix_dtype(DType dtype) {
+  SF_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
+           "weight dtype {} is not supported for matrices (f32, f16 or bf16)", dtype_name(dtype));
+}
+
+std::string with_layer(const std::string& pattern, int layer) {
+  std::string name = pattern;
+  const std::string placeholder = "{layer}";
+  for (size_t at = name.find(placeholder); at != std::string::npos; at = name.find(placeholder, at))
+    name.replace(at, placeholder.size(), std::to_string(layer));
+  return name;
+}
+
+// Copies `src` into rows [row_offset, row_offset + rows) of `dst` (a [*, cols] matrix or a vector),
+// converting the dtype. `transposed`: src is stored [cols, rows] (Conv1D [in, out]).
+void write_rows(const Tensor& src, bool transposed, Tensor& dst, int64_t row_offset) {
+  const int64_t rows = transposed ? src.dim(1) : src.dim(0);
+  const int64_t cols = src.shape.size() == 1 ? 1 : (transposed ? src.dim(0) : src.dim(1));
+  const size_t src_size = dtype_size(src.dtype), dst_size = dtype_size(dst.dtype);
+  const auto* in = static_cast<const uint8_t*>(src.data);
+  auto* out = static_cast<uint8_t*>(dst.data) + static_cast<size_t>(row_offset * cols) * dst_size;
+  if (!transposed && src.dtype == dst.dtype) {
+    std::memcpy(out, in, static_cast<size_t>(rows * cols) * src_size);
+    return;
+  }
+  if (!transposed) {
+#pragma omp parallel
+    {
+      std::vector<float> row(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        convert_to_f32(src.dtype, in + static_cast<size_t>(r * cols) * src_size, row.data(), row.size());
+        convert_from_f32(row.data(), dst.dtype, out + static_cast<size_t>(r * cols) * dst_size, row.size());
+      }
+    }
+    return;
+  }
+  // Transpose in blocks of output rows: read each stored row's slice [r0, r0 + block) once.
+  constexpr int64_t kBlock = 32;
+  const int64_t blocks = (rows + kBlock - 1) / kBlock;
+#pragma omp parallel
+  {
+    std::vector<float> slice(kBlock), tile(static_cast<size_t>(kBlock * cols));
+#pragma omp for schedule(static)
+    for (int64_t block = 0; block < blocks; ++block) {
+      const int64_t r0 = block * kBlock, count = std::min(kBlock, rows - r0);
+      for (int64_t c = 0; c < cols; ++c) {
+        convert_to_f32(src.dtype, in + static_cast<size_t>(c * rows + r0) * src_size, slice.data(), static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i) tile[static_cast<size_t>(i * cols + c)] = slice[static_cast<size_t>(i)];
+      }
+      for (int64_t i = 0; i < count; ++i)
+        convert_from_f32(tile.data() + i * cols, dst.dtype, out + static_cast<size_t>((r0 + i) * cols) * dst_size,
+                         static_cast<size_t>(cols));
+    }
+  }
+}
+
+// A fused per-head QKV ([q; k; v] of head_dim rows for each head) reordered to q rows, k rows,
+// v rows. Works on matrices and on bias vectors (cols = 1).
+Tensor per_head_to_concat(const Tensor& fused, int num_heads, int head_dim) {
+  Tensor out = Tensor::zeros(fused.dtype, fused.shape);
+  const int64_t cols = fused.shape.size() == 1 ? 1 : fused.dim(1);
+  const size_t block_bytes = static_cast<size_t>(head_dim * cols) * dtype_size(fused.dtype);
+  const auto* in = static_cast<const uint8_t*>(fused.data);
+  auto* dst = static_cast<uint8_t*>(out.data);
+  const size_t section_bytes = static_cast<size_t>(num_heads) * block_bytes;  // all q rows
+  for (int head = 0; head < num_heads; ++head)
+    for (int part = 0; part < 3; ++part)
+      std::memcpy(dst + part * section_bytes + head * block_bytes, in + (head * 3 + part) * block_bytes, block_bytes);
+  return out;
+}
+
+class Binder {
+ public:
+  Binder(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype)
+      : spec_(spec), names_(spec.tensors), source_(source), matrix_dtype_(matrix_dtype) {
+    for (const TensorInfo& info : source.tensors()) by_name_.emplace(info.name, &info);
+  }
+
+  ModelWeights bind() {
+    const int64_t hidden = spec_.hidden_size, vocab = spec_.vocab_size;
+    ModelWeights weights;
+    weights.embed = matrix("embed", names_.embed, -1, {vocab, hidden}, /*projection=*/false);
+    if (spec_.position == PositionType::Learned)
+      weights.pos_embed = matrix("pos_embed", names_.pos_embed, -1, {spec_.max_position, hidden}, false);
+    weights.final_norm = vector("final_norm", names_.final_norm, -1, hidden);
+    if (spec_.norm.bias) weights.final_norm_bias = bias("final_norm", names_.final_norm, -1, hidden);
+    bind_lm_head(weights);
+    weights.layers.resize(static_cast<size_t>(spec_.num_layers));
+    for (int layer = 0; layer < spec_.num_layers; ++layer) bind_layer(layer, weights.layers[static_cast<size_t>(layer)]);
+    warn_unused();
+    return weights;
+  }
+
+ private:
+  // The checkpoint tensor for a spec field; null when absent (under every name prefix).
+  const TensorInfo* find(const std::string& pattern, int layer, const std::string& suffix) {
+    const std::string name = with_layer(pattern, layer) + suffix;
+    for (const std::string& prefix : names_.name_prefixes) {
+      auto it = by_name_.find(prefix + name);
+      if (it == by_name_.end()) continue;
+      used_.insert(it->first);
+      return it->second;
+    }
+    return nullptr;
+  }
+
+  std::string describe(const std::string& field, const std::string& pattern, int layer) const {
+    return layer < 0 ? fmt::format("tensors.{} = '{}'", field, pattern)
+                     : fmt::format("tensors.{} = '{}', layer {}", field, pattern, layer);
+  }
+
+  std::string tried_names(const std::string& name) const {
+    std::vector<std::string> tried;
+    for (const std::string& prefix : names_.name_prefixes) tried.push_back("'" + prefix + name + "'");
+    return fmt::format("{}", fmt::join(tried, " or "));
+  }
+
+  const Tensor& require(const std::string& field, const std::string& pattern, int layer, const std::string& suffix) {
+    const TensorInfo* info = find(pattern, layer, suffix);
+    if (!info)
+      fail("missing tensor {} (from {}) in the {} checkpoint{}", tried_names(with_layer(pattern, layer) + suffix),
+           describe(field, pattern, layer), source_.format(), source_file());
+    SF_CHECK(is_float(info->tensor.dtype), "tensor '{}' in '{}' has dtype {}; weights must be f32, f16, bf16 or f64",
+             info->name, info->file, dtype_name(info->tensor.dtype));
+    return info->tensor;
+  }
+
+  std::string source_file() const {
+    const auto& tensors = source_.tensors();
+    return tensors.empty() ? std::string() : fmt::format(" '{}'", tensors.front().file);
+  }
+
+  void check_shape(const Tensor& tensor, const Shape& expected, const std::string& field, const std::string& pattern,
+                   int layer, const std::string& suffix, const char* note = "") {
+    if (tensor.shape == expected) return;
+    fail("tensor '{}' ({}) has shape {}, expected {}{}", with_layer(pattern, layer) + suffix,
+         describe(field, pattern, layer), shape_str(tensor.shape), shape_str(expected), note);
+  }
+
+  // A matrix as [out, in] in matrix_dtype_. Projections follow tensors.linear_transposed; the
+  // stored tensor stays a view into the file when no conversion is needed.
+  Tensor matrix(const std::string& field, const std::string& pattern, int layer, Shape canonical, bool projection) {
+    const Tensor& stored = require(field, pattern, layer, names_.weight_suffix);
+    const bool transposed = projection && names_.linear_transposed;
+    if (transposed)
+      check_shape(stored, {canonical[1], canonical[0]}, field, pattern, layer, names_.weight_suffix,
+                  " (stored [in, out]: tensors.linear_transposed is true)");
+    else
+      check_shape(stored, canonical, field, pattern, layer, names_.weight_suffix);
+    if (!transposed && stored.dtype == matrix_dtype_ && aligned(stored)) return stored;
+    Tensor out = Tensor::zeros(matrix_dtype_, canonical);
+    write_rows(stored, transposed, out, 0);
+    return out;
+  }
+
+  // Rows of several stored matrices stacked into one [sum of out, in] matrix.
+  Tensor stacked(const std::vector<std::pair<std::string, std::string>>& parts, int layer,
+                 const std::vector<int64_t>& rows, int64_t cols) {
+    int64_t total = 0;
+    for (int64_t count : rows) total += count;
+    Tensor out = Tensor::zeros(matrix_dtype_, {total, cols});
+    int64_t offset = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const auto& [field, pattern] = parts[i];
+      const Tensor& stored = require(field, pattern, layer, names_.weight_suffix);
+      if (names_.linear_transposed)
+        check_shape(stored, {cols, rows[i]}, field, pattern, layer, names_.weight_suffix,
+                    " (stored [in, out]: tensors.linear_transposed is true)");
+      else
+        check_shape(stored, {rows[i], cols}, field, pattern, layer, names_.weight_suffix);
+      write_rows(stored, names_.linear_transposed, out, offset);
+      offset += rows[i];
+    }
+    return out;
+  }
+
+  // Norm weights and biases: f32 vectors, views when already f32.
+  Tensor vector(const std::string& field, const std::string& pattern, int layer, int64_t size,
+                const std::string* suffix = nullptr) {
+    const std::string& used_suffix = suffix ? *suffix : names_.weight_suffix;
+    const Tensor& stored = require(field, pattern, layer, used_suffix);
+    check_shape(stored, {size}, field, pattern, layer, used_suffix);
+    if (stored.dtype == DType::F32 && aligned(stored)) return stored;
+    Tensor out = Tensor::zeros(DType::F32, {size});
+    write_rows(stored, false, out, 0);
+    return out;
+  }
+  Tensor bias(const std::string& field, const std::string& pattern, int layer, int64_t size) {
+    return vector(field, pattern, layer, size, &names_.bias_suffix);
+  }
+
+  static bool aligned(const Tensor& tensor) {
+    return reinterpret_cast<uintptr_t>(tensor.data) % dtype_size(tensor.dtype) == 0;
+  }
+
+  void bind_lm_head(ModelWeights& weights) {
+    const Shape shape = {spec_.vocab_size, spec_.hidden_size};
+    if (spec_.tie_embeddings) {
+      if (!names_.lm_head.empty()) find(names_.lm_head, -1, names_.weight_suffix);  // a stored copy is not "unused"
+      weights.lm_head = weights.embed;
+      return;
+    }
+    if (names_.lm_head_optional && !find(names_.lm_head, -1, names_.weight_suffix)) {
+      spdlog::info("no lm_head tensor '{}{}' in the checkpoint: tied to the embedding", names_.lm_head, names_.weight_suffix);
+      weights.lm_head = weights.embed;
+      return;
+    }
+    weights.lm_head = matrix("lm_head", names_.lm_head, -1, shape, false);
+  }
+
+  void bind_layer(int layer, LayerWeights& out) {
+    const AttentionSpec& attention = spec_.attention;
+    const MlpSpec& mlp = spec_.mlp;
+    const int64_t hidden = spec_.hidden_size, inter = mlp.intermediate_size;
+    const int64_t q_dim = int64_t{attention.num_heads} * attention.head_dim;
+    const int64_t kv_dim = int64_t{attention.num_kv_heads} * attention.head_dim;
+
+    out.attn_norm = vector("attn_norm", names_.attn_norm, layer, hidden);
+    if (spec_.norm.bias) out.attn_norm_bias = bias("attn_norm", names_.attn_norm, layer, hidden);
+    if (!spec_.shared_layer_norm) {
+      out.ffn_norm = vector("ffn_norm", names_.ffn_norm, layer, hidden);
+      if (spec_.norm.bias) out.ffn_norm_bias = bias("ffn_norm", names_.ffn_norm, layer, hidden);
+    }
+
+    const bool any_qkv_bias = attention.q_bias || attention.k_bias || attention.v_bias;
+    switch (attention.qkv_layout) {
+      case QkvLayout::Separate: {
+        out.wqkv = stacked({{"q", names_.q}, {"k", names_.k}, {"v", names_.v}}, layer, {q_dim, kv_dim, kv_dim}, hidden);
+        if (any_qkv_bias) {
+          // Absent parts stay zero (a model may bias q and v but not k).
+          out.bqkv = Tensor::zeros(DType::F32, {q_dim + 2 * kv_dim});
+          const std::tuple<bool, const char*, const std::string*, int64_t, int64_t> parts[] = {
+              {attention.q_bias, "q", &names_.q, q_dim, 0},
+              {attention.k_bias, "k", &names_.k, kv_dim, q_dim},
+              {attention.v_bias, "v", &names_.v, kv_dim, q_dim + kv_dim}};
+          for (const auto& [present, field, pattern, size, offset] : parts) {
+            if (!present) continue;
+            const Tensor& stored = require(field, *pattern, layer, names_.bias_suffix);
+            check_shape(stored, {size}, field, *pattern, layer, names_.bias_suffix);
+            write_rows(stored, false, out.bqkv, offset);
+          }
+        }
+        break;
+      }
+      case QkvLayout::Concat:
+      case QkvLayout::PerHead: {
+        const int64_t rows = q_dim + 2 * kv_dim;
+        Tensor wqkv = matrix("qkv", names_.qkv, layer, {rows, hidden}, true);
+        Tensor bqkv = any_qkv_bias ? bias("qkv", names_.qkv, layer, rows) : Tensor{};
+        if (attention.qkv_layout == QkvLayout::PerHead) {
+          wqkv = per_head_to_concat(wqkv, attention.num_heads, attention.head_dim);
+          if (!bqkv.empty()) bqkv = per_head_to_concat(bqkv, attention.num_heads, attention.head_dim);
+        }
+        out.wqkv = std::move(wqkv);
+        out.bqkv = std::move(bqkv);
+        break;
+      }
+    }
+    out.wo = matrix("o", names_.o, layer, {hidden, q_dim}, true);
+    if (attention.o_bias) out.bo = bias("o", names_.o, layer, hidden);
+
+    if (mlp.gated && mlp.gate_up_fused) {
+      out.w_gate_up = matrix("gate_up", names_.gate_up, layer, {2 * inter, hidden}, true);
+      if (mlp.up_bias) out.b_gate_up = bias("gate_up", names_.gate_up, layer, 2 * inter);
+    } else if (mlp.gated) {
+      out.w_gate_up = stacked({{"gate", names_.gate}, {"up", names_.up}}, layer, {inter, inter}, hidden);
+      if (mlp.up_bias) {
+        out.b_gate_up = Tensor::zeros(DType::F32, {2 * inter});
+        write_rows(bias("gate", names_.gate, layer, inter), false, out.b_gate_up, 0);
+        write_rows(bias("up", names_.up, layer, inter), false, out.b_gate_up, inter);
+      }
+    } else {
+      out.w_gate_up = matrix("up", names_.up, layer, {inter, hidden}, true);
+      if (mlp.up_bias) out.b_gate_up = bias("up", names_.up, layer, inter);
+    }
+    out.w_down = matrix("down", names_.down, layer, {hidden, inter}, true);
+    if (mlp.down_bias) out.b_down = bias("down", names_.down, layer, hidden);
+  }
+
+  // Float tensors of rank 1-2 nobody asked for are probably weights the spec forgot (or a
+  // template that does not fit the checkpoint). Buffers (RoPE inv_freq, GPT-2's rank-4 masks)
+  // are not weights.
+  void warn_unused() const {
+    std::vector<std::string> unused;
+    for (const TensorInfo& info : source_.tensors()) {
+      if (used_.count(info.name) || !is_float(info.tensor.dtype)) continue;
+      if (info.tensor.shape.empty() || info.tensor.shape.size() > 2) continue;
+      if (info.name.size() >= 8 && info.name.compare(info.name.size() - 8, 8, "inv_freq") == 0) continue;
+      unused.push_back(info.name);
+    }
+    if (unused.empty()) return;
+    const size_t shown = std::min<size_t>(unused.size(), 8);
+    spdlog::warn("{} checkpoint tensor(s) are not used by the model spec '{}': {}{}", unused.size(), spec_.name,
+                 fmt::join(unused.begin(), unused.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                 unused.size() > shown ? ", ..." : "");
+  }
+
+  const ModelSpec& spec_;
+  const TensorNames& names_;
+  const WeightSource& source_;
+  DType matrix_dtype_;
+  std::unordered_map<std::string, const TensorInfo*> by_name_;
+  std::unordered_set<std::string> used_;
+};
+
+// Counter-based generator: element i of tensor t is a pure function of (seed, t, i), so any
+// thread order gives the same weights. splitmix64's finaliser, then four 16-bit uniforms summed
+// (Irwin-Hall) for an approximately normal value: cheap enough for a 1B model in seconds.
+inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+class DummyFiller {
+ public:
+  DummyFiller(DType matrix_dtype, uint64_t seed) : matrix_dtype_(matrix_dtype), seed_(seed) {}
+
+  Tensor normal(Shape shape, double stddev, DType dtype) {
+    Tensor out = Tensor::zeros(dtype, std::move(shape));
+    const uint64_t base = mix64(seed_ ^ mix64(++tensor_counter_ * 0x9e3779b97f4a7c15ull));
+    // Sum of four U[0, 65535]: mean 131070, stddev sqrt(4 * (65536^2 - 1) / 12).
+    const float scale = static_cast<float>(stddev / 37837.23);
+    const int64_t count = out.numel();
+    void* data = out.data;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < count; ++i) {
+      const uint64_t bits = mix64(base + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull);
+      const uint32_t sum = static_cast<uint32_t>((bits & 0xffff) + ((bits >> 16) & 0xffff) + ((bits >> 32) & 0xffff) +
+                                                 (bits >> 48));
+      const float value = (static_cast<float>(sum) - 131070.0f) * scale;
+      switch (dtype) {
+        case DType::F32: static_cast<float*>(data)[i] = value; break;
+        case DType::BF16: static_cast<uint16_t*>(data)[i] = f32_to_bf16(value); break;
+        default: static_cast<uint16_t*>(data)[i] = f32_to_f16(value); break;
+      }
+    }
+    return out;
+  }
+  Tensor matrix(int64_t rows, int64_t cols) { return normal({rows, cols}, 0.02, matrix_dtype_); }
+  Tensor bias(int64_t size) { return normal({size}, 0.02, DType::F32); }
+  static Tensor ones(int64_t size) {
+    Tensor out = Tensor::zeros(DType::F32, {size});
+    std::fill_n(out.as<float>(), size, 1.0f);
+    return out;
+  }
+
+ private:
+  DType matrix_dtype_;
+  uint64_t seed_;
+  uint64_t tensor_counter_ = 0;
+};
+
+}  // namespace
+
+ModelWeights bind_weights(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype) {
+  check_matrix_dtype(matrix_dtype);
+  validate_spec(spec);
+  return Binder(spec, source, matrix_dtype).bind();
+}
+
+ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint64_t seed) {
+  check_matrix_dtype(matrix_dtype);
+  validate_spec(spec);
+  DummyFiller fill(matrix_dtype, seed);
+  const AttentionSpec& attention = spec.attention;
+  const int64_t hidden = spec.hidden_size, inter = spec.mlp.intermediate_size;
+  const int64_t q_dim = int64_t{attention.num_heads} * attention.head_dim;
+  const int64_t kv_dim = int64_t{attention.num_kv_heads} * attention.head_dim;
+  const bool norm_bias = spec.norm.bias;
+
+  ModelWeights weights;
+  weights.embed = fill.matrix(spec.vocab_size, hidden);
+  if (spec.position == PositionType::Learned) weights.pos_embed = fill.matrix(spec.max_position, hidden);
+  weights.final_norm = DummyFiller::ones(hidden);
+  if (norm_bias) weights.final_norm_bias = Tensor::zeros(DType::F32, {hidden});
+  weights.lm_head = spec.tie_embeddings ? weights.embed : fill.matrix(spec.vocab_size, hidden);
+  weights.layers.resize(static_cast<size_t>(spec.num_layers));
+  for (LayerWeights& layer : weights.layers) {
+    layer.attn_norm = DummyFiller::ones(hidden);
+    if (norm_bias) layer.attn_norm_bias = Tensor::zeros(DType::F32, {hidden});
+    if (!spec.shared_layer_norm) {
+      layer.ffn_norm = DummyFiller::ones(hidden);
+      if (norm_bias) layer.ffn_norm_bias = Tensor::zeros(DType::F32, {hidden});
+    }
+    layer.wqkv = fill.matrix(q_dim + 2 * kv_dim, hidden);
+    if (attention.q_bias || attention.k_bias || attention.v_bias) layer.bqkv = fill.bias(q_dim + 2 * kv_dim);
+    layer.wo = fill.matrix(hidden, q_dim);
+    if (attention.o_bias) layer.bo = fill.bias(hidden);
+    const int64_t gate_up_rows = spec.mlp.gated ? 2 * inter : inter;
+    layer.w_gate_up = fill.matrix(gate_up_rows, hidden);
+    if (spec.mlp.up_bias) layer.b_gate_up = fill.bias(gate_up_rows);
+    layer.w_down = fill.matrix(hidden, inter);
+    if (spec.mlp.down_bias) layer.b_down = fill.bias(hidden);
+  }
+  return weights;
+}
+
+}  // namespace splitflow
