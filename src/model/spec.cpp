@@ -335,8 +335,9 @@ void validate_scaling(const ModelSpec& spec) {
   const std::string type = enum_name(scaling_names(), scaling.type);
   SF_CHECK(is_positive_finite(scaling.factor) && scaling.factor >= 1.0,
            "rope.scaling.factor: {} scaling needs a factor >= 1, got {}", type, scaling.factor);
-  SF_CHECK(scaling.original_max_position > 0, "rope.scaling.original_max_position: {} scaling needs it > 0, got {}", type,
-           scaling.original_max_position);
+  if (scaling.type != RopeScalingType::Linear)
+    SF_CHECK(scaling.original_max_position > 0, "rope.scaling.original_max_position: {} scaling needs it > 0, got {}",
+             type, scaling.original_max_position);
   if (scaling.attention_factor)
     SF_CHECK(is_positive_finite(*scaling.attention_factor), "rope.scaling.attention_factor: must be > 0, got {}",
              *scaling.attention_factor);
