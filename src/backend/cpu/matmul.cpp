@@ -95,48 +95,58 @@ void pack_panel(const W* w, int64_t k, int64_t n, int64_t j0, int64_t p0, int64_
   }
 }
 
-// y[i, c] (+)= sum_p x[i, p] * packed[p, c] for i < MR rows, c < cols (<= kNR).
-template <int MR>
-void micro_kernel(const float* x, int64_t ldx, const float* packed, int64_t kc, float* y, int64_t ldy, int64_t cols,
-                  bool accumulate) {
-  float out[MR][kNR];
+// out[i][c] = sum_p a[i][p] * packed[p * kNR + c] for 6 rows a[i] and kNR columns. Named
+// accumulators, not an array: GCC otherwise spills the array to the stack every iteration.
+void micro_kernel(const float* const a[kMR], const float* packed, int64_t kc, float out[kMR][kNR]) {
 #ifdef SPLITFLOW_CPU_AVX2
-  __m256 c0[MR], c1[MR];
-  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < kc; ++p) {
-    const __m256 b0 = _mm256_load_ps(packed + p * kNR);
-    const __m256 b1 = _mm256_load_ps(packed + p * kNR + 8);
-    for (int i = 0; i < MR; ++i) {
-      const __m256 a = _mm256_broadcast_ss(x + i * ldx + p);
-      c0[i] = _mm256_fmadd_ps(a, b0, c0[i]);
-      c1[i] = _mm256_fmadd_ps(a, b1, c1[i]);
-    }
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+  for (int64_t p = 0; p < kc; ++p, packed += kNR) {
+    const __m256 b0 = _mm256_load_ps(packed), b1 = _mm256_load_ps(packed + 8);
+    __m256 x = _mm256_broadcast_ss(a0 + p);
+    c00 = _mm256_fmadd_ps(x, b0, c00);
+    c01 = _mm256_fmadd_ps(x, b1, c01);
+    x = _mm256_broadcast_ss(a1 + p);
+    c10 = _mm256_fmadd_ps(x, b0, c10);
+    c11 = _mm256_fmadd_ps(x, b1, c11);
+    x = _mm256_broadcast_ss(a2 + p);
+    c20 = _mm256_fmadd_ps(x, b0, c20);
+    c21 = _mm256_fmadd_ps(x, b1, c21);
+    x = _mm256_broadcast_ss(a3 + p);
+    c30 = _mm256_fmadd_ps(x, b0, c30);
+    c31 = _mm256_fmadd_ps(x, b1, c31);
+    x = _mm256_broadcast_ss(a4 + p);
+    c40 = _mm256_fmadd_ps(x, b0, c40);
+    c41 = _mm256_fmadd_ps(x, b1, c41);
+    x = _mm256_broadcast_ss(a5 + p);
+    c50 = _mm256_fmadd_ps(x, b0, c50);
+    c51 = _mm256_fmadd_ps(x, b1, c51);
   }
-  for (int i = 0; i < MR; ++i) {
-    _mm256_storeu_ps(out[i], c0[i]);
-    _mm256_storeu_ps(out[i] + 8, c1[i]);
+  const __m256 result[kMR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  for (int i = 0; i < kMR; ++i) {
+    _mm256_storeu_ps(out[i], result[i][0]);
+    _mm256_storeu_ps(out[i] + 8, result[i][1]);
   }
 #else
-  for (int i = 0; i < MR; ++i)
+  for (int i = 0; i < kMR; ++i)
     for (int c = 0; c < kNR; ++c) out[i][c] = 0.0f;
   for (int64_t p = 0; p < kc; ++p)
-    for (int i = 0; i < MR; ++i)
-      for (int c = 0; c < kNR; ++c) out[i][c] += x[i * ldx + p] * packed[p * kNR + c];
+    for (int i = 0; i < kMR; ++i)
+      for (int c = 0; c < kNR; ++c) out[i][c] += a[i][p] * packed[p * kNR + c];
 #endif
-  for (int i = 0; i < MR; ++i)
-    for (int64_t c = 0; c < cols; ++c) y[i * ldy + c] = accumulate ? y[i * ldy + c] + out[i][c] : out[i][c];
 }
 
-void micro_kernel_rows(int64_t rows, const float* x, int64_t ldx, const float* packed, int64_t kc, float* y,
-                       int64_t ldy, int64_t cols, bool accumulate) {
-  switch (rows) {
-    case 1: micro_kernel<1>(x, ldx, packed, kc, y, ldy, cols, accumulate); break;
-    case 2: micro_kernel<2>(x, ldx, packed, kc, y, ldy, cols, accumulate); break;
-    case 3: micro_kernel<3>(x, ldx, packed, kc, y, ldy, cols, accumulate); break;
-    case 4: micro_kernel<4>(x, ldx, packed, kc, y, ldy, cols, accumulate); break;
-    case 5: micro_kernel<5>(x, ldx, packed, kc, y, ldy, cols, accumulate); break;
-    default: micro_kernel<6>(x, ldx, packed, kc, y, ldy, cols, accumulate); break;
-  }
+// y[i, c] (+)= (x rows [0, rows)) . packed panel, for c < cols. Missing rows of a short tile
+// repeat row 0; their results are dropped.
+void micro_tile(int64_t rows, const float* x, int64_t ldx, const float* packed, int64_t kc, float* y, int64_t ldy,
+                int64_t cols, bool accumulate) {
+  const float* a[kMR];
+  for (int i = 0; i < kMR; ++i) a[i] = x + (i < rows ? i : 0) * ldx;
+  alignas(32) float out[kMR][kNR];
+  micro_kernel(a, packed, kc, out);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < cols; ++c) y[i * ldy + c] = accumulate ? y[i * ldy + c] + out[i][c] : out[i][c];
 }
 
 struct AlignedFree {
@@ -163,7 +173,7 @@ void gemm(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y,
           const int64_t rows = std::min<int64_t>(kMR, m - i);
           for (int64_t panel = 0; panel < panels; ++panel) {
             const int64_t j = j_begin + panel * kNR;
-            micro_kernel_rows(rows, x + i * k + p0, k, packed.get() + panel * kKC * kNR, kc, y + i * n + j, n,
+            micro_tile(rows, x + i * k + p0, k, packed.get() + panel * kKC * kNR, kc, y + i * n + j, n,
                               std::min<int64_t>(kNR, j_end - j), p0 > 0);
           }
         }

@@ -1,0 +1,109 @@
+#include "runtime/layer_plan.h"
+
+#include "core/error.h"
+
+namespace splitflow {
+
+std::string_view slot_name(Slot slot) {
+  switch (slot) {
+    case Slot::None: return "none";
+    case Slot::Hidden: return "hidden";
+    case Slot::AttnIn: return "attn_in";
+    case Slot::MlpIn: return "mlp_in";
+    case Slot::Qkv: return "qkv";
+    case Slot::AttnOut: return "attn_out";
+    case Slot::AttnProj: return "attn_proj";
+    case Slot::MlpUp: return "mlp_up";
+    case Slot::MlpAct: return "mlp_act";
+    case Slot::MlpOut: return "mlp_out";
+  }
+  return "?";
+}
+
+std::string_view layer_weight_name(LayerWeight weight) {
+  switch (weight) {
+    case LayerWeight::None: return "none";
+    case LayerWeight::AttnNorm: return "attn_norm";
+    case LayerWeight::FfnNorm: return "ffn_norm";
+    case LayerWeight::Qkv: return "qkv";
+    case LayerWeight::Output: return "o";
+    case LayerWeight::GateUp: return "gate_up";
+    case LayerWeight::Down: return "down";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string_view step_name(StepKind kind) {
+  switch (kind) {
+    case StepKind::Norm: return "norm";
+    case StepKind::Linear: return "linear";
+    case StepKind::Rope: return "rope";
+    case StepKind::WriteKv: return "write_kv";
+    case StepKind::Attention: return "attention";
+    case StepKind::Activation: return "activation";
+    case StepKind::AddResidual: return "add_residual";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string LayerPlan::describe() const {
+  std::string out;
+  for (const PlanStep& step : steps) {
+    out += step_name(step.kind);
+    if (step.weight != LayerWeight::None) {
+      out += ' ';
+      out += layer_weight_name(step.weight);
+      if (step.bias) out += "+bias";
+    }
+    out += ": ";
+    out += slot_name(step.input);
+    if (step.delta != Slot::None) {
+      out += " += ";
+      out += slot_name(step.delta);
+    }
+    if (step.output != Slot::None && step.output != step.input) {
+      out += " -> ";
+      out += slot_name(step.output);
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+LayerPlan build_layer_plan(const ModelSpec& spec) {
+  SF_CHECK(!spec.shared_layer_norm || spec.parallel_residual,
+           "shared_layer_norm: needs parallel_residual (a sequential layer normalises the MLP input separately)");
+  const bool norm_bias = spec.norm.bias;
+  const AttentionSpec& attention = spec.attention;
+  const bool qkv_bias = attention.q_bias || attention.k_bias || attention.v_bias;
+
+  LayerPlan plan;
+  std::vector<PlanStep>& steps = plan.steps;
+  steps.push_back({StepKind::Norm, Slot::Hidden, Slot::AttnIn, Slot::None, LayerWeight::AttnNorm, norm_bias});
+  if (spec.parallel_residual && !spec.shared_layer_norm)
+    steps.push_back({StepKind::Norm, Slot::Hidden, Slot::MlpIn, Slot::None, LayerWeight::FfnNorm, norm_bias});
+
+  steps.push_back({StepKind::Linear, Slot::AttnIn, Slot::Qkv, Slot::None, LayerWeight::Qkv, qkv_bias});
+  if (spec.position == PositionType::Rope) steps.push_back({StepKind::Rope, Slot::Qkv, Slot::Qkv});
+  steps.push_back({StepKind::WriteKv, Slot::Qkv});
+  steps.push_back({StepKind::Attention, Slot::Qkv, Slot::AttnOut});
+  steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::AttnProj, Slot::None, LayerWeight::Output, attention.o_bias});
+
+  Slot mlp_in = Slot::MlpIn;
+  if (!spec.parallel_residual)
+    steps.push_back({StepKind::Norm, Slot::Hidden, Slot::MlpIn, Slot::AttnProj, LayerWeight::FfnNorm, norm_bias});
+  else if (spec.shared_layer_norm)
+    mlp_in = Slot::AttnIn;
+  steps.push_back({StepKind::Linear, mlp_in, Slot::MlpUp, Slot::None, LayerWeight::GateUp, spec.mlp.up_bias});
+  steps.push_back({StepKind::Activation, Slot::MlpUp, Slot::MlpAct});
+  steps.push_back({StepKind::Linear, Slot::MlpAct, Slot::MlpOut, Slot::None, LayerWeight::Down, spec.mlp.down_bias});
+  if (spec.parallel_residual) steps.push_back({StepKind::AddResidual, Slot::AttnProj, Slot::Hidden});
+  steps.push_back({StepKind::AddResidual, Slot::MlpOut, Slot::Hidden});
+  return plan;
+}
+
+}  // namespace splitflow

@@ -1,0 +1,69 @@
+// runtime/layer_plan.h — the steps of one decoder layer, chosen from spec fields alone
+// (parallel_residual, shared_layer_norm, position type, biases); no architecture name appears.
+// Every layer runs the same plan with its own weights; ModelRunner executes it on a Backend.
+//
+// Sequential residual (Llama, Mistral, Qwen2, GPT-2, Phi-3):
+//   attn_in = norm(hidden); qkv = attn_in Wqkv^T; rope; write kv; attn_out = attention(qkv)
+//   attn_proj = attn_out Wo^T; hidden += attn_proj and mlp_in = norm(hidden) (one fused step)
+//   mlp_up = mlp_in Wgu^T; mlp_act = act(mlp_up); mlp_out = mlp_act Wd^T; hidden += mlp_out
+// Parallel residual (GPT-NeoX, Falcon): hidden += attention(norm1(hidden)) + mlp(norm2(hidden)),
+// with norm2 = norm1 when shared_layer_norm.
+#pragma once
+
+#include "model/spec.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace splitflow {
+
+// Activation buffers a step reads or writes; shapes for T tokens.
+enum class Slot : uint8_t {
+  None,
+  Hidden,    // [T, hidden] the residual stream
+  AttnIn,    // [T, hidden] normed input of attention
+  MlpIn,     // [T, hidden] normed input of the MLP
+  Qkv,       // [T, q_dim + 2 kv_dim]
+  AttnOut,   // [T, q_dim]
+  AttnProj,  // [T, hidden]
+  MlpUp,     // [T, 2 * inter] gated (gate columns, then up), [T, inter] otherwise
+  MlpAct,    // [T, inter]
+  MlpOut,    // [T, hidden]
+};
+
+enum class LayerWeight : uint8_t { None, AttnNorm, FfnNorm, Qkv, Output, GateUp, Down };
+
+enum class StepKind : uint8_t {
+  Norm,        // output = norm(input) with weight; when delta != None, input += delta first
+  Linear,      // output = input W^T (+ bias)
+  Rope,        // rotate the q and k heads of input in place
+  WriteKv,     // store input's k and v heads in this layer's paged cache
+  Attention,   // output = paged attention of input's q heads
+  Activation,  // output = act(input) (gated: act(gate) * up)
+  AddResidual, // output += input
+};
+
+struct PlanStep {
+  StepKind kind;
+  Slot input = Slot::None;
+  Slot output = Slot::None;
+  Slot delta = Slot::None;
+  LayerWeight weight = LayerWeight::None;
+  bool bias = false;  // the weight has a bias (LayerNorm bias, projection bias)
+};
+
+struct LayerPlan {
+  std::vector<PlanStep> steps;
+  // One step per line, e.g. "linear qkv+bias: attn_in -> qkv".
+  std::string describe() const;
+};
+
+// Throws splitflow::Error naming the spec field when the combination cannot run (e.g.
+// shared_layer_norm without parallel_residual).
+LayerPlan build_layer_plan(const ModelSpec& spec);
+
+std::string_view slot_name(Slot slot);
+std::string_view layer_weight_name(LayerWeight weight);
+
+}  // namespace splitflow

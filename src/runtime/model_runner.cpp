@@ -1,0 +1,358 @@
+#include "runtime/model_runner.h"
+
+#include "core/error.h"
+#include "runtime/rope.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace splitflow {
+namespace {
+
+bool is_float_dtype(DType dtype) { return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16; }
+
+// Checks presence (or absence), shape and dtype of one weight. Matrices keep their dtype (the
+// backend reads F32/F16/BF16); vectors (norms, biases) become F32.
+Tensor checked(Tensor tensor, const std::string& name, const Shape& shape, bool required, bool matrix) {
+  if (!required) {
+    SF_CHECK(tensor.empty(), "weight {}: present, but the spec has no such module (check its bias/norm fields)", name);
+    return tensor;
+  }
+  SF_CHECK(!tensor.empty(), "weight {}: missing, the spec needs it with shape {}", name, shape_str(shape));
+  SF_CHECK(tensor.shape == shape, "weight {}: shape {}, the spec needs {}", name, shape_str(tensor.shape),
+           shape_str(shape));
+  SF_CHECK(is_float_dtype(tensor.dtype), "weight {}: dtype {}, expected f32, f16 or bf16", name,
+           dtype_name(tensor.dtype));
+  if (!matrix && tensor.dtype != DType::F32) return to_dtype(tensor, DType::F32);
+  return tensor;
+}
+
+DeviceBuffer upload_or_empty(Backend& backend, const Tensor& tensor) {
+  return tensor.empty() ? DeviceBuffer() : backend.upload(tensor);
+}
+
+// "Attention is all you need": PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same).
+Tensor sinusoidal_table(int64_t positions, int64_t hidden) {
+  Tensor table = Tensor::zeros(DType::F32, {positions, hidden});
+  float* out = table.as<float>();
+  for (int64_t p = 0; p < positions; ++p)
+    for (int64_t i = 0; i < hidden; i += 2) {
+      const double angle = static_cast<double>(p) / std::pow(10000.0, static_cast<double>(i) / hidden);
+      out[p * hidden + i] = static_cast<float>(std::sin(angle));
+      if (i + 1 < hidden) out[p * hidden + i + 1] = static_cast<float>(std::cos(angle));
+    }
+  return table;
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& backend, KvCacheConfig kv_config,
+                         RunnerLimits limits)
+    : spec_(spec), plan_(build_layer_plan(spec)), backend_(backend), kv_config_(kv_config), limits_(limits) {
+  SF_CHECK(spec.network == NetworkType::DecoderOnly, "network: the runtime runs decoder-only models only");
+  SF_CHECK(spec.position != PositionType::ALiBi, "position: alibi is not supported by the runtime yet");
+  const AttentionSpec& attention = spec.attention;
+  SF_CHECK(spec.hidden_size > 0 && spec.num_layers > 0 && spec.vocab_size > 0 && spec.max_position > 0,
+           "spec: hidden_size {}, num_layers {}, vocab_size {} and max_position {} must all be > 0", spec.hidden_size,
+           spec.num_layers, spec.vocab_size, spec.max_position);
+  SF_CHECK(attention.num_heads > 0 && attention.num_kv_heads > 0 && attention.num_heads % attention.num_kv_heads == 0 &&
+               attention.head_dim > 0,
+           "attention: num_heads {} must be a positive multiple of num_kv_heads {}, head_dim {} > 0", attention.num_heads,
+           attention.num_kv_heads, attention.head_dim);
+  SF_CHECK(spec.mlp.intermediate_size > 0, "mlp.intermediate_size: must be > 0, got {}", spec.mlp.intermediate_size);
+  SF_CHECK(kv_config.num_blocks > 0 && kv_config.block_size > 0,
+           "kv cache: num_blocks ({}) and block_size ({}) must be > 0", kv_config.num_blocks, kv_config.block_size);
+  SF_CHECK(limits.max_batch_tokens > 0 && limits.max_seqs > 0,
+           "runner limits: max_batch_tokens ({}) and max_seqs ({}) must be > 0", limits.max_batch_tokens,
+           limits.max_seqs);
+
+  context_limit_ = spec.max_position;
+  if (spec.position == PositionType::Rope && spec.rope.scaling.type == RopeScalingType::DynamicNTK)
+    context_limit_ = std::max<int64_t>(
+        context_limit_, std::llround(rope_static_length(spec) * spec.rope.scaling.factor));
+  max_blocks_per_seq_ = static_cast<int32_t>((context_limit_ + kv_config.block_size - 1) / kv_config.block_size);
+  q_dim_ = int64_t{attention.num_heads} * attention.head_dim;
+  kv_dim_ = int64_t{attention.num_kv_heads} * attention.head_dim;
+  mlp_up_width_ = spec.mlp.gated ? 2 * int64_t{spec.mlp.intermediate_size} : spec.mlp.intermediate_size;
+  norm_params_ = {spec.norm.type, static_cast<float>(spec.norm.eps), static_cast<float>(spec.norm.weight_offset)};
+  if (spec.position == PositionType::Rope)
+    rope_params_ = {attention.num_heads, attention.num_kv_heads, attention.head_dim, spec.rotary_dim(), spec.rope.style};
+  attention_params_ = {attention.num_heads,  attention.num_kv_heads, attention.head_dim, kv_config.block_size,
+                       static_cast<float>(spec.attention_scale()), attention.sliding_window};
+
+  upload_weights(weights);
+  build_position_tables();
+
+  const int64_t max_tokens = limits.max_batch_tokens, hidden = spec.hidden_size;
+  const Shape cache_shape = {spec.num_layers, kv_config.num_blocks, kv_config.block_size, attention.num_kv_heads,
+                             attention.head_dim};
+  k_cache_ = backend.allocate(DType::F32, cache_shape);
+  v_cache_ = backend.allocate(DType::F32, cache_shape);
+
+  const auto width = [&](Slot s) -> int64_t {
+    switch (s) {
+      case Slot::Qkv: return q_dim_ + 2 * kv_dim_;
+      case Slot::AttnOut: return q_dim_;
+      case Slot::MlpUp: return mlp_up_width_;
+      case Slot::MlpAct: return spec.mlp.intermediate_size;
+      default: return hidden;
+    }
+  };
+  slots_.resize(static_cast<size_t>(Slot::MlpOut) + 1);
+  for (size_t s = static_cast<size_t>(Slot::Hidden); s < slots_.size(); ++s)
+    slots_[s] = backend.allocate(DType::F32, {max_tokens, width(static_cast<Slot>(s))});
+  // Logits rows are computed in chunks so All mode does not need [max_batch_tokens, vocab].
+  logit_rows_capacity_ = std::min<int64_t>(max_tokens, std::max<int64_t>(limits.max_seqs, 16));
+  selected_ = backend.allocate(DType::F32, {logit_rows_capacity_, hidden});
+  selected_normed_ = backend.allocate(DType::F32, {logit_rows_capacity_, hidden});
+  logits_ = backend.allocate(DType::F32, {logit_rows_capacity_, spec.vocab_size});
+
+  const int64_t max_seqs = limits.max_seqs;
+  d_token_ids_ = backend.allocate(DType::I32, {max_tokens});
+  d_positions_ = backend.allocate(DType::I32, {max_tokens});
+  d_slots_ = backend.allocate(DType::I32, {max_tokens});
+  d_rope_rows_ = backend.allocate(DType::I32, {max_tokens});
+  d_logit_rows_ = backend.allocate(DType::I32, {max_tokens});
+  d_query_start_ = backend.allocate(DType::I32, {max_seqs + 1});
+  d_context_lens_ = backend.allocate(DType::I32, {max_seqs});
+  d_block_tables_ = backend.allocate(DType::I32, {max_seqs * int64_t{max_blocks_per_seq_}});
+  token_ids_.resize(max_tokens);
+  positions_.resize(max_tokens);
+  slot_ids_.resize(max_tokens);
+  rope_rows_.resize(max_tokens);
+  logit_rows_.reserve(max_tokens);
+  query_start_.resize(max_seqs + 1);
+  context_lens_.resize(max_seqs);
+  block_tables_.resize(max_seqs * int64_t{max_blocks_per_seq_});
+}
+
+void ModelRunner::upload_weights(ModelWeights& weights) {
+  const ModelSpec& spec = spec_;
+  const AttentionSpec& attention = spec.attention;
+  const int64_t hidden = spec.hidden_size, vocab = spec.vocab_size, inter = spec.mlp.intermediate_size;
+  const bool norm_bias = spec.norm.bias;
+
+  embed_ = backend_.upload(checked(weights.embed, "embed", {vocab, hidden}, true, true));
+  if (spec.position == PositionType::Learned)
+    pos_embed_ = backend_.upload(checked(weights.pos_embed, "pos_embed", {spec.max_position, hidden}, true, true));
+  final_norm_ = backend_.upload(checked(weights.final_norm, "final_norm", {hidden}, true, false));
+  final_norm_bias_ = upload_or_empty(backend_, checked(weights.final_norm_bias, "final_norm_bias", {hidden}, norm_bias, false));
+  // A tied head shares the embedding's buffer rather than uploading the matrix twice.
+  const Tensor lm_head = checked(weights.lm_head, "lm_head", {vocab, hidden}, true, true);
+  lm_head_ = lm_head.data == weights.embed.data && lm_head.dtype == weights.embed.dtype ? embed_ : backend_.upload(lm_head);
+
+  SF_CHECK(static_cast<int>(weights.layers.size()) == spec.num_layers, "weights: {} layers, the spec has num_layers {}",
+           weights.layers.size(), spec.num_layers);
+  const bool qkv_bias = attention.q_bias || attention.k_bias || attention.v_bias;
+  layers_.resize(spec.num_layers);
+  for (int l = 0; l < spec.num_layers; ++l) {
+    LayerWeights& w = weights.layers[l];
+    DeviceLayer& d = layers_[l];
+    const auto name = [l](const char* what) { return fmt::format("layer {} {}", l, what); };
+    const auto up = [&](Tensor& t, const char* what, const Shape& shape, bool required, bool matrix) {
+      DeviceBuffer buffer = upload_or_empty(backend_, checked(t, name(what), shape, required, matrix));
+      t = Tensor();  // drop the host reference as soon as the backend holds it
+      return buffer;
+    };
+    d.attn_norm = up(w.attn_norm, "attn_norm", {hidden}, true, false);
+    d.attn_norm_bias = up(w.attn_norm_bias, "attn_norm_bias", {hidden}, norm_bias, false);
+    d.wqkv = up(w.wqkv, "wqkv", {q_dim_ + 2 * kv_dim_, hidden}, true, true);
+    d.bqkv = up(w.bqkv, "bqkv", {q_dim_ + 2 * kv_dim_}, qkv_bias, false);
+    d.wo = up(w.wo, "wo", {hidden, q_dim_}, true, true);
+    d.bo = up(w.bo, "bo", {hidden}, attention.o_bias, false);
+    d.ffn_norm = up(w.ffn_norm, "ffn_norm", {hidden}, !spec.shared_layer_norm, false);
+    d.ffn_norm_bias = up(w.ffn_norm_bias, "ffn_norm_bias", {hidden}, !spec.shared_layer_norm && norm_bias, false);
+    d.w_gate_up = up(w.w_gate_up, "w_gate_up", {mlp_up_width_, hidden}, true, true);
+    d.b_gate_up = up(w.b_gate_up, "b_gate_up", {mlp_up_width_}, spec.mlp.up_bias, false);
+    d.w_down = up(w.w_down, "w_down", {hidden, inter}, true, true);
+    d.b_down = up(w.b_down, "b_down", {hidden}, spec.mlp.down_bias, false);
+  }
+}
+
+void ModelRunner::build_position_tables() {
+  if (spec_.position == PositionType::Sinusoidal)
+    pos_embed_ = backend_.upload(sinusoidal_table(spec_.max_position, spec_.hidden_size));
+  if (spec_.position != PositionType::Rope) return;
+  // Positions a sequence can reach: bounded by the context and by the cache's capacity.
+  static_rope_rows_ = std::min<int64_t>(context_limit_, int64_t{kv_config_.num_blocks} * kv_config_.block_size);
+  rope_static_length_ = rope_static_length(spec_);
+  const int64_t rotary_dim = spec_.rotary_dim(), half = rotary_dim / 2;
+  const int64_t rows = static_rope_rows_ + limits_.max_batch_tokens;
+  Tensor table = Tensor::zeros(DType::F32, {rows, 2, half});
+  const RopeFrequencies freqs = rope_frequencies(spec_, 0);
+  for (int64_t p = 0; p < static_rope_rows_; ++p) fill_rope_row(freqs, p, table.as<float>() + p * rotary_dim);
+  rope_table_ = backend_.allocate(DType::F32, table.shape);
+  backend_.copy_to_device(table.data, rope_table_.view());
+  step_rope_rows_.resize(static_cast<size_t>(limits_.max_batch_tokens) * rotary_dim);
+}
+
+void ModelRunner::stage_batch(const ForwardBatch& batch) {
+  const int64_t tokens = batch.num_tokens(), seqs = static_cast<int64_t>(batch.spans.size());
+  const int32_t block_size = kv_config_.block_size;
+  const int64_t cache_tokens = int64_t{kv_config_.num_blocks} * block_size;
+  SF_CHECK(seqs > 0, "forward batch: no spans");
+  SF_CHECK(tokens <= limits_.max_batch_tokens, "forward batch: {} tokens, more than the runner's max_batch_tokens {}",
+           tokens, limits_.max_batch_tokens);
+  SF_CHECK(seqs <= limits_.max_seqs, "forward batch: {} spans, more than the runner's max_seqs {}", seqs,
+           limits_.max_seqs);
+
+  // Validate every span first, and find the widest block table this step needs.
+  int64_t total = 0, table_width = 1;
+  for (int64_t s = 0; s < seqs; ++s) {
+    const SequenceSpan& span = batch.spans[s];
+    SF_CHECK(span.num_tokens >= 1, "forward batch: span {} has num_tokens {}, expected >= 1", s, span.num_tokens);
+    SF_CHECK(span.start_position >= 0, "forward batch: span {} has start_position {}, expected >= 0", s,
+             span.start_position);
+    const int64_t end = int64_t{span.start_position} + span.num_tokens;
+    SF_CHECK(end <= context_limit_,
+             "forward batch: span {} reaches {} tokens, past the model's context of {} tokens (max_position)", s, end,
+             context_limit_);
+    SF_CHECK(end <= cache_tokens, "forward batch: span {} reaches {} tokens, past the KV cache's {} blocks of {} tokens",
+             s, end, kv_config_.num_blocks, block_size);
+    const int64_t needed = (end + block_size - 1) / block_size;
+    SF_CHECK(static_cast<int64_t>(span.block_table.size()) >= needed,
+             "forward batch: span {} covers positions [0, {}) but its block_table has {} blocks of {} tokens, needs {}",
+             s, end, span.block_table.size(), block_size, needed);
+    for (int64_t b = 0; b < needed; ++b)
+      SF_CHECK(span.block_table[b] >= 0 && span.block_table[b] < kv_config_.num_blocks,
+               "forward batch: span {} block_table[{}] = {} is outside the cache's blocks [0, {})", s, b,
+               span.block_table[b], kv_config_.num_blocks);
+    table_width = std::max(table_width, needed);
+    total += span.num_tokens;
+  }
+  SF_CHECK(total == tokens, "forward batch: token_ids has {} tokens but the spans add up to {}", tokens, total);
+
+  step_rope_count_ = 0;
+  logit_rows_.clear();
+  query_start_[0] = 0;
+  int32_t max_query_len = 0, max_context_len = 0;
+  const int64_t rotary_dim = spec_.position == PositionType::Rope ? spec_.rotary_dim() : 0;
+  for (int64_t s = 0, t = 0; s < seqs; ++s) {
+    const SequenceSpan& span = batch.spans[s];
+    const int64_t end = int64_t{span.start_position} + span.num_tokens;
+    const bool length_specific_rope = rotary_dim > 0 && end > rope_static_length_;
+    RopeFrequencies freqs;
+    if (length_specific_rope) freqs = rope_frequencies(spec_, end);
+    for (int32_t i = 0; i < span.num_tokens; ++i, ++t) {
+      const int32_t token = batch.token_ids[t], position = span.start_position + i;
+      SF_CHECK(token >= 0 && token < spec_.vocab_size,
+               "forward batch: token id {} (span {}, token {}) is outside the vocabulary [0, {})", token, s, i,
+               spec_.vocab_size);
+      token_ids_[t] = token;
+      positions_[t] = position;
+      slot_ids_[t] = span.block_table[position / block_size] * block_size + position % block_size;
+      if (length_specific_rope) {
+        fill_rope_row(freqs, position, step_rope_rows_.data() + step_rope_count_ * rotary_dim);
+        rope_rows_[t] = static_cast<int32_t>(static_rope_rows_ + step_rope_count_++);
+      } else {
+        rope_rows_[t] = position;
+      }
+      if (batch.logits_mode == LogitsMode::All) logit_rows_.push_back(static_cast<int32_t>(t));
+    }
+    if (batch.logits_mode == LogitsMode::Last && span.want_logits) logit_rows_.push_back(static_cast<int32_t>(t - 1));
+    query_start_[s + 1] = static_cast<int32_t>(t);
+    context_lens_[s] = static_cast<int32_t>(end);
+    const int64_t needed = (end + block_size - 1) / block_size;
+    std::copy_n(span.block_table.begin(), needed, block_tables_.begin() + s * table_width);
+    std::fill_n(block_tables_.begin() + s * table_width + needed, table_width - needed, 0);
+    max_query_len = std::max(max_query_len, span.num_tokens);
+    max_context_len = std::max(max_context_len, static_cast<int32_t>(end));
+  }
+
+  backend_.copy_to_device(token_ids_.data(), d_token_ids_.view().rows(0, tokens));
+  backend_.copy_to_device(positions_.data(), d_positions_.view().rows(0, tokens));
+  backend_.copy_to_device(slot_ids_.data(), d_slots_.view().rows(0, tokens));
+  backend_.copy_to_device(query_start_.data(), d_query_start_.view().rows(0, seqs + 1));
+  backend_.copy_to_device(context_lens_.data(), d_context_lens_.view().rows(0, seqs));
+  const DeviceTensor tables = d_block_tables_.view().rows(0, seqs * table_width).reshape({seqs, table_width});
+  backend_.copy_to_device(block_tables_.data(), tables);
+  if (!logit_rows_.empty())
+    backend_.copy_to_device(logit_rows_.data(), d_logit_rows_.view().rows(0, static_cast<int64_t>(logit_rows_.size())));
+  if (rotary_dim > 0) {
+    backend_.copy_to_device(rope_rows_.data(), d_rope_rows_.view().rows(0, tokens));
+    if (step_rope_count_ > 0)
+      backend_.copy_to_device(step_rope_rows_.data(), rope_table_.view().rows(static_rope_rows_, step_rope_count_));
+  }
+  attention_batch_ = {d_query_start_.view().rows(0, seqs + 1), d_context_lens_.view().rows(0, seqs), tables,
+                      max_query_len, max_context_len};
+}
+
+const DeviceTensor& ModelRunner::slot(Slot s) const { return slots_[static_cast<size_t>(s)].view(); }
+
+DeviceTensor ModelRunner::slot_rows(Slot s, int64_t tokens) const {
+  return s == Slot::None ? DeviceTensor{} : slot(s).rows(0, tokens);
+}
+
+std::pair<const DeviceBuffer*, const DeviceBuffer*> ModelRunner::layer_weight(const DeviceLayer& layer,
+                                                                              LayerWeight w) const {
+  switch (w) {
+    case LayerWeight::AttnNorm: return {&layer.attn_norm, &layer.attn_norm_bias};
+    case LayerWeight::FfnNorm: return {&layer.ffn_norm, &layer.ffn_norm_bias};
+    case LayerWeight::Qkv: return {&layer.wqkv, &layer.bqkv};
+    case LayerWeight::Output: return {&layer.wo, &layer.bo};
+    case LayerWeight::GateUp: return {&layer.w_gate_up, &layer.b_gate_up};
+    case LayerWeight::Down: return {&layer.w_down, &layer.b_down};
+    case LayerWeight::None: break;
+  }
+  fail("layer plan: step has no weight");
+}
+
+void ModelRunner::run_layer(int layer, int64_t tokens) {
+  const DeviceLayer& weights = layers_[layer];
+  const Shape cache_shape = {kv_config_.num_blocks, kv_config_.block_size, spec_.attention.num_kv_heads,
+                             spec_.attention.head_dim};
+  const DeviceTensor k_cache = k_cache_.view().rows(layer, 1).reshape(cache_shape);
+  const DeviceTensor v_cache = v_cache_.view().rows(layer, 1).reshape(cache_shape);
+  for (const PlanStep& step : plan_.steps) {
+    const DeviceTensor input = slot_rows(step.input, tokens);
+    const DeviceTensor output = slot_rows(step.output, tokens);
+    switch (step.kind) {
+      case StepKind::Norm: {
+        const auto [w, b] = layer_weight(weights, step.weight);
+        backend_.add_norm(input, slot_rows(step.delta, tokens), w->view(), b->view(), norm_params_, output);
+        break;
+      }
+      case StepKind::Linear: {
+        const auto [w, b] = layer_weight(weights, step.weight);
+        backend_.matmul(input, w->view(), b->view(), output);
+        break;
+      }
+      case StepKind::Rope:
+        backend_.rope(input, rope_table_.view(), d_rope_rows_.view().rows(0, tokens), rope_params_);
+        break;
+      case StepKind::WriteKv:
+        backend_.write_kv(input, d_slots_.view().rows(0, tokens), attention_params_, k_cache, v_cache);
+        break;
+      case StepKind::Attention:
+        backend_.attention(input, k_cache, v_cache, attention_batch_, attention_params_, output);
+        break;
+      case StepKind::Activation: backend_.activation(input, spec_.mlp.activation, spec_.mlp.gated, output); break;
+      case StepKind::AddResidual: backend_.add(output, input, output); break;
+    }
+  }
+}
+
+Tensor ModelRunner::forward(const ForwardBatch& batch) {
+  stage_batch(batch);
+  const int64_t tokens = batch.num_tokens();
+  const DeviceTensor hidden = slot_rows(Slot::Hidden, tokens);
+  backend_.embed(embed_.view(), d_token_ids_.view().rows(0, tokens), static_cast<float>(spec_.embedding_multiplier),
+                 pos_embed_.view(), d_positions_.view().rows(0, tokens), hidden);
+  for (int layer = 0; layer < spec_.num_layers; ++layer) run_layer(layer, tokens);
+
+  const int64_t rows = static_cast<int64_t>(logit_rows_.size()), vocab = spec_.vocab_size;
+  Tensor logits = Tensor::zeros(DType::F32, {rows, vocab});
+  for (int64_t begin = 0; begin < rows; begin += logit_rows_capacity_) {
+    const int64_t count = std::min(logit_rows_capacity_, rows - begin);
+    const DeviceTensor selected = selected_.view().rows(0, count);
+    const DeviceTensor normed = selected_normed_.view().rows(0, count);
+    const DeviceTensor out = logits_.view().rows(0, count);
+    backend_.gather_rows(hidden, d_logit_rows_.view().rows(begin, count), selected);
+    backend_.add_norm(selected, {}, final_norm_.view(), final_norm_bias_.view(), norm_params_, normed);
+    backend_.matmul(normed, lm_head_.view(), {}, out);
+    backend_.copy_to_host(out, logits.as<float>() + begin * vocab);
+  }
+  return logits;
+}
+
+}  // namespace splitflow

@@ -1,0 +1,115 @@
+// runtime/model_runner.h — runs the spec's layer plan for one ForwardBatch on a Backend: the one
+// execution path for prefill, chunked prefill, decode and any mix of them across sequences.
+//
+// Owns, on the backend: the weights, the paged KV cache, activation buffers for up to
+// max_batch_tokens tokens, per-step index buffers and the RoPE cos/sin table, all allocated at
+// construction (a forward allocates nothing on the device).
+//
+// KV cache layout (shared with the scheduler and every backend), per layer and for K and V:
+//   [num_blocks, block_size, num_kv_heads, head_dim] fp32, one allocation of
+//   [num_layers, num_blocks, block_size, num_kv_heads, head_dim] each for K and V.
+// Position p of a sequence lives in block block_table[p / block_size], slot p % block_size.
+// The runner never decides which blocks a sequence owns: spans bring their block tables.
+#pragma once
+
+#include "backend/backend.h"
+#include "core/tensor.h"
+#include "model/spec.h"
+#include "model/weights.h"
+#include "runtime/batch.h"
+#include "runtime/layer_plan.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace splitflow {
+
+struct KvCacheConfig {
+  int32_t num_blocks = 0;
+  int32_t block_size = 16;  // tokens per block
+};
+
+struct RunnerLimits {
+  int32_t max_batch_tokens = 512;  // tokens of one forward (sum of span lengths)
+  int32_t max_seqs = 64;           // spans of one forward
+};
+
+class ModelRunner {
+ public:
+  // Checks every weight against the spec (presence, shape, dtype) and uploads it; the error names
+  // the tensor ("layer 3 w_down") and the expected shape.
+  ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& backend, KvCacheConfig kv_config,
+              RunnerLimits limits = {});
+
+  // Runs the batch: writes its tokens' K/V into the cache and returns logits, fp32 on the host:
+  // LogitsMode::Last: [spans with want_logits, vocab], in span order;
+  // LogitsMode::All: [batch tokens, vocab], in token order.
+  // Throws splitflow::Error naming the span and field for a malformed batch (token outside the
+  // vocabulary, a block table that does not cover the span, positions past the context, ...).
+  Tensor forward(const ForwardBatch& batch);
+
+  const ModelSpec& spec() const { return spec_; }
+  const LayerPlan& plan() const { return plan_; }
+  const KvCacheConfig& kv_config() const { return kv_config_; }
+  const RunnerLimits& limits() const { return limits_; }
+  // Positions a sequence may reach: max_position (for dynamic NTK, the extended context
+  // original_max_position * factor when larger).
+  int64_t context_limit() const { return context_limit_; }
+  int32_t max_blocks_per_seq() const { return max_blocks_per_seq_; }
+
+ private:
+  struct DeviceLayer {
+    DeviceBuffer attn_norm, attn_norm_bias, wqkv, bqkv, wo, bo;
+    DeviceBuffer ffn_norm, ffn_norm_bias, w_gate_up, b_gate_up, w_down, b_down;
+  };
+
+  void upload_weights(ModelWeights& weights);
+  void build_position_tables();
+  void stage_batch(const ForwardBatch& batch);
+  void run_layer(int layer, int64_t tokens);
+  const DeviceTensor& slot(Slot s) const;
+  DeviceTensor slot_rows(Slot s, int64_t tokens) const;
+  std::pair<const DeviceBuffer*, const DeviceBuffer*> layer_weight(const DeviceLayer& layer, LayerWeight w) const;
+
+  ModelSpec spec_;
+  LayerPlan plan_;
+  Backend& backend_;
+  KvCacheConfig kv_config_;
+  RunnerLimits limits_;
+  int64_t context_limit_ = 0;
+  int32_t max_blocks_per_seq_ = 0;
+  int64_t q_dim_ = 0, kv_dim_ = 0, mlp_up_width_ = 0;
+  NormParams norm_params_;
+  RopeParams rope_params_;
+  AttentionParams attention_params_;
+
+  // Weights.
+  DeviceBuffer embed_, pos_embed_, final_norm_, final_norm_bias_, lm_head_;
+  std::vector<DeviceLayer> layers_;
+
+  // KV cache: [num_layers, num_blocks, block_size, num_kv_heads, head_dim].
+  DeviceBuffer k_cache_, v_cache_;
+
+  // Activations, indexed by Slot; each [max_batch_tokens, width].
+  std::vector<DeviceBuffer> slots_;
+  DeviceBuffer selected_, selected_normed_, logits_;  // [logit_rows_capacity_, hidden / vocab]
+  int64_t logit_rows_capacity_ = 0;
+
+  // RoPE: rows [0, static_rope_rows_) hold positions 0.. of the length-independent table; the
+  // max_batch_tokens rows after them are filled per step for spans that need length-specific
+  // frequencies (dynamic NTK, LongRoPE past the original context).
+  DeviceBuffer rope_table_;  // [static_rope_rows_ + max_batch_tokens, 2, rotary_dim / 2]
+  int64_t static_rope_rows_ = 0;
+  int64_t rope_static_length_ = 0;
+
+  // Per-step index buffers on the device and their host staging (sized once).
+  DeviceBuffer d_token_ids_, d_positions_, d_slots_, d_rope_rows_, d_query_start_, d_context_lens_, d_block_tables_,
+      d_logit_rows_;
+  std::vector<int32_t> token_ids_, positions_, slot_ids_, rope_rows_, query_start_, context_lens_, block_tables_,
+      logit_rows_;
+  std::vector<float> step_rope_rows_;  // [max_batch_tokens, rotary_dim] staged length-specific rows
+  int64_t step_rope_count_ = 0;
+  AttentionBatch attention_batch_;
+};
+
+}  // namespace splitflow
