@@ -66,11 +66,12 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
            "runner limits: max_batch_tokens ({}) and max_seqs ({}) must be > 0", limits.max_batch_tokens,
            limits.max_seqs);
 
-  context_limit_ = spec.max_position;
-  if (spec.position == PositionType::Rope && spec.rope.scaling.type == RopeScalingType::DynamicNTK)
-    context_limit_ = std::max<int64_t>(
-        context_limit_, std::llround(rope_static_length(spec) * spec.rope.scaling.factor));
-  max_blocks_per_seq_ = static_cast<int32_t>((context_limit_ + kv_config.block_size - 1) / kv_config.block_size);
+  // Dynamic NTK exists to run past max_position (HF sets no limit): only the cache bounds it.
+  const int64_t cache_tokens = int64_t{kv_config.num_blocks} * kv_config.block_size;
+  const bool dynamic_ntk = spec.position == PositionType::Rope && spec.rope.scaling.type == RopeScalingType::DynamicNTK;
+  context_limit_ = dynamic_ntk ? cache_tokens : spec.max_position;
+  max_blocks_per_seq_ =
+      static_cast<int32_t>((std::min(context_limit_, cache_tokens) + kv_config.block_size - 1) / kv_config.block_size);
   q_dim_ = int64_t{attention.num_heads} * attention.head_dim;
   kv_dim_ = int64_t{attention.num_kv_heads} * attention.head_dim;
   mlp_up_width_ = spec.mlp.gated ? 2 * int64_t{spec.mlp.intermediate_size} : spec.mlp.intermediate_size;
@@ -175,6 +176,8 @@ void ModelRunner::build_position_tables() {
   if (spec_.position != PositionType::Rope) return;
   // Positions a sequence can reach: bounded by the context and by the cache's capacity.
   static_rope_rows_ = std::min<int64_t>(context_limit_, int64_t{kv_config_.num_blocks} * kv_config_.block_size);
+  // Length-specific frequencies take over past rope_static_length; the table stops there.
+  static_rope_rows_ = std::min(static_rope_rows_, rope_static_length(spec_));
   rope_static_length_ = rope_static_length(spec_);
   const int64_t rotary_dim = spec_.rotary_dim(), half = rotary_dim / 2;
   const int64_t rows = static_rope_rows_ + limits_.max_batch_tokens;

@@ -52,8 +52,8 @@ class ModelRunner {
   const LayerPlan& plan() const { return plan_; }
   const KvCacheConfig& kv_config() const { return kv_config_; }
   const RunnerLimits& limits() const { return limits_; }
-  // Positions a sequence may reach: max_position (for dynamic NTK, the extended context
-  // original_max_position * factor when larger).
+  // Tokens a sequence may reach: max_position; with dynamic NTK scaling, which exists to run
+  // past it, the KV cache's capacity.
   int64_t context_limit() const { return context_limit_; }
   int32_t max_blocks_per_seq() const { return max_blocks_per_seq_; }
 
