@@ -41,12 +41,24 @@ class Tokenizer {
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& tokenizer_json_path);
 // From GGUF metadata (`tokenizer.ggml.*` keys as produced by WeightSource::metadata()).
 std::unique_ptr<Tokenizer> load_gguf_tokenizer(const nlohmann::json& gguf_metadata);
-// From a llama2.c tokenizer.bin; vocab_size comes from the checkpoint header.
+// From a llama2.c tokenizer.bin; vocab_size comes from the checkpoint header (<= 0: read every
+// entry in the file).
 std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int32_t vocab_size);
+
+// The tokenizer that goes with a model path: a HF directory -> its tokenizer.json (+
+// tokenizer_config.json); a .gguf file -> its embedded vocabulary; a llama2.c checkpoint ->
+// tokenizer.bin, else the one tok*.bin, in the same directory (vocab size from the checkpoint).
+// A non-empty override names the tokenizer instead: a tokenizer.json (or a directory holding one),
+// a .gguf file, or a llama2.c tokenizer .bin. Errors name what is missing.
+std::unique_ptr<Tokenizer> load_tokenizer_for_model(const std::string& model_path,
+                                                    const std::string& tokenizer_path_override = "");
 
 // Streaming detokenizer: feed ids one at a time, get text as soon as it forms complete UTF-8;
 // incomplete sequences wait for the next token, so a stream never contains broken UTF-8.
 // Matches decode() of the whole sequence once finish() is called.
+// Cost per token is bounded: only the ids since the last emitted text plus one emitted group of
+// context are decoded again (HF tokenizers' DecodeStream scheme), so decode rules that look at the
+// start of the text (SentencePiece's dropped leading space) see the same context as a full decode.
 class StreamDecoder {
  public:
   StreamDecoder(const Tokenizer& tokenizer, bool skip_special);
@@ -56,8 +68,9 @@ class StreamDecoder {
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_;
-  std::vector<int32_t> ids_;
-  size_t emitted_bytes_ = 0;
+  std::vector<int32_t> ids_;   // context group (already emitted) followed by pending ids
+  size_t context_ids_ = 0;     // how many of ids_ are context
+  std::string context_text_;   // decode() of the context ids
 };
 
 }  // namespace splitflow
