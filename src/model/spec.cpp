@@ -2,6 +2,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string_view>
@@ -374,14 +375,18 @@ void validate_scaling(const ModelSpec& spec) {
   }
 }
 
-// Per-layer names must carry "{layer}"; model-level names must not.
+// Per-layer names must carry "{layer}" (in every alternative); model-level names must not.
 void check_tensor_name(const std::string& field, const std::string& name, bool per_layer) {
   if (name.empty()) return;
-  const bool has_layer = name.find("{layer}") != std::string::npos;
-  if (per_layer)
-    SF_CHECK(has_layer, "tensors.{}: '{}' has no {{layer}} placeholder, so every layer would load the same tensor", field, name);
-  else
-    SF_CHECK(!has_layer, "tensors.{}: '{}' is a model-level tensor and cannot contain {{layer}}", field, name);
+  for (const std::string& alternative : tensor_name_alternatives(name)) {
+    SF_CHECK(!alternative.empty(), "tensors.{}: '{}' has an empty alternative", field, name);
+    const bool has_layer = alternative.find("{layer}") != std::string::npos;
+    if (per_layer)
+      SF_CHECK(has_layer, "tensors.{}: '{}' has no {{layer}} placeholder, so every layer would load the same tensor",
+               field, alternative);
+    else
+      SF_CHECK(!has_layer, "tensors.{}: '{}' is a model-level tensor and cannot contain {{layer}}", field, alternative);
+  }
 }
 
 void require_name(const std::string& field, const std::string& name, const std::string& why) {
@@ -392,6 +397,19 @@ void forbid_name(const std::string& field, const std::string& name, const std::s
 }
 
 }  // namespace
+
+std::vector<std::string> tensor_name_alternatives(const std::string& name) {
+  std::vector<std::string> alternatives;
+  size_t start = 0;
+  while (true) {
+    const size_t bar = std::min(name.find('|', start), name.size());
+    std::string piece = name.substr(start, bar - start);
+    const size_t first = piece.find_first_not_of(' '), last = piece.find_last_not_of(' ');
+    alternatives.push_back(first == std::string::npos ? std::string() : piece.substr(first, last - first + 1));
+    if (bar == name.size()) return alternatives;
+    start = bar + 1;
+  }
+}
 
 int ModelSpec::rotary_dim() const {
   const int dim = static_cast<int>(std::floor(attention.head_dim * rope.partial_factor + 1e-9));

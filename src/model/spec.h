@@ -85,7 +85,8 @@ struct MlpSpec {
 
 // Tensor names with "{layer}" standing for the layer index. Every entry names the weight tensor
 // without its suffix; ".weight" / ".bias" are appended (weight_suffix / bias_suffix).
-// An empty name means the module is absent.
+// An empty name means the module is absent. A name may list alternatives separated by '|'
+// ("embed_out|lm_head"): the first one the checkpoint has is used.
 struct TensorNames {
   std::string weight_suffix = ".weight";
   std::string bias_suffix = ".bias";
@@ -126,6 +127,9 @@ struct ModelSpec {
 
   bool operator==(const ModelSpec&) const = default;
 };
+
+// A tensor name's '|'-separated alternatives, spaces around each trimmed.
+std::vector<std::string> tensor_name_alternatives(const std::string& name);
 
 // JSON <-> spec. Parsing validates every field: an unknown key, a wrong type or an impossible value
 // (heads not dividing by kv_heads, ...) throws splitflow::Error naming the JSON path ("attention.num_kv_heads").

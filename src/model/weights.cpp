@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 #include <unordered_set>
@@ -113,11 +114,18 @@ class Binder {
   }
 
  private:
-  // The checkpoint tensor for a spec field; null when absent (under every name prefix).
+  // Every checkpoint name a spec field may have: its '|' alternatives under every name prefix.
+  std::vector<std::string> candidates(const std::string& pattern, int layer, const std::string& suffix) const {
+    std::vector<std::string> names;
+    for (const std::string& alternative : tensor_name_alternatives(pattern))
+      for (const std::string& prefix : names_.name_prefixes) names.push_back(prefix + with_layer(alternative, layer) + suffix);
+    return names;
+  }
+
+  // The checkpoint tensor for a spec field; null when absent under every candidate name.
   const TensorInfo* find(const std::string& pattern, int layer, const std::string& suffix) {
-    const std::string name = with_layer(pattern, layer) + suffix;
-    for (const std::string& prefix : names_.name_prefixes) {
-      auto it = by_name_.find(prefix + name);
+    for (const std::string& name : candidates(pattern, layer, suffix)) {
+      auto it = by_name_.find(name);
       if (it == by_name_.end()) continue;
       used_.insert(it->first);
       return it->second;
@@ -130,20 +138,14 @@ class Binder {
                      : fmt::format("tensors.{} = '{}', layer {}", field, pattern, layer);
   }
 
-  std::string tried_names(const std::string& name) const {
-    std::vector<std::string> tried;
-    for (const std::string& prefix : names_.name_prefixes) tried.push_back("'" + prefix + name + "'");
-    return fmt::format("{}", fmt::join(tried, " or "));
-  }
-
-  const Tensor& require(const std::string& field, const std::string& pattern, int layer, const std::string& suffix) {
+  const TensorInfo& require(const std::string& field, const std::string& pattern, int layer, const std::string& suffix) {
     const TensorInfo* info = find(pattern, layer, suffix);
     if (!info)
-      fail("missing tensor {} (from {}) in the {} checkpoint{}", tried_names(with_layer(pattern, layer) + suffix),
+      fail("missing tensor '{}' (from {}) in the {} checkpoint{}", fmt::join(candidates(pattern, layer, suffix), "' or '"),
            describe(field, pattern, layer), source_.format(), source_file());
     SF_CHECK(is_float(info->tensor.dtype), "tensor '{}' in '{}' has dtype {}; weights must be f32, f16, bf16 or f64",
              info->name, info->file, dtype_name(info->tensor.dtype));
-    return info->tensor;
+    return *info;
   }
 
   std::string source_file() const {
@@ -151,23 +153,24 @@ class Binder {
     return tensors.empty() ? std::string() : fmt::format(" '{}'", tensors.front().file);
   }
 
-  void check_shape(const Tensor& tensor, const Shape& expected, const std::string& field, const std::string& pattern,
-                   int layer, const std::string& suffix, const char* note = "") {
-    if (tensor.shape == expected) return;
-    fail("tensor '{}' ({}) has shape {}, expected {}{}", with_layer(pattern, layer) + suffix,
-         describe(field, pattern, layer), shape_str(tensor.shape), shape_str(expected), note);
+  void check_shape(const TensorInfo& info, const Shape& expected, const std::string& field, const std::string& pattern,
+                   int layer, const char* note = "") const {
+    if (info.tensor.shape == expected) return;
+    fail("tensor '{}' ({}) has shape {}, expected {}{}", info.name, describe(field, pattern, layer),
+         shape_str(info.tensor.shape), shape_str(expected), note);
   }
 
   // A matrix as [out, in] in matrix_dtype_. Projections follow tensors.linear_transposed; the
   // stored tensor stays a view into the file when no conversion is needed.
   Tensor matrix(const std::string& field, const std::string& pattern, int layer, Shape canonical, bool projection) {
-    const Tensor& stored = require(field, pattern, layer, names_.weight_suffix);
+    const TensorInfo& info = require(field, pattern, layer, names_.weight_suffix);
+    const Tensor& stored = info.tensor;
     const bool transposed = projection && names_.linear_transposed;
     if (transposed)
-      check_shape(stored, {canonical[1], canonical[0]}, field, pattern, layer, names_.weight_suffix,
+      check_shape(info, {canonical[1], canonical[0]}, field, pattern, layer,
                   " (stored [in, out]: tensors.linear_transposed is true)");
     else
-      check_shape(stored, canonical, field, pattern, layer, names_.weight_suffix);
+      check_shape(info, canonical, field, pattern, layer);
     if (!transposed && stored.dtype == matrix_dtype_ && aligned(stored)) return stored;
     Tensor out = Tensor::zeros(matrix_dtype_, canonical);
     write_rows(stored, transposed, out, 0);
@@ -183,13 +186,12 @@ class Binder {
     int64_t offset = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
       const auto& [field, pattern] = parts[i];
-      const Tensor& stored = require(field, pattern, layer, names_.weight_suffix);
+      const TensorInfo& info = require(field, pattern, layer, names_.weight_suffix);
       if (names_.linear_transposed)
-        check_shape(stored, {cols, rows[i]}, field, pattern, layer, names_.weight_suffix,
-                    " (stored [in, out]: tensors.linear_transposed is true)");
+        check_shape(info, {cols, rows[i]}, field, pattern, layer, " (stored [in, out]: tensors.linear_transposed is true)");
       else
-        check_shape(stored, {rows[i], cols}, field, pattern, layer, names_.weight_suffix);
-      write_rows(stored, names_.linear_transposed, out, offset);
+        check_shape(info, {rows[i], cols}, field, pattern, layer);
+      write_rows(info.tensor, names_.linear_transposed, out, offset);
       offset += rows[i];
     }
     return out;
@@ -198,9 +200,9 @@ class Binder {
   // Norm weights and biases: f32 vectors, views when already f32.
   Tensor vector(const std::string& field, const std::string& pattern, int layer, int64_t size,
                 const std::string* suffix = nullptr) {
-    const std::string& used_suffix = suffix ? *suffix : names_.weight_suffix;
-    const Tensor& stored = require(field, pattern, layer, used_suffix);
-    check_shape(stored, {size}, field, pattern, layer, used_suffix);
+    const TensorInfo& info = require(field, pattern, layer, suffix ? *suffix : names_.weight_suffix);
+    check_shape(info, {size}, field, pattern, layer);
+    const Tensor& stored = info.tensor;
     if (stored.dtype == DType::F32 && aligned(stored)) return stored;
     Tensor out = Tensor::zeros(DType::F32, {size});
     write_rows(stored, false, out, 0);
@@ -222,7 +224,8 @@ class Binder {
       return;
     }
     if (names_.lm_head_optional && !find(names_.lm_head, -1, names_.weight_suffix)) {
-      spdlog::info("no lm_head tensor '{}{}' in the checkpoint: tied to the embedding", names_.lm_head, names_.weight_suffix);
+      spdlog::info("no lm_head tensor '{}' in the checkpoint: tied to the embedding",
+                   fmt::join(candidates(names_.lm_head, -1, names_.weight_suffix), "' or '"));
       weights.lm_head = weights.embed;
       return;
     }
@@ -256,9 +259,9 @@ class Binder {
               {attention.v_bias, "v", &names_.v, kv_dim, q_dim + kv_dim}};
           for (const auto& [present, field, pattern, size, offset] : parts) {
             if (!present) continue;
-            const Tensor& stored = require(field, *pattern, layer, names_.bias_suffix);
-            check_shape(stored, {size}, field, *pattern, layer, names_.bias_suffix);
-            write_rows(stored, false, out.bqkv, offset);
+            const TensorInfo& info = require(field, *pattern, layer, names_.bias_suffix);
+            check_shape(info, {size}, field, *pattern, layer);
+            write_rows(info.tensor, false, out.bqkv, offset);
           }
         }
         break;
@@ -325,8 +328,9 @@ class Binder {
 };
 
 // Counter-based generator: element i of tensor t is a pure function of (seed, t, i), so any
-// thread order gives the same weights. splitmix64's finaliser, then four 16-bit uniforms summed
-// (Irwin-Hall) for an approximately normal value: cheap enough for a 1B model in seconds.
+// thread order gives the same weights. Two 32-bit hashes (Wellons' lowbias32, vectorizable with
+// AVX2) give four 16-bit uniforms whose sum (Irwin-Hall) is close to normal: cheap enough for a 1B
+// model in seconds.
 inline uint64_t mix64(uint64_t x) {
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ull;
@@ -335,33 +339,71 @@ inline uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+inline uint32_t hash32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  return x ^ (x >> 16);
+}
+
+// Approximately N(0, 1): the sum of four U[0, 65535] has mean 131070 and stddev
+// sqrt(4 * (65536^2 - 1) / 12) = 37837.23.
+inline float unit_normal(uint32_t key, uint32_t index) {
+  const uint32_t a = hash32(key ^ (2 * index)), b = hash32(key ^ (2 * index + 1));
+  const uint32_t sum = (a & 0xffffu) + (a >> 16) + (b & 0xffffu) + (b >> 16);
+  return (static_cast<float>(sum) - 131070.0f) * (1.0f / 37837.23f);
+}
+
+template <typename Store>
+void fill_normal(uint64_t key, int64_t count, float stddev, Store store) {
+  // Each block of 2^31 elements gets its own 32-bit key, so indices fit the 32-bit hash.
+  constexpr int64_t kBlock = int64_t{1} << 31;
+  for (int64_t block_start = 0; block_start < count; block_start += kBlock) {
+    const auto block_key = static_cast<uint32_t>(mix64(key + static_cast<uint64_t>(block_start)));
+    const int64_t block_end = std::min(count, block_start + kBlock);
+#pragma omp parallel for schedule(static) if (block_end - block_start > (1 << 16))
+    for (int64_t i = block_start; i < block_end; ++i)
+      store(i, stddev * unit_normal(block_key, static_cast<uint32_t>(i - block_start)));
+  }
+}
+
+// Owned, 64-byte aligned and not zeroed: every element is written right after.
+Tensor uninitialized(DType dtype, Shape shape) {
+  const size_t bytes = (static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype) + 63) / 64 * 64;
+  void* memory = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
+  SF_CHECK(memory != nullptr, "out of host memory allocating {} bytes for a {} tensor", bytes, shape_str(shape));
+  return Tensor::view(dtype, std::move(shape), memory, std::shared_ptr<void>(memory, std::free));
+}
+
 class DummyFiller {
  public:
   DummyFiller(DType matrix_dtype, uint64_t seed) : matrix_dtype_(matrix_dtype), seed_(seed) {}
 
-  Tensor normal(Shape shape, double stddev, DType dtype) {
-    Tensor out = Tensor::zeros(dtype, std::move(shape));
-    const uint64_t base = mix64(seed_ ^ mix64(++tensor_counter_ * 0x9e3779b97f4a7c15ull));
-    // Sum of four U[0, 65535]: mean 131070, stddev sqrt(4 * (65536^2 - 1) / 12).
-    const float scale = static_cast<float>(stddev / 37837.23);
-    const int64_t count = out.numel();
-    void* data = out.data;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < count; ++i) {
-      const uint64_t bits = mix64(base + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull);
-      const uint32_t sum = static_cast<uint32_t>((bits & 0xffff) + ((bits >> 16) & 0xffff) + ((bits >> 32) & 0xffff) +
-                                                 (bits >> 48));
-      const float value = (static_cast<float>(sum) - 131070.0f) * scale;
-      switch (dtype) {
-        case DType::F32: static_cast<float*>(data)[i] = value; break;
-        case DType::BF16: static_cast<uint16_t*>(data)[i] = f32_to_bf16(value); break;
-        default: static_cast<uint16_t*>(data)[i] = f32_to_f16(value); break;
+  Tensor normal(Shape shape, float stddev, DType dtype) {
+    Tensor out = uninitialized(dtype, std::move(shape));
+    const uint64_t key = mix64(seed_ ^ mix64(++tensor_counter_));
+    switch (dtype) {
+      case DType::F32: {
+        float* data = out.as<float>();
+        fill_normal(key, out.numel(), stddev, [data](int64_t i, float value) { data[i] = value; });
+        break;
+      }
+      case DType::BF16: {
+        uint16_t* data = out.as<uint16_t>();
+        fill_normal(key, out.numel(), stddev, [data](int64_t i, float value) { data[i] = f32_to_bf16(value); });
+        break;
+      }
+      default: {
+        uint16_t* data = out.as<uint16_t>();
+        fill_normal(key, out.numel(), stddev, [data](int64_t i, float value) { data[i] = f32_to_f16(value); });
+        break;
       }
     }
     return out;
   }
-  Tensor matrix(int64_t rows, int64_t cols) { return normal({rows, cols}, 0.02, matrix_dtype_); }
-  Tensor bias(int64_t size) { return normal({size}, 0.02, DType::F32); }
+  Tensor matrix(int64_t rows, int64_t cols) { return normal({rows, cols}, 0.02f, matrix_dtype_); }
+  Tensor bias(int64_t size) { return normal({size}, 0.02f, DType::F32); }
   static Tensor ones(int64_t size) {
     Tensor out = Tensor::zeros(DType::F32, {size});
     std::fill_n(out.as<float>(), size, 1.0f);

@@ -4,53 +4,21 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "model/embedded_specs.h"
+#include "model/model_test_util.h"
 #include "test_paths.h"
 
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <filesystem>
-#include <fstream>
+#include <algorithm>
 
 using namespace splitflow;
 using nlohmann::json;
-namespace fs = std::filesystem;
+using test::expect_error;
+using TempDir = test::ScratchDir;
 
 namespace {
 
 std::string config_dir(const std::string& name) { return test::fixture_path("model/configs/" + name); }
-
-// A scratch directory per test, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("splitflow_model_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name, const std::string& text) const {
-    const std::string path = (path_ / name).string();
-    std::ofstream(path) << text;
-    return path;
-  }
-  std::string path() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
-
-template <typename Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error (expected '" << needles.front() << "')";
-  } catch (const Error& error) {
-    for (const std::string& needle : needles)
-      EXPECT_NE(std::string(error.what()).find(needle), std::string::npos) << "'" << needle << "' not in: " << error.what();
-  }
-}
 
 void expect_llama_tensor_names(const TensorNames& tensors) {
   EXPECT_EQ(tensors.embed, "model.embed_tokens");
@@ -308,7 +276,7 @@ TEST(Templates, Pythia160m) {
   EXPECT_TRUE(spec.parallel_residual);
   EXPECT_FALSE(spec.tie_embeddings);
   EXPECT_EQ(spec.tensors.embed, "gpt_neox.embed_in");
-  EXPECT_EQ(spec.tensors.lm_head, "embed_out");
+  EXPECT_EQ(spec.tensors.lm_head, "embed_out|lm_head");
   EXPECT_EQ(spec.tensors.qkv, "gpt_neox.layers.{layer}.attention.query_key_value");
   EXPECT_EQ(spec.bos_token_id, 0);
   EXPECT_EQ(spec.eos_token_ids, std::vector<int>{0});
