@@ -4,7 +4,7 @@
 //
 // Probabilities are always the softmax of the current candidates' logits, computed in double.
 // Ties between equal logits are broken by the lower token id, so every filter is deterministic.
-// No function here allocates once its buffers have grown to the vocabulary size.
+// The filters and draws allocate nothing once a Candidates' buffers have grown to the vocabulary.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +29,9 @@ struct TokenLogit {
 // Candidate tokens of one sampling step. Starts as the whole vocabulary (assign); filters drop
 // tokens. items[0, sorted_size) hold the highest logits in descending order (ties: lower id
 // first) and every later item ranks below all of them, so sorting more only touches the rest.
-// Only top-k sorts (a prefix, partial_sort) and only tail-free sorts everything; top-p and
-// typical find their sets by mass-guided selection (nth_element), O(vocabulary) on average.
+// top-k, mirostat v1 and FSD sort only a prefix (partial_sort), and only tail-free sorts
+// everything; top-p and typical find their sets by mass-guided selection (nth_element), which is
+// O(vocabulary) on average.
 struct Candidates {
   std::vector<TokenLogit> items;  // (size)
   size_t sorted_size = 0;
