@@ -225,6 +225,23 @@ TEST(Stories, MatrixDtypeConversion) {
   expect_error([&] { bind_weights(f32.spec, *f32.source, DType::I8); }, {"weight dtype i8 is not supported for matrices"});
 }
 
+TEST(Stories, OtherLlama2cCheckpointsResolveFromTheirHeaders) {
+  const Loaded aidreams = load(test::shared_path("models/aidreams260K/aidreams260K.bin"));
+  EXPECT_EQ(aidreams.spec.num_layers, 4);
+  EXPECT_EQ(aidreams.spec.attention.num_heads, 4);
+  EXPECT_EQ(aidreams.spec.attention.num_kv_heads, 4);
+  EXPECT_EQ(aidreams.spec.max_position, 128);
+  EXPECT_EQ(aidreams.weights.layers[0].wqkv.shape, (Shape{192, 64}));
+
+  // The int8 export (version 2) of stories260K: the reader dequantizes; within 0.007 of the f32 model.
+  const Loaded q80 = load(test::shared_path("models/stories260K/stories260K_q80.bin"));
+  const Loaded f32 = load(stories_llama2c());
+  EXPECT_EQ(q80.spec, f32.spec);
+  const std::vector<float> got = values(q80.weights.layers[2].w_gate_up), want = values(f32.weights.layers[2].w_gate_up);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 0.007f) << i;
+}
+
 // A spec file alone (no config.json, no template, no architecture name) loads a checkpoint whose
 // tensors all have names no template knows, and binds to the same weights as stories260K-hf.
 TEST(HandWrittenSpec, RenamedCheckpointNeedsNoConfig) {
