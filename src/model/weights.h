@@ -35,10 +35,15 @@ struct ModelWeights {
 // Matrices (embed, lm_head, projections) are converted to `matrix_dtype` (F32, F16 or BF16);
 // norms and biases are always F32. Q/K rows stay as stored: the spec's rope.style says how the
 // checkpoint pairs them (Half for HF, Interleaved for Meta/llama2.c/GGUF layouts).
+// A tensor that needs no conversion, transposition or fusion stays a view into the source's
+// mapped file (read-only memory; the view keeps the mapping alive). Errors name the tensor, the
+// spec field that produced its name and the expected shape; checkpoint tensors no field uses are
+// reported with spdlog::warn.
 ModelWeights bind_weights(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype);
 
-// Seeded random weights of the spec's shapes (normal, std 0.02; norms 1, biases small), so any
-// shape can be run and timed without a checkpoint. Deterministic for a given seed.
+// Seeded random weights of the spec's shapes (close to normal, std 0.02, biases too; norms 1,
+// norm biases 0), so any shape can be run and timed without a checkpoint. Deterministic for a
+// given seed whatever the thread count; a 1B-parameter model takes a few seconds on 2 cores.
 ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint64_t seed);
 
 }  // namespace splitflow
