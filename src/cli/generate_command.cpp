@@ -1,12 +1,101 @@
+// `splitflow generate`: one prompt, streamed to stdout; speed to stderr.
+#include "backend/backend.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
+#include "engine/generator.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+#include <sstream>
 
 namespace splitflow::cli {
 
-// Placeholder until the command lands (issue 2 in progress).
+namespace {
+
+struct GenerateFlags {
+  ModelFlags model;
+  SamplingFlags sampling;
+  std::string prompt;
+  std::string prompt_ids;  // "1,2,3": for models without a tokenizer (dummy weights)
+  bool no_special = false;
+  int max_batch_tokens = 512;
+  int block_size = 16;
+};
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    try {
+      size_t used = 0;
+      ids.push_back(std::stoi(item, &used));
+      SF_CHECK(used == item.size(), "--prompt-ids: '{}' is not an integer", item);
+    } catch (const std::logic_error&) {
+      fail("--prompt-ids: '{}' is not an integer", item);
+    }
+  }
+  return ids;
+}
+
+void run_generate(const GenerateFlags& flags) {
+  SamplingParams params = flags.sampling.resolve();
+  params.validate();
+  SF_CHECK(flags.prompt.empty() != flags.prompt_ids.empty(), "give exactly one of --prompt and --prompt-ids");
+  SF_CHECK(flags.max_batch_tokens > 0, "--max-batch-tokens must be positive, not {}", flags.max_batch_tokens);
+  SF_CHECK(flags.block_size > 0, "--block-size must be positive, not {}", flags.block_size);
+
+  LoadedModel model = load_model(flags.model.options());
+  std::vector<int32_t> prompt_ids;
+  if (!flags.prompt_ids.empty()) {
+    prompt_ids = parse_ids(flags.prompt_ids);
+  } else {
+    SF_CHECK(model.tokenizer != nullptr, "this model has no tokenizer: pass --tokenizer or --prompt-ids");
+    prompt_ids = model.tokenizer->encode(flags.prompt, !flags.no_special);
+  }
+  // KV room for the whole request, capped by the context (dynamic NTK scaling exists to run past
+  // max_position, so it is not capped). The generator reports a prompt that does not fit.
+  int64_t kv_tokens = static_cast<int64_t>(prompt_ids.size()) + params.max_tokens;
+  if (model.spec.rope.scaling.type != RopeScalingType::DynamicNTK) kv_tokens = std::min<int64_t>(kv_tokens, model.spec.max_position);
+
+  std::unique_ptr<Backend> backend = make_cpu_backend(flags.model.threads);
+  KvCacheConfig kv{blocks_for_tokens(kv_tokens, flags.block_size), flags.block_size};
+  RunnerLimits limits{flags.max_batch_tokens, 1};
+  ModelRunner runner(model.spec, std::move(model.weights), *backend, kv, limits);
+  Generator generator(runner, model.tokenizer.get());
+
+  GenerationResult result = generator.generate(prompt_ids, params, [](std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  });
+  if (!model.tokenizer) {
+    for (int32_t id : result.output_ids) fmt::print("{} ", id);
+  }
+  fmt::print("\n");
+  const double decode_tps = result.decode_seconds > 0 ? (result.output_ids.size() - 1) / result.decode_seconds : 0.0;
+  fmt::print(stderr, "[{}] prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens, decode {:.2f} tok/s; finish: {}\n",
+             model.description, result.prompt_tokens, result.prefill_seconds,
+             result.prompt_tokens / std::max(result.prefill_seconds, 1e-9), result.output_ids.size(), decode_tps,
+             finish_reason_name(result.finish_reason));
+}
+
+}  // namespace
+
 void register_generate(CLI::App& app) {
-  auto* command = app.add_subcommand("generate", "(not built yet)");
-  command->callback([] { fail("splitflow generate is not built yet"); });
+  auto flags = std::make_shared<GenerateFlags>();
+  flags->sampling.params.temperature = 0.8f;
+  auto* command = app.add_subcommand("generate", "continue a prompt, streaming the text to stdout");
+  add_model_flags(*command, flags->model);
+  add_sampling_flags(*command, flags->sampling);
+  command->add_option("--prompt,-p", flags->prompt, "text to continue");
+  command->add_option("--prompt-ids", flags->prompt_ids, "comma-separated token ids instead of --prompt");
+  command->add_flag("--no-special", flags->no_special, "do not add BOS/EOS the tokenizer would add");
+  command->add_option("--max-batch-tokens", flags->max_batch_tokens, "prefill chunk size in tokens");
+  command->add_option("--block-size", flags->block_size, "KV cache block size in tokens");
+  command->callback([flags] { run_generate(*flags); });
 }
 
 }  // namespace splitflow::cli

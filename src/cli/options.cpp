@@ -1,0 +1,60 @@
+#include "cli/options.h"
+
+#include "core/error.h"
+
+namespace splitflow::cli {
+
+ModelLoadOptions ModelFlags::options() const {
+  ModelLoadOptions result = load;
+  if (weight_dtype != "auto") {
+    const DType dtype = parse_dtype(weight_dtype);
+    SF_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
+             "--weight-dtype must be auto, f32, f16 or bf16, not '{}'", weight_dtype);
+    result.weight_dtype = dtype;
+  }
+  return result;
+}
+
+void add_model_flags(CLI::App& command, ModelFlags& flags) {
+  command.add_option("--model,-m", flags.load.model_path, "HF directory, .gguf, .safetensors or llama2.c .bin");
+  command.add_option("--spec", flags.load.spec_path, "spec file overriding fields of the resolved model spec");
+  command.add_option("--config", flags.load.config_path, "config.json or spec file giving the shape (--dummy-weights)");
+  command.add_option("--tokenizer", flags.load.tokenizer_path, "tokenizer file overriding the one next to the model");
+  command.add_flag("--dummy-weights", flags.load.dummy_weights, "seeded random weights instead of a checkpoint");
+  command.add_option("--weight-seed", flags.load.seed, "seed of --dummy-weights");
+  command.add_option("--weight-dtype", flags.weight_dtype, "matrices in memory: auto (as stored), f32, f16, bf16");
+  command.add_option("--threads,-t", flags.threads, "CPU threads (0: all cores)");
+}
+
+SamplingParams SamplingFlags::resolve() const {
+  SamplingParams result = params;
+  result.fsd = fsd_mode_from_name(fsd);
+  if (seed_given) result.seed = seed;
+  return result;
+}
+
+void add_sampling_flags(CLI::App& command, SamplingFlags& flags) {
+  SamplingParams& p = flags.params;
+  command.add_option("--max-tokens,-n", p.max_tokens, "tokens to generate")->capture_default_str();
+  command.add_option("--temperature", p.temperature, "softmax temperature, 0 = greedy")->capture_default_str();
+  command.add_option("--top-k", p.top_k, "keep the k most probable tokens (0 = off)");
+  command.add_option("--top-p", p.top_p, "nucleus mass in (0, 1] (1 = off)");
+  command.add_option("--min-p", p.min_p, "keep p >= min_p * p_max (0 = off)");
+  command.add_option("--typical-p", p.typical_p, "locally typical mass in (0, 1] (1 = off)");
+  command.add_option("--tfs-z", p.tfs_z, "tail-free sampling z in (0, 1] (1 = off)");
+  command.add_option("--mirostat", p.mirostat, "mirostat version: 0 (off), 1 or 2");
+  command.add_option("--mirostat-tau", p.mirostat_tau, "mirostat target surprise");
+  command.add_option("--mirostat-eta", p.mirostat_eta, "mirostat learning rate");
+  command.add_option("--repetition-penalty", p.repetition_penalty, "CTRL repetition penalty (1 = off)");
+  command.add_option("--frequency-penalty", p.frequency_penalty, "OpenAI frequency penalty in [-2, 2]");
+  command.add_option("--presence-penalty", p.presence_penalty, "OpenAI presence penalty in [-2, 2]");
+  command.add_option("--fsd", flags.fsd, "frustratingly simple decoding: off, fsd, randomized");
+  command.add_option("--fsd-alpha", p.fsd_alpha, "FSD anti-LM weight in [0, 1]");
+  command.add_option("--fsd-top-k", p.fsd_top_k, "FSD candidates");
+  command.add_option("--fsd-ngram", p.fsd_ngram_order, "FSD anti-LM n-gram order");
+  command.add_option("--stop", p.stop, "stop string (repeatable); not part of the output");
+  command.add_flag("--ignore-eos", p.ignore_eos, "keep generating past EOS");
+  command.add_option("--seed", flags.seed, "sampling seed")->each([&flags](const std::string&) { flags.seed_given = true; });
+}
+
+}  // namespace splitflow::cli

@@ -1,0 +1,36 @@
+// cli/options.h — flags shared by the commands that load a model or sample tokens, so
+// `generate`, `serve` and `bench` spell them the same way.
+#pragma once
+
+#include "engine/model_loader.h"
+#include "engine/sampling_params.h"
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace splitflow::cli {
+
+struct ModelFlags {
+  ModelLoadOptions load;
+  std::string weight_dtype = "auto";  // auto | f32 | f16 | bf16
+  int threads = 0;                    // 0: OpenMP default
+
+  // Resolves the flags into load options (parses --weight-dtype).
+  ModelLoadOptions options() const;
+};
+
+void add_model_flags(CLI::App& command, ModelFlags& flags);
+
+struct SamplingFlags {
+  SamplingParams params;
+  std::string fsd = "off";
+  uint64_t seed = 0;
+  bool seed_given = false;
+
+  SamplingParams resolve() const;  // applies fsd and seed; validate() is the caller's
+};
+
+void add_sampling_flags(CLI::App& command, SamplingFlags& flags);
+
+}  // namespace splitflow::cli

@@ -1,0 +1,107 @@
+#include "engine/generator.h"
+
+#include "core/error.h"
+#include "runtime/block_allocator.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace splitflow {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
+
+int32_t blocks_for_tokens(int64_t max_tokens, int32_t block_size) {
+  return static_cast<int32_t>((max_tokens + block_size - 1) / block_size);
+}
+
+Generator::Generator(ModelRunner& runner, const Tokenizer* tokenizer) : runner_(runner), tokenizer_(tokenizer) {}
+
+GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, const SamplingParams& params,
+                                     const std::function<void(std::string_view)>& on_text) {
+  const ModelSpec& spec = runner_.spec();
+  params.validate();
+  params.validate_token_ids(spec.vocab_size);
+  SF_CHECK(!prompt_ids.empty(), "the prompt is empty: give some text (or ids) to continue");
+  for (size_t i = 0; i < prompt_ids.size(); ++i) {
+    SF_CHECK(prompt_ids[i] >= 0 && prompt_ids[i] < spec.vocab_size,
+             "prompt token {} at index {} is outside the vocabulary [0, {})", prompt_ids[i], i, spec.vocab_size);
+  }
+  const int64_t prompt_len = static_cast<int64_t>(prompt_ids.size());
+  const int64_t context = std::min<int64_t>(
+      runner_.context_limit(), static_cast<int64_t>(runner_.kv_config().num_blocks) * runner_.kv_config().block_size);
+  SF_CHECK(prompt_len <= context, "the prompt has {} tokens but the model's context holds {}", prompt_len, context);
+
+  const int32_t block_size = runner_.kv_config().block_size;
+  BlockAllocator allocator(runner_.kv_config().num_blocks);
+  std::vector<int32_t> block_table;
+  Sampler sampler(params, spec.vocab_size);
+  StopChecker stop(params, tokenizer_ ? tokenizer_->eos_ids() : std::vector<int32_t>(spec.eos_token_ids.begin(),
+                                                                                        spec.eos_token_ids.end()));
+  std::optional<StreamDecoder> decoder;
+  if (tokenizer_) decoder.emplace(*tokenizer_, /*skip_special=*/true);
+
+  GenerationResult result;
+  result.prompt_tokens = prompt_len;
+  size_t streamed_bytes = 0;
+  auto stream = [&] {
+    if (on_text && stop.safe_bytes() > streamed_bytes) {
+      on_text(std::string_view(stop.text()).substr(streamed_bytes, stop.safe_bytes() - streamed_bytes));
+      streamed_bytes = stop.safe_bytes();
+    }
+  };
+
+  // Prefill in chunks of the runner's token budget; only the last chunk asks for logits.
+  const auto prefill_start = std::chrono::steady_clock::now();
+  Tensor logits;
+  const int64_t chunk = runner_.limits().max_batch_tokens;
+  for (int64_t start = 0; start < prompt_len; start += chunk) {
+    const int64_t count = std::min(chunk, prompt_len - start);
+    ForwardBatch batch;
+    batch.token_ids.assign(prompt_ids.begin() + start, prompt_ids.begin() + start + count);
+    allocator.grow_table(block_table, start + count, block_size);
+    batch.spans.push_back({static_cast<int32_t>(count), static_cast<int32_t>(start), block_table,
+                           start + count == prompt_len});
+    logits = runner_.forward(batch);
+  }
+
+  auto decode_start = std::chrono::steady_clock::now();
+  int64_t position = prompt_len;
+  while (true) {
+    const auto row = std::span<const float>(logits.as<float>(), static_cast<size_t>(spec.vocab_size));
+    const int32_t token = sampler.sample(row, prompt_ids, result.output_ids).token_id;
+    result.output_ids.push_back(token);
+    if (result.output_ids.size() == 1) {
+      result.prefill_seconds = seconds_since(prefill_start);
+      decode_start = std::chrono::steady_clock::now();
+    }
+    stop.append(token, decoder ? decoder->push(token) : std::string());
+    if (stop.finished()) break;
+    if (position >= context) {
+      result.finish_reason = FinishReason::Length;  // no room to feed the token back
+      break;
+    }
+    stream();
+
+    ForwardBatch batch;
+    batch.token_ids = {token};
+    allocator.grow_table(block_table, position + 1, block_size);
+    batch.spans.push_back({1, static_cast<int32_t>(position), block_table, true});
+    logits = runner_.forward(batch);
+    ++position;
+  }
+  if (stop.finished()) {
+    if (decoder) stop.append_final_text(decoder->finish());
+    result.finish_reason = stop.finish_reason();
+  }
+  // Whatever was held back as a possible stop-string prefix is final now.
+  if (on_text && stop.text().size() > streamed_bytes) on_text(std::string_view(stop.text()).substr(streamed_bytes));
+  result.text = stop.text();
+  result.decode_seconds = result.output_ids.size() > 1 ? seconds_since(decode_start) : 0.0;
+  return result;
+}
+
+}  // namespace splitflow
