@@ -92,7 +92,8 @@ void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache,
   const float* k_base = k_cache.as<float>();
   const float* v_base = v_cache.as<float>();
   const int64_t items = tokens * kv_heads;
-#pragma omp parallel num_threads(num_threads_) if (items > 1)
+  const int64_t work = int64_t{batch.max_context_len} * tokens * q_dim;  // bound on multiply-adds
+#pragma omp parallel num_threads(num_threads_) if (items > 1 && work >= kMinParallelWork)
   {
     thread_local AttentionScratch scratch;
     scratch.scores.resize(block_size);

@@ -129,7 +129,7 @@ void CpuBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids,
                pos_table.dim(0));
   }
   float* y = out.as<float>();
-#pragma omp parallel num_threads(num_threads_) if (tokens > 1)
+#pragma omp parallel num_threads(num_threads_) if (tokens * hidden >= kMinParallelWork)
   {
     thread_local std::vector<float> row;
     row.resize(hidden);
@@ -164,7 +164,7 @@ void CpuBackend::add_norm(const DeviceTensor& residual, const DeviceTensor& delt
   }
   const float* w = weight.as<float>();
   const float* b = bias.empty() ? nullptr : bias.as<float>();
-#pragma omp parallel for num_threads(num_threads_) if (tokens > 1)
+#pragma omp parallel for num_threads(num_threads_) if (tokens * hidden >= kMinParallelWork)
   for (int64_t t = 0; t < tokens; ++t) {
     float* x = residual.as<float>() + t * hidden;
     float* y = out.as<float>() + t * hidden;
@@ -221,7 +221,7 @@ void CpuBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, cons
     SF_CHECK(rows[t] >= 0 && rows[t] < cos_sin.dim(0), "cpu rope: table row {} of token {} is outside [0, {})", rows[t],
              t, cos_sin.dim(0));
   const int rotated_heads = params.num_heads + params.num_kv_heads;
-#pragma omp parallel for num_threads(num_threads_) if (tokens > 1)
+#pragma omp parallel for num_threads(num_threads_) if (tokens * rotated_heads * half >= kMinParallelWork)
   for (int64_t t = 0; t < tokens; ++t) {
     const float* cos = cos_sin.as<float>() + static_cast<int64_t>(rows[t]) * 2 * half;
     const float* sin = cos + half;
@@ -279,7 +279,7 @@ void CpuBackend::activation(const DeviceTensor& x, Activation act, bool gated, c
   const int64_t stride = x.dim(1);
   // Split each row's columns too: decode has one row and the MLP is wide.
   const int64_t chunk = 512, chunks = (inner + chunk - 1) / chunk;
-#pragma omp parallel for num_threads(num_threads_) collapse(2) if (tokens * inner >= 4096)
+#pragma omp parallel for num_threads(num_threads_) collapse(2) if (tokens * inner >= kMinParallelWork)
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t begin = c * chunk, count = std::min(chunk, inner - begin);
@@ -298,7 +298,7 @@ void CpuBackend::add(const DeviceTensor& a, const DeviceTensor& b, const DeviceT
   const float* pb = b.as<float>();
   float* po = out.as<float>();
   const int64_t n = a.numel();
-#pragma omp parallel for num_threads(num_threads_) if (n >= 65536)
+#pragma omp parallel for num_threads(num_threads_) if (n >= 4 * kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
 }
 

@@ -54,7 +54,7 @@ template <typename W>
 void gemv(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int num_threads) {
   // Each thread owns a contiguous range of w rows (one pass over its share of the weights per
   // group of up to 4 x rows); ranges are multiples of 8 rows so tiles stay whole.
-#pragma omp parallel num_threads(num_threads)
+#pragma omp parallel num_threads(num_threads) if (m * n * k >= 8 * kMinParallelWork)
   {
     const int threads = omp_get_num_threads(), thread = omp_get_thread_num();
     const int64_t per_thread = (n + threads - 1) / threads;
@@ -156,7 +156,7 @@ struct AlignedFree {
 template <typename W>
 void gemm(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int num_threads) {
   const int64_t blocks = (n + kNC - 1) / kNC;
-#pragma omp parallel num_threads(num_threads)
+#pragma omp parallel num_threads(num_threads) if (m * n * k >= 8 * kMinParallelWork)
   {
     // Per-thread packing buffers: one block of kNC columns x kKC depth, and one converted w row.
     std::unique_ptr<float, AlignedFree> packed(static_cast<float*>(std::aligned_alloc(64, kKC * kNC * sizeof(float))));

@@ -15,6 +15,10 @@
 
 namespace splitflow::cpu {
 
+// Below this many multiply-adds (or element updates) a kernel runs on one thread: waking the
+// team costs microseconds, more than small models' whole kernels (stories260K: 64-wide layers).
+constexpr int64_t kMinParallelWork = 1 << 15;
+
 // Storage types of matrix elements; weight kernels are templated on them.
 struct F16Bits { uint16_t bits; };
 struct BF16Bits { uint16_t bits; };
