@@ -374,7 +374,8 @@ PreTokenizeFn parse_pre_tokenizer(const json& spec, const std::string& where) {
     const bool individual = value_or(spec, "individual_digits", false);
     return [=](Pieces& pieces) {
       split_text_pieces(pieces, [&](const Piece& piece, Pieces& out) {
-        split_piece(piece, segments_from_chars(piece.text, [](char32_t cp) { return cp >= '0' && cp <= '9'; }),
+        // Rust's char::is_numeric: any Nd, Nl or No character, not only ASCII digits.
+        split_piece(piece, segments_from_chars(piece.text, unicode::is_number),
                     individual ? SplitBehavior::Isolated : SplitBehavior::Contiguous, false, out);
       });
     };

@@ -200,30 +200,6 @@ std::string make_valid_utf8(std::string_view bytes) {
   return out;
 }
 
-size_t complete_utf8_prefix(std::string_view bytes) {
-  const size_t n = bytes.size();
-  const auto byte = [&](size_t i) { return static_cast<uint8_t>(bytes[i]); };
-  // Find the last lead byte within 3 bytes of the end; hold it back when the bytes after it are a
-  // valid but unfinished sequence.
-  for (size_t back = 1; back <= 3 && back <= n; ++back) {
-    const size_t start = n - back;
-    const uint8_t lead = byte(start);
-    if ((lead & 0xC0) == 0x80) continue;
-    size_t length = 0;
-    uint8_t low = 0x80, high = 0xBF;
-    if (lead >= 0xC2 && lead <= 0xDF) length = 2;
-    if (lead >= 0xE0 && lead <= 0xEF) length = 3, low = lead == 0xE0 ? 0xA0 : 0x80, high = lead == 0xED ? 0x9F : 0xBF;
-    if (lead >= 0xF0 && lead <= 0xF4) length = 4, low = lead == 0xF0 ? 0x90 : 0x80, high = lead == 0xF4 ? 0x8F : 0xBF;
-    if (length <= back) return n;
-    for (size_t i = start + 1; i < n; ++i) {
-      const uint8_t lo = i == start + 1 ? low : 0x80, hi = i == start + 1 ? high : 0xBF;
-      if (byte(i) < lo || byte(i) > hi) return n;
-    }
-    return start;
-  }
-  return n;
-}
-
 std::u32string nfd(std::u32string_view text) {
   std::u32string out;
   out.reserve(text.size());

@@ -37,9 +37,6 @@ std::string to_utf8(std::u32string_view code_points);
 // Valid UTF-8 copy of `bytes`, invalid subparts replaced by U+FFFD.
 std::string make_valid_utf8(std::string_view bytes);
 bool is_valid_utf8(std::string_view bytes);
-// Length of `bytes` without a trailing sequence that is incomplete but could still be completed by
-// more bytes (0..3 bytes are held back).
-size_t complete_utf8_prefix(std::string_view bytes);
 
 std::u32string nfd(std::u32string_view text);
 std::u32string nfc(std::u32string_view text);

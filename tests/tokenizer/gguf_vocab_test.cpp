@@ -1,0 +1,121 @@
+// GGUF vocabularies against llama.cpp's own test vectors (../shared/tokenizer-vectors): every
+// string of each .inp must encode to its .out line exactly.
+#include "test_paths.h"
+#include "tokenizer/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace splitflow {
+namespace {
+
+struct VocabCase {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// As llama.cpp's tests/test-tokenizer-0.cpp reads them: the .inp text split on
+// "\n__ggml_vocab_test__\n" with nothing else stripped (a string's own leading and trailing
+// newlines are part of it), one .out line of space-separated ids per string. The ids were made
+// without BOS/EOS (add_special = false).
+std::vector<VocabCase> read_cases(const std::string& vocab_path) {
+  const std::string raw = read_file(vocab_path + ".inp");
+  const std::string separator = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> texts;
+  for (size_t pos = 0; pos < raw.size();) {
+    const size_t next = raw.find(separator, pos);
+    if (next == std::string::npos) {
+      texts.push_back(raw.substr(pos));
+      break;
+    }
+    texts.push_back(raw.substr(pos, next - pos));
+    pos = next + separator.size();
+  }
+  std::istringstream out(read_file(vocab_path + ".out"));
+  std::vector<VocabCase> cases;
+  std::string line;
+  for (size_t i = 0; std::getline(out, line); ++i) {
+    VocabCase c;
+    c.text = i < texts.size() ? texts[i] : "";
+    std::istringstream ids(line);
+    for (int32_t id; ids >> id;) c.ids.push_back(id);
+    cases.push_back(std::move(c));
+  }
+  EXPECT_EQ(cases.size(), texts.size()) << vocab_path;
+  return cases;
+}
+
+class GgufVocabVectors : public testing::TestWithParam<std::string> {};
+
+TEST_P(GgufVocabVectors, EveryStringGivesLlamaCppIds) {
+  const std::string path = test::shared_path("tokenizer-vectors/ggml-vocab-" + GetParam() + ".gguf");
+  const auto tokenizer = load_tokenizer_for_model(path);
+  const auto cases = read_cases(path);
+  ASSERT_GT(cases.size(), 40u);
+  for (const auto& c : cases) EXPECT_EQ(tokenizer->encode(c.text, false), c.ids) << "text: '" << c.text << "'";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSharedVocabularies, GgufVocabVectors,
+                         testing::Values("bert-bge", "deepseek-llm", "falcon", "gpt-2", "llama-spm", "phi-3"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name;
+                         });
+
+// add_special follows each file's flags as llama.cpp does: SPM adds BOS, BERT wraps in CLS/SEP,
+// GPT-2 adds nothing.
+TEST(GgufVocab, AddSpecialFollowsTheFileFlags) {
+  const auto spm = load_tokenizer_for_model(test::shared_path("tokenizer-vectors/ggml-vocab-llama-spm.gguf"));
+  const auto plain = spm->encode("Hello world", false);
+  auto with_bos = plain;
+  with_bos.insert(with_bos.begin(), 1);
+  EXPECT_EQ(spm->encode("Hello world", true), with_bos);
+  EXPECT_EQ(spm->bos_id(), 1);
+
+  const auto bert = load_tokenizer_for_model(test::shared_path("tokenizer-vectors/ggml-vocab-bert-bge.gguf"));
+  const auto words = bert->encode("Hello world", false);
+  const auto wrapped = bert->encode("Hello world", true);
+  ASSERT_EQ(wrapped.size(), words.size() + 2);
+  EXPECT_EQ(wrapped.front(), 101);
+  EXPECT_EQ(wrapped.back(), 102);
+
+  const auto gpt2 = load_tokenizer_for_model(test::shared_path("tokenizer-vectors/ggml-vocab-gpt-2.gguf"));
+  EXPECT_EQ(gpt2->encode("Hello world", true), gpt2->encode("Hello world", false));
+  EXPECT_EQ(gpt2->eos_ids(), std::vector<int32_t>{50256});
+}
+
+// Special tokens written in the text become their ids (llama.cpp with parse_special).
+TEST(GgufVocab, SpecialTokensInTextAreRecognised) {
+  const auto phi3 = load_tokenizer_for_model(test::shared_path("tokenizer-vectors/ggml-vocab-phi-3.gguf"));
+  const int32_t end = phi3->token_id("<|end|>");
+  ASSERT_GE(end, 32000);
+  const auto ids = phi3->encode("Hi<|end|>", false);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.back(), end);
+  EXPECT_TRUE(phi3->is_special(end));
+  EXPECT_EQ(phi3->decode(ids, true), "Hi");
+}
+
+TEST(GgufVocab, DecodeRoundTripsPlainText) {
+  for (const char* name : {"llama-spm", "gpt-2", "falcon", "deepseek-llm"}) {
+    const auto tokenizer =
+        load_tokenizer_for_model(test::shared_path(std::string("tokenizer-vectors/ggml-vocab-") + name + ".gguf"));
+    for (const std::string text : {"Hello world", " leading space", "你好，世界！ 🦙 ça va?\n\tcode"}) {
+      EXPECT_EQ(tokenizer->decode(tokenizer->encode(text, false), false), text) << name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace splitflow
