@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace splitflow::test {
@@ -17,5 +19,12 @@ inline std::string fixture_path(const std::string& relative) {
   return std::string(SPLITFLOW_TEST_FIXTURES) + "/" + relative;
 }
 inline std::string splitflow_binary() { return SPLITFLOW_BINARY; }
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 }  // namespace splitflow::test

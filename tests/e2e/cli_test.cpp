@@ -1,0 +1,132 @@
+// The splitflow binary as a user runs it: real output on a real checkpoint, and a clean
+// "error: ..." with exit status 1 (never a crash) for each kind of bad input.
+#include "model/config.h"
+#include "test_paths.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+using namespace splitflow;
+
+namespace {
+
+struct CommandResult {
+  int exit_code = -1;  // -1: killed by a signal
+  std::string out, err;
+};
+
+std::string quote(const std::string& arg) {
+  std::string quoted = "'";
+  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+CommandResult run_splitflow(const std::vector<std::string>& args) {
+  const std::filesystem::path err_path = std::filesystem::temp_directory_path() / ("sf_cli_err_" + std::to_string(::getpid()));
+  std::string command = quote(test::splitflow_binary());
+  for (const std::string& arg : args) command += " " + quote(arg);
+  command += " 2>" + quote(err_path.string());
+  CommandResult result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  char buffer[4096];
+  size_t count;
+  while ((count = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.out.append(buffer, count);
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.err = test::read_file(err_path.string());
+  std::filesystem::remove(err_path);
+  return result;
+}
+
+void expect_error(const std::vector<std::string>& args, const std::string& message_part) {
+  const CommandResult result = run_splitflow(args);
+  EXPECT_EQ(result.exit_code, 1) << "stderr: " << result.err;
+  EXPECT_NE(result.err.find("error: "), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find(message_part), std::string::npos) << "expected '" << message_part << "' in: " << result.err;
+}
+
+const std::string kStories = test::shared_path("models/stories260K-hf");
+
+TEST(Cli, GenerateStreamsTheReferenceGreedyText) {
+  const nlohmann::json expected = read_json_file(test::shared_path("models/stories260K/golden.json")).at("prompt_greedy");
+  const CommandResult result = run_splitflow({"generate", "--model", kStories, "--prompt", "Once upon a time",
+                                              "--temperature", "0", "--max-tokens", "64"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, expected.at("generated_text").get<std::string>() + "\n");
+  EXPECT_NE(result.err.find("tok/s"), std::string::npos) << result.err;
+}
+
+TEST(Cli, GenerateWithSamplingIsReproducibleBySeed) {
+  const std::vector<std::string> args = {"generate", "--model", kStories, "--prompt", "Once upon a time", "--temperature",
+                                         "0.9", "--top-p", "0.9", "--seed", "7", "--max-tokens", "40"};
+  const CommandResult first = run_splitflow(args), second = run_splitflow(args);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(first.out, second.out);
+  EXPECT_FALSE(first.out.empty());
+}
+
+TEST(Cli, InspectPrintsSpecPlanAndTensors) {
+  const CommandResult result = run_splitflow({"inspect", "--model", kStories});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("\"num_kv_heads\": 4"), std::string::npos);
+  EXPECT_NE(result.out.find("model.layers.4.mlp.down_proj.weight"), std::string::npos);
+  EXPECT_NE(result.out.find("parameters: "), std::string::npos);
+}
+
+TEST(Cli, DummyWeightsRunAnyShapeWithoutACheckpoint) {
+  const std::string config = test::fixture_path("model/configs/llama-2-7b/config.json");
+  const CommandResult result = run_splitflow({"inspect", "--config", config, "--dummy-weights"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("\"hidden_size\": 4096"), std::string::npos);
+  const std::string small = test::fixture_path("hf/llama_gqa_tied/config.json");
+  const CommandResult generated = run_splitflow({"generate", "--config", small, "--dummy-weights", "--prompt-ids", "1,2,3",
+                                                 "--max-tokens", "5", "--temperature", "0"});
+  ASSERT_EQ(generated.exit_code, 0) << generated.err;
+  EXPECT_EQ(std::count(generated.out.begin(), generated.out.end(), ' '), 5) << generated.out;
+}
+
+TEST(Cli, BadInputGivesClearErrors) {
+  expect_error({"generate", "--model", "/nonexistent/model", "--prompt", "hi"}, "/nonexistent/model");
+  expect_error({"generate", "--model", kStories, "--prompt", "hi", "--temperature", "-1"}, "temperature");
+  expect_error({"generate", "--model", kStories, "--prompt", "hi", "--top-p", "1.5"}, "top_p");
+  expect_error({"generate", "--model", kStories, "--prompt", "hi", "--min-p", "2"}, "min_p");
+  expect_error({"generate", "--model", kStories, "--prompt", "hi", "--max-tokens", "0"}, "max_tokens");
+  expect_error({"generate", "--model", kStories, "--prompt", "hi", "--weight-dtype", "int3"}, "int3");
+  std::string long_prompt;
+  for (int i = 0; i < 400; ++i) long_prompt += "Once upon a time ";
+  expect_error({"generate", "--model", kStories, "--prompt", long_prompt}, "context holds 512");
+  expect_error({"generate", "--dummy-weights", "--prompt-ids", "1"}, "--config");
+  expect_error({"generate", "--config", test::fixture_path("hf/llama/config.json"), "--dummy-weights",
+                "--prompt-ids", "1,99999"}, "outside the vocabulary");
+}
+
+TEST(Cli, UnknownArchitectureNamesTheSpecFieldsToAdd) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "sf_cli_unknown_arch";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kStories + "/model.safetensors", dir / "model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["FrobnicatorForCausalLM"], "hidden_size": 64})";
+  expect_error({"inspect", "--model", dir.string()}, "FrobnicatorForCausalLM");
+  const CommandResult result = run_splitflow({"inspect", "--model", dir.string()});
+  EXPECT_NE(result.err.find("--spec"), std::string::npos) << result.err;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Cli, DamagedCheckpointIsReportedNotCrashed) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "sf_cli_truncated";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kStories + "/config.json", dir / "config.json", std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(kStories + "/tokenizer.json", dir / "tokenizer.json", std::filesystem::copy_options::overwrite_existing);
+  const std::string weights = test::read_file(kStories + "/model.safetensors");
+  std::ofstream(dir / "model.safetensors", std::ios::binary) << weights.substr(0, weights.size() / 2);
+  expect_error({"generate", "--model", dir.string(), "--prompt", "hi"}, "model.safetensors");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
