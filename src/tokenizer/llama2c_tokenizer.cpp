@@ -83,7 +83,8 @@ std::vector<int32_t> Llama2cTokenizer::encode(std::string_view raw_text, bool ad
   std::vector<int32_t> ids;
   if (add_special) ids.push_back(kBosId);
   if (raw_text.empty()) return ids;
-  const std::string text = " " + unicode::make_valid_utf8(raw_text);
+  std::string text(1, ' ');  // llama2.c's dummy prefix
+  text += unicode::make_valid_utf8(raw_text);
   const auto score_of = [&](std::string_view piece, float& score) {
     const int32_t id = find_id(piece_to_id_, piece);
     if (id < 0) return false;

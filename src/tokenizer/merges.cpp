@@ -65,9 +65,15 @@ int32_t PieceIdMap::find(std::string_view piece) const {
   return slots_[probe(piece, std::hash<std::string_view>{}(piece))].id;
 }
 
-void RankMerges::grow() {
+void RankMerges::reserve(size_t count) {
+  if (count * 2 > slots_.size()) grow(count * 2);
+}
+
+void RankMerges::grow(size_t min_slots) {
+  size_t capacity = std::max<size_t>(16, slots_.size() * 2);
+  while (capacity < min_slots) capacity *= 2;
   std::vector<Slot> old = std::move(slots_);
-  slots_.assign(std::max<size_t>(16, old.size() * 2), Slot{});
+  slots_.assign(capacity, Slot{});
   for (const Slot& slot : old) {
     if (slot.key == kEmpty) continue;
     size_t i = mix(slot.key) & (slots_.size() - 1);
@@ -77,7 +83,7 @@ void RankMerges::grow() {
 }
 
 void RankMerges::add(int32_t left, int32_t right, int32_t merged) {
-  if ((count_ + 1) * 2 > slots_.size()) grow();
+  if ((count_ + 1) * 2 > slots_.size()) grow(0);
   const uint64_t k = key(left, right);
   size_t i = mix(k) & (slots_.size() - 1);
   while (slots_[i].key != kEmpty && slots_[i].key != k) i = (i + 1) & (slots_.size() - 1);

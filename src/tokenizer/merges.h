@@ -54,6 +54,7 @@ class RankMerges {
   // A merge of (left, right) into `merged`; earlier calls get lower (better) ranks. A pair given
   // twice keeps the later rank, as HF tokenizers' map construction does.
   void add(int32_t left, int32_t right, int32_t merged);
+  void reserve(size_t count);
   size_t size() const { return count_; }
   // Merges `symbols` (token ids) in place.
   void apply(std::vector<int32_t>& symbols) const;
@@ -67,7 +68,7 @@ class RankMerges {
   static constexpr uint64_t kEmpty = ~uint64_t(0);
   static uint64_t key(int32_t left, int32_t right) { return (uint64_t(uint32_t(left)) << 32) | uint32_t(right); }
   const Slot* find(int32_t left, int32_t right) const;
-  void grow();
+  void grow(size_t min_slots);
   std::vector<Slot> slots_;  // open addressing, power-of-two size
   size_t count_ = 0;
   int32_t next_rank_ = 0;

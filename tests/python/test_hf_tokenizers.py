@@ -127,6 +127,13 @@ def json_variant(source_json, out_dir, name, edit):
 def metaspace_first(spec):
     spec["normalizer"] = None
     spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
+    spec["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                   {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]},
+                           "</s>": {"id": "</s>", "ids": [2], "tokens": ["</s>"]}}}
 
 
 def metaspace_split(spec):
@@ -144,6 +151,8 @@ def gpt2_normalized(spec):
         {"type": "Punctuation", "behavior": "Isolated"},
         {"type": "WhitespaceSplit"},
         {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": False}]}
+    spec["post_processor"] = {"type": "RobertaProcessing", "sep": ["<|endoftext|>", 50256],
+                              "cls": ["<|endoftext|>", 50256], "trim_offsets": True, "add_prefix_space": True}
 
 
 def gpt2_split_behaviors(spec):
@@ -155,6 +164,21 @@ def gpt2_split_behaviors(spec):
         {"type": "Split", "pattern": {"Regex": "\\p{Han}+"}, "behavior": "Contiguous", "invert": True},
         {"type": "Whitespace"},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
+
+
+def added_token_flags(source_json, out_dir):
+    """GPT-2 plus added tokens with every flag HF applies: lstrip, rstrip, single_word, and a
+    normalized token matched after a Lowercase normalizer."""
+    tokenizer = tokenizers.Tokenizer.from_file(source_json)
+    tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.add_special_tokens([tokenizers.AddedToken("<|im_start|>", lstrip=True, normalized=False),
+                                  tokenizers.AddedToken("<|im_end|>", rstrip=True, normalized=False)])
+    tokenizer.add_tokens([tokenizers.AddedToken("the", single_word=True, normalized=False),
+                          tokenizers.AddedToken("hello", normalized=True)])
+    path = os.path.join(out_dir, "gpt2-added-token-flags")
+    os.makedirs(path)
+    tokenizer.save(os.path.join(path, "tokenizer.json"))
+    return path
 
 
 def main():
@@ -182,6 +206,7 @@ def main():
         targets.append(json_variant(llama2_json, variants, "llama2-metaspace-split", metaspace_split))
         targets.append(json_variant(gpt2_json, variants, "gpt2-normalized", gpt2_normalized))
         targets.append(json_variant(gpt2_json, variants, "gpt2-split-behaviors", gpt2_split_behaviors))
+        targets.append(added_token_flags(gpt2_json, variants))
         bert = bert_from_gguf(args.shared, variants)
         if bert:
             targets.append(bert)
