@@ -1,0 +1,39 @@
+// formats/weight_set.h — the WeightSource every reader fills (internal to formats/): tensors in the
+// order the reader adds them, a duplicate-name check, the metadata object, and the helper that turns
+// a byte range of a mapped file into a tensor.
+#pragma once
+
+#include "core/mapped_file.h"
+#include "formats/weight_source.h"
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+namespace splitflow {
+
+class WeightSet final : public WeightSource {
+ public:
+  explicit WeightSet(std::string format) : format_(std::move(format)) {}
+
+  std::string format() const override { return format_; }
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  const nlohmann::json& metadata() const override { return metadata_; }
+  nlohmann::json& metadata() { return metadata_; }
+
+  // A second tensor of the same name is an error naming both files.
+  void add(std::string name, Tensor tensor, std::string file);
+
+ private:
+  std::string format_;
+  std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string, size_t> index_by_name_;
+  nlohmann::json metadata_ = nlohmann::json::object();
+};
+
+// A tensor over `numel * dtype_size` bytes at `bytes` inside `file`: a view that keeps the mapping
+// alive when the address suits the dtype's alignment, otherwise an owned copy (a safetensors header
+// of odd length, or a GGUF alignment of 1, would misalign every element access).
+Tensor tensor_from_file(DType dtype, Shape shape, const uint8_t* bytes, const std::shared_ptr<const MappedFile>& file);
+
+}  // namespace splitflow

@@ -1,0 +1,47 @@
+#include "formats/weight_source.h"
+
+#include "core/error.h"
+#include "formats/weight_set.h"
+
+#include <cstring>
+#include <filesystem>
+
+namespace splitflow {
+
+const TensorInfo* WeightSource::find(const std::string& name) const {
+  for (const TensorInfo& info : tensors())
+    if (info.name == name) return &info;
+  return nullptr;
+}
+
+void WeightSet::add(std::string name, Tensor tensor, std::string file) {
+  const auto [it, inserted] = index_by_name_.emplace(name, tensors_.size());
+  SF_CHECK(inserted, "tensor '{}' appears twice: in '{}' and in '{}'", name, tensors_[it->second].file, file);
+  tensors_.push_back(TensorInfo{std::move(name), std::move(tensor), std::move(file)});
+}
+
+Tensor tensor_from_file(DType dtype, Shape shape, const uint8_t* bytes, const std::shared_ptr<const MappedFile>& file) {
+  if (reinterpret_cast<uintptr_t>(bytes) % dtype_size(dtype) == 0)
+    return Tensor::view(dtype, std::move(shape), bytes, file);
+  Tensor copy = Tensor::zeros(dtype, std::move(shape));
+  std::memcpy(copy.data, bytes, copy.nbytes());
+  return copy;
+}
+
+std::unique_ptr<WeightSource> open_weights(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(path)) {
+    if (fs::exists(fs::path(path) / "model.safetensors")) return open_safetensors(fs::path(path) / "model.safetensors");
+    const fs::path index = fs::path(path) / "model.safetensors.index.json";
+    if (fs::exists(index)) return open_safetensors_index(index);
+    fail("'{}': directory has neither model.safetensors nor model.safetensors.index.json", path);
+  }
+  if (path.ends_with(".index.json")) return open_safetensors_index(path);
+  if (path.ends_with(".safetensors")) return open_safetensors(path);
+  if (path.ends_with(".gguf")) return open_gguf(path);
+  const auto file = MappedFile::open(path);
+  if (file->size() >= 4 && std::memcmp(file->data(), "GGUF", 4) == 0) return open_gguf(path);
+  return open_llama2c(path);
+}
+
+}  // namespace splitflow
