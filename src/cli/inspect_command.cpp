@@ -42,7 +42,7 @@ void run_inspect(const InspectFlags& flags) {
   }
   fmt::print("spec:\n{}\n\nlayer plan (every layer):\n{}\n", spec_to_json(spec).dump(2), build_layer_plan(spec).describe());
   if (!source) return;
-  if (flags.metadata) fmt::print("\nmetadata ({}):\n{}\n", source->format(), summarise(source->metadata()).dump(2));
+  if (flags.metadata) fmt::print("\nmetadata ({}):\n{}\n", source->format(), summarise(source->metadata()).dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
   fmt::print("\ntensors ({}, {}):\n", source->format(), source->tensors().size());
   int64_t total = 0;
   for (const TensorInfo& info : source->tensors()) {
