@@ -9,5 +9,6 @@ namespace splitflow::cli {
 void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_inspect(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace splitflow::cli

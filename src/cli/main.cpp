@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   splitflow::cli::register_generate(app);
   splitflow::cli::register_tokenize(app);
   splitflow::cli::register_inspect(app);
+  splitflow::cli::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

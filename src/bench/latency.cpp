@@ -1,0 +1,114 @@
+#include "bench/latency.h"
+
+#include "core/error.h"
+#include "engine/generator.h"
+#include "runtime/block_allocator.h"
+#include "runtime/model_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+namespace splitflow::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+int32_t argmax(const float* row, int64_t count) { return static_cast<int32_t>(std::max_element(row, row + count) - row); }
+
+}  // namespace
+
+int64_t weight_stream_bytes(const ModelWeights& weights) {
+  int64_t bytes = static_cast<int64_t>(weights.lm_head.nbytes() + weights.final_norm.nbytes() + weights.final_norm_bias.nbytes());
+  for (const LayerWeights& layer : weights.layers) {
+    for (const Tensor* tensor : {&layer.attn_norm, &layer.attn_norm_bias, &layer.wqkv, &layer.bqkv, &layer.wo, &layer.bo,
+                                 &layer.ffn_norm, &layer.ffn_norm_bias, &layer.w_gate_up, &layer.b_gate_up, &layer.w_down,
+                                 &layer.b_down}) {
+      bytes += static_cast<int64_t>(tensor->nbytes());
+    }
+  }
+  return bytes;
+}
+
+nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOptions& options, double bandwidth_gbps) {
+  SF_CHECK(options.input_len >= 1 && options.output_len >= 1 && options.batch >= 1,
+           "--input-len, --output-len and --batch must be at least 1");
+  const ModelSpec spec = model.spec;
+  const std::string description = model.description;
+  const int64_t total_len = static_cast<int64_t>(options.input_len) + options.output_len;
+  SF_CHECK(total_len <= spec.max_position, "--input-len + --output-len = {} exceeds the model's context {}", total_len,
+           spec.max_position);
+  const int64_t weight_bytes = weight_stream_bytes(model.weights);
+  int64_t matrix_params = model.weights.lm_head.numel();
+  for (const LayerWeights& layer : model.weights.layers) {
+    matrix_params += layer.wqkv.numel() + layer.wo.numel() + layer.w_gate_up.numel() + layer.w_down.numel();
+  }
+  const int32_t blocks_per_seq = blocks_for_tokens(total_len, options.block_size);
+  const int32_t prefill_chunk = std::min(options.max_batch_tokens, options.input_len);
+  ModelRunner runner(spec, std::move(model.weights), backend, KvCacheConfig{blocks_per_seq * options.batch, options.block_size},
+                     RunnerLimits{std::max(prefill_chunk, options.batch), options.batch});
+
+  std::mt19937_64 rng(options.seed);
+  std::uniform_int_distribution<int32_t> token(0, spec.vocab_size - 1);
+  BlockAllocator allocator(blocks_per_seq * options.batch);
+  std::vector<std::vector<int32_t>> tables(options.batch);
+  for (auto& table : tables) allocator.grow_table(table, total_len, options.block_size);
+
+  // Prefill: every sequence's prompt, in chunks of the token budget (one sequence at a time).
+  std::vector<int32_t> next(options.batch);
+  const auto prefill_start = Clock::now();
+  for (int32_t s = 0; s < options.batch; ++s) {
+    for (int32_t start = 0; start < options.input_len; start += prefill_chunk) {
+      const int32_t count = std::min(prefill_chunk, options.input_len - start);
+      ForwardBatch batch;
+      for (int32_t i = 0; i < count; ++i) batch.token_ids.push_back(token(rng));
+      batch.spans.push_back({count, start, tables[s], start + count == options.input_len});
+      const Tensor logits = runner.forward(batch);
+      if (start + count == options.input_len) next[s] = argmax(logits.as<float>(), spec.vocab_size);
+    }
+  }
+  const double ttft_seconds = seconds_since(prefill_start);
+
+  // Decode: one token of every sequence per step.
+  const auto decode_start = Clock::now();
+  for (int32_t step = 0; step + 1 < options.output_len; ++step) {
+    ForwardBatch batch;
+    for (int32_t s = 0; s < options.batch; ++s) {
+      batch.token_ids.push_back(next[s]);
+      batch.spans.push_back({1, options.input_len + step, tables[s], true});
+    }
+    const Tensor logits = runner.forward(batch);
+    for (int32_t s = 0; s < options.batch; ++s) next[s] = argmax(logits.as<float>() + s * spec.vocab_size, spec.vocab_size);
+  }
+  const int32_t decode_steps = options.output_len - 1;
+  const double tpot_seconds = decode_steps > 0 ? seconds_since(decode_start) / decode_steps : 0.0;
+
+  // KV bytes read per step, averaged over the decode steps: K and V of every cached position.
+  const int64_t kv_bytes_per_token = int64_t{2} * spec.num_layers * spec.attention.num_kv_heads * spec.attention.head_dim * 4;
+  const double mean_context = options.input_len + decode_steps / 2.0;
+  const double kv_bytes = kv_bytes_per_token * mean_context * options.batch;
+  const double achieved_gbps = tpot_seconds > 0 ? (weight_bytes + kv_bytes) / tpot_seconds / 1e9 : 0.0;
+  // Model FLOPs of the prefill: 2 per weight per token (attention's quadratic part left out).
+  const double prefill_gflops = 2.0 * matrix_params * options.input_len * options.batch / ttft_seconds / 1e9;
+
+  return {
+      {"model", description},
+      {"input_len", options.input_len},
+      {"output_len", options.output_len},
+      {"batch", options.batch},
+      {"weight_bytes", weight_bytes},
+      {"kv_bytes_per_step", kv_bytes},
+      {"ttft_ms", ttft_seconds * 1e3},
+      {"prefill_tokens_per_s", options.input_len * options.batch / ttft_seconds},
+      {"prefill_gflops", prefill_gflops},
+      {"tpot_ms", tpot_seconds * 1e3},
+      {"decode_tokens_per_s", tpot_seconds > 0 ? options.batch / tpot_seconds : 0.0},
+      {"achieved_gbps", achieved_gbps},
+      {"bandwidth_gbps", bandwidth_gbps},
+      {"fraction_of_bandwidth", achieved_gbps / bandwidth_gbps},
+  };
+}
+
+}  // namespace splitflow::bench

@@ -1,0 +1,32 @@
+// bench/latency.h — `splitflow bench latency`: time to first token and time per output token for
+// a batch of identical-length requests, against the roofline measured in the same run (weights
+// and KV bytes streamed per decode step over the device's measured memory bandwidth).
+#pragma once
+
+#include "backend/backend.h"
+#include "engine/model_loader.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+
+namespace splitflow::bench {
+
+struct LatencyOptions {
+  int32_t input_len = 512;
+  int32_t output_len = 128;
+  int32_t batch = 1;
+  int32_t max_batch_tokens = 2048;  // prefill chunk budget
+  int32_t block_size = 16;
+  uint64_t seed = 0;                // prompt token ids
+};
+
+// Bytes a decode step must read from memory for the weights: every matrix, norm and bias once
+// (the embedding table only for the gathered rows, so it is left out unless it is the LM head).
+int64_t weight_stream_bytes(const ModelWeights& weights);
+
+// Runs the benchmark; `bandwidth_gbps` is the measured roofline. Returns the result JSON (without
+// the device/date/commit header, which the caller adds).
+nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOptions& options, double bandwidth_gbps);
+
+}  // namespace splitflow::bench

@@ -1,0 +1,24 @@
+// bench/report.h — what every `splitflow bench` result carries: the device, the date, the commit
+// and the roofline measured in the same run, written as JSON under bench/results/.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace splitflow::bench {
+
+// "AMD EPYC (2 threads)" from /proc/cpuinfo and the OpenMP thread count.
+std::string cpu_description(int threads);
+// Best of several passes summing a buffer far larger than the caches, all threads: the rate at
+// which this machine can stream weights from memory, in GB/s (1e9 bytes).
+double measure_cpu_read_bandwidth_gbps(int threads);
+// The source commit: `git rev-parse --short HEAD` when run inside the checkout, else the commit
+// the binary was configured at.
+std::string source_commit();
+// UTC, ISO 8601.
+std::string utc_timestamp();
+// Writes `result` to `dir`/<name>-<timestamp>.json and returns the path.
+std::string write_result(const nlohmann::json& result, const std::string& dir, const std::string& name);
+
+}  // namespace splitflow::bench

@@ -1,0 +1,70 @@
+// `splitflow bench ...`: benchmarks that print a table and write JSON under bench/results/ with
+// the device, date, commit and the roofline measured in the same run.
+#include "bench/latency.h"
+#include "bench/report.h"
+#include "cli/commands.h"
+#include "cli/options.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <memory>
+
+namespace splitflow::cli {
+
+namespace {
+
+struct LatencyFlags {
+  ModelFlags model;
+  bench::LatencyOptions options;
+  std::string results_dir = "bench/results";
+};
+
+void run_bench_latency(const LatencyFlags& flags) {
+  const int threads = flags.model.threads > 0 ? flags.model.threads : omp_get_max_threads();
+  std::unique_ptr<Backend> backend = make_cpu_backend(threads);
+  fmt::print(stderr, "measuring memory bandwidth...\n");
+  const double bandwidth = bench::measure_cpu_read_bandwidth_gbps(threads);
+  LoadedModel model = load_model(flags.model.options());
+  fmt::print(stderr, "model: {}\n", model.description);
+  nlohmann::json result = bench::run_latency(std::move(model), *backend, flags.options, bandwidth);
+  result["benchmark"] = "latency";
+  result["backend"] = backend->name();
+  result["device"] = bench::cpu_description(threads);
+  result["date"] = bench::utc_timestamp();
+  result["commit"] = bench::source_commit();
+
+  fmt::print("| {:<28} | {:>14} |\n|{:-<30}|{:->16}|\n", "latency", "value", "", "");
+  auto row = [&](const char* name, const char* key, const char* format) {
+    fmt::print("| {:<28} | {:>14} |\n", name, fmt::format(fmt::runtime(format), result.at(key).get<double>()));
+  };
+  fmt::print("| {:<28} | {:>14} |\n", "device", result["device"].get<std::string>().substr(0, 14));
+  row("TTFT (ms)", "ttft_ms", "{:.1f}");
+  row("prefill tokens/s", "prefill_tokens_per_s", "{:.1f}");
+  row("prefill GFLOP/s", "prefill_gflops", "{:.1f}");
+  row("time per output token (ms)", "tpot_ms", "{:.2f}");
+  row("decode tokens/s", "decode_tokens_per_s", "{:.2f}");
+  row("weights+KV streamed (GB/s)", "achieved_gbps", "{:.2f}");
+  row("measured bandwidth (GB/s)", "bandwidth_gbps", "{:.2f}");
+  row("fraction of bandwidth", "fraction_of_bandwidth", "{:.3f}");
+  fmt::print("result: {}\n", bench::write_result(result, flags.results_dir, "latency"));
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "benchmarks (table on stdout, JSON under bench/results/)");
+  bench->require_subcommand(1);
+
+  auto flags = std::make_shared<LatencyFlags>();
+  auto* latency = bench->add_subcommand("latency", "TTFT and time per output token vs the measured memory bandwidth");
+  add_model_flags(*latency, flags->model);
+  latency->add_option("--input-len", flags->options.input_len, "prompt tokens per request")->capture_default_str();
+  latency->add_option("--output-len", flags->options.output_len, "generated tokens per request")->capture_default_str();
+  latency->add_option("--batch", flags->options.batch, "requests decoded together")->capture_default_str();
+  latency->add_option("--max-batch-tokens", flags->options.max_batch_tokens, "prefill chunk in tokens")->capture_default_str();
+  latency->add_option("--results-dir", flags->results_dir, "where the JSON result goes")->capture_default_str();
+  latency->callback([flags] { run_bench_latency(*flags); });
+}
+
+}  // namespace splitflow::cli
