@@ -88,8 +88,9 @@ TEST_P(HfFixture, PrefillAndDecodeMatchTransformers) {
       decode.spans = {{1, position, table, true}};
       const Tensor row = runner.forward(decode);
       expect_logits_close(row, 0, decode_logits, step, fmt::format("{} decode step {}", key, step));
-      if (step + 1 < decode_tokens.size())
+      if (step + 1 < decode_tokens.size()) {
         EXPECT_EQ(argmax(row.as<float>(), row.dim(1)), decode_tokens[step + 1]) << key << " greedy token " << step + 1;
+      }
     }
   }
 }

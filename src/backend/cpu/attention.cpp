@@ -1,6 +1,8 @@
-// Paged causal attention on the CPU: one work item per (new token, kv head); the item's group of
-// query heads streams over the sequence's KV blocks once, with an online softmax (running max and
-// sum per head, the accumulator rescaled when the max grows), so no score matrix is built.
+// Paged causal attention on the CPU. A work item is (sequence, tile of up to 8 consecutive new
+// tokens, kv head): its tokens' query heads of that group stream over the sequence's KV blocks
+// once, each block's keys transposed so scores vectorise over keys, with an online softmax
+// (running max and sum per query row, the accumulator rescaled when the max grows); no score
+// matrix is built.
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd.h"
 #include "core/error.h"
@@ -13,9 +15,13 @@
 namespace splitflow::cpu {
 namespace {
 
-// Per-thread scratch (grows, never shrinks): scores of one block, and the group's running state.
+// New tokens of one sequence that share each pass over its KV blocks.
+constexpr int64_t kQueryTile = 8;
+
+// Per-thread scratch (grows, never shrinks): one block's keys transposed, its scores, and each
+// query row's running max, sum and output accumulator.
 struct AttentionScratch {
-  std::vector<float> scores, max, sum, acc;
+  std::vector<float> keys_t, scores, max, sum, acc;
 };
 
 // e^(x[j] - shift) for j < n, in place; returns their sum.
@@ -86,62 +92,91 @@ void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache,
     }
   }
 
+  // Work items: (sequence, query tile of up to kQueryTile consecutive new tokens, kv head).
+  // tile_start[s] counts the tiles of the sequences before s.
+  // (The calling thread's vector: worker threads read it through a plain pointer.)
+  thread_local std::vector<int64_t> tile_counts;
+  tile_counts.assign(seqs + 1, 0);
+  for (int64_t s = 0; s < seqs; ++s)
+    tile_counts[s + 1] = tile_counts[s] + (query_start[s + 1] - query_start[s] + kQueryTile - 1) / kQueryTile;
+  const int64_t* tile_start = tile_counts.data();
+  const int64_t items = tile_start[seqs] * kv_heads;
+  const int64_t work = int64_t{batch.max_context_len} * tokens * q_dim;  // bound on multiply-adds
+
   const int group = heads / kv_heads;
-  const int block_size = params.block_size;
+  const int64_t block_size = params.block_size;
+  const int64_t padded = (block_size + 7) / 8 * 8;  // key columns of a block, rounded to whole vectors
   const float scale = params.scale;
   const float* k_base = k_cache.as<float>();
   const float* v_base = v_cache.as<float>();
-  const int64_t items = tokens * kv_heads;
-  const int64_t work = int64_t{batch.max_context_len} * tokens * q_dim;  // bound on multiply-adds
 #pragma omp parallel num_threads(num_threads_) if (items > 1 && work >= kMinParallelWork)
   {
     thread_local AttentionScratch scratch;
-    scratch.scores.resize(block_size);
-    scratch.max.resize(group);
-    scratch.sum.resize(group);
-    scratch.acc.resize(static_cast<size_t>(group) * head_dim);
+    scratch.keys_t.resize(head_dim * padded);
+    scratch.scores.resize(padded);
+    scratch.max.resize(kQueryTile * group);
+    scratch.sum.resize(kQueryTile * group);
+    scratch.acc.resize(kQueryTile * group * int64_t{head_dim});
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
-      const int64_t t = item / kv_heads;
+      const int64_t tile = item / kv_heads;
       const int kv_head = static_cast<int>(item % kv_heads);
-      // The sequence owning token t: the last s with query_start[s] <= t (empty spans skipped).
-      const int64_t s = std::upper_bound(query_start, query_start + seqs + 1, static_cast<int32_t>(t)) - query_start - 1;
-      const int64_t position = context_lens[s] - (query_start[s + 1] - query_start[s]) + (t - query_start[s]);
-      const int64_t first = params.sliding_window > 0 ? std::max<int64_t>(0, position - params.sliding_window + 1) : 0;
+      const int64_t s = std::upper_bound(tile_start, tile_start + seqs + 1, tile) - tile_start - 1;
+      const int64_t t0 = query_start[s] + (tile - tile_start[s]) * kQueryTile;
+      const int64_t t1 = std::min<int64_t>(query_start[s + 1], t0 + kQueryTile);
+      const int64_t pos0 = context_lens[s] - (query_start[s + 1] - query_start[s]) + (t0 - query_start[s]);
+      const int64_t last_pos = pos0 + (t1 - t0) - 1;
+      const int64_t first_key = params.sliding_window > 0 ? std::max<int64_t>(0, pos0 - params.sliding_window + 1) : 0;
       const int32_t* table = block_tables + s * table_width;
-      std::fill(scratch.max.begin(), scratch.max.end(), -std::numeric_limits<float>::infinity());
-      std::fill(scratch.sum.begin(), scratch.sum.end(), 0.0f);
-      std::fill(scratch.acc.begin(), scratch.acc.end(), 0.0f);
-      for (int64_t b = first / block_size; b <= position / block_size; ++b) {
-        const int64_t begin = std::max(first, b * block_size), end = std::min(position + 1, (b + 1) * block_size);
-        const int64_t offset = begin - b * block_size, count = end - begin;
-        const int64_t slot0 = int64_t{table[b]} * block_size + offset;
+      const int64_t rows = (t1 - t0) * group;
+      std::fill_n(scratch.max.begin(), rows, -std::numeric_limits<float>::infinity());
+      std::fill_n(scratch.sum.begin(), rows, 0.0f);
+      std::fill_n(scratch.acc.begin(), rows * head_dim, 0.0f);
+      for (int64_t b = first_key / block_size; b <= last_pos / block_size; ++b) {
+        const int64_t key0 = b * block_size, count = std::min(block_size, last_pos + 1 - key0);
+        const int64_t slot0 = int64_t{table[b]} * block_size;
         const float* keys = k_base + slot0 * kv_dim + int64_t{kv_head} * head_dim;
         const float* values = v_base + slot0 * kv_dim + int64_t{kv_head} * head_dim;
-        for (int r = 0; r < group; ++r) {
-          const float* q = qkv.as<float>() + t * width + int64_t{kv_head * group + r} * head_dim;
-          float* scores = scratch.scores.data();
-          float block_max = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < count; ++j) {
-            scores[j] = dot(q, keys + j * kv_dim, head_dim) * scale;
-            block_max = std::max(block_max, scores[j]);
+        // keys_t [head_dim, padded]: the block's keys transposed, so scores vectorise over keys.
+        float* keys_t = scratch.keys_t.data();
+        for (int64_t j = 0; j < padded; ++j)
+          for (int d = 0; d < head_dim; ++d) keys_t[d * padded + j] = j < count ? keys[j * kv_dim + d] : 0.0f;
+        for (int64_t i = 0; i < t1 - t0; ++i) {
+          const int64_t position = pos0 + i;
+          const int64_t lo = params.sliding_window > 0 ? std::max(key0, position - params.sliding_window + 1) : key0;
+          const int64_t hi = std::min(key0 + count, position + 1);
+          if (lo >= hi) continue;
+          const int64_t j_lo = lo - key0, j_count = hi - lo;
+          for (int r = 0; r < group; ++r) {
+            const int64_t row = i * group + r;
+            const float* q = qkv.as<float>() + (t0 + i) * width + int64_t{kv_head * group + r} * head_dim;
+            float* scores = scratch.scores.data();
+            std::fill_n(scores, padded, 0.0f);
+            for (int d = 0; d < head_dim; ++d) {
+              const float qd = q[d] * scale;
+              const float* kt = keys_t + d * padded;
+              for (int64_t j = 0; j < padded; ++j) scores[j] += qd * kt[j];
+            }
+            float* live = scores + j_lo;  // the keys this query sees: [lo, hi)
+            const float block_max = *std::max_element(live, live + j_count);
+            float* acc = scratch.acc.data() + row * head_dim;
+            const float new_max = std::max(scratch.max[row], block_max);
+            if (new_max > scratch.max[row] && scratch.sum[row] > 0.0f) {
+              const float correction = std::exp(scratch.max[row] - new_max);
+              scratch.sum[row] *= correction;
+              cpu::scale(correction, acc, head_dim);
+            }
+            scratch.max[row] = new_max;
+            scratch.sum[row] += exp_shifted(live, j_count, new_max);
+            for (int64_t j = 0; j < j_count; ++j) axpy(live[j], values + (j_lo + j) * kv_dim, acc, head_dim);
           }
-          float* acc = scratch.acc.data() + int64_t{r} * head_dim;
-          const float new_max = std::max(scratch.max[r], block_max);
-          if (new_max > scratch.max[r] && scratch.sum[r] > 0.0f) {
-            const float correction = std::exp(scratch.max[r] - new_max);
-            scratch.sum[r] *= correction;
-            cpu::scale(correction, acc, head_dim);
-          }
-          scratch.max[r] = new_max;
-          scratch.sum[r] += exp_shifted(scores, count, new_max);
-          for (int64_t j = 0; j < count; ++j) axpy(scores[j], values + j * kv_dim, acc, head_dim);
         }
       }
-      for (int r = 0; r < group; ++r) {
-        float* o = out.as<float>() + t * q_dim + int64_t{kv_head * group + r} * head_dim;
-        const float inv = 1.0f / scratch.sum[r];
-        const float* acc = scratch.acc.data() + int64_t{r} * head_dim;
+      for (int64_t row = 0; row < rows; ++row) {
+        const int64_t t = t0 + row / group;
+        float* o = out.as<float>() + t * q_dim + int64_t{kv_head * group + row % group} * head_dim;
+        const float inv = 1.0f / scratch.sum[row];
+        const float* acc = scratch.acc.data() + row * head_dim;
         for (int d = 0; d < head_dim; ++d) o[d] = acc[d] * inv;
       }
     }
