@@ -45,6 +45,29 @@ float exp_shifted(float* x, int64_t n, float shift) {
   return total;
 }
 
+// scores[j] = scale * sum_d q[d] * keys_t[d * padded + j] for j < padded (a multiple of 8): eight
+// keys per vector, the sum over d kept in registers.
+void block_scores(const float* q, float scale, const float* keys_t, int64_t padded, int head_dim, float* scores) {
+#ifdef SPLITFLOW_CPU_AVX2
+  for (int64_t j = 0; j < padded; j += 8) {
+    __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
+    int d = 0;
+    for (; d + 2 <= head_dim; d += 2) {
+      even = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(keys_t + d * padded + j), even);
+      odd = _mm256_fmadd_ps(_mm256_set1_ps(q[d + 1]), _mm256_loadu_ps(keys_t + (d + 1) * padded + j), odd);
+    }
+    if (d < head_dim) even = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(keys_t + d * padded + j), even);
+    _mm256_storeu_ps(scores + j, _mm256_mul_ps(_mm256_add_ps(even, odd), _mm256_set1_ps(scale)));
+  }
+#else
+  for (int64_t j = 0; j < padded; ++j) {
+    float sum = 0.0f;
+    for (int d = 0; d < head_dim; ++d) sum += q[d] * keys_t[d * padded + j];
+    scores[j] = sum * scale;
+  }
+#endif
+}
+
 }  // namespace
 
 void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
@@ -151,12 +174,7 @@ void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache,
             const int64_t row = i * group + r;
             const float* q = qkv.as<float>() + (t0 + i) * width + int64_t{kv_head * group + r} * head_dim;
             float* scores = scratch.scores.data();
-            std::fill_n(scores, padded, 0.0f);
-            for (int d = 0; d < head_dim; ++d) {
-              const float qd = q[d] * scale;
-              const float* kt = keys_t + d * padded;
-              for (int64_t j = 0; j < padded; ++j) scores[j] += qd * kt[j];
-            }
+            block_scores(q, scale, keys_t, padded, head_dim, scores);
             float* live = scores + j_lo;  // the keys this query sees: [lo, hi)
             const float block_max = *std::max_element(live, live + j_count);
             float* acc = scratch.acc.data() + row * head_dim;
@@ -168,7 +186,7 @@ void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache,
             }
             scratch.max[row] = new_max;
             scratch.sum[row] += exp_shifted(live, j_count, new_max);
-            for (int64_t j = 0; j < j_count; ++j) axpy(live[j], values + (j_lo + j) * kv_dim, acc, head_dim);
+            add_weighted_rows(live, j_count, values + j_lo * kv_dim, kv_dim, acc, head_dim);
           }
         }
       }

@@ -100,6 +100,30 @@ inline void axpy(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
+// acc[d] += sum_j weights[j] * rows[j * stride + d], for d < n: a softmax-weighted sum of value
+// rows. Keys are the inner loop so acc stays in registers; two chains hide the FMA latency.
+inline void add_weighted_rows(const float* weights, int64_t count, const float* rows, int64_t stride, float* acc,
+                              int64_t n) {
+  int64_t d = 0;
+#ifdef SPLITFLOW_CPU_AVX2
+  for (; d + 8 <= n; d += 8) {
+    __m256 even = _mm256_loadu_ps(acc + d), odd = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 2 <= count; j += 2) {
+      even = _mm256_fmadd_ps(_mm256_set1_ps(weights[j]), _mm256_loadu_ps(rows + j * stride + d), even);
+      odd = _mm256_fmadd_ps(_mm256_set1_ps(weights[j + 1]), _mm256_loadu_ps(rows + (j + 1) * stride + d), odd);
+    }
+    if (j < count) even = _mm256_fmadd_ps(_mm256_set1_ps(weights[j]), _mm256_loadu_ps(rows + j * stride + d), even);
+    _mm256_storeu_ps(acc + d, _mm256_add_ps(even, odd));
+  }
+#endif
+  for (; d < n; ++d) {
+    float sum = acc[d];
+    for (int64_t j = 0; j < count; ++j) sum += weights[j] * rows[j * stride + d];
+    acc[d] = sum;
+  }
+}
+
 // y[i] *= alpha.
 inline void scale(float alpha, float* y, int64_t n) {
   int64_t i = 0;
