@@ -82,17 +82,45 @@ constexpr int kNR = 16;    // w rows (output columns) per micro-tile: two 8-lane
 constexpr int64_t kKC = 256;   // k depth per packed panel (panel of kNR columns: 16 KiB, L1)
 constexpr int64_t kNC = 128;   // output columns per work item (packed block: 128 KiB, L2)
 
-// packed[p * kNR + c] = w[j0 + c][p0 + p] for p < kc, c < kNR (zero past n).
+#ifdef SPLITFLOW_CPU_AVX2
+// In place: rows[i] becomes column i of the 8x8 matrix whose rows were rows[0..8).
+inline void transpose8(__m256 rows[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(rows[0], rows[1]), t1 = _mm256_unpackhi_ps(rows[0], rows[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(rows[2], rows[3]), t3 = _mm256_unpackhi_ps(rows[2], rows[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(rows[4], rows[5]), t5 = _mm256_unpackhi_ps(rows[4], rows[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(rows[6], rows[7]), t7 = _mm256_unpackhi_ps(rows[6], rows[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  rows[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  rows[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  rows[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  rows[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  rows[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  rows[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  rows[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  rows[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+#endif
+
+// packed[p * kNR + c] = w[j0 + c][p0 + p] for p < kc, c < kNR (zero past n): 8x8 blocks
+// converted and transposed in registers.
 template <typename W>
-void pack_panel(const W* w, int64_t k, int64_t n, int64_t j0, int64_t p0, int64_t kc, float* packed, float* row) {
-  for (int c = 0; c < kNR; ++c) {
-    if (j0 + c >= n) {
-      for (int64_t p = 0; p < kc; ++p) packed[p * kNR + c] = 0.0f;
-      continue;
+void pack_panel(const W* w, int64_t k, int64_t n, int64_t j0, int64_t p0, int64_t kc, float* packed) {
+  int64_t p = 0;
+#ifdef SPLITFLOW_CPU_AVX2
+  for (; p + 8 <= kc; p += 8)
+    for (int c0 = 0; c0 < kNR; c0 += 8) {
+      __m256 block[8];
+      for (int r = 0; r < 8; ++r)
+        block[r] = j0 + c0 + r < n ? load8(w + (j0 + c0 + r) * k + p0 + p) : _mm256_setzero_ps();
+      transpose8(block);
+      for (int i = 0; i < 8; ++i) _mm256_store_ps(packed + (p + i) * kNR + c0, block[i]);
     }
-    to_f32_row(w + (j0 + c) * k + p0, row, kc);
-    for (int64_t p = 0; p < kc; ++p) packed[p * kNR + c] = row[p];
-  }
+#endif
+  for (; p < kc; ++p)
+    for (int c = 0; c < kNR; ++c) packed[p * kNR + c] = j0 + c < n ? to_f32(w[(j0 + c) * k + p0 + p]) : 0.0f;
 }
 
 // out[i][c] = sum_p a[i][p] * packed[p * kNR + c] for 6 rows a[i] and kNR columns. Named
@@ -158,9 +186,8 @@ void gemm(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y,
   const int64_t blocks = (n + kNC - 1) / kNC;
 #pragma omp parallel num_threads(num_threads) if (m * n * k >= 8 * kMinParallelWork)
   {
-    // Per-thread packing buffers: one block of kNC columns x kKC depth, and one converted w row.
+    // Per-thread packing buffer: one block of kNC columns x kKC depth.
     std::unique_ptr<float, AlignedFree> packed(static_cast<float*>(std::aligned_alloc(64, kKC * kNC * sizeof(float))));
-    std::unique_ptr<float, AlignedFree> row(static_cast<float*>(std::aligned_alloc(64, kKC * sizeof(float))));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t block = 0; block < blocks; ++block) {
       const int64_t j_begin = block * kNC, j_end = std::min(n, j_begin + kNC);
@@ -168,7 +195,7 @@ void gemm(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y,
       for (int64_t p0 = 0; p0 < k; p0 += kKC) {
         const int64_t kc = std::min(kKC, k - p0);
         for (int64_t panel = 0; panel < panels; ++panel)
-          pack_panel(w, k, n, j_begin + panel * kNR, p0, kc, packed.get() + panel * kKC * kNR, row.get());
+          pack_panel(w, k, n, j_begin + panel * kNR, p0, kc, packed.get() + panel * kKC * kNR);
         for (int64_t i = 0; i < m; i += kMR) {
           const int64_t rows = std::min<int64_t>(kMR, m - i);
           for (int64_t panel = 0; panel < panels; ++panel) {
