@@ -75,6 +75,9 @@ TEST_F(CpuKernels, GemvAndGemmPathsMatchReference) {
         check_matmul(*backend, rng, m, k, n, dtype, true, cpu::matmul_gemv);
         check_matmul(*backend, rng, m, k, n, dtype, false, cpu::matmul_gemm);
       }
+  // Zero depth: y is the bias (or zero) on both paths.
+  check_matmul(*backend, rng, 12, 0, 7, DType::F16, true, cpu::matmul_gemv);
+  check_matmul(*backend, rng, 12, 0, 7, DType::F16, true, cpu::matmul_gemm);
 }
 
 TEST_F(CpuKernels, MatmulRejectsMismatchedShapes) {

@@ -186,8 +186,9 @@ void gemm(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y,
   const int64_t blocks = (n + kNC - 1) / kNC;
 #pragma omp parallel num_threads(num_threads) if (m * n * k >= 8 * kMinParallelWork)
   {
-    // Per-thread packing buffer: one block of kNC columns x kKC depth.
-    std::unique_ptr<float, AlignedFree> packed(static_cast<float*>(std::aligned_alloc(64, kKC * kNC * sizeof(float))));
+    // Per-thread packing buffer, one block of kNC columns x kKC depth, allocated once per thread.
+    thread_local std::unique_ptr<float, AlignedFree> packed(
+        static_cast<float*>(std::aligned_alloc(64, kKC * kNC * sizeof(float))));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t block = 0; block < blocks; ++block) {
       const int64_t j_begin = block * kNC, j_end = std::min(n, j_begin + kNC);
@@ -249,6 +250,7 @@ void matmul_gemv(const float* x, int64_t m, int64_t k, const void* w, DType w_dt
 
 void matmul_gemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, const float* bias,
                  float* y, int num_threads) {
+  if (k == 0) std::fill(y, y + m * n, 0.0f);  // no depth panel would write y
   dispatch<GemmKernel>(w_dtype, x, m, k, w, n, y, num_threads);
   add_bias(bias, m, n, y);
 }
