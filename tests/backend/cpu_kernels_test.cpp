@@ -126,6 +126,15 @@ TEST_F(CpuKernels, EmbedRejectsTokenOutsideVocabulary) {
   EXPECT_THROW(backend->embed(table.view(), ids.view(), 1.0f, {}, {}, out.view()), Error);
 }
 
+TEST_F(CpuKernels, EmbedRejectsPositionOutsideTable) {
+  DeviceBuffer table = backend->allocate(DType::F16, {10, 4});
+  DeviceBuffer pos = backend->allocate(DType::F16, {6, 4});
+  DeviceBuffer ids = to_device(*backend, std::vector<int32_t>{3, 4}, {2});
+  DeviceBuffer positions = to_device(*backend, std::vector<int32_t>{5, 6}, {2});
+  DeviceBuffer out = backend->allocate(DType::F32, {2, 4});
+  EXPECT_THROW(backend->embed(table.view(), ids.view(), 1.0f, pos.view(), positions.view(), out.view()), Error);
+}
+
 // ---- norms -----------------------------------------------------------------------------------
 
 TEST_F(CpuKernels, AddNormMatchesReference) {
@@ -197,6 +206,26 @@ TEST_F(CpuKernels, RopeRotatesQAndKHeadsByTableRows) {
             expect_close(got[base + d], want, 2.0, 1e-7, fmt::format("rope t={} head={} d={}", t, head, d));
           }
     }
+}
+
+TEST_F(CpuKernels, RopeRejectsRowOutsideTableAndOddRotaryDim) {
+  DeviceBuffer qkv = backend->allocate(DType::F32, {1, 3 * 8});
+  DeviceBuffer table = backend->allocate(DType::F32, {4, 2, 4});
+  DeviceBuffer rows = to_device(*backend, std::vector<int32_t>{4}, {1});
+  EXPECT_THROW(backend->rope(qkv.view(), table.view(), rows.view(), {1, 1, 8, 8, RopeStyle::Half}), Error);
+  DeviceBuffer ok_rows = to_device(*backend, std::vector<int32_t>{3}, {1});
+  EXPECT_THROW(backend->rope(qkv.view(), table.view(), ok_rows.view(), {1, 1, 8, 7, RopeStyle::Half}), Error);
+  EXPECT_NO_THROW(backend->rope(qkv.view(), table.view(), ok_rows.view(), {1, 1, 8, 8, RopeStyle::Half}));
+}
+
+TEST_F(CpuKernels, AddNormRejectsMismatchedShapes) {
+  DeviceBuffer x = backend->allocate(DType::F32, {3, 8});
+  DeviceBuffer w = backend->allocate(DType::F32, {7});
+  DeviceBuffer out = backend->allocate(DType::F32, {3, 8});
+  EXPECT_THROW(backend->add_norm(x.view(), {}, w.view(), {}, {}, out.view()), Error);
+  DeviceBuffer w_ok = backend->allocate(DType::F32, {8});
+  DeviceBuffer delta = backend->allocate(DType::F32, {2, 8});
+  EXPECT_THROW(backend->add_norm(x.view(), delta.view(), w_ok.view(), {}, {}, out.view()), Error);
 }
 
 // ---- activations -----------------------------------------------------------------------------
