@@ -2,6 +2,7 @@
 // every matrix dtype. Kernels are reached through the Backend interface (as the runtime does).
 #include "backend/backend.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/stream_read.h"
 #include "backend/backend_test_util.h"
 #include "core/error.h"
 
@@ -302,6 +303,25 @@ TEST_F(CpuKernels, WriteKvStoresKAndVHeadsAtSlots) {
   const std::vector<int32_t> bad = {20, 0, 0};
   DeviceBuffer d_bad = to_device(*backend, bad, {tokens});
   EXPECT_THROW(backend->write_kv(d_qkv.view(), d_bad.view(), params, k.view(), v.view()), Error);
+}
+
+}  // namespace
+
+namespace {
+
+// The roofline read touches every byte: its checksum is the xor of all 64-bit words (and of the
+// trailing bytes), whatever the thread count.
+TEST(StreamRead, ChecksumCoversEveryByte) {
+  std::mt19937_64 rng(5);
+  std::vector<uint64_t> words(100003);
+  for (uint64_t& w : words) w = rng();
+  const size_t bytes = words.size() * 8 - 3;  // a ragged tail
+  uint64_t want = 0;
+  const size_t lines_bytes = bytes / 64 * 64;
+  for (size_t i = 0; i < lines_bytes / 8; ++i) want ^= words[i];
+  const auto* raw = reinterpret_cast<const uint8_t*>(words.data());
+  for (size_t i = lines_bytes; i < bytes; ++i) want ^= raw[i];
+  for (int threads : {1, 2, 3}) EXPECT_EQ(cpu::stream_read(words.data(), bytes, threads), want) << threads;
 }
 
 }  // namespace

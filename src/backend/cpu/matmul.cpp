@@ -8,12 +8,17 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <type_traits>
+#include <vector>
 
 namespace splitflow::cpu {
 namespace {
 
 // ---- GEMV: y[i, j] = dot(x[i], w[j]) for a tile of MX rows of x and NW rows of w ----------------
 // Each w element is converted once and used MX times; MX * NW accumulators stay in registers.
+// BF16 weights are widened 16 at a time by interleaving with zeros (unpacklo/hi_epi16), which
+// yields elements {0-3, 8-11} and {4-7, 12-15} of each 16-chunk: x is permuted to match once per
+// call (permute_for_bf16), saving the uops that limit how far ahead the core streams weights.
 template <typename W, int MX, int NW>
 void dot_tile(const float* x, int64_t k, const W* w, float* y, int64_t n) {
   int64_t p = 0;
@@ -22,12 +27,28 @@ void dot_tile(const float* x, int64_t k, const W* w, float* y, int64_t n) {
   __m256 acc[MX][NW];
   for (int i = 0; i < MX; ++i)
     for (int j = 0; j < NW; ++j) acc[i][j] = _mm256_setzero_ps();
-  for (; p + 8 <= k; p += 8) {
-    __m256 wv[NW];
-    for (int j = 0; j < NW; ++j) wv[j] = load8(w + j * k + p);
-    for (int i = 0; i < MX; ++i) {
-      const __m256 xv = _mm256_loadu_ps(x + i * k + p);
-      for (int j = 0; j < NW; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+  if constexpr (std::is_same_v<W, BF16Bits>) {
+    const __m256i zero = _mm256_setzero_si256();
+    for (; p + 16 <= k; p += 16) {
+      __m256 lo[NW], hi[NW];
+      for (int j = 0; j < NW; ++j) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * k + p));
+        lo[j] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
+        hi[j] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
+      }
+      for (int i = 0; i < MX; ++i) {
+        const __m256 x_lo = _mm256_loadu_ps(x + i * k + p), x_hi = _mm256_loadu_ps(x + i * k + p + 8);
+        for (int j = 0; j < NW; ++j) acc[i][j] = _mm256_fmadd_ps(x_hi, hi[j], _mm256_fmadd_ps(x_lo, lo[j], acc[i][j]));
+      }
+    }
+  } else {
+    for (; p + 8 <= k; p += 8) {
+      __m256 wv[NW];
+      for (int j = 0; j < NW; ++j) wv[j] = load8(w + j * k + p);
+      for (int i = 0; i < MX; ++i) {
+        const __m256 xv = _mm256_loadu_ps(x + i * k + p);
+        for (int j = 0; j < NW; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+      }
     }
   }
   for (int i = 0; i < MX; ++i)
@@ -50,8 +71,31 @@ void dot_rows(const float* x, int64_t k, const W* w, float* y, int64_t n, int64_
   for (; j < j_end; ++j) dot_tile<W, MX, 1>(x, k, w + j * k, y + j, n);
 }
 
+// x [m, k] with each whole 16-chunk reordered {0-3, 8-11, 4-7, 12-15}, the order dot_tile widens
+// BF16 weights in; the tail past the last whole chunk stays in place.
+const float* permute_for_bf16(const float* x, int64_t m, int64_t k) {
+  thread_local std::vector<float> permuted;
+  permuted.resize(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i) {
+    const float* src = x + i * k;
+    float* dst = permuted.data() + i * k;
+    int64_t c = 0;
+    for (; c + 16 <= k; c += 16) {
+      std::copy_n(src + c, 4, dst + c);
+      std::copy_n(src + c + 8, 4, dst + c + 4);
+      std::copy_n(src + c + 4, 4, dst + c + 8);
+      std::copy_n(src + c + 12, 4, dst + c + 12);
+    }
+    std::copy(src + c, src + k, dst + c);
+  }
+  return permuted.data();
+}
+
 template <typename W>
 void gemv(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int num_threads) {
+#ifdef SPLITFLOW_CPU_AVX2
+  if constexpr (std::is_same_v<W, BF16Bits>) x = permute_for_bf16(x, m, k);
+#endif
   // Each thread owns a contiguous range of w rows (one pass over its share of the weights per
   // group of up to 4 x rows); ranges are multiples of 8 rows so tiles stay whole.
 #pragma omp parallel num_threads(num_threads) if (m * n * k >= 8 * kMinParallelWork)
