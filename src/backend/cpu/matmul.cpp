@@ -228,25 +228,32 @@ struct AlignedFree {
 template <typename W>
 void gemm(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int num_threads) {
   const int64_t blocks = (n + kNC - 1) / kNC;
+  // Few column blocks (narrow layers of small models) leave threads idle: split the rows too, at
+  // the price of packing a block once per row chunk.
+  const int64_t wanted_items = 4 * int64_t{num_threads};
+  const int64_t row_chunks = blocks >= wanted_items ? 1 : std::min((wanted_items + blocks - 1) / blocks, (m + kMR - 1) / kMR);
+  const int64_t chunk_rows = ((m + row_chunks - 1) / row_chunks + kMR - 1) / kMR * kMR;
+  const int64_t items = blocks * ((m + chunk_rows - 1) / chunk_rows);
 #pragma omp parallel num_threads(num_threads) if (m * n * k >= 8 * kMinParallelWork)
   {
     // Per-thread packing buffer, one block of kNC columns x kKC depth, allocated once per thread.
     thread_local std::unique_ptr<float, AlignedFree> packed(
         static_cast<float*>(std::aligned_alloc(64, kKC * kNC * sizeof(float))));
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t block = 0; block < blocks; ++block) {
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t block = item % blocks, i_begin = item / blocks * chunk_rows, i_end = std::min(m, i_begin + chunk_rows);
       const int64_t j_begin = block * kNC, j_end = std::min(n, j_begin + kNC);
       const int64_t panels = (j_end - j_begin + kNR - 1) / kNR;
       for (int64_t p0 = 0; p0 < k; p0 += kKC) {
         const int64_t kc = std::min(kKC, k - p0);
         for (int64_t panel = 0; panel < panels; ++panel)
           pack_panel(w, k, n, j_begin + panel * kNR, p0, kc, packed.get() + panel * kKC * kNR);
-        for (int64_t i = 0; i < m; i += kMR) {
-          const int64_t rows = std::min<int64_t>(kMR, m - i);
+        for (int64_t i = i_begin; i < i_end; i += kMR) {
+          const int64_t rows = std::min<int64_t>(kMR, i_end - i);
           for (int64_t panel = 0; panel < panels; ++panel) {
             const int64_t j = j_begin + panel * kNR;
             micro_tile(rows, x + i * k + p0, k, packed.get() + panel * kKC * kNR, kc, y + i * n + j, n,
-                              std::min<int64_t>(kNR, j_end - j), p0 > 0);
+                       std::min<int64_t>(kNR, j_end - j), p0 > 0);
           }
         }
       }
