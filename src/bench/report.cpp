@@ -1,5 +1,6 @@
 #include "bench/report.h"
 
+#include "backend/cpu/stream_read.h"
 #include "core/error.h"
 
 #include <omp.h>
@@ -33,31 +34,19 @@ std::string cpu_description(int threads) {
 }
 
 double measure_cpu_read_bandwidth_gbps(int threads) {
-  const size_t count = size_t{1} << 28;  // 1 GiB of floats, far beyond any cache
-  std::unique_ptr<float[]> buffer(new float[count]);
+  const size_t bytes = size_t{1} << 30;  // far beyond any cache
+  std::unique_ptr<uint8_t[]> buffer(new uint8_t[bytes]);
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (size_t i = 0; i < count; ++i) buffer[i] = static_cast<float>(i & 1023);
-  // 64 independent partial sums per thread: the compiler keeps them in vector registers, so the
-  // loop is bound by memory, not by the latency of one accumulator chain.
-  constexpr size_t kLanes = 64;
+  for (size_t i = 0; i < bytes; ++i) buffer[i] = static_cast<uint8_t>(i);
   double best_seconds = 1e30;
+  uint64_t checksum = 0;
   for (int pass = 0; pass < 5; ++pass) {
     const auto start = std::chrono::steady_clock::now();
-    float total = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-    {
-      float lanes[kLanes] = {};
-#pragma omp for schedule(static)
-      for (size_t i = 0; i < count; i += kLanes) {
-        for (size_t j = 0; j < kLanes; ++j) lanes[j] += buffer[i + j];
-      }
-      for (float lane : lanes) total += lane;
-    }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (total < 0) std::fputs("", stderr);  // keeps the sum observable
-    best_seconds = std::min(best_seconds, seconds);
+    checksum ^= cpu::stream_read(buffer.get(), bytes, threads);
+    best_seconds = std::min(best_seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  return static_cast<double>(count * sizeof(float)) / best_seconds / 1e9;
+  if (checksum == 1) std::fputs("", stderr);  // keeps the reads observable
+  return static_cast<double>(bytes) / best_seconds / 1e9;
 }
 
 std::string source_commit() {
