@@ -15,16 +15,9 @@ namespace splitflow {
 namespace {
 
 using test::ids_by_probability;
+using test::random_logits;
 using test::restrict_to;
 using test::softmax;
-
-std::vector<float> random_logits(size_t n, uint64_t seed, double stddev) {
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> normal(0.0, stddev);
-  std::vector<float> logits(n);
-  for (float& l : logits) l = static_cast<float>(normal(gen));
-  return logits;
-}
 
 std::set<int32_t> kept_ids(const Candidates& c) {
   std::set<int32_t> ids;

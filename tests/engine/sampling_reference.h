@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <numeric>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -25,6 +26,15 @@ inline std::vector<double> softmax(const std::vector<float>& logits) {
 }
 
 // Token ids by probability descending, ties by lower id.
+// Normal(0, stddev) logits, seeded.
+inline std::vector<float> random_logits(size_t n, uint64_t seed, double stddev) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> normal(0.0, stddev);
+  std::vector<float> logits(n);
+  for (float& l : logits) l = static_cast<float>(normal(gen));
+  return logits;
+}
+
 inline std::vector<int32_t> ids_by_probability(const std::vector<double>& p) {
   std::vector<int32_t> ids(p.size());
   std::iota(ids.begin(), ids.end(), 0);

@@ -29,7 +29,7 @@ using Reference = std::map<std::string, std::vector<float>>;
 
 std::string layer_name(int layer, const char* suffix) { return "layers." + std::to_string(layer) + "." + suffix; }
 
-// Name -> values, read straight from a legacy (v0) file per /work/shared/models/README.md "Format notes".
+// Name -> values, read straight from a legacy (v0) file per ../shared/models/README.md "Format notes".
 Reference legacy_reference(const std::string& bytes, const Config& c, bool shared) {
   Reference ref;
   size_t pos = 28;
