@@ -47,12 +47,6 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   GenerationResult result;
   result.prompt_tokens = prompt_len;
   size_t streamed_bytes = 0;
-  auto stream = [&] {
-    if (on_text && stop.safe_bytes() > streamed_bytes) {
-      on_text(std::string_view(stop.text()).substr(streamed_bytes, stop.safe_bytes() - streamed_bytes));
-      streamed_bytes = stop.safe_bytes();
-    }
-  };
 
   // Prefill in chunks of the runner's token budget; only the last chunk asks for logits.
   const auto prefill_start = std::chrono::steady_clock::now();
@@ -84,7 +78,10 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
       result.finish_reason = FinishReason::Length;  // no room to feed the token back
       break;
     }
-    stream();
+    if (on_text && stop.safe_bytes() > streamed_bytes) {
+      on_text(std::string_view(stop.text()).substr(streamed_bytes, stop.safe_bytes() - streamed_bytes));
+      streamed_bytes = stop.safe_bytes();
+    }
 
     ForwardBatch batch;
     batch.token_ids = {token};
