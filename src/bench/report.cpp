@@ -52,7 +52,7 @@ double measure_cpu_read_bandwidth_gbps(int threads) {
 std::string source_commit() {
   std::array<char, 64> buffer{};
   std::string commit;
-  if (FILE* pipe = ::popen("git rev-parse --short HEAD 2>/dev/null", "r")) {
+  if (FILE* pipe = ::popen("git describe --always --dirty --abbrev=7 2>/dev/null", "r")) {
     while (std::fgets(buffer.data(), buffer.size(), pipe)) commit += buffer.data();
     ::pclose(pipe);
   }
