@@ -8,8 +8,10 @@
 //    the CPU backend). DeviceBuffer owns memory; its view() is what kernels take.
 //  - Kernels run in issue order on one stream; on an asynchronous device they return before the
 //    work finishes. copy_to_host() waits for all issued work; synchronize() waits explicitly.
-//  - Activations, norms, biases, RoPE tables and the KV cache are F32; matrices (weights, the
-//    embedding table) may be F32, F16 or BF16 and are read in that dtype (no copy in fp32).
+//  - Activations and the KV cache are in the backend's activation_dtype() (F32 on the CPU, BF16
+//    on CUDA); norms, biases and RoPE tables are F32; logits (the lm-head GEMM's output) are F32.
+//    Matrices (weights, the embedding table) may be F32, F16 or BF16 and are read in that dtype
+//    (no copy in fp32); a backend's upload() may convert them to the dtype its kernels read.
 //  - Index tensors (token ids, positions, slots, block tables) are I32.
 //  - Paged KV cache, per layer: K and V each [num_blocks, block_size, num_kv_heads, head_dim].
 //    Position p of a sequence lives in block block_table[p / block_size] at offset
@@ -111,6 +113,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The dtype of activations and of the KV cache (ModelRunner allocates them in it).
+  virtual DType activation_dtype() const = 0;
 
   // --- memory -------------------------------------------------------------------------------
   // Zero-filled.
@@ -137,7 +141,8 @@ class Backend {
   virtual void add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
                         const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) = 0;
 
-  // y = x W^T + bias. x [m, k] F32; w [n, k] F32/F16/BF16; bias [n] or empty; y [m, n].
+  // y = x W^T + bias. x [m, k] activation dtype; w [n, k] F32/F16/BF16; bias [n] F32 or empty;
+  // y [m, n] in the activation dtype or F32 (the logits).
   virtual void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
                       const DeviceTensor& y) = 0;
 
@@ -173,5 +178,11 @@ class Backend {
 
 // The CPU backend (backend/cpu): num_threads <= 0 uses OpenMP's default.
 std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
+
+#ifdef SPLITFLOW_HAS_CUDA
+// The CUDA backend (backend/cuda) on GPU `device`: BF16 activations and KV cache, fp32
+// accumulation; throws splitflow::Error when the device cannot be used.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+#endif
 
 }  // namespace splitflow

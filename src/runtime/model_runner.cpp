@@ -87,8 +87,9 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
   const int64_t max_tokens = limits.max_batch_tokens, hidden = spec.hidden_size;
   const Shape cache_shape = {spec.num_layers, kv_config.num_blocks, kv_config.block_size, attention.num_kv_heads,
                              attention.head_dim};
-  k_cache_ = backend.allocate(DType::F32, cache_shape);
-  v_cache_ = backend.allocate(DType::F32, cache_shape);
+  const DType act = backend.activation_dtype();
+  k_cache_ = backend.allocate(act, cache_shape);
+  v_cache_ = backend.allocate(act, cache_shape);
 
   const auto width = [&](Slot s) -> int64_t {
     switch (s) {
@@ -101,11 +102,11 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
   };
   slots_.resize(static_cast<size_t>(Slot::MlpOut) + 1);
   for (size_t s = static_cast<size_t>(Slot::Hidden); s < slots_.size(); ++s)
-    slots_[s] = backend.allocate(DType::F32, {max_tokens, width(static_cast<Slot>(s))});
+    slots_[s] = backend.allocate(act, {max_tokens, width(static_cast<Slot>(s))});
   // Logits rows are computed in chunks so All mode does not need [max_batch_tokens, vocab].
   logit_rows_capacity_ = std::min<int64_t>(max_tokens, std::max<int64_t>(limits.max_seqs, 16));
-  selected_ = backend.allocate(DType::F32, {logit_rows_capacity_, hidden});
-  selected_normed_ = backend.allocate(DType::F32, {logit_rows_capacity_, hidden});
+  selected_ = backend.allocate(act, {logit_rows_capacity_, hidden});
+  selected_normed_ = backend.allocate(act, {logit_rows_capacity_, hidden});
   logits_ = backend.allocate(DType::F32, {logit_rows_capacity_, spec.vocab_size});
 
   const int64_t max_seqs = limits.max_seqs;

@@ -6,7 +6,7 @@
 // construction (a forward allocates nothing on the device).
 //
 // KV cache layout (shared with the scheduler and every backend), per layer and for K and V:
-//   [num_blocks, block_size, num_kv_heads, head_dim] fp32, one allocation of
+//   [num_blocks, block_size, num_kv_heads, head_dim] in the backend's activation_dtype(), one allocation of
 //   [num_layers, num_blocks, block_size, num_kv_heads, head_dim] each for K and V.
 // Position p of a sequence lives in block block_table[p / block_size], slot p % block_size.
 // The runner never decides which blocks a sequence owns: spans bring their block tables.
@@ -90,9 +90,10 @@ class ModelRunner {
   // KV cache: [num_layers, num_blocks, block_size, num_kv_heads, head_dim].
   DeviceBuffer k_cache_, v_cache_;
 
-  // Activations, indexed by Slot; each [max_batch_tokens, width].
+  // Activations, indexed by Slot; each [max_batch_tokens, width], in the backend's activation_dtype().
   std::vector<DeviceBuffer> slots_;
-  DeviceBuffer selected_, selected_normed_, logits_;  // [logit_rows_capacity_, hidden / vocab]
+  // [logit_rows_capacity_, hidden / vocab]; logits_ F32, the others in the activation dtype.
+  DeviceBuffer selected_, selected_normed_, logits_;
   int64_t logit_rows_capacity_ = 0;
 
   // RoPE: rows [0, static_rope_rows_) hold positions 0.. of the length-independent table; the

@@ -11,6 +11,7 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int num_threads);
   std::string name() const override;
+  DType activation_dtype() const override { return DType::F32; }
   int num_threads() const { return num_threads_; }
 
   DeviceBuffer allocate(DType dtype, Shape shape) override;
