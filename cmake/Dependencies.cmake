@@ -24,3 +24,12 @@ else()
   target_link_libraries(splitflow::pcre2 INTERFACE ${PCRE2_LIBRARY})
 endif()
 target_compile_definitions(splitflow::pcre2 INTERFACE PCRE2_CODE_UNIT_WIDTH=8)
+
+# xxHash (XXH3) for the prefix cache's block keys, used header-only (XXH_INLINE_ALL): no library to
+# link, so a machine with only the header builds too.
+find_path(XXHASH_INCLUDE_DIR xxhash.h HINTS ${SPLITFLOW_EXTRA_INCLUDE})
+if(NOT XXHASH_INCLUDE_DIR)
+  message(FATAL_ERROR "xxhash.h not found: install libxxhash-dev (scripts/setup.sh does)")
+endif()
+add_library(splitflow::xxhash INTERFACE IMPORTED)
+target_include_directories(splitflow::xxhash INTERFACE ${XXHASH_INCLUDE_DIR})

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(
   build-essential cmake ninja-build pkg-config python3 python3-pip
-  libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
+  libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libxxhash-dev
   libgtest-dev libgmock-dev
 )
 PYTHON_PACKAGES=(numpy tokenizers safetensors jinja2)

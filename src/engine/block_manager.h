@@ -1,0 +1,93 @@
+// engine/block_manager.h — owns the KV cache's blocks for the Scheduler: which sequence holds
+// which block, reference counts, and the prefix cache. It hands out block ids and fills
+// Sequence::block_table; it never runs the model, never moves KV data and never decides who runs
+// (that is engine/scheduler.h).
+//
+// Prefix caching: a FULL block whose KV is computed is keyed by
+//   hash_b = xxh3_64(hash_{b-1} as 8 bytes, token ids of block b)   (hash_{-1} = a fixed root)
+// so the key names the whole prefix up to the block's end. allocate() reuses the longest chain of
+// cached blocks matching a sequence's leading tokens (a repeated system prompt is computed
+// once); each hit is confirmed against the block's stored token ids, so a hash collision costs a
+// miss, never wrong KV. A partial block is never shared, and the block holding a sequence's last
+// token is never taken from the cache: that token is always recomputed to produce logits, and
+// blocks are append-only, so a shared block is never written and needs no copy-on-write.
+// A block whose reference count drops to zero keeps its KV and its key while it is free; fresh
+// allocations take never-cached free blocks first, then evict cached ones least recently used.
+#pragma once
+
+#include "engine/sequence.h"
+
+#include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace splitflow {
+
+struct PrefixCacheStats {
+  int64_t queried_blocks = 0;  // full blocks looked up by allocate()
+  int64_t hit_blocks = 0;      // of those, found in the cache
+  int64_t evicted_blocks = 0;  // cached blocks reused for other content
+  double hit_rate() const { return queried_blocks ? static_cast<double>(hit_blocks) / queried_blocks : 0.0; }
+};
+
+class BlockManager {
+ public:
+  BlockManager(int32_t num_blocks, int32_t block_size);
+
+  // Whether allocate(seq) would succeed now, prefix-cache hits counted.
+  bool can_allocate(const Sequence& seq) const;
+  // Gives a sequence without blocks enough blocks for all its tokens, the leading ones from the
+  // prefix cache; sets num_cached_tokens and num_computed_tokens to the cached length. Throws
+  // when the sequence already holds blocks or the free blocks do not suffice.
+  void allocate(Sequence& seq);
+  // Whether append_slot(seq) would succeed now.
+  bool can_append_slot(const Sequence& seq) const;
+  // Grows the block table to cover num_tokens() (one new block at most per new token). Throws
+  // when no block is free.
+  void append_slot(Sequence& seq);
+  // Enters the sequence's full, computed blocks into the prefix cache (call after the forward
+  // that computed them). A block whose key is already cached by another block stays private.
+  void cache_computed_blocks(const Sequence& seq);
+  // Drops the sequence's references (last block first, so a prefix outlives its tails in the
+  // LRU order); clears its block table and num_computed_tokens (num_cached_tokens stays, for
+  // usage reports).
+  void free(Sequence& seq);
+
+  int32_t num_blocks() const { return static_cast<int32_t>(blocks_.size()); }
+  int32_t block_size() const { return block_size_; }
+  // Blocks with no reference: never-cached ones plus cached ones that may be evicted.
+  int32_t num_free_blocks() const { return static_cast<int32_t>(uncached_free_.size() + evictable_.size()); }
+  int32_t num_cached_free_blocks() const { return static_cast<int32_t>(evictable_.size()); }
+  int32_t ref_count(int32_t block) const;
+  int32_t blocks_for_tokens(int64_t num_tokens) const {
+    return static_cast<int32_t>((num_tokens + block_size_ - 1) / block_size_);
+  }
+  const PrefixCacheStats& stats() const { return stats_; }
+
+ private:
+  struct Block {
+    int32_t ref_count = 0;
+    bool hashed = false;  // full and computed: hash and token_ids describe it
+    uint64_t hash = 0;
+    std::vector<int32_t> token_ids;  // (block_size) when hashed
+    std::list<int32_t>::iterator lru_position;  // in evictable_ while free and cached
+  };
+
+  uint64_t hash_block(uint64_t parent_hash, std::span<const int32_t> tokens) const;
+  // The cached blocks matching the sequence's leading full blocks, excluding the last token's.
+  std::vector<int32_t> find_cached_prefix(const Sequence& seq) const;
+  int32_t take_fresh_block();
+  void release(int32_t block);
+  bool is_cached(int32_t block) const;
+
+  int32_t block_size_;
+  std::vector<Block> blocks_;
+  std::unordered_map<uint64_t, int32_t> cached_blocks_;  // prefix hash -> block
+  std::vector<int32_t> uncached_free_;  // a stack
+  std::list<int32_t> evictable_;        // free cached blocks, least recently used first
+  PrefixCacheStats stats_;
+};
+
+}  // namespace splitflow

@@ -1,0 +1,101 @@
+// engine/scheduler.h — decides, step by step, which tokens of which sequences the next forward
+// runs (continuous batching), and applies the sampled tokens afterwards. Pure CPU logic over
+// Sequences and a BlockManager: it never runs the model, samples or detokenizes. The engine loop
+// is: plan = schedule(); logits = runner.forward(plan.batch); sample one token per logits row;
+// postprocess(plan, tokens).
+//
+// Dynamic SplitFuse (splitfuse = true, DeepSpeed-FastGen): every step takes one decode token from
+// each running sequence, then fills the rest of max_batch_tokens with prompt chunks: first the
+// running sequences whose prompt is partly computed, then waiting sequences FCFS, admitted while
+// max_seqs and the free KV blocks allow (a sequence gets the blocks for all its tokens when
+// admitted; the head of the queue blocks the rest, so no request is overtaken).
+// Prefill-first (splitfuse = false, for comparison): a step runs either prompts (as many whole
+// prompts as fit the budget; a prompt longer than the budget alone, in chunks) or, when no
+// prompt is pending, one decode token of every running sequence; decode pauses while prompts run.
+//
+// Preemption by recompute: when a decode token needs a new block and none is free, the newest
+// running sequence releases its blocks and returns to the front of the waiting queue, to be
+// recomputed (prompt and generated tokens) when readmitted. The oldest sequence is preempted
+// last, so it always progresses as long as one sequence of max_model_len tokens fits the cache
+// (checked at construction). Swapping KV to host memory instead is not implemented yet
+// (SequenceStatus::Swapped is reserved for it).
+#pragma once
+
+#include "engine/block_manager.h"
+#include "engine/sequence.h"
+#include "runtime/batch.h"
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <vector>
+
+namespace splitflow {
+
+struct SchedulerConfig {
+  int32_t max_batch_tokens = 512;  // tokens of one forward; >= max_seqs so every decode fits
+  int32_t max_seqs = 64;           // sequences running at once (spans of one forward)
+  int32_t max_model_len = 2048;    // tokens a sequence may reach (the model's context)
+  int32_t num_blocks = 0;          // KV cache blocks
+  int32_t block_size = 16;         // tokens per block
+  bool splitfuse = true;
+  std::vector<int32_t> eos_token_ids;  // finish a sequence ("stop") unless its params.ignore_eos
+};
+
+struct StepPlan {
+  // Per span of batch, in span order: its sequence and whether its logits are sampled (the span
+  // reaches the sequence's last token). Sampled spans give one logits row each, in span order.
+  std::vector<Sequence*> seqs;
+  ForwardBatch batch;
+  int32_t num_decode_tokens = 0;
+  int32_t num_prefill_tokens = 0;  // prompt chunks and recomputed tokens
+  std::vector<Sequence*> preempted;  // sent back to waiting while planning this step
+  bool empty() const { return seqs.empty(); }
+  int32_t num_sampled() const;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerConfig config);
+
+  // Queues a sequence (owned by the caller, which keeps it alive until it finishes). Throws when
+  // its prompt is longer than max_model_len or it is not Waiting.
+  void add(Sequence& seq);
+  StepPlan schedule();
+  // sampled_tokens: one per sampled span of plan, in span order. Marks the spans' tokens
+  // computed, enters full blocks into the prefix cache, appends each sampled token and finishes
+  // its sequence on EOS or a stop token ("stop"), max_tokens or max_model_len ("length").
+  // Returns the sequences finished by this step; their blocks are released.
+  std::vector<Sequence*> postprocess(const StepPlan& plan, std::span<const int32_t> sampled_tokens);
+  // Ends a sequence for a reason found outside (a stop string the engine's StopChecker matched):
+  // removes it from the queues and releases its blocks.
+  void finish(Sequence& seq, FinishReason reason);
+
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  const std::deque<Sequence*>& waiting() const { return waiting_; }
+  const std::deque<Sequence*>& running() const { return running_; }
+  const BlockManager& block_manager() const { return block_manager_; }
+  const SchedulerConfig& config() const { return config_; }
+  int64_t num_preemptions() const { return num_preemptions_; }
+
+ private:
+  void schedule_splitfuse(StepPlan& plan);
+  void schedule_prefill_first(StepPlan& plan);
+  // Gives every decoding sequence one token, preempting the newest ones when blocks run out.
+  void schedule_decodes(StepPlan& plan);
+  // Admits waiting sequences FCFS and schedules their chunks; whole prompts only unless chunking.
+  void schedule_waiting(StepPlan& plan, int32_t& budget, bool chunk);
+  // decode: a running sequence's one new token (a readmitted sequence whose cached prefix leaves
+  // one token to recompute is still prefill work).
+  void add_span(StepPlan& plan, Sequence& seq, int32_t num_tokens, bool decode);
+  void preempt(Sequence& seq, StepPlan& plan);
+  bool reached_stop(const Sequence& seq, int32_t token) const;
+
+  SchedulerConfig config_;
+  BlockManager block_manager_;
+  std::deque<Sequence*> waiting_;
+  std::deque<Sequence*> running_;  // in admission order: the newest is preempted first
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace splitflow

@@ -1,0 +1,495 @@
+#include "engine/scheduler.h"
+
+#include "core/error.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+
+namespace splitflow {
+namespace {
+
+constexpr int32_t kEos = 2;
+
+// The stand-in model: the token sampled after a sequence's first n tokens depends only on the
+// sequence and n, so a recomputed sequence continues exactly as it would have.
+int32_t model_token(int64_t seq_id, int32_t num_tokens) {
+  return 1000 + static_cast<int32_t>((seq_id * 7919 + int64_t{num_tokens} * 104729) % 5000);
+}
+
+std::vector<int32_t> iota_tokens(int32_t count, int32_t first) {
+  std::vector<int32_t> t(static_cast<size_t>(count));
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+std::unique_ptr<Sequence> make_seq(int64_t id, std::vector<int32_t> prompt, int32_t max_tokens) {
+  SamplingParams params;
+  params.max_tokens = max_tokens;
+  return std::make_unique<Sequence>(id, std::move(prompt), params);
+}
+
+SchedulerConfig small_config(int32_t max_batch_tokens, int32_t num_blocks, bool splitfuse = true) {
+  SchedulerConfig config;
+  config.max_batch_tokens = max_batch_tokens;
+  config.max_seqs = 4;
+  config.max_model_len = 64;
+  config.num_blocks = num_blocks;
+  config.block_size = 4;
+  config.splitfuse = splitfuse;
+  config.eos_token_ids = {kEos};
+  return config;
+}
+
+// The model's tokens for a plan's sampled spans, in span order.
+std::vector<int32_t> sample(const StepPlan& plan) {
+  std::vector<int32_t> tokens;
+  for (size_t s = 0; s < plan.seqs.size(); ++s) {
+    if (plan.batch.spans[s].want_logits) tokens.push_back(model_token(plan.seqs[s]->id, plan.seqs[s]->num_tokens()));
+  }
+  return tokens;
+}
+
+// What the sequence outputs when nothing but max_tokens and max_model_len stop it.
+std::vector<int32_t> expected_output(const Sequence& seq, int32_t max_model_len) {
+  std::vector<int32_t> out;
+  int32_t n = seq.num_prompt_tokens;
+  while (static_cast<int32_t>(out.size()) < seq.params.max_tokens && n <= max_model_len) {
+    out.push_back(model_token(seq.id, n));
+    ++n;
+  }
+  return out;
+}
+
+// Checks one step against the block tables, with a simulated KV cache holding the token id each
+// slot was written with: every span writes its new tokens, then reads its whole prefix, which
+// must be exactly the sequence's tokens (a clobbered shared block or a bad table shows here).
+class KvSimulator {
+ public:
+  explicit KvSimulator(const SchedulerConfig& config)
+      : config_(config), kv_(static_cast<size_t>(config.num_blocks), std::vector<int32_t>(config.block_size, -1)) {}
+
+  void check_step(const StepPlan& plan, const Scheduler& scheduler) {
+    const ForwardBatch& batch = plan.batch;
+    ASSERT_LE(batch.num_tokens(), config_.max_batch_tokens);
+    ASSERT_LE(static_cast<int32_t>(batch.spans.size()), config_.max_seqs);
+    ASSERT_EQ(plan.seqs.size(), batch.spans.size());
+    check_ref_counts(scheduler);
+
+    std::set<int32_t> written_blocks;
+    int32_t offset = 0;
+    for (size_t s = 0; s < batch.spans.size(); ++s) {
+      const SequenceSpan& span = batch.spans[s];
+      const Sequence& seq = *plan.seqs[s];
+      ASSERT_EQ(seq.status, SequenceStatus::Running);
+      ASSERT_GT(span.num_tokens, 0);
+      ASSERT_EQ(span.start_position, seq.num_computed_tokens);
+      const int32_t end = span.start_position + span.num_tokens;
+      ASSERT_LE(end, seq.num_tokens());
+      ASSERT_EQ(span.want_logits, end == seq.num_tokens());
+      ASSERT_EQ(static_cast<int32_t>(span.block_table.size()), (end + config_.block_size - 1) / config_.block_size);
+      for (int32_t p = span.start_position; p < end; ++p) {
+        ASSERT_EQ(batch.token_ids[static_cast<size_t>(offset + p - span.start_position)], seq.token_ids[p]);
+        const int32_t block = span.block_table[static_cast<size_t>(p / config_.block_size)];
+        // A written block belongs to this sequence alone.
+        ASSERT_EQ(holders_[block], 1) << "step writes block " << block << " shared by " << holders_[block];
+        written_blocks.insert(block);
+        kv_[block][p % config_.block_size] = seq.token_ids[p];
+      }
+      offset += span.num_tokens;
+    }
+    for (size_t s = 0; s < batch.spans.size(); ++s) {
+      const SequenceSpan& span = batch.spans[s];
+      const Sequence& seq = *plan.seqs[s];
+      for (int32_t p = 0; p < span.start_position + span.num_tokens; ++p) {
+        const int32_t block = span.block_table[static_cast<size_t>(p / config_.block_size)];
+        ASSERT_EQ(kv_[block][p % config_.block_size], seq.token_ids[p])
+            << "sequence " << seq.id << " position " << p << " block " << block;
+      }
+    }
+  }
+
+  // Reference counts recomputed from the running sequences' tables.
+  void check_ref_counts(const Scheduler& scheduler) {
+    holders_.assign(static_cast<size_t>(config_.num_blocks), 0);
+    for (const Sequence* seq : scheduler.running()) {
+      for (int32_t b : seq->block_table) ++holders_[b];
+    }
+    for (const Sequence* seq : scheduler.waiting()) ASSERT_TRUE(seq->block_table.empty());
+    int32_t free_blocks = 0;
+    for (int32_t b = 0; b < config_.num_blocks; ++b) {
+      ASSERT_EQ(scheduler.block_manager().ref_count(b), holders_[b]) << "block " << b;
+      free_blocks += holders_[b] == 0;
+    }
+    ASSERT_EQ(scheduler.block_manager().num_free_blocks(), free_blocks);
+  }
+
+ private:
+  SchedulerConfig config_;
+  std::vector<std::vector<int32_t>> kv_;  // [num_blocks][block_size] token id written there
+  std::vector<int32_t> holders_;
+};
+
+std::vector<int32_t> span_lengths(const StepPlan& plan) {
+  std::vector<int32_t> out;
+  for (const SequenceSpan& span : plan.batch.spans) out.push_back(span.num_tokens);
+  return out;
+}
+
+std::vector<int32_t> span_starts(const StepPlan& plan) {
+  std::vector<int32_t> out;
+  for (const SequenceSpan& span : plan.batch.spans) out.push_back(span.start_position);
+  return out;
+}
+
+std::vector<int64_t> span_ids(const StepPlan& plan) {
+  std::vector<int64_t> out;
+  for (const Sequence* seq : plan.seqs) out.push_back(seq->id);
+  return out;
+}
+
+StepPlan step(Scheduler& scheduler, KvSimulator& kv) {
+  StepPlan plan = scheduler.schedule();
+  kv.check_step(plan, scheduler);
+  scheduler.postprocess(plan, sample(plan));
+  return plan;
+}
+
+TEST(Scheduler, ChunksALongPromptAcrossStepsWithinTheBudget) {
+  const SchedulerConfig config = small_config(8, 32);
+  Scheduler scheduler(config);
+  KvSimulator kv(config);
+  auto a = make_seq(1, iota_tokens(20, 10), 3);
+  scheduler.add(*a);
+
+  StepPlan p1 = step(scheduler, kv);
+  EXPECT_EQ(span_lengths(p1), std::vector<int32_t>{8});
+  EXPECT_EQ(span_starts(p1), std::vector<int32_t>{0});
+  EXPECT_EQ(p1.batch.token_ids, iota_tokens(8, 10));
+  EXPECT_FALSE(p1.batch.spans[0].want_logits);
+  EXPECT_EQ(p1.batch.spans[0].block_table, (std::vector<int32_t>{a->block_table[0], a->block_table[1]}));
+  StepPlan p2 = step(scheduler, kv);
+  EXPECT_EQ(span_starts(p2), std::vector<int32_t>{8});
+  EXPECT_EQ(p2.batch.token_ids, iota_tokens(8, 18));
+  StepPlan p3 = step(scheduler, kv);
+  EXPECT_EQ(span_lengths(p3), std::vector<int32_t>{4});
+  EXPECT_EQ(span_starts(p3), std::vector<int32_t>{16});
+  EXPECT_TRUE(p3.batch.spans[0].want_logits);
+  EXPECT_EQ(p3.batch.spans[0].block_table.size(), 5u);
+  EXPECT_EQ(a->num_output_tokens(), 1);
+  StepPlan p4 = step(scheduler, kv);
+  EXPECT_EQ(span_starts(p4), std::vector<int32_t>{20});
+  EXPECT_EQ(p4.batch.token_ids, std::vector<int32_t>{model_token(1, 20)});
+  EXPECT_EQ(p4.num_decode_tokens, 1);
+}
+
+TEST(Scheduler, DecodesFirstThenFillsTheBudgetExactlyWithPromptChunksFcfs) {
+  const SchedulerConfig config = small_config(8, 32);
+  Scheduler scheduler(config);
+  KvSimulator kv(config);
+  auto a = make_seq(1, iota_tokens(3, 10), 10);
+  auto b = make_seq(2, iota_tokens(20, 50), 10);
+  auto c = make_seq(3, iota_tokens(5, 90), 10);
+  scheduler.add(*a);
+  scheduler.add(*b);
+  scheduler.add(*c);
+
+  StepPlan p1 = step(scheduler, kv);  // a whole, b's first 5 tokens; c waits for budget
+  EXPECT_EQ(span_ids(p1), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(span_lengths(p1), (std::vector<int32_t>{3, 5}));
+  EXPECT_EQ(p1.batch.num_tokens(), 8);
+  EXPECT_EQ(scheduler.waiting().front(), c.get());
+
+  StepPlan p2 = step(scheduler, kv);  // a decodes, b continues
+  EXPECT_EQ(span_ids(p2), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(span_lengths(p2), (std::vector<int32_t>{1, 7}));
+  EXPECT_EQ(span_starts(p2), (std::vector<int32_t>{3, 5}));
+  EXPECT_EQ(p2.num_decode_tokens, 1);
+  EXPECT_EQ(p2.num_prefill_tokens, 7);
+
+  StepPlan p3 = step(scheduler, kv);
+  EXPECT_EQ(span_lengths(p3), (std::vector<int32_t>{1, 7}));
+  StepPlan p4 = step(scheduler, kv);  // a decodes, b's last prompt token, c admitted whole: 1 + 1 + 5
+  EXPECT_EQ(span_ids(p4), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(span_lengths(p4), (std::vector<int32_t>{1, 1, 5}));
+  EXPECT_EQ(span_starts(p4), (std::vector<int32_t>{5, 19, 0}));
+  StepPlan p5 = step(scheduler, kv);  // three decodes
+  EXPECT_EQ(span_lengths(p5), (std::vector<int32_t>{1, 1, 1}));
+  EXPECT_EQ(p5.num_decode_tokens, 3);
+}
+
+TEST(Scheduler, AdmissionWaitsForFreeBlocksInFcfsOrder) {
+  const SchedulerConfig config = small_config(64, 16);
+  Scheduler scheduler(config);
+  KvSimulator kv(config);
+  auto a = make_seq(1, iota_tokens(40, 0), 1);   // 10 blocks
+  auto b = make_seq(2, iota_tokens(40, 100), 1);  // 10 blocks: waits for a
+  auto c = make_seq(3, iota_tokens(4, 200), 1);   // 1 block: would fit, but b is first
+  scheduler.add(*a);
+  scheduler.add(*b);
+  scheduler.add(*c);
+  StepPlan p1 = scheduler.schedule();
+  kv.check_step(p1, scheduler);
+  EXPECT_EQ(span_ids(p1), std::vector<int64_t>{1});
+  EXPECT_EQ(scheduler.waiting().size(), 2u);
+  const auto finished = scheduler.postprocess(p1, sample(p1));  // max_tokens 1: a finishes
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(a->finish_reason, FinishReason::Length);
+  EXPECT_TRUE(a->block_table.empty());
+  StepPlan p2 = step(scheduler, kv);
+  EXPECT_EQ(span_ids(p2), (std::vector<int64_t>{2, 3}));
+}
+
+TEST(Scheduler, MaxSeqsLimitsRunningSequences) {
+  SchedulerConfig config = small_config(64, 32);
+  config.max_seqs = 2;
+  Scheduler scheduler(config);
+  KvSimulator kv(config);
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (int i = 0; i < 3; ++i) {
+    seqs.push_back(make_seq(i, iota_tokens(2, 10 * i), 5));
+    scheduler.add(*seqs.back());
+  }
+  StepPlan p1 = step(scheduler, kv);
+  EXPECT_EQ(span_ids(p1), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(scheduler.running().size(), 2u);
+  EXPECT_EQ(scheduler.waiting().size(), 1u);
+}
+
+TEST(Scheduler, SharedPromptPrefixIsComputedOnce) {
+  const SchedulerConfig config = small_config(64, 32);
+  Scheduler scheduler(config);
+  KvSimulator kv(config);
+  std::vector<int32_t> system = iota_tokens(12, 300);  // 3 full blocks
+  std::vector<int32_t> a_prompt = system, b_prompt = system;
+  a_prompt.insert(a_prompt.end(), {1, 2, 3});
+  b_prompt.insert(b_prompt.end(), {4, 5});
+  auto a = make_seq(1, a_prompt, 4);
+  auto b = make_seq(2, b_prompt, 4);
+  scheduler.add(*a);
+  step(scheduler, kv);
+  scheduler.add(*b);
+  StepPlan p2 = step(scheduler, kv);
+  EXPECT_EQ(span_ids(p2), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(span_starts(p2), (std::vector<int32_t>{15, 12}));  // b starts after the cached prefix
+  EXPECT_EQ(span_lengths(p2), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(b->num_cached_tokens, 12);
+  EXPECT_EQ(scheduler.block_manager().stats().hit_blocks, 3);
+}
+
+TEST(Scheduler, PreemptsTheNewestByRecomputeAndResumesIt) {
+  // 6 blocks of 4: a and b each hold 2 blocks after their 8-token prompts, then grow.
+  SchedulerConfig config = small_config(16, 6);
+  config.max_model_len = 24;
+  Scheduler scheduler(config);
+  KvSimulator kv(config);
+  auto a = make_seq(1, iota_tokens(8, 0), 12);
+  auto b = make_seq(2, iota_tokens(8, 100), 12);
+  scheduler.add(*a);
+  scheduler.add(*b);
+  bool saw_preemption = false;
+  int steps = 0;
+  while (scheduler.has_unfinished()) {
+    ASSERT_LT(++steps, 200);
+    StepPlan plan = scheduler.schedule();
+    kv.check_step(plan, scheduler);
+    for (const Sequence* victim : plan.preempted) {
+      saw_preemption = true;
+      EXPECT_EQ(victim, b.get());  // the newest goes; the oldest keeps progressing
+      EXPECT_EQ(victim->status, SequenceStatus::Waiting);
+      EXPECT_TRUE(victim->block_table.empty());
+      EXPECT_EQ(victim->num_computed_tokens, 0);
+      EXPECT_EQ(scheduler.waiting().front(), victim);
+    }
+    if (!a->is_finished()) {
+      EXPECT_NE(std::find(plan.seqs.begin(), plan.seqs.end(), a.get()), plan.seqs.end());
+    }
+    scheduler.postprocess(plan, sample(plan));
+  }
+  EXPECT_TRUE(saw_preemption);
+  EXPECT_GE(scheduler.num_preemptions(), 1);
+  // The recomputed sequence's output is what an unpreempted run gives.
+  EXPECT_EQ(std::vector<int32_t>(a->output_ids().begin(), a->output_ids().end()),
+            expected_output(*a, config.max_model_len));
+  EXPECT_EQ(std::vector<int32_t>(b->output_ids().begin(), b->output_ids().end()),
+            expected_output(*b, config.max_model_len));
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), config.num_blocks);
+}
+
+TEST(Scheduler, PrefillFirstPausesDecodesWhilePromptsRun) {
+  const SchedulerConfig config = small_config(8, 32, /*splitfuse=*/false);
+  Scheduler scheduler(config);
+  KvSimulator kv(config);
+  auto a = make_seq(1, iota_tokens(3, 10), 10);
+  auto b = make_seq(2, iota_tokens(6, 50), 10);
+  auto c = make_seq(3, iota_tokens(12, 90), 10);
+  scheduler.add(*a);
+  scheduler.add(*b);
+  StepPlan p1 = step(scheduler, kv);  // a whole; b (6) does not fit whole in the 5 left
+  EXPECT_EQ(span_ids(p1), std::vector<int64_t>{1});
+  StepPlan p2 = step(scheduler, kv);  // b's prompt; a's decode waits
+  EXPECT_EQ(span_ids(p2), std::vector<int64_t>{2});
+  EXPECT_EQ(p2.num_decode_tokens, 0);
+  StepPlan p3 = step(scheduler, kv);  // no prompt left: decodes
+  EXPECT_EQ(span_ids(p3), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(p3.num_prefill_tokens, 0);
+  scheduler.add(*c);  // longer than the budget: alone, in chunks, decodes paused throughout
+  StepPlan p4 = step(scheduler, kv);
+  EXPECT_EQ(span_ids(p4), std::vector<int64_t>{3});
+  EXPECT_EQ(span_lengths(p4), std::vector<int32_t>{8});
+  StepPlan p5 = step(scheduler, kv);
+  EXPECT_EQ(span_ids(p5), std::vector<int64_t>{3});
+  EXPECT_EQ(span_starts(p5), std::vector<int32_t>{8});
+  EXPECT_TRUE(p5.batch.spans[0].want_logits);
+  StepPlan p6 = step(scheduler, kv);
+  EXPECT_EQ(span_ids(p6), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(p6.num_decode_tokens, 3);
+}
+
+TEST(Scheduler, FinishesOnEosStopTokensMaxTokensAndContext) {
+  SchedulerConfig config = small_config(64, 32);
+  config.max_seqs = 8;
+  config.max_model_len = 10;
+  Scheduler scheduler(config);
+  auto eos = make_seq(1, {5, 6}, 10);
+  auto eos_ignored = make_seq(2, {5, 6}, 10);
+  eos_ignored->params.ignore_eos = true;
+  auto stop_token = make_seq(3, {5, 6}, 10);
+  stop_token->params.stop_token_ids = {77};
+  auto length = make_seq(4, {5, 6}, 1);
+  auto context = make_seq(5, iota_tokens(10, 0), 10);  // fills the context: one token, then "length"
+  for (Sequence* seq : {eos.get(), eos_ignored.get(), stop_token.get(), length.get(), context.get()}) {
+    scheduler.add(*seq);
+  }
+  StepPlan plan = scheduler.schedule();
+  ASSERT_EQ(plan.num_sampled(), 5);
+  const auto finished = scheduler.postprocess(plan, std::vector<int32_t>{kEos, kEos, 77, 9, 9});
+  EXPECT_EQ(finished.size(), 4u);
+  EXPECT_EQ(eos->finish_reason, FinishReason::Stop);
+  EXPECT_FALSE(eos_ignored->is_finished());
+  EXPECT_EQ(stop_token->finish_reason, FinishReason::Stop);
+  EXPECT_EQ(length->finish_reason, FinishReason::Length);
+  EXPECT_EQ(context->finish_reason, FinishReason::Length);
+  EXPECT_EQ(context->num_output_tokens(), 1);
+  EXPECT_EQ(std::vector<int32_t>(eos->output_ids().begin(), eos->output_ids().end()), std::vector<int32_t>{kEos});
+  EXPECT_EQ(scheduler.running().size(), 1u);
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 31);
+}
+
+TEST(Scheduler, FinishFromOutsideReleasesBlocks) {
+  const SchedulerConfig config = small_config(64, 32);
+  Scheduler scheduler(config);
+  auto a = make_seq(1, iota_tokens(9, 0), 10);
+  auto b = make_seq(2, iota_tokens(9, 50), 10);
+  scheduler.add(*a);
+  StepPlan plan = scheduler.schedule();
+  scheduler.postprocess(plan, sample(plan));
+  scheduler.add(*b);
+  scheduler.finish(*a, FinishReason::Stop);  // a stop string the engine matched
+  scheduler.finish(*b, FinishReason::Stop);  // still waiting
+  EXPECT_FALSE(scheduler.has_unfinished());
+  EXPECT_EQ(a->finish_reason, FinishReason::Stop);
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 32);
+  EXPECT_THROW(scheduler.finish(*a, FinishReason::Stop), Error);
+}
+
+TEST(Scheduler, RejectsBadConfigAndRequests) {
+  SchedulerConfig config = small_config(8, 32);
+  config.max_seqs = 9;
+  EXPECT_THROW(Scheduler{config}, Error);  // budget below max_seqs
+  config = small_config(8, 15);
+  EXPECT_THROW(Scheduler{config}, Error);  // 64 tokens need 16 blocks
+  config = small_config(8, 16);
+  config.max_seqs = 0;
+  EXPECT_THROW(Scheduler{config}, Error);
+
+  Scheduler scheduler(small_config(8, 32));
+  auto too_long = make_seq(1, iota_tokens(65, 0), 1);
+  EXPECT_THROW(scheduler.add(*too_long), Error);
+  auto seq = make_seq(2, iota_tokens(4, 0), 1);
+  scheduler.add(*seq);
+  StepPlan plan = scheduler.schedule();
+  EXPECT_THROW(scheduler.add(*seq), Error);  // already running
+  EXPECT_THROW(scheduler.postprocess(plan, std::vector<int32_t>{}), Error);  // one token expected
+  EXPECT_THROW(Sequence(3, {}, SamplingParams{}), Error);
+}
+
+// Random arrivals, prompt lengths and output lengths (sharing prompt prefixes) on a cache small
+// enough to force preemptions; every step is checked against the block tables and the simulated
+// KV cache, the oldest unfinished request must be in every SplitFuse step, every output must be
+// the model's, and no block may stay referenced at the end.
+void run_random_simulation(bool splitfuse, uint32_t seed) {
+  SchedulerConfig config;
+  config.max_batch_tokens = 32;
+  config.max_seqs = 8;
+  config.max_model_len = 96;
+  config.num_blocks = 40;
+  config.block_size = 4;
+  config.splitfuse = splitfuse;
+  config.eos_token_ids = {kEos};
+  Scheduler scheduler(config);
+  KvSimulator kv(config);
+  std::mt19937 rng(seed);
+  const std::vector<int32_t> system_prompt = iota_tokens(10, 4000);
+
+  constexpr int kRequests = 120;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  int64_t steps = 0;
+  int32_t preemptions_seen = 0;
+  while (static_cast<int>(seqs.size()) < kRequests || scheduler.has_unfinished()) {
+    ASSERT_LT(++steps, 20000) << "no progress";
+    if (static_cast<int>(seqs.size()) < kRequests && rng() % 3 == 0) {
+      std::vector<int32_t> prompt = rng() % 2 ? system_prompt : std::vector<int32_t>{};
+      const int32_t extra = 1 + static_cast<int32_t>(rng() % 50);
+      for (int32_t i = 0; i < extra; ++i) prompt.push_back(10 + static_cast<int32_t>(rng() % 900));
+      const int32_t max_tokens = 1 + static_cast<int32_t>(rng() % 40);
+      seqs.push_back(make_seq(static_cast<int64_t>(seqs.size()), prompt, max_tokens));
+      scheduler.add(*seqs.back());
+    }
+    StepPlan plan = scheduler.schedule();
+    ASSERT_NO_FATAL_FAILURE(kv.check_step(plan, scheduler));
+    preemptions_seen += static_cast<int32_t>(plan.preempted.size());
+    if (splitfuse) {
+      const auto oldest = std::find_if(seqs.begin(), seqs.end(), [](const auto& s) { return !s->is_finished(); });
+      if (oldest != seqs.end()) {
+        ASSERT_NE(std::find(plan.seqs.begin(), plan.seqs.end(), oldest->get()), plan.seqs.end())
+            << "step " << steps << ": the oldest request " << (*oldest)->id << " made no progress";
+      }
+    } else {
+      ASSERT_TRUE(plan.num_decode_tokens == 0 || plan.num_prefill_tokens == 0) << "step " << steps;
+    }
+    scheduler.postprocess(plan, sample(plan));
+  }
+  EXPECT_GT(preemptions_seen, 0) << "the cache was meant to be too small to avoid preemption";
+  EXPECT_GT(scheduler.block_manager().stats().hit_blocks, 0);
+  for (const auto& seq : seqs) {
+    ASSERT_TRUE(seq->is_finished());
+    EXPECT_EQ(std::vector<int32_t>(seq->output_ids().begin(), seq->output_ids().end()),
+              expected_output(*seq, config.max_model_len))
+        << "sequence " << seq->id;
+  }
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), config.num_blocks);
+  for (int32_t b = 0; b < config.num_blocks; ++b) EXPECT_EQ(scheduler.block_manager().ref_count(b), 0);
+}
+
+TEST(Scheduler, RandomizedSimulationSplitFuse) {
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE(seed);
+    run_random_simulation(true, seed);
+  }
+}
+
+TEST(Scheduler, RandomizedSimulationPrefillFirst) {
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE(seed);
+    run_random_simulation(false, seed);
+  }
+}
+
+}  // namespace
+}  // namespace splitflow
