@@ -1,0 +1,293 @@
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace splitflow::sim {
+
+namespace {
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+}
+
+Simulation::Simulation(ClusterConfig config, const PerfModel& perf_model, std::vector<Request> requests,
+                       SimulationOptions options)
+    : config_(std::move(config)), perf_model_(perf_model), requests_(std::move(requests)), options_(options) {
+  for (const PoolConfig& pool : config_.pools) {
+    const MachineType& machine = config_.machine_type(pool.machine_type);
+    for (int i = 0; i < pool.count; ++i) {
+      Instance instance;
+      instance.id = static_cast<int>(instances_.size());
+      instance.name = fmt::format("{}_{}", machine.name, instance.id);
+      instance.machine = &machine;
+      instance.perf_key = PerfKey{config_.model.name, machine.hardware, pool.tensor_parallel};
+      SF_CHECK(perf_model_.contains(instance.perf_key),
+               "cluster config '{}': the perf model has no profile for model '{}' on hardware '{}' at TP{}",
+               config_.name, config_.model.name, machine.hardware, pool.tensor_parallel);
+      instance.home_pool = instance.pool = pool.role;
+      instance.max_memory_bytes = static_cast<int64_t>(pool.tensor_parallel) * machine.gpu_memory_bytes;
+      SF_CHECK(instance.max_memory_bytes > config_.model.weights_bytes,
+               "cluster config '{}': model '{}' ({} B of weights) does not fit in {} GPUs of '{}'", config_.name,
+               config_.model.name, config_.model.weights_bytes, pool.tensor_parallel, machine.name);
+      instance.memory_bytes = instance.sched_memory_bytes = config_.model.weights_bytes;
+      instances_.push_back(std::move(instance));
+    }
+  }
+  SF_CHECK(!instances_.empty(), "cluster config '{}': no machines", config_.name);
+
+  results_.resize(requests_.size());
+  states_.resize(requests_.size());
+  prompt_run_s_.assign(requests_.size(), 0.0);
+  for (size_t r = 0; r < requests_.size(); ++r) {
+    const Request& request = requests_[r];
+    SF_CHECK(request.prompt_tokens > 0 && request.output_tokens > 0,
+             "request {}: prompt_tokens and output_tokens must be positive, got {} and {}", request.id,
+             request.prompt_tokens, request.output_tokens);
+    SF_CHECK(std::isfinite(request.arrival_s) && request.arrival_s >= 0,
+             "request {}: arrival time must be finite and non-negative, got {}", request.id, request.arrival_s);
+    RequestResult& result = results_[r];
+    result.id = request.id;
+    result.arrival_s = request.arrival_s;
+    result.prompt_tokens = request.prompt_tokens;
+    result.output_tokens = request.output_tokens;
+  }
+  cluster_scheduler_ = make_cluster_scheduler(config_);
+  machine_scheduler_ = make_machine_scheduler(config_, requests_);
+}
+
+Simulation::~Simulation() = default;
+
+void Simulation::push(double time_s, EventKind kind, int target, uint64_t generation) {
+  events_.push(Event{time_s, next_sequence_++, kind, target, generation});
+}
+
+SimulationResult Simulation::run() {
+  for (size_t r = 0; r < requests_.size(); ++r) push(requests_[r].arrival_s, EventKind::Arrival, static_cast<int>(r));
+  SimulationResult result;
+  double now = 0;
+  while (!events_.empty()) {
+    const Event event = events_.top();
+    events_.pop();
+    now = event.time_s;
+    ++result.events;
+    switch (event.kind) {
+      case EventKind::Arrival: on_arrival(event.target, now); break;
+      case EventKind::RunEnd: on_run_end(event.target, event.generation, now); break;
+      case EventKind::TransferTry: on_transfer_try(event.target, now); break;
+      case EventKind::TransferEnd: on_transfer_end(event.target, now); break;
+    }
+  }
+  for (size_t r = 0; r < requests_.size(); ++r)
+    SF_CHECK(states_[r].phase == Phase::Done,
+             "simulation of '{}': request {} never finished (prompt {} tokens, output {}); an instance "
+             "may be too small for it", config_.name, requests_[r].id, requests_[r].prompt_tokens,
+             requests_[r].output_tokens);
+  result.requests = std::move(results_);
+  result.iterations = std::move(iterations_);
+  result.end_time_s = now;
+  return result;
+}
+
+void Simulation::on_arrival(int r, double now) {
+  const Request& request = requests_[r];
+  const Placement placement = cluster_scheduler_->place(request, instances_);
+  RequestResult& result = results_[r];
+  result.prompt_instance = placement.prompt_instance;
+  result.token_instance = placement.token_instance;
+  // The scheduler's memory view: prompt KV on the prompt instance until transferred, and the whole
+  // request's KV on the token instance.
+  const int64_t prompt_kv = task_kv_bytes(config_.model, request, Phase::Prompt);
+  const int64_t decode_kv = task_kv_bytes(config_.model, request, Phase::Decode);
+  instances_[placement.token_instance].sched_memory_bytes += prompt_kv + decode_kv;
+  if (placement.prompt_instance != placement.token_instance)
+    instances_[placement.prompt_instance].sched_memory_bytes += prompt_kv;
+  enqueue_task(placement.prompt_instance, r, now);
+}
+
+void Simulation::enqueue_task(int i, int r, double now) {
+  Instance& instance = instances_[i];
+  instance.queued.push_back(r);
+  if (!instance.busy) {
+    start_run(i, now);
+    return;
+  }
+  // A decode block is cut at the next iteration boundary when the new task could join the batch.
+  if (instance.batch_has_prompt || instance.planned_iterations <= 1) return;
+  const bool joins = states_[r].phase == Phase::Prompt ||
+                     (static_cast<int>(instance.batch.size()) < config_.instance.max_batch_size &&
+                      instance.batch_tokens + 1 <= config_.instance.max_batch_tokens);
+  if (!joins) return;
+  const double elapsed_iterations = (now - instance.run_start_s) / instance.iteration_s;
+  const int64_t done = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(elapsed_iterations - 1e-9)));
+  if (done >= instance.planned_iterations) return;
+  instance.planned_iterations = done;
+  ++instance.generation;
+  push(instance.run_start_s + static_cast<double>(done) * instance.iteration_s, EventKind::RunEnd, i,
+       instance.generation);
+}
+
+void Simulation::start_run(int i, double now) {
+  Instance& instance = instances_[i];
+  machine_scheduler_->select_batch(instance, states_);
+  if (instance.batch.empty()) {
+    instance.busy = false;
+    if (instance.idle() && instance.pool != instance.home_pool) instance.pool = instance.home_pool;
+    return;
+  }
+  int prompt_tasks = 0;
+  int64_t batch_tokens = 0;
+  int64_t iterations = std::numeric_limits<int64_t>::max();
+  for (int r : instance.batch) {
+    RequestState& state = states_[r];
+    if (!state.task_started) {
+      state.task_started = true;
+      instance.memory_bytes += task_kv_bytes(config_.model, requests_[r], state.phase);
+      if (state.phase == Phase::Prompt) {
+        state.kv_tokens_at_prompt_instance += requests_[r].prompt_tokens + 1;
+        results_[r].prompt_start_s = now;
+      } else {
+        state.kv_tokens_at_token_instance += requests_[r].output_tokens - 1;
+        results_[r].decode_start_s = now;
+      }
+    }
+    if (state.phase == Phase::Prompt) {
+      ++prompt_tasks;
+      batch_tokens += requests_[r].prompt_tokens;
+    } else {
+      batch_tokens += 1;
+      iterations = std::min(iterations, state.decode_remaining);
+    }
+  }
+  const BatchKind kind = prompt_tasks == 0 ? BatchKind::DecodeOnly
+                         : prompt_tasks == static_cast<int>(instance.batch.size()) ? BatchKind::PromptOnly
+                                                                                  : BatchKind::Mixed;
+  if (prompt_tasks > 0) iterations = 1;
+  instance.busy = true;
+  instance.batch_has_prompt = prompt_tasks > 0;
+  instance.batch_tokens = batch_tokens;
+  instance.run_start_s = now;
+  instance.iteration_s = perf_model_.iteration_time_s(instance.perf_key, kind, static_cast<double>(batch_tokens),
+                                                      config_.instance.mixed_batch_factor);
+  instance.planned_iterations = iterations;
+  ++instance.generation;
+  push(now + static_cast<double>(iterations) * instance.iteration_s, EventKind::RunEnd, i, instance.generation);
+  if (options_.record_iterations) {
+    instance.record_index = iterations_.size();
+    iterations_.push_back(IterationRecord{i, now, 0, static_cast<int>(instance.batch.size()), prompt_tasks,
+                                          batch_tokens, iterations, instance.memory_bytes});
+  }
+}
+
+void Simulation::on_run_end(int i, uint64_t generation, double now) {
+  Instance& instance = instances_[i];
+  if (generation != instance.generation) return;  // superseded by a cut
+  const int64_t done = instance.planned_iterations;
+  if (options_.record_iterations) {
+    iterations_[instance.record_index].end_s = now;
+    iterations_[instance.record_index].iterations = done;
+  }
+  const std::vector<int> batch = instance.batch;
+  instance.batch.clear();
+  instance.busy = false;
+  for (int r : batch) {
+    RequestState& state = states_[r];
+    if (state.phase == Phase::Prompt) {
+      prompt_run_s_[r] = now - instance.run_start_s;
+      finish_prompt(i, r, now);
+      continue;
+    }
+    state.decode_remaining -= done;
+    if (state.decode_remaining == 0) {
+      finish_request(r, now);
+    } else {
+      instance.batch.push_back(r);
+    }
+  }
+  start_run(i, now);
+}
+
+void Simulation::finish_prompt(int i, int r, double now) {
+  Instance& instance = instances_[i];
+  RequestState& state = states_[r];
+  const Request& request = requests_[r];
+  results_[r].prompt_end_s = now;
+  instance.sched_pending_tokens -= request.prompt_tokens;
+  state.task_started = false;
+  state.decode_remaining = request.output_tokens - 1;
+  if (state.decode_remaining == 0) {
+    results_[r].decode_start_s = now;
+    finish_request(r, now);
+    return;
+  }
+  const int token_instance = results_[r].token_instance;
+  if (token_instance == i) {
+    // Same instance: the decode is chained onto the prompt and keeps its KV in place.
+    state.phase = Phase::Decode;
+    state.kv_tokens_at_token_instance = state.kv_tokens_at_prompt_instance;
+    state.kv_tokens_at_prompt_instance = 0;
+    instance.queued.push_back(r);
+    return;
+  }
+  state.phase = Phase::Transfer;
+  on_transfer_try(r, now);
+}
+
+void Simulation::on_transfer_try(int r, double now) {
+  const Request& request = requests_[r];
+  Instance& destination = instances_[results_[r].token_instance];
+  const int64_t kv = task_kv_bytes(config_.model, request, Phase::Prompt);
+  if (destination.memory_bytes + kv > destination.max_memory_bytes) {
+    push(now + config_.kv_transfer.retry_interval_s, EventKind::TransferTry, r);
+    return;
+  }
+  destination.memory_bytes += kv;
+  states_[r].kv_tokens_at_token_instance = request.prompt_tokens + 1;
+  // The cache of prompt_tokens tokens moves; the first generated token's slot is allocated in place.
+  const double bytes = static_cast<double>(request.prompt_tokens) * static_cast<double>(config_.model.kv_bytes_per_token);
+  const double serialized_s = bytes / (config_.kv_transfer.bandwidth_gib_per_s * kGiB);
+  double visible_s = serialized_s;
+  if (config_.kv_transfer.mode == KvTransferMode::LayerwiseOverlapped) {
+    // Layer l's KV leaves while layer l+1 computes: only what outlasts the prefill, or at least the
+    // last layer's share, remains after the prompt iteration ends.
+    const double layers = config_.model.num_layers;
+    const double hidden_s = prompt_run_s_[r] * (layers - 1) / layers;
+    visible_s = std::max(serialized_s - hidden_s, serialized_s / layers);
+  }
+  push(now + visible_s, EventKind::TransferEnd, r);
+}
+
+void Simulation::on_transfer_end(int r, double now) {
+  RequestState& state = states_[r];
+  const int source = results_[r].prompt_instance;
+  Instance& prompt_instance = instances_[source];
+  const int64_t freed = kv_bytes(state.kv_tokens_at_prompt_instance);
+  prompt_instance.memory_bytes -= freed;
+  prompt_instance.sched_memory_bytes -= freed;
+  state.kv_tokens_at_prompt_instance = 0;
+  state.phase = Phase::Decode;
+  // Freed memory may let the prompt instance start waiting work.
+  if (!prompt_instance.busy && !prompt_instance.queued.empty()) start_run(source, now);
+  enqueue_task(results_[r].token_instance, r, now);
+}
+
+void Simulation::finish_request(int r, double now) {
+  RequestState& state = states_[r];
+  const Request& request = requests_[r];
+  Instance& token_instance = instances_[results_[r].token_instance];
+  Instance& prompt_instance = instances_[results_[r].prompt_instance];
+  results_[r].completion_s = now;
+  token_instance.sched_pending_tokens -= 1;
+  token_instance.sched_memory_bytes -= kv_bytes(request.prompt_tokens + request.output_tokens);
+  token_instance.memory_bytes -= kv_bytes(state.kv_tokens_at_token_instance);
+  // Only a one-token request finishes with its KV still on a separate prompt instance.
+  const int64_t prompt_kv = kv_bytes(state.kv_tokens_at_prompt_instance);
+  prompt_instance.memory_bytes -= prompt_kv;
+  if (&prompt_instance != &token_instance) prompt_instance.sched_memory_bytes -= prompt_kv;
+  state.kv_tokens_at_token_instance = state.kv_tokens_at_prompt_instance = 0;
+  state.phase = Phase::Done;
+  state.task_started = false;
+}
+
+}  // namespace splitflow::sim

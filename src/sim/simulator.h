@@ -1,0 +1,186 @@
+// sim/simulator.h — the discrete-event cluster simulator: requests arrive, a cluster-level
+// scheduler places their prompt and token phases on instances (one per machine), each instance's
+// machine-level scheduler forms batches at iteration boundaries, iteration times come from the
+// PerfModel, and KV caches move between machines over a link. Owns the event queue, the request
+// and instance state and the per-request results. Pure C++: never touches engine or GPU code.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "sim/config.h"
+#include "sim/perf_model.h"
+
+namespace splitflow::sim {
+
+struct Request {
+  int64_t id = 0;
+  double arrival_s = 0;
+  int64_t prompt_tokens = 0;
+  int64_t output_tokens = 0;  // includes the first token, which the prompt phase produces
+};
+
+// Per-request outcome; times are absolute simulation seconds.
+struct RequestResult {
+  int64_t id = 0;
+  double arrival_s = 0;
+  int64_t prompt_tokens = 0;
+  int64_t output_tokens = 0;
+  int prompt_instance = -1;
+  int token_instance = -1;
+  double prompt_start_s = 0;
+  double prompt_end_s = 0;     // first token
+  double decode_start_s = 0;   // equals prompt_end_s plus KV transfer and queueing
+  double completion_s = 0;
+
+  double ttft_s() const { return prompt_end_s - arrival_s; }
+  double e2e_s() const { return completion_s - arrival_s; }
+  // SplitwiseSim divides by output_tokens (not output_tokens - 1); kept for comparability.
+  double tbt_s() const { return (e2e_s() - ttft_s()) / static_cast<double>(output_tokens); }
+  double nth_token_overhead_s() const { return decode_start_s - prompt_end_s; }
+};
+
+// One batch run: a prompt iteration, or a block of back-to-back decode iterations.
+struct IterationRecord {
+  int instance = 0;
+  double start_s = 0;
+  double end_s = 0;
+  int batch_size = 0;
+  int prompt_tasks = 0;
+  int64_t batch_tokens = 0;
+  int64_t iterations = 0;
+  int64_t memory_bytes = 0;  // weights + KV in use during the run
+};
+
+enum class Phase { Prompt, Transfer, Decode, Done };
+
+// A request's progress; it has at most one task (prompt or decode) at any time.
+struct RequestState {
+  Phase phase = Phase::Prompt;
+  bool task_started = false;      // the current task holds its KV and has run
+  int64_t decode_remaining = 0;   // decode iterations left (output_tokens - 1 at start)
+  int num_preemptions = 0;        // times passed over while waiting (aging)
+  int64_t kv_tokens_at_prompt_instance = 0;
+  int64_t kv_tokens_at_token_instance = 0;
+};
+
+struct Instance {
+  int id = 0;
+  std::string name;
+  const MachineType* machine = nullptr;
+  PerfKey perf_key;
+  InstanceRole home_pool = InstanceRole::Mixed;
+  InstanceRole pool = InstanceRole::Mixed;  // a borrowed instance sits in Mixed until idle
+  int64_t max_memory_bytes = 0;
+  int64_t memory_bytes = 0;         // weights + KV allocated by running/finished tasks
+  int64_t sched_memory_bytes = 0;   // scheduler's view: weights + KV promised at placement
+  int64_t sched_pending_tokens = 0; // scheduler's view: prompt tokens + decodes not yet done
+
+  // Machine-level state; entries are request indices.
+  std::vector<int> queued;   // tasks placed here and not started, in arrival-at-instance order
+  std::vector<int> blocked;  // started decode tasks preempted out of the batch (keep their KV)
+  std::vector<int> batch;    // tasks of the run in progress
+  bool busy = false;
+  bool batch_has_prompt = false;
+  int64_t batch_tokens = 0;
+  double run_start_s = 0;
+  double iteration_s = 0;
+  int64_t planned_iterations = 0;
+  size_t record_index = 0;  // this run's IterationRecord, when recorded
+  uint64_t generation = 0;  // invalidates a run-end event when a decode block is cut short
+
+  bool idle() const { return batch.empty() && queued.empty() && blocked.empty(); }
+};
+
+struct Placement {
+  int prompt_instance = -1;
+  int token_instance = -1;
+};
+
+// Cluster-level scheduler: places each request's two phases on arrival.
+class ClusterScheduler {
+ public:
+  virtual ~ClusterScheduler() = default;
+  // Chooses instances and raises their sched_pending_tokens; may move instances between pools.
+  virtual Placement place(const Request& request, std::vector<Instance>& instances) = 0;
+};
+
+// Machine-level scheduler: forms the next batch of an instance at an iteration boundary.
+class MachineScheduler {
+ public:
+  virtual ~MachineScheduler() = default;
+  // Replaces instance.batch with the tasks of the next run; decodes dropped from the old batch go
+  // to instance.blocked. Must keep the KV that newly started tasks need within max_memory_bytes.
+  virtual void select_batch(Instance& instance, std::vector<RequestState>& states) = 0;
+};
+
+std::unique_ptr<ClusterScheduler> make_cluster_scheduler(const ClusterConfig& config);
+std::unique_ptr<MachineScheduler> make_machine_scheduler(const ClusterConfig& config,
+                                                         const std::vector<Request>& requests);
+
+// KV bytes a task must hold when it starts: prompt+1 tokens for a prompt, output-1 for a decode.
+int64_t task_kv_bytes(const ModelConfig& model, const Request& request, Phase phase);
+
+struct SimulationResult {
+  std::vector<RequestResult> requests;    // in input order
+  std::vector<IterationRecord> iterations;  // when recorded
+  int64_t events = 0;
+  double end_time_s = 0;
+};
+
+struct SimulationOptions {
+  bool record_iterations = false;
+};
+
+class Simulation {
+ public:
+  Simulation(ClusterConfig config, const PerfModel& perf_model, std::vector<Request> requests,
+             SimulationOptions options = {});
+  ~Simulation();
+  SimulationResult run();
+
+  const std::vector<Instance>& instances() const { return instances_; }
+
+ private:
+  enum class EventKind { Arrival, RunEnd, TransferTry, TransferEnd };
+  struct Event {
+    double time_s;
+    uint64_t sequence;  // FIFO among equal times, so runs are deterministic
+    EventKind kind;
+    int target;         // request index or instance index
+    uint64_t generation;
+    bool operator>(const Event& other) const {
+      return time_s != other.time_s ? time_s > other.time_s : sequence > other.sequence;
+    }
+  };
+
+  void push(double time_s, EventKind kind, int target, uint64_t generation = 0);
+  void on_arrival(int request, double now);
+  void on_run_end(int instance, uint64_t generation, double now);
+  void on_transfer_try(int request, double now);
+  void on_transfer_end(int request, double now);
+  void enqueue_task(int instance, int request, double now);
+  void start_run(int instance, double now);
+  void finish_prompt(int instance, int request, double now);
+  void finish_request(int request, double now);
+  int64_t kv_bytes(int64_t tokens) const { return tokens * config_.model.kv_bytes_per_token; }
+
+  ClusterConfig config_;
+  const PerfModel& perf_model_;
+  std::vector<Request> requests_;
+  SimulationOptions options_;
+  std::vector<RequestState> states_;
+  std::vector<RequestResult> results_;
+  std::vector<Instance> instances_;
+  std::vector<double> prompt_run_s_;  // per request: duration of the iteration that ran its prompt
+  std::unique_ptr<ClusterScheduler> cluster_scheduler_;
+  std::unique_ptr<MachineScheduler> machine_scheduler_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t next_sequence_ = 0;
+  std::vector<IterationRecord> iterations_;
+};
+
+}  // namespace splitflow::sim
