@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# scripts/gpu_test.sh — the CUDA test run on the GPU machine (see README): configures with
+# -DSPLITFLOW_CUDA=ON, builds the CUDA tests and test_e2e with ninja, runs `ctest -L backend_cuda`
+# and test_e2e, and prints a short summary (the fixtures' measured bf16 logits errors included).
+#
+# The GPU machine lacks pcre2.h and ../shared: carry them in the git-ignored .carry/ folder
+# (CARRY_DIR overrides it):
+#   .carry/include/pcre2.h       (cp /usr/include/pcre2.h)  -> -DSPLITFLOW_EXTRA_INCLUDE
+#   .carry/shared/models/<name>  (the small models test_e2e reads) -> SPLITFLOW_SHARED_DIR
+# Logs go to $OUT when it is set (the device tool brings them back), else to the build dir.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+build=${BUILD_DIR:-build-gpu}
+carry=${CARRY_DIR:-.carry}
+logs=${OUT:-$root/$build}
+mkdir -p "$logs"
+
+args=(-DSPLITFLOW_CUDA=ON)
+[[ -f $carry/include/pcre2.h ]] && args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
+if [[ -d $carry/shared ]]; then
+  export SPLITFLOW_SHARED_DIR=$root/$carry/shared
+  args+=("-DSPLITFLOW_SHARED_DIR=$SPLITFLOW_SHARED_DIR")
+fi
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: no GPU visible"
+start=$SECONDS
+cmake -S . -B "$build" -G Ninja "${args[@]}" >"$logs/configure.log" 2>&1 || { tail -40 "$logs/configure.log"; exit 1; }
+if ! cmake --build "$build" -j16 --target test_backend_cuda test_e2e >"$logs/build.log" 2>&1; then
+  grep -E "error|Error" "$logs/build.log" | head -40
+  exit 1
+fi
+echo "configure + build: $((SECONDS - start)) s"
+
+(cd "$build" && ctest -L backend_cuda --output-on-failure --timeout 300) >"$logs/ctest_backend_cuda.log" 2>&1
+cuda_rc=$?
+"$build/tests/test_e2e" >"$logs/test_e2e.log" 2>&1
+e2e_rc=$?
+
+echo "=== summary ==="
+grep -h "\[cuda fixture\]" "$build/Testing/Temporary/LastTest.log" | sed 's/^.*\[cuda fixture\] //' || true
+grep -E "tests passed|tests failed" "$logs/ctest_backend_cuda.log"
+if [[ $cuda_rc -ne 0 ]]; then
+  grep -A30 "The following tests FAILED" "$logs/ctest_backend_cuda.log"
+  grep -B1 -A5 "Failure$" "$logs/ctest_backend_cuda.log" | head -80
+fi
+echo "test_e2e: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$logs/test_e2e.log" | tr '\n' ' ')"
+grep -E "^\[  FAILED  \]" "$logs/test_e2e.log" | head -20
+[[ $cuda_rc -eq 0 && $e2e_rc -eq 0 ]]

@@ -1,0 +1,388 @@
+// backend/cuda/cuda_backend.cpp — CudaBackend: checks, memory, cuBLASLt GEMMs; kernels in kernels.cu.
+#include "backend/cuda/cuda_backend.h"
+
+#include "backend/cuda/kernels.h"
+#include "core/error.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace splitflow {
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<cuda::CudaBackend>(device); }
+
+namespace cuda {
+namespace {
+
+#define SF_CUDA_CHECK(expr, what)                                                             \
+  do {                                                                                        \
+    const cudaError_t sf_err_ = (expr);                                                       \
+    SF_CHECK(sf_err_ == cudaSuccess, "cuda {}: {}", what, cudaGetErrorString(sf_err_)); \
+  } while (0)
+
+#define SF_CUBLAS_CHECK(expr, what)                                                                       \
+  do {                                                                                                    \
+    const cublasStatus_t sf_status_ = (expr);                                                             \
+    SF_CHECK(sf_status_ == CUBLAS_STATUS_SUCCESS, "cuda {}: cuBLASLt {}", what,                           \
+             cublasLtGetStatusString(sf_status_));                                                        \
+  } while (0)
+
+constexpr size_t kWorkspaceBytes = 32 << 20;  // cuBLASLt's recommendation for Hopper
+
+void check_dtype(const DeviceTensor& t, DType dtype, const char* kernel, const char* arg) {
+  SF_CHECK(t.dtype == dtype, "cuda {}: {} has dtype {}, expected {}", kernel, arg, dtype_name(t.dtype),
+           dtype_name(dtype));
+}
+void check_shape(const DeviceTensor& t, const Shape& expected, const char* kernel, const char* arg) {
+  SF_CHECK(t.shape == expected, "cuda {}: {} has shape {}, expected {}", kernel, arg, shape_str(t.shape),
+           shape_str(expected));
+}
+bool is_float(DType dtype) { return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16; }
+
+bf16_bits* bf16_ptr(const DeviceTensor& t) { return static_cast<bf16_bits*>(t.data); }
+
+// The largest power of two (<= 256) dividing every address: cuBLASLt picks kernels by alignment.
+int common_alignment(std::initializer_list<const void*> pointers) {
+  int alignment = 256;
+  for (const void* p : pointers)
+    while (reinterpret_cast<uintptr_t>(p) % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+}  // namespace
+
+struct CudaBackend::GemmPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~GemmPlan() {
+    if (y) cublasLtMatrixLayoutDestroy(y);
+    if (x) cublasLtMatrixLayoutDestroy(x);
+    if (w) cublasLtMatrixLayoutDestroy(w);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) cudaGetLastError();
+  SF_CHECK(err == cudaSuccess && device >= 0 && device < count, "cuda backend: device {} is not available ({} GPUs{})",
+           device, err == cudaSuccess ? count : 0, err == cudaSuccess ? std::string() : fmt::format(": {}", cudaGetErrorString(err)));
+  SF_CUDA_CHECK(cudaSetDevice(device), "set device");
+  cudaDeviceProp props{};
+  SF_CUDA_CHECK(cudaGetDeviceProperties(&props, device), "device properties");
+  device_name_ = props.name;
+  SF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create stream");
+  cublasLtHandle_t handle = nullptr;
+  SF_CUBLAS_CHECK(cublasLtCreate(&handle), "create handle");
+  lt_handle_ = handle;
+  workspace_bytes_ = kWorkspaceBytes;
+  SF_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_), "allocate the cuBLASLt workspace");
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  gemm_plans_.clear();
+  if (workspace_) cudaFree(workspace_);
+  if (lt_handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_handle_));
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::name() const { return fmt::format("cuda:{} ({})", device_, device_name_); }
+
+DeviceBuffer CudaBackend::allocate(DType dtype, Shape shape) {
+  DeviceTensor view{nullptr, dtype, std::move(shape)};
+  // At least one byte so a zero-sized tensor is still a non-empty view.
+  const size_t bytes = std::max<size_t>(view.nbytes(), 1);
+  SF_CUDA_CHECK(cudaMalloc(&view.data, bytes), fmt::format("allocate {} bytes for {} {}", bytes, dtype_name(dtype),
+                                                           shape_str(view.shape)));
+  std::shared_ptr<void> owner(view.data, [](void* p) { cudaFree(p); });
+  SF_CUDA_CHECK(cudaMemsetAsync(view.data, 0, bytes, stream_), "zero a new buffer");
+  return DeviceBuffer(std::move(view), std::move(owner));
+}
+
+DeviceBuffer CudaBackend::upload(const Tensor& host) {
+  SF_CHECK(!host.empty(), "cuda upload: tensor {} has no data", shape_str(host.shape));
+  if (!is_float(host.dtype)) {
+    DeviceBuffer buffer = allocate(host.dtype, host.shape);
+    copy_to_device(host.data, buffer.view());
+    return buffer;
+  }
+  // Matrices become BF16, vectors F32 (see cuda_backend.h).
+  const DType stored = host.shape.size() >= 2 ? DType::BF16 : DType::F32;
+  DeviceBuffer buffer = allocate(stored, host.shape);
+  if (host.dtype == stored) {
+    copy_to_device(host.data, buffer.view());
+    return buffer;
+  }
+  const size_t count = static_cast<size_t>(host.numel());
+  std::vector<float> f32(count);
+  convert_to_f32(host.dtype, host.data, f32.data(), count);
+  if (stored == DType::F32) {
+    copy_to_device(f32.data(), buffer.view());
+  } else {
+    std::vector<uint16_t> bf16(count);
+    for (size_t i = 0; i < count; ++i) bf16[i] = f32_to_bf16(f32[i]);
+    copy_to_device(bf16.data(), buffer.view());
+  }
+  return buffer;
+}
+
+void CudaBackend::copy_to_device(const void* host, const DeviceTensor& dst) {
+  // From pageable memory the copy returns once the host bytes are staged: the caller may reuse them.
+  if (dst.nbytes() > 0)
+    SF_CUDA_CHECK(cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "copy to device");
+}
+
+void CudaBackend::copy_to_host(const DeviceTensor& src, void* host) {
+  if (src.nbytes() > 0)
+    SF_CUDA_CHECK(cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_), "copy to host");
+  synchronize();
+}
+
+void CudaBackend::synchronize() { SF_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize (a kernel failed)"); }
+
+void CudaBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier,
+                        const DeviceTensor& pos_table, const DeviceTensor& positions, const DeviceTensor& out) {
+  check_dtype(table, DType::BF16, "embed", "table");
+  check_dtype(token_ids, DType::I32, "embed", "token_ids");
+  check_dtype(out, DType::BF16, "embed", "out");
+  SF_CHECK(table.shape.size() == 2, "cuda embed: table has shape {}, expected [vocab, hidden]", shape_str(table.shape));
+  const int64_t tokens = token_ids.numel(), hidden = table.dim(1);
+  check_shape(out, {tokens, hidden}, "embed", "out");
+  if (!pos_table.empty()) {
+    check_dtype(pos_table, DType::BF16, "embed", "pos_table");
+    check_dtype(positions, DType::I32, "embed", "positions");
+    SF_CHECK(pos_table.shape.size() == 2 && pos_table.dim(1) == hidden,
+             "cuda embed: pos_table has shape {}, expected [positions, {}]", shape_str(pos_table.shape), hidden);
+    check_shape(positions, {tokens}, "embed", "positions");
+  }
+  SF_CUDA_CHECK(launch_embed(bf16_ptr(table), token_ids.as<int32_t>(), multiplier,
+                             pos_table.empty() ? nullptr : bf16_ptr(pos_table),
+                             pos_table.empty() ? nullptr : positions.as<int32_t>(), bf16_ptr(out), tokens, hidden,
+                             stream_),
+                "embed");
+}
+
+void CudaBackend::add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
+                           const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) {
+  check_dtype(residual, DType::BF16, "add_norm", "residual");
+  check_dtype(weight, DType::F32, "add_norm", "weight");
+  check_dtype(out, DType::BF16, "add_norm", "out");
+  SF_CHECK(residual.shape.size() == 2, "cuda add_norm: residual has shape {}, expected [tokens, hidden]",
+           shape_str(residual.shape));
+  const int64_t tokens = residual.dim(0), hidden = residual.dim(1);
+  check_shape(out, residual.shape, "add_norm", "out");
+  check_shape(weight, {hidden}, "add_norm", "weight");
+  if (!delta.empty()) {
+    check_dtype(delta, DType::BF16, "add_norm", "delta");
+    check_shape(delta, residual.shape, "add_norm", "delta");
+  }
+  if (!bias.empty()) {
+    check_dtype(bias, DType::F32, "add_norm", "bias");
+    check_shape(bias, {hidden}, "add_norm", "bias");
+  }
+  SF_CUDA_CHECK(launch_add_norm(bf16_ptr(residual), delta.empty() ? nullptr : bf16_ptr(delta), weight.as<float>(),
+                                bias.empty() ? nullptr : bias.as<float>(), params.type == NormType::LayerNorm,
+                                params.eps, params.weight_offset, bf16_ptr(out), tokens, hidden, stream_),
+                "add_norm");
+}
+
+const CudaBackend::GemmPlan& CudaBackend::gemm_plan(const GemmKey& key) {
+  auto found = gemm_plans_.find(key);
+  if (found != gemm_plans_.end()) return *found->second;
+  const auto [m, n, k, f32_out, alignment] = key;
+  // Row-major y[m, n] = x[m, k] w[n, k]^T is, column-major, y^T[n, m] = op_T(w)[n, k] x^T[k, m]:
+  // w is a column-major [k, n] matrix used transposed, x a column-major [k, m] one.
+  auto plan = std::make_unique<GemmPlan>();
+  SF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
+  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  SF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)),
+                  "matmul transa");
+  SF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)),
+                  "matmul transb");
+  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->w, CUDA_R_16BF, k, n, k), "matmul w layout");
+  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->x, CUDA_R_16BF, k, m, k), "matmul x layout");
+  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->y, f32_out ? CUDA_R_32F : CUDA_R_16BF, n, m, n), "matmul y layout");
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  SF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), "matmul preference");
+  const uint64_t workspace = workspace_bytes_;
+  const uint32_t align = static_cast<uint32_t>(alignment);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found_count = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_handle_), plan->op, plan->w, plan->x, plan->y,
+                                     plan->y, pref, 1, &result, &found_count);
+  cublasLtMatmulPreferenceDestroy(pref);
+  SF_CUBLAS_CHECK(status, "matmul heuristic");
+  SF_CHECK(found_count > 0, "cuda matmul: cuBLASLt has no algorithm for m {} n {} k {} ({} output, {}-byte alignment)",
+           m, n, k, f32_out ? "f32" : "bf16", alignment);
+  plan->algo = result.algo;
+  return *gemm_plans_.emplace(key, std::move(plan)).first->second;
+}
+
+void CudaBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
+                         const DeviceTensor& y) {
+  check_dtype(x, DType::BF16, "matmul", "x");
+  SF_CHECK(w.dtype == DType::BF16, "cuda matmul: w has dtype {}, expected bf16 (upload() stores matrices as bf16)",
+           dtype_name(w.dtype));
+  SF_CHECK(y.dtype == DType::BF16 || y.dtype == DType::F32, "cuda matmul: y has dtype {}, expected bf16 or f32",
+           dtype_name(y.dtype));
+  SF_CHECK(x.shape.size() == 2 && w.shape.size() == 2 && x.dim(1) == w.dim(1),
+           "cuda matmul: x {} and w {} do not agree (expected [m, k] and [n, k])", shape_str(x.shape),
+           shape_str(w.shape));
+  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
+  check_shape(y, {m, n}, "matmul", "y");
+  if (!bias.empty()) {
+    check_dtype(bias, DType::F32, "matmul", "bias");
+    check_shape(bias, {n}, "matmul", "bias");
+  }
+  if (m == 0 || n == 0) return;
+  const bool f32_out = y.dtype == DType::F32;
+  const GemmPlan& plan = gemm_plan({m, n, k, f32_out, common_alignment({x.data, w.data, y.data})});
+  const float alpha = 1.0f, beta = 0.0f;
+  SF_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_handle_), plan.op, &alpha, w.data, plan.w, x.data,
+                                 plan.x, &beta, y.data, plan.y, y.data, plan.y, &plan.algo, workspace_,
+                                 workspace_bytes_, stream_),
+                  "matmul");
+  if (!bias.empty())
+    SF_CUDA_CHECK(launch_add_bias(f32_out ? nullptr : bf16_ptr(y), f32_out ? y.as<float>() : nullptr,
+                                  bias.as<float>(), m, n, stream_),
+                  "matmul bias");
+}
+
+void CudaBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
+                       const RopeParams& params) {
+  check_dtype(qkv, DType::BF16, "rope", "qkv");
+  check_dtype(cos_sin, DType::F32, "rope", "cos_sin");
+  check_dtype(table_rows, DType::I32, "rope", "table_rows");
+  const int half = params.rotary_dim / 2, head_dim = params.head_dim;
+  SF_CHECK(params.rotary_dim % 2 == 0 && params.rotary_dim > 0 && params.rotary_dim <= head_dim,
+           "cuda rope: rotary_dim {} must be even and in (0, head_dim {}]", params.rotary_dim, head_dim);
+  const int64_t tokens = qkv.dim(0), width = (params.num_heads + 2 * params.num_kv_heads) * int64_t{head_dim};
+  check_shape(qkv, {tokens, width}, "rope", "qkv");
+  check_shape(table_rows, {tokens}, "rope", "table_rows");
+  SF_CHECK(cos_sin.shape.size() == 3 && cos_sin.dim(1) == 2 && cos_sin.dim(2) == half,
+           "cuda rope: cos_sin has shape {}, expected [rows, 2, {}]", shape_str(cos_sin.shape), half);
+  SF_CUDA_CHECK(launch_rope(bf16_ptr(qkv), cos_sin.as<float>(), table_rows.as<int32_t>(), tokens, params.num_heads,
+                            params.num_kv_heads, head_dim, params.rotary_dim, params.style == RopeStyle::Interleaved,
+                            stream_),
+                "rope");
+}
+
+void CudaBackend::write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
+                           const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
+  check_dtype(qkv, DType::BF16, "write_kv", "qkv");
+  check_dtype(slots, DType::I32, "write_kv", "slots");
+  check_dtype(k_cache, DType::BF16, "write_kv", "k_cache");
+  check_dtype(v_cache, DType::BF16, "write_kv", "v_cache");
+  const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
+  const int64_t tokens = qkv.dim(0), width = int64_t{params.num_heads} * params.head_dim + 2 * kv_dim;
+  check_shape(qkv, {tokens, width}, "write_kv", "qkv");
+  check_shape(slots, {tokens}, "write_kv", "slots");
+  SF_CHECK(k_cache.shape.size() == 4 && k_cache.dim(1) == params.block_size && k_cache.dim(2) == params.num_kv_heads &&
+               k_cache.dim(3) == params.head_dim,
+           "cuda write_kv: k_cache has shape {}, expected [blocks, {}, {}, {}]", shape_str(k_cache.shape),
+           params.block_size, params.num_kv_heads, params.head_dim);
+  check_shape(v_cache, k_cache.shape, "write_kv", "v_cache");
+  SF_CUDA_CHECK(launch_write_kv(bf16_ptr(qkv), slots.as<int32_t>(), bf16_ptr(k_cache), bf16_ptr(v_cache), tokens,
+                                params.num_heads, params.num_kv_heads, params.head_dim,
+                                k_cache.dim(0) * params.block_size, stream_),
+                "write_kv");
+}
+
+void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                            const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
+  const int heads = params.num_heads, kv_heads = params.num_kv_heads, head_dim = params.head_dim;
+  SF_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && head_dim > 0 && head_dim <= kMaxHeadDim &&
+               params.block_size > 0,
+           "cuda attention: heads {}, kv_heads {}, head_dim {} (at most {}), block_size {} are not a valid configuration",
+           heads, kv_heads, head_dim, kMaxHeadDim, params.block_size);
+  check_dtype(qkv, DType::BF16, "attention", "qkv");
+  check_dtype(k_cache, DType::BF16, "attention", "k_cache");
+  check_dtype(v_cache, DType::BF16, "attention", "v_cache");
+  check_dtype(out, DType::BF16, "attention", "out");
+  const int64_t q_dim = int64_t{heads} * head_dim, kv_dim = int64_t{kv_heads} * head_dim;
+  const int64_t tokens = qkv.dim(0);
+  check_shape(qkv, {tokens, q_dim + 2 * kv_dim}, "attention", "qkv");
+  check_shape(out, {tokens, q_dim}, "attention", "out");
+  SF_CHECK(k_cache.shape.size() == 4 && k_cache.dim(1) == params.block_size && k_cache.dim(2) == kv_heads &&
+               k_cache.dim(3) == head_dim && v_cache.shape == k_cache.shape,
+           "cuda attention: caches have shapes {} and {}, expected [blocks, {}, {}, {}]", shape_str(k_cache.shape),
+           shape_str(v_cache.shape), params.block_size, kv_heads, head_dim);
+  const int64_t seqs = batch.context_lens.numel();
+  SF_CHECK(batch.query_start.numel() == seqs + 1 && batch.block_tables.shape.size() == 2 &&
+               batch.block_tables.dim(0) == seqs,
+           "cuda attention: query_start {}, context_lens {} and block_tables {} disagree on the sequence count",
+           shape_str(batch.query_start.shape), shape_str(batch.context_lens.shape), shape_str(batch.block_tables.shape));
+  for (const DeviceTensor* t : {&batch.query_start, &batch.context_lens, &batch.block_tables})
+    check_dtype(*t, DType::I32, "attention", "batch index tensor");
+  SF_CHECK(batch.max_query_len >= 0 && batch.max_query_len <= tokens,
+           "cuda attention: max_query_len {} is outside [0, {}]", batch.max_query_len, tokens);
+  AttentionLaunch launch{bf16_ptr(qkv),
+                         bf16_ptr(k_cache),
+                         bf16_ptr(v_cache),
+                         batch.query_start.as<int32_t>(),
+                         batch.context_lens.as<int32_t>(),
+                         batch.block_tables.as<int32_t>(),
+                         bf16_ptr(out),
+                         static_cast<int>(seqs),
+                         static_cast<int>(batch.block_tables.dim(1)),
+                         batch.max_query_len,
+                         heads,
+                         kv_heads,
+                         head_dim,
+                         params.block_size,
+                         params.sliding_window,
+                         params.scale};
+  SF_CUDA_CHECK(launch_attention(launch, stream_), "attention");
+}
+
+void CudaBackend::activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) {
+  check_dtype(x, DType::BF16, "activation", "x");
+  check_dtype(out, DType::BF16, "activation", "out");
+  SF_CHECK(out.shape.size() == 2, "cuda activation: out has shape {}, expected [tokens, inner]", shape_str(out.shape));
+  const int64_t tokens = out.dim(0), inner = out.dim(1);
+  check_shape(x, {tokens, gated ? 2 * inner : inner}, "activation", "x");
+  int code = 0;
+  switch (act) {
+    case Activation::SiLU: code = 0; break;
+    case Activation::GELU: code = 1; break;
+    case Activation::GELUTanh: code = 2; break;
+    case Activation::ReLU: code = 3; break;
+  }
+  SF_CUDA_CHECK(launch_activation(bf16_ptr(x), code, gated, bf16_ptr(out), tokens, inner, stream_), "activation");
+}
+
+void CudaBackend::add(const DeviceTensor& a, const DeviceTensor& b, const DeviceTensor& out) {
+  check_dtype(a, DType::BF16, "add", "a");
+  check_dtype(b, DType::BF16, "add", "b");
+  check_dtype(out, DType::BF16, "add", "out");
+  check_shape(b, a.shape, "add", "b");
+  check_shape(out, a.shape, "add", "out");
+  SF_CUDA_CHECK(launch_add(bf16_ptr(a), bf16_ptr(b), bf16_ptr(out), a.numel(), stream_), "add");
+}
+
+void CudaBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {
+  SF_CHECK(x.dtype == DType::BF16 || x.dtype == DType::F32, "cuda gather_rows: x has dtype {}, expected bf16 or f32",
+           dtype_name(x.dtype));
+  check_dtype(out, x.dtype, "gather_rows", "out");
+  check_dtype(rows, DType::I32, "gather_rows", "rows");
+  const int64_t count = rows.numel(), cols = x.row_numel();
+  check_shape(out, {count, cols}, "gather_rows", "out");
+  SF_CUDA_CHECK(launch_gather_rows(x.data, rows.as<int32_t>(), out.data, count,
+                                   cols * static_cast<int64_t>(dtype_size(x.dtype)), stream_),
+                "gather_rows");
+}
+
+}  // namespace cuda
+}  // namespace splitflow

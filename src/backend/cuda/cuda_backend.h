@@ -1,0 +1,72 @@
+// backend/cuda/cuda_backend.h — the CUDA Backend on one GPU: BF16 activations and KV cache, fp32
+// accumulation everywhere, one stream, GEMMs through cuBLASLt, the rest in backend/cuda/kernels.cu.
+//
+// Weights: upload() stores every float matrix (rank >= 2: weights, embedding and position
+// tables) as BF16, converting F32 and F16 on the host, so there is one GEMM path (bf16 x bf16,
+// fp32 compute); F16 checkpoints lose 3 mantissa bits there. Float vectors (norms, biases) are
+// stored as F32. GEMM outputs are BF16, or F32 for the logits.
+//
+// Index tensors live on the device, so the host cannot check their values: token ids, rows,
+// slots and block tables must be valid (ModelRunner validates every batch before staging it);
+// write_kv skips slots outside the cache.
+#pragma once
+
+#include "backend/backend.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+namespace splitflow::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override;
+  DType activation_dtype() const override { return DType::BF16; }
+
+  DeviceBuffer allocate(DType dtype, Shape shape) override;
+  DeviceBuffer upload(const Tensor& host) override;
+  void copy_to_device(const void* host, const DeviceTensor& dst) override;
+  void copy_to_host(const DeviceTensor& src, void* host) override;
+  void synchronize() override;
+
+  void embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier, const DeviceTensor& pos_table,
+             const DeviceTensor& positions, const DeviceTensor& out) override;
+  void add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
+                const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) override;
+  void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y) override;
+  void rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
+            const RopeParams& params) override;
+  void write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
+                const DeviceTensor& k_cache, const DeviceTensor& v_cache) override;
+  void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override;
+  void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override;
+  void add(const DeviceTensor& a, const DeviceTensor& b, const DeviceTensor& out) override;
+  void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
+
+ private:
+  // cuBLASLt descriptors and the algorithm picked for one GEMM shape (opaque here: the cuBLASLt
+  // types stay in cuda_backend.cpp).
+  struct GemmPlan;
+  // (m, n, k, f32 output, pointer alignment in bytes)
+  using GemmKey = std::tuple<int64_t, int64_t, int64_t, bool, int>;
+  const GemmPlan& gemm_plan(const GemmKey& key);
+
+  int device_;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  void* lt_handle_ = nullptr;  // cublasLtHandle_t
+  void* workspace_ = nullptr;  // cuBLASLt workspace, allocated once
+  size_t workspace_bytes_ = 0;
+  std::map<GemmKey, std::unique_ptr<GemmPlan>> gemm_plans_;
+};
+
+}  // namespace splitflow::cuda

@@ -1,0 +1,335 @@
+// backend/cuda/kernels.cu — the CUDA backend's own kernels: bf16 storage, fp32 math. A first,
+// correct version: one thread per element for the elementwise kernels, one block per row for
+// the norm, one block per (sequence, query head, tile of query rows) for attention.
+#include "backend/cuda/kernels.h"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+namespace splitflow::cuda {
+namespace {
+
+__device__ __forceinline__ float load(const bf16_bits* p, int64_t i) {
+  return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
+}
+__device__ __forceinline__ void store(bf16_bits* p, int64_t i, float v) {
+  reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);  // round to nearest even
+}
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+  __shared__ float total;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_sum(v);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0f;
+    w = warp_sum(w);
+    if (lane == 0) total = w;
+  }
+  __syncthreads();
+  const float result = total;
+  __syncthreads();  // partial/total are reused by the next call
+  return result;
+}
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+__global__ void embed_kernel(const bf16_bits* table, const int32_t* ids, float multiplier, const bf16_bits* pos_table,
+                             const int32_t* positions, bf16_bits* out, int64_t hidden) {
+  const int64_t t = blockIdx.x;
+  const int64_t row = ids[t];
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    float v = load(table, row * hidden + i) * multiplier;
+    if (pos_table != nullptr) v += load(pos_table, static_cast<int64_t>(positions[t]) * hidden + i);
+    store(out, t * hidden + i, v);
+  }
+}
+
+// One block per row. The residual is stored in bf16 (as a bf16 model keeps it); the statistics
+// are taken over the stored (rounded) values in fp32.
+__global__ void add_norm_kernel(bf16_bits* residual, const bf16_bits* delta, const float* weight, const float* bias,
+                                bool layer_norm, float eps, float weight_offset, bf16_bits* out, int64_t hidden) {
+  bf16_bits* x = residual + blockIdx.x * hidden;
+  bf16_bits* y = out + blockIdx.x * hidden;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    float v = load(x, i);
+    if (delta != nullptr) {
+      v = round_bf16(v + load(delta, blockIdx.x * hidden + i));
+      store(x, i, v);
+    }
+    sum += v;
+  }
+  const float mean = layer_norm ? block_sum(sum) / static_cast<float>(hidden) : 0.0f;
+  float squares = 0.0f;
+  // Each thread rereads the elements it wrote above: no barrier needed.
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    const float v = load(x, i) - mean;
+    squares += v * v;
+  }
+  const float inv = rsqrtf(block_sum(squares) / static_cast<float>(hidden) + eps);
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    float v = (load(x, i) - mean) * inv * (weight_offset + weight[i]);
+    if (bias != nullptr) v += bias[i];
+    store(y, i, v);
+  }
+}
+
+__global__ void add_bias_kernel(bf16_bits* y_bf16, float* y_f32, const float* bias, int64_t rows, int64_t cols) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * cols) return;
+  if (y_f32 != nullptr)
+    y_f32[i] += bias[i % cols];
+  else
+    store(y_bf16, i, load(y_bf16, i) + bias[i % cols]);
+}
+
+// One thread per (token, rotated head, pair).
+__global__ void rope_kernel(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows, int64_t tokens,
+                            int rotated_heads, int width, int head_dim, int half, bool interleaved) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= tokens * rotated_heads * half) return;
+  const int pair = static_cast<int>(i % half);
+  const int head = static_cast<int>((i / half) % rotated_heads);
+  const int64_t t = i / (static_cast<int64_t>(half) * rotated_heads);
+  const float* row = cos_sin + static_cast<int64_t>(table_rows[t]) * 2 * half;
+  const float c = row[pair], s = row[half + pair];
+  const int64_t base = t * width + static_cast<int64_t>(head) * head_dim;
+  const int64_t i1 = base + (interleaved ? 2 * pair : pair);
+  const int64_t i2 = base + (interleaved ? 2 * pair + 1 : pair + half);
+  const float x1 = load(qkv, i1), x2 = load(qkv, i2);
+  store(qkv, i1, x1 * c - x2 * s);
+  store(qkv, i2, x2 * c + x1 * s);
+}
+
+// One block per token: its k and v heads to the cache slot.
+__global__ void write_kv_kernel(const bf16_bits* qkv, const int32_t* slots, bf16_bits* k_cache, bf16_bits* v_cache,
+                                int64_t width, int64_t q_dim, int64_t kv_dim, int64_t capacity_slots) {
+  const int64_t t = blockIdx.x;
+  const int64_t slot = slots[t];
+  if (slot < 0 || slot >= capacity_slots) return;
+  const bf16_bits* row = qkv + t * width;
+  for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    k_cache[slot * kv_dim + i] = row[q_dim + i];
+    v_cache[slot * kv_dim + i] = row[q_dim + kv_dim + i];
+  }
+}
+
+// Attention: a block of kQueryTile warps handles up to kQueryTile consecutive new tokens of one
+// sequence for one query head, one warp per query row. Keys and values stream through shared
+// memory kKeyChunk positions at a time (gathered through the block table); each warp keeps an
+// online softmax (running max m, sum l, accumulator: head dims lane, lane + 32, ...).
+constexpr int kQueryTile = 4;
+constexpr int kKeyChunk = 32;
+constexpr int kDimsPerLane = kMaxHeadDim / 32;
+
+size_t attention_smem_bytes(int head_dim) {
+  return sizeof(float) * kQueryTile * head_dim + sizeof(bf16_bits) * kKeyChunk * (head_dim + 2) +
+         sizeof(bf16_bits) * kKeyChunk * head_dim;
+}
+
+__global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq) {
+  extern __shared__ float smem[];
+  const int hd = a.head_dim, key_stride = hd + 2;  // +2 bf16: odd word stride, no bank conflicts
+  float* q_s = smem;                                                            // [kQueryTile, hd]
+  bf16_bits* k_s = reinterpret_cast<bf16_bits*>(q_s + kQueryTile * hd);         // [kKeyChunk, hd + 2]
+  bf16_bits* v_s = k_s + kKeyChunk * key_stride;                                // [kKeyChunk, hd]
+
+  const int s = blockIdx.x / tiles_per_seq, tile = blockIdx.x % tiles_per_seq;
+  const int head = blockIdx.y, kv_head = head / (a.heads / a.kv_heads);
+  const int q0 = a.query_start[s], n = a.query_start[s + 1] - q0;
+  const int t_begin = tile * kQueryTile;
+  if (t_begin >= n) return;  // the whole block leaves together, before any barrier
+  const int t_count = min(kQueryTile, n - t_begin);
+  const int pos0 = a.context_lens[s] - n + t_begin, last_pos = pos0 + t_count - 1;
+  const int first_key = a.sliding_window > 0 ? max(0, pos0 - a.sliding_window + 1) : 0;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bool active = warp < t_count;
+  const int my_pos = pos0 + warp;
+  const int64_t width = static_cast<int64_t>(a.heads + 2 * a.kv_heads) * hd;
+  const int64_t kv_dim = static_cast<int64_t>(a.kv_heads) * hd;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.table_width;
+
+  for (int i = threadIdx.x; i < t_count * hd; i += blockDim.x) {
+    const int r = i / hd, d = i % hd;
+    q_s[r * hd + d] = load(a.qkv, (q0 + t_begin + r) * width + static_cast<int64_t>(head) * hd + d) * a.scale;
+  }
+  float m = -INFINITY, l = 0.0f, acc[kDimsPerLane];
+#pragma unroll
+  for (int i = 0; i < kDimsPerLane; ++i) acc[i] = 0.0f;
+
+  for (int chunk0 = first_key; chunk0 <= last_pos; chunk0 += kKeyChunk) {
+    __syncthreads();  // q loaded / the previous chunk fully read
+    const int count = min(kKeyChunk, last_pos + 1 - chunk0);
+    for (int i = threadIdx.x; i < count * hd; i += blockDim.x) {
+      const int j = i / hd, d = i % hd, p = chunk0 + j;
+      const int64_t slot = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
+      const int64_t src = slot * kv_dim + static_cast<int64_t>(kv_head) * hd + d;
+      k_s[j * key_stride + d] = a.k_cache[src];
+      v_s[j * hd + d] = a.v_cache[src];
+    }
+    __syncthreads();
+    if (!active) continue;
+    const int p = chunk0 + lane;
+    const bool valid = lane < count && p <= my_pos && (a.sliding_window == 0 || p > my_pos - a.sliding_window);
+    float score = -INFINITY;
+    if (valid) {
+      const float* q = q_s + warp * hd;
+      float dot = 0.0f;
+      for (int d = 0; d < hd; ++d) dot += q[d] * load(k_s, lane * key_stride + d);
+      score = dot;
+    }
+    const float chunk_max = warp_max(score);
+    if (chunk_max == -INFINITY) continue;  // no key of this chunk is visible to this row
+    const float new_m = fmaxf(m, chunk_max);
+    const float correction = __expf(m - new_m);  // 0 on the first visible chunk (m = -inf)
+    const float weight = valid ? __expf(score - new_m) : 0.0f;
+    l = l * correction + warp_sum(weight);
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) acc[i] *= correction;
+    for (int j = 0; j < count; ++j) {
+      const float w = __shfl_sync(0xffffffffu, weight, j);
+#pragma unroll
+      for (int i = 0; i < kDimsPerLane; ++i) {
+        const int d = lane + 32 * i;
+        if (d < hd) acc[i] += w * load(v_s, j * hd + d);
+      }
+    }
+    m = new_m;
+  }
+  if (!active) return;
+  const int64_t out_row = static_cast<int64_t>(q0 + t_begin + warp) * a.heads * hd + static_cast<int64_t>(head) * hd;
+  const float inv = 1.0f / l;
+#pragma unroll
+  for (int i = 0; i < kDimsPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < hd) store(a.out, out_row + d, acc[i] * inv);
+  }
+}
+
+__device__ __forceinline__ float activate(float x, int act) {
+  switch (act) {
+    case 0: return x / (1.0f + expf(-x));
+    case 1: return 0.5f * x * erfcf(-x * 0.70710678118654752f);
+    case 2: {
+      const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+      return x / (1.0f + expf(-2.0f * inner));
+    }
+    default: return x > 0.0f ? x : 0.0f;
+  }
+}
+
+__global__ void activation_kernel(const bf16_bits* x, int act, bool gated, bf16_bits* out, int64_t tokens,
+                                  int64_t inner) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= tokens * inner) return;
+  const int64_t t = i / inner, j = i % inner;
+  const int64_t stride = gated ? 2 * inner : inner;
+  float v = activate(load(x, t * stride + j), act);
+  if (gated) v *= load(x, t * stride + inner + j);
+  store(out, i, v);
+}
+
+__global__ void add_kernel(const bf16_bits* a, const bf16_bits* b, bf16_bits* out, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) store(out, i, load(a, i) + load(b, i));
+}
+
+__global__ void gather_rows_kernel(const uint16_t* x, const int32_t* rows, uint16_t* out, int64_t row_elems) {
+  const int64_t r = blockIdx.x;
+  const uint16_t* src = x + static_cast<int64_t>(rows[r]) * row_elems;
+  for (int64_t i = threadIdx.x; i < row_elems; i += blockDim.x) out[r * row_elems + i] = src[i];
+}
+
+}  // namespace
+
+cudaError_t launch_embed(const bf16_bits* table, const int32_t* ids, float multiplier, const bf16_bits* pos_table,
+                         const int32_t* positions, bf16_bits* out, int64_t tokens, int64_t hidden, cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  embed_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(table, ids, multiplier, pos_table, positions, out,
+                                                                        hidden);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add_norm(bf16_bits* residual, const bf16_bits* delta, const float* weight, const float* bias,
+                            bool layer_norm, float eps, float weight_offset, bf16_bits* out, int64_t tokens,
+                            int64_t hidden, cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  add_norm_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(residual, delta, weight, bias, layer_norm, eps,
+                                                                           weight_offset, out, hidden);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add_bias(bf16_bits* y_bf16, float* y_f32, const float* bias, int64_t rows, int64_t cols,
+                            cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  add_bias_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(y_bf16, y_f32, bias, rows, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows, int64_t tokens, int heads,
+                        int kv_heads, int head_dim, int rotary_dim, bool interleaved, cudaStream_t stream) {
+  const int half = rotary_dim / 2, rotated = heads + kv_heads;
+  const int64_t n = tokens * rotated * half;
+  if (n == 0) return cudaSuccess;
+  rope_kernel<<<grid_for(n), kThreads, 0, stream>>>(qkv, cos_sin, table_rows, tokens, rotated,
+                                                    (heads + 2 * kv_heads) * head_dim, head_dim, half, interleaved);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, bf16_bits* k_cache, bf16_bits* v_cache,
+                            int64_t tokens, int heads, int kv_heads, int head_dim, int64_t capacity_slots,
+                            cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  const int64_t q_dim = static_cast<int64_t>(heads) * head_dim, kv_dim = static_cast<int64_t>(kv_heads) * head_dim;
+  write_kv_kernel<<<static_cast<unsigned>(tokens), 128, 0, stream>>>(qkv, slots, k_cache, v_cache, q_dim + 2 * kv_dim,
+                                                                      q_dim, kv_dim, capacity_slots);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
+  if (a.seqs == 0 || a.max_query_len == 0) return cudaSuccess;
+  const int tiles_per_seq = (a.max_query_len + kQueryTile - 1) / kQueryTile;
+  const dim3 grid(static_cast<unsigned>(a.seqs * tiles_per_seq), static_cast<unsigned>(a.heads));
+  attention_kernel<<<grid, kQueryTile * 32, attention_smem_bytes(a.head_dim), stream>>>(a, tiles_per_seq);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_activation(const bf16_bits* x, int act, bool gated, bf16_bits* out, int64_t tokens, int64_t inner,
+                              cudaStream_t stream) {
+  if (tokens * inner == 0) return cudaSuccess;
+  activation_kernel<<<grid_for(tokens * inner), kThreads, 0, stream>>>(x, act, gated, out, tokens, inner);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add(const bf16_bits* a, const bf16_bits* b, bf16_bits* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(a, b, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_gather_rows(const void* x, const int32_t* rows, void* out, int64_t count, int64_t row_bytes,
+                               cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  gather_rows_kernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(
+      static_cast<const uint16_t*>(x), rows, static_cast<uint16_t*>(out), row_bytes / 2);
+  return cudaGetLastError();
+}
+
+}  // namespace splitflow::cuda

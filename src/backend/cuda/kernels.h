@@ -1,0 +1,70 @@
+// backend/cuda/kernels.h — launchers for the CUDA backend's own kernels (backend/cuda/kernels.cu).
+// Plain pointers and sizes only: the kernels compile as C++17 under nvcc, the CudaBackend class
+// (cuda_backend.cpp, C++20) checks shapes and dtypes and calls these. Activations and the KV
+// cache are bf16 (uint16_t bits), norms, biases and RoPE tables f32; all math accumulates in
+// fp32. Every launcher enqueues on `stream` and returns the launch error (cudaSuccess when fine).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace splitflow::cuda {
+
+using bf16_bits = uint16_t;
+
+// Largest head_dim attention() takes (8 dims per lane of a warp).
+constexpr int kMaxHeadDim = 256;
+
+// out[t] = table[ids[t]] * multiplier (+ pos_table[positions[t]] when pos_table is not null).
+// table, pos_table bf16 [*, hidden]; out bf16 [tokens, hidden].
+cudaError_t launch_embed(const bf16_bits* table, const int32_t* ids, float multiplier, const bf16_bits* pos_table,
+                         const int32_t* positions, bf16_bits* out, int64_t tokens, int64_t hidden, cudaStream_t stream);
+
+// residual += delta (delta may be null), then out = norm(residual) * (offset + weight) + bias.
+// layer_norm: subtract the mean first (LayerNorm), else RMSNorm. bias may be null.
+cudaError_t launch_add_norm(bf16_bits* residual, const bf16_bits* delta, const float* weight, const float* bias,
+                            bool layer_norm, float eps, float weight_offset, bf16_bits* out, int64_t tokens,
+                            int64_t hidden, cudaStream_t stream);
+
+// y[r, c] += bias[c] for y [rows, cols], bf16 (y_f32 null) or f32 (y_bf16 null).
+cudaError_t launch_add_bias(bf16_bits* y_bf16, float* y_f32, const float* bias, int64_t rows, int64_t cols,
+                            cudaStream_t stream);
+
+// RoPE in place on the q and k heads of qkv [tokens, (heads + 2 kv_heads) * head_dim].
+// cos_sin [rows, 2, rotary_dim / 2] f32; table_rows [tokens].
+cudaError_t launch_rope(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows, int64_t tokens, int heads,
+                        int kv_heads, int head_dim, int rotary_dim, bool interleaved, cudaStream_t stream);
+
+// k/v heads of qkv -> caches at slots[t] (negative: skipped; >= capacity_slots: skipped, the
+// runner validates slots on the host).
+cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, bf16_bits* k_cache, bf16_bits* v_cache,
+                            int64_t tokens, int heads, int kv_heads, int head_dim, int64_t capacity_slots,
+                            cudaStream_t stream);
+
+struct AttentionLaunch {
+  const bf16_bits* qkv;          // [tokens, (heads + 2 kv_heads) * head_dim]
+  const bf16_bits* k_cache;      // [blocks, block_size, kv_heads, head_dim]
+  const bf16_bits* v_cache;
+  const int32_t* query_start;    // [seqs + 1]
+  const int32_t* context_lens;   // [seqs]
+  const int32_t* block_tables;   // [seqs, table_width]
+  bf16_bits* out;                // [tokens, heads * head_dim]
+  int seqs, table_width, max_query_len;
+  int heads, kv_heads, head_dim, block_size, sliding_window;
+  float scale;
+};
+cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream);
+
+// act: 0 SiLU, 1 GELU (erf), 2 GELU (tanh), 3 ReLU. gated: out = act(x[:, :inner]) * x[:, inner:].
+cudaError_t launch_activation(const bf16_bits* x, int act, bool gated, bf16_bits* out, int64_t tokens, int64_t inner,
+                              cudaStream_t stream);
+
+// out = a + b over n bf16 elements (out may alias a or b).
+cudaError_t launch_add(const bf16_bits* a, const bf16_bits* b, bf16_bits* out, int64_t n, cudaStream_t stream);
+
+// out[i] = x[rows[i]] for rows of row_bytes bytes (a multiple of 2).
+cudaError_t launch_gather_rows(const void* x, const int32_t* rows, void* out, int64_t count, int64_t row_bytes,
+                               cudaStream_t stream);
+
+}  // namespace splitflow::cuda

@@ -1,0 +1,119 @@
+// The HF fixtures (tests/fixtures/hf, tiny random-weight checkpoints with transformers' fp32
+// logits) through ModelRunner on the CUDA backend: bf16 weights, activations and KV cache.
+// Every prefill position and every cached decode step must pick the reference's top-1 token,
+// and the logits must stay within kLogitsTolerance * max|logit| per row (bf16 rounding of the
+// residual stream and of every matmul input over a few layers; measured worst cases are printed).
+// Skips without a GPU.
+#include "backend_cuda/cuda_test_util.h"
+
+#include "engine/model_loader.h"
+#include "formats/weight_source.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "runtime/block_allocator.h"
+#include "runtime/model_runner.h"
+#include "test_paths.h"
+
+#include <algorithm>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+using namespace splitflow;
+
+namespace {
+
+constexpr double kLogitsTolerance = 5e-2;
+
+std::vector<std::string> fixture_names() {
+  const nlohmann::json index = read_json_file(test::fixture_path("hf/index.json"));
+  return index.at("fixtures").get<std::vector<std::string>>();
+}
+
+int64_t argmax(const float* row, int64_t count) { return std::max_element(row, row + count) - row; }
+
+struct RowStats {
+  double worst_ratio = 0;  // max over rows of max|diff| / max|expected|
+  int64_t rows = 0, top1_mismatches = 0;
+};
+
+void compare_rows(const float* actual, const float* expected, int64_t rows, int64_t vocab, const std::string& what,
+                  RowStats& stats) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = actual + r * vocab;
+    const float* e = expected + r * vocab;
+    double max_abs = 0, max_diff = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      max_abs = std::max(max_abs, std::abs(static_cast<double>(e[v])));
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(a[v]) - e[v]));
+    }
+    const double ratio = max_diff / max_abs;  // NaN fails below
+    stats.worst_ratio = std::max(stats.worst_ratio, std::isnan(ratio) ? INFINITY : ratio);
+    ++stats.rows;
+    EXPECT_LE(ratio, kLogitsTolerance) << what << " row " << r << ": max |diff| " << max_diff << ", max |logit| "
+                                       << max_abs;
+    const int64_t got = argmax(a, vocab), want = argmax(e, vocab);
+    if (got != want) {
+      ++stats.top1_mismatches;
+      ADD_FAILURE() << what << " row " << r << ": top-1 " << got << " (logit " << a[got] << "), reference " << want
+                    << " (logit " << e[want] << ", ours " << a[want] << ", reference's logit for ours " << e[got]
+                    << ")";
+    }
+  }
+}
+
+class CudaHfFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaHfFixture, MatchesTransformersTop1AndLogits) {
+  SF_REQUIRE_GPU();
+  const std::string name = GetParam();
+  const std::string dir = test::fixture_path("hf/" + name);
+  std::unique_ptr<WeightSource> source = open_weights(dir);
+  const ModelSpec spec = resolve_source_spec(*source, dir);
+  const std::unique_ptr<WeightSource> expected = open_safetensors(dir + "/expected.safetensors");
+  const nlohmann::json meta = read_json_file(dir + "/meta.json");
+
+  std::unique_ptr<Backend> backend = test::make_test_cuda_backend();
+  const KvCacheConfig kv{16, 4};  // small blocks so every prompt spans several, in shuffled order
+  ModelRunner runner(spec, bind_weights(spec, *source, dominant_matrix_dtype(*source)), *backend, kv);
+  const int64_t vocab = spec.vocab_size;
+  RowStats stats;
+
+  for (int p = 0; p < meta.at("num_prompts").get<int>(); ++p) {
+    const std::string prefix = "prompt" + std::to_string(p) + ".";
+    const Tensor& prompt = expected->find(prefix + "prompt_tokens")->tensor;
+    const Tensor& prefill_logits = expected->find(prefix + "prefill_logits")->tensor;
+    const Tensor& decode_tokens = expected->find(prefix + "decode_tokens")->tensor;
+    const Tensor& decode_logits = expected->find(prefix + "decode_logits")->tensor;
+    const int64_t prompt_len = prompt.numel(), steps = decode_tokens.numel();
+
+    BlockAllocator allocator(kv.num_blocks);
+    std::vector<int32_t> table;
+    allocator.grow_table(table, prompt_len + steps, kv.block_size);
+    std::reverse(table.begin(), table.end());
+
+    ForwardBatch prefill;
+    prefill.token_ids.assign(prompt.as<int32_t>(), prompt.as<int32_t>() + prompt_len);
+    prefill.spans.push_back({static_cast<int32_t>(prompt_len), 0, table, true});
+    prefill.logits_mode = LogitsMode::All;
+    Tensor logits = runner.forward(prefill);
+    compare_rows(logits.as<float>(), prefill_logits.as<float>(), prompt_len, vocab, name + " " + prefix + "prefill",
+                 stats);
+
+    // Decode feeds the reference's greedy tokens, so one near-tie cannot derail the rest.
+    for (int64_t step = 0; step < steps; ++step) {
+      ForwardBatch decode;
+      decode.token_ids = {decode_tokens.as<int32_t>()[step]};
+      decode.spans.push_back({1, static_cast<int32_t>(prompt_len + step), table, true});
+      logits = runner.forward(decode);
+      compare_rows(logits.as<float>(), decode_logits.as<float>() + step * vocab, 1, vocab,
+                   name + " " + prefix + "decode step " + std::to_string(step), stats);
+    }
+  }
+  std::cout << "[cuda fixture] " << name << ": " << stats.rows << " rows, worst max|diff|/max|logit| "
+            << stats.worst_ratio << ", top-1 mismatches " << stats.top1_mismatches << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Transformers, CudaHfFixture, ::testing::ValuesIn(fixture_names()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace

@@ -1,0 +1,352 @@
+// Each CUDA kernel on random inputs against a float64 reference computed here from the exact
+// bf16 values the device holds; tolerances in cuda_test_util.h. Skips without a GPU.
+#include "backend_cuda/cuda_test_util.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <numeric>
+
+using namespace splitflow;
+using namespace splitflow::test;
+
+namespace {
+
+class CudaKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SF_REQUIRE_GPU();
+    backend = make_test_cuda_backend();
+  }
+  std::unique_ptr<Backend> backend;
+  std::mt19937_64 rng{20261122};
+};
+
+TEST_F(CudaKernels, EmbedGathersScalesAndAddsPositions) {
+  const int64_t vocab = 50, hidden = 96, positions = 40;
+  std::vector<float> table = random_values(rng, vocab * hidden), pos = random_values(rng, positions * hidden);
+  // upload() stores matrices as bf16: the reference uses the rounded values.
+  Tensor host_table = Tensor::zeros(DType::F32, {vocab, hidden}), host_pos = Tensor::zeros(DType::F32, {positions, hidden});
+  std::copy(table.begin(), table.end(), host_table.as<float>());
+  std::copy(pos.begin(), pos.end(), host_pos.as<float>());
+  DeviceBuffer d_table = backend->upload(host_table), d_pos = backend->upload(host_pos);
+  ASSERT_EQ(d_table.view().dtype, DType::BF16);
+  const std::vector<int32_t> ids = {3, 0, 49, 17, 17, 8, 22}, at = {0, 1, 2, 39, 5, 6, 7};
+  const int64_t tokens = static_cast<int64_t>(ids.size());
+  DeviceBuffer d_ids = to_device_i32(*backend, ids, {tokens}), d_at = to_device_i32(*backend, at, {tokens});
+  DeviceBuffer out = backend->allocate(DType::BF16, {tokens, hidden});
+  poison_bf16(*backend, out.view());
+  backend->embed(d_table.view(), d_ids.view(), 1.5f, d_pos.view(), d_at.view(), out.view());
+  std::vector<double> ref(tokens * hidden);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t i = 0; i < hidden; ++i)
+      ref[t * hidden + i] = 1.5 * bf16_round(table[ids[t] * hidden + i]) + bf16_round(pos[at[t] * hidden + i]);
+  EXPECT_LE(relative_error(to_host(*backend, out.view()), ref), kOneRounding);
+}
+
+void check_add_norm(Backend& backend, std::mt19937_64& rng, NormType type, bool with_delta, bool with_bias) {
+  const int64_t tokens = 5, hidden = 300;  // not a multiple of the block size
+  std::vector<float> residual = random_values(rng, tokens * hidden, -2.0f, 2.0f), delta = random_values(rng, tokens * hidden);
+  const std::vector<float> weight = random_values(rng, hidden, 0.5f, 1.5f), bias = random_values(rng, hidden);
+  DeviceBuffer d_res = to_device_bf16(backend, residual, {tokens, hidden});
+  DeviceBuffer d_delta = to_device_bf16(backend, delta, {tokens, hidden});
+  DeviceBuffer d_w = to_device_f32(backend, weight, {hidden}), d_b = to_device_f32(backend, bias, {hidden});
+  DeviceBuffer out = backend.allocate(DType::BF16, {tokens, hidden});
+  poison_bf16(backend, out.view());
+  const NormParams params{type, 1e-5f, 0.25f};
+  backend.add_norm(d_res.view(), with_delta ? d_delta.view() : DeviceTensor{}, d_w.view(),
+                   with_bias ? d_b.view() : DeviceTensor{}, params, out.view());
+  std::vector<double> ref(tokens * hidden), ref_res(tokens * hidden);
+  for (int64_t t = 0; t < tokens; ++t) {
+    double mean = 0, squares = 0;
+    for (int64_t i = 0; i < hidden; ++i) {
+      const int64_t k = t * hidden + i;
+      ref_res[k] = residual[k] + (with_delta ? delta[k] : 0.0);
+      mean += ref_res[k];
+    }
+    mean = type == NormType::LayerNorm ? mean / hidden : 0.0;
+    for (int64_t i = 0; i < hidden; ++i) squares += (ref_res[t * hidden + i] - mean) * (ref_res[t * hidden + i] - mean);
+    const double inv = 1.0 / std::sqrt(squares / hidden + 1e-5);
+    for (int64_t i = 0; i < hidden; ++i)
+      ref[t * hidden + i] = (ref_res[t * hidden + i] - mean) * inv * (0.25 + weight[i]) + (with_bias ? bias[i] : 0.0);
+  }
+  EXPECT_LE(relative_error(to_host(backend, out.view()), ref), kBf16Compute) << "output";
+  EXPECT_LE(relative_error(to_host(backend, d_res.view()), ref_res), kOneRounding) << "residual";
+}
+
+TEST_F(CudaKernels, RmsNormWithResidualAdd) { check_add_norm(*backend, rng, NormType::RMSNorm, true, false); }
+TEST_F(CudaKernels, RmsNormWithoutDelta) { check_add_norm(*backend, rng, NormType::RMSNorm, false, false); }
+TEST_F(CudaKernels, LayerNormWithResidualAddAndBias) { check_add_norm(*backend, rng, NormType::LayerNorm, true, true); }
+
+void check_matmul(Backend& backend, std::mt19937_64& rng, int64_t m, int64_t k, int64_t n, bool bias, DType out_dtype,
+                  DType weight_dtype) {
+  std::vector<float> x = random_values(rng, m * k);
+  const std::vector<float> w = random_values(rng, n * k), b = random_values(rng, n);
+  DeviceBuffer d_x = to_device_bf16(backend, x, {m, k});
+  Tensor host_w = Tensor::zeros(weight_dtype, {n, k});
+  convert_from_f32(w.data(), weight_dtype, host_w.data, w.size());
+  DeviceBuffer d_w = backend.upload(host_w);
+  DeviceBuffer d_b = to_device_f32(backend, b, {n});
+  DeviceBuffer y = backend.allocate(out_dtype, {m, n});
+  if (out_dtype == DType::BF16) poison_bf16(backend, y.view());
+  backend.matmul(d_x.view(), d_w.view(), bias ? d_b.view() : DeviceTensor{}, y.view());
+  std::vector<float> stored(w.size());
+  convert_to_f32(weight_dtype, host_w.data, stored.data(), w.size());
+  std::vector<double> ref(m * n);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      double sum = bias ? b[c] : 0.0;
+      for (int64_t i = 0; i < k; ++i) sum += static_cast<double>(x[r * k + i]) * bf16_round(stored[c * k + i]);
+      ref[r * n + c] = sum;
+    }
+  EXPECT_LE(relative_error(to_host(backend, y.view()), ref), kBf16Compute)
+      << "m " << m << " k " << k << " n " << n << " out " << dtype_name(out_dtype);
+}
+
+TEST_F(CudaKernels, MatmulBf16OutputAcrossRowCounts) {
+  for (int64_t m : {1, 3, 16, 100}) check_matmul(*backend, rng, m, 96, 130, false, DType::BF16, DType::F32);
+}
+TEST_F(CudaKernels, MatmulWithBiasAndF32Output) {
+  for (int64_t m : {1, 7, 64}) {
+    check_matmul(*backend, rng, m, 64, 257, true, DType::F32, DType::F32);
+    check_matmul(*backend, rng, m, 64, 257, true, DType::BF16, DType::F32);
+  }
+}
+TEST_F(CudaKernels, MatmulReadsF16AndBf16Weights) {
+  check_matmul(*backend, rng, 5, 128, 64, false, DType::BF16, DType::F16);
+  check_matmul(*backend, rng, 5, 128, 64, true, DType::F32, DType::BF16);
+}
+TEST_F(CudaKernels, MatmulRejectsF32Activations) {
+  DeviceBuffer x = backend->allocate(DType::F32, {2, 8}), w = backend->allocate(DType::BF16, {4, 8}),
+               y = backend->allocate(DType::BF16, {2, 4});
+  EXPECT_THROW(backend->matmul(x.view(), w.view(), {}, y.view()), Error);
+}
+
+void check_rope(Backend& backend, std::mt19937_64& rng, RopeStyle style, int rotary_dim) {
+  const int heads = 4, kv_heads = 2, head_dim = 16, half = rotary_dim / 2;
+  const int64_t tokens = 6, width = (heads + 2 * kv_heads) * head_dim, rows = 10;
+  std::vector<float> qkv = random_values(rng, tokens * width);
+  const std::vector<float> table = random_values(rng, rows * 2 * half);
+  const std::vector<int32_t> table_rows = {0, 9, 3, 3, 7, 1};
+  DeviceBuffer d_qkv = to_device_bf16(backend, qkv, {tokens, width});
+  DeviceBuffer d_table = to_device_f32(backend, table, {rows, 2, half});
+  DeviceBuffer d_rows = to_device_i32(backend, table_rows, {tokens});
+  backend.rope(d_qkv.view(), d_table.view(), d_rows.view(), {heads, kv_heads, head_dim, rotary_dim, style});
+  std::vector<double> ref(qkv.begin(), qkv.end());
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int h = 0; h < heads + kv_heads; ++h)
+      for (int i = 0; i < half; ++i) {
+        const double c = table[table_rows[t] * 2 * half + i], s = table[table_rows[t] * 2 * half + half + i];
+        const int64_t base = t * width + h * head_dim;
+        const int64_t a = base + (style == RopeStyle::Half ? i : 2 * i), b = base + (style == RopeStyle::Half ? i + half : 2 * i + 1);
+        ref[a] = qkv[a] * c - qkv[b] * s;
+        ref[b] = qkv[b] * c + qkv[a] * s;
+      }
+  EXPECT_LE(relative_error(to_host(backend, d_qkv.view()), ref), kOneRounding);
+}
+
+TEST_F(CudaKernels, RopeHalfStyle) { check_rope(*backend, rng, RopeStyle::Half, 16); }
+TEST_F(CudaKernels, RopeInterleavedStyle) { check_rope(*backend, rng, RopeStyle::Interleaved, 16); }
+TEST_F(CudaKernels, RopePartialRotaryLeavesTailDims) { check_rope(*backend, rng, RopeStyle::Half, 6); }
+
+TEST_F(CudaKernels, WriteKvStoresSlotsAndSkipsNegative) {
+  const int heads = 4, kv_heads = 2, head_dim = 8, block_size = 4, blocks = 3;
+  const int64_t tokens = 4, kv_dim = kv_heads * head_dim, q_dim = heads * head_dim, width = q_dim + 2 * kv_dim;
+  std::vector<float> qkv = random_values(rng, tokens * width);
+  DeviceBuffer d_qkv = to_device_bf16(*backend, qkv, {tokens, width});
+  const std::vector<int32_t> slots = {5, -1, 0, 11};
+  DeviceBuffer d_slots = to_device_i32(*backend, slots, {tokens});
+  DeviceBuffer k = backend->allocate(DType::BF16, {blocks, block_size, kv_heads, head_dim});
+  DeviceBuffer v = backend->allocate(DType::BF16, {blocks, block_size, kv_heads, head_dim});
+  AttentionParams params{heads, kv_heads, head_dim, block_size, 1.0f, 0};
+  backend->write_kv(d_qkv.view(), d_slots.view(), params, k.view(), v.view());
+  std::vector<double> ref_k(blocks * block_size * kv_dim, 0.0), ref_v(ref_k.size(), 0.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (slots[t] < 0) continue;
+    for (int64_t i = 0; i < kv_dim; ++i) {
+      ref_k[slots[t] * kv_dim + i] = qkv[t * width + q_dim + i];
+      ref_v[slots[t] * kv_dim + i] = qkv[t * width + q_dim + kv_dim + i];
+    }
+  }
+  EXPECT_EQ(relative_error(to_host(*backend, k.view()), ref_k), 0.0);
+  EXPECT_EQ(relative_error(to_host(*backend, v.view()), ref_v), 0.0);
+}
+
+// Paged attention against a dense float64 reference: S sequences with cached prefixes and new
+// chunks (prefill, chunked prefill and decode mixed), block tables shuffled over the cache.
+struct AttentionCase {
+  int heads, kv_heads, head_dim, block_size, sliding_window;
+  std::vector<int> new_tokens, context_lens;
+};
+
+void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase& c) {
+  const int seqs = static_cast<int>(c.new_tokens.size());
+  const int64_t q_dim = int64_t{c.heads} * c.head_dim, kv_dim = int64_t{c.kv_heads} * c.head_dim;
+  const int64_t width = q_dim + 2 * kv_dim;
+  int max_blocks = 0, total_blocks = 0, max_query = 0, max_context = 0;
+  std::vector<int32_t> query_start = {0};
+  for (int s = 0; s < seqs; ++s) {
+    const int blocks = (c.context_lens[s] + c.block_size - 1) / c.block_size;
+    max_blocks = std::max(max_blocks, blocks);
+    total_blocks += blocks;
+    query_start.push_back(query_start.back() + c.new_tokens[s]);
+    max_query = std::max(max_query, c.new_tokens[s]);
+    max_context = std::max(max_context, c.context_lens[s]);
+  }
+  const int64_t tokens = query_start.back(), cache_blocks = total_blocks + 2;
+  std::vector<int32_t> order(cache_blocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int32_t> tables(seqs * max_blocks, 0);
+  for (int s = 0, next = 0; s < seqs; ++s)
+    for (int b = 0; b < (c.context_lens[s] + c.block_size - 1) / c.block_size; ++b) tables[s * max_blocks + b] = order[next++];
+
+  std::vector<float> qkv = random_values(rng, tokens * width), k_cache = random_values(rng, cache_blocks * c.block_size * kv_dim),
+                     v_cache = random_values(rng, k_cache.size());
+  DeviceBuffer d_qkv = to_device_bf16(backend, qkv, {tokens, width});
+  const Shape cache_shape = {cache_blocks, c.block_size, c.kv_heads, c.head_dim};
+  DeviceBuffer d_k = to_device_bf16(backend, k_cache, cache_shape), d_v = to_device_bf16(backend, v_cache, cache_shape);
+  DeviceBuffer d_start = to_device_i32(backend, query_start, {seqs + 1});
+  DeviceBuffer d_lens = to_device_i32(backend, std::vector<int32_t>(c.context_lens.begin(), c.context_lens.end()), {seqs});
+  DeviceBuffer d_tables = to_device_i32(backend, tables, {seqs, max_blocks});
+  DeviceBuffer out = backend.allocate(DType::BF16, {tokens, q_dim});
+  poison_bf16(backend, out.view());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const AttentionParams params{c.heads, c.kv_heads, c.head_dim, c.block_size, scale, c.sliding_window};
+  backend.attention(d_qkv.view(), d_k.view(), d_v.view(),
+                    {d_start.view(), d_lens.view(), d_tables.view(), max_query, max_context}, params, out.view());
+
+  std::vector<double> ref(tokens * q_dim);
+  const int group = c.heads / c.kv_heads;
+  for (int s = 0; s < seqs; ++s)
+    for (int i = 0; i < c.new_tokens[s]; ++i) {
+      const int64_t t = query_start[s] + i;
+      const int pos = c.context_lens[s] - c.new_tokens[s] + i;
+      const int first = c.sliding_window > 0 ? std::max(0, pos - c.sliding_window + 1) : 0;
+      for (int h = 0; h < c.heads; ++h) {
+        const int kvh = h / group;
+        std::vector<double> scores;
+        for (int p = first; p <= pos; ++p) {
+          const int64_t slot = int64_t{tables[s * max_blocks + p / c.block_size]} * c.block_size + p % c.block_size;
+          double dot = 0;
+          for (int d = 0; d < c.head_dim; ++d)
+            dot += static_cast<double>(qkv[t * width + h * c.head_dim + d]) * k_cache[slot * kv_dim + kvh * c.head_dim + d];
+          scores.push_back(dot * scale);
+        }
+        const double top = *std::max_element(scores.begin(), scores.end());
+        double sum = 0;
+        for (double& sc : scores) sum += (sc = std::exp(sc - top));
+        for (int d = 0; d < c.head_dim; ++d) {
+          double acc = 0;
+          for (int p = first; p <= pos; ++p) {
+            const int64_t slot = int64_t{tables[s * max_blocks + p / c.block_size]} * c.block_size + p % c.block_size;
+            acc += scores[p - first] * v_cache[slot * kv_dim + kvh * c.head_dim + d];
+          }
+          ref[t * q_dim + h * c.head_dim + d] = acc / sum;
+        }
+      }
+    }
+  EXPECT_LE(relative_error(to_host(backend, out.view()), ref), kBf16Compute)
+      << "heads " << c.heads << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim << " block " << c.block_size
+      << " window " << c.sliding_window;
+}
+
+TEST_F(CudaKernels, AttentionHeadDimsAndGqaRatios) {
+  for (int head_dim : {8, 16, 64, 80, 96, 128})
+    for (int kv_heads : {8, 4, 2, 1})
+      check_attention(*backend, rng, {8, kv_heads, head_dim, 16, 0, {1, 7, 13, 1}, {1, 40, 13, 77}});
+}
+TEST_F(CudaKernels, AttentionSlidingWindow) {
+  for (int window : {1, 5, 33})
+    check_attention(*backend, rng, {4, 2, 64, 4, window, {9, 1, 20}, {30, 61, 20}});
+}
+TEST_F(CudaKernels, AttentionLongContextAndOddBlockSize) {
+  check_attention(*backend, rng, {4, 1, 128, 7, 0, {1, 3}, {1000, 517}});
+  check_attention(*backend, rng, {2, 2, 256, 16, 0, {5}, {300}});
+}
+TEST_F(CudaKernels, AttentionRejectsHeadDimPastLimit) {
+  DeviceBuffer qkv = backend->allocate(DType::BF16, {1, 3 * 512}), out = backend->allocate(DType::BF16, {1, 512});
+  DeviceBuffer k = backend->allocate(DType::BF16, {1, 4, 1, 512}), i = backend->allocate(DType::I32, {2});
+  const AttentionParams params{1, 1, 512, 4, 1.0f, 0};
+  EXPECT_THROW(backend->attention(qkv.view(), k.view(), k.view(),
+                                  {i.view(), i.view().rows(0, 1), i.view().rows(0, 1).reshape({1, 1}), 1, 1}, params,
+                                  out.view()),
+               Error);
+}
+
+double activate_ref(double x, Activation act) {
+  switch (act) {
+    case Activation::SiLU: return x / (1 + std::exp(-x));
+    case Activation::GELU: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case Activation::GELUTanh: return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case Activation::ReLU: return x > 0 ? x : 0;
+  }
+  return x;
+}
+
+TEST_F(CudaKernels, ActivationsPlainAndGated) {
+  const int64_t tokens = 3, inner = 700;
+  for (Activation act : {Activation::SiLU, Activation::GELU, Activation::GELUTanh, Activation::ReLU})
+    for (bool gated : {false, true}) {
+      const int64_t in_width = gated ? 2 * inner : inner;
+      std::vector<float> x = random_values(rng, tokens * in_width, -4.0f, 4.0f);
+      DeviceBuffer d_x = to_device_bf16(*backend, x, {tokens, in_width});
+      DeviceBuffer out = backend->allocate(DType::BF16, {tokens, inner});
+      poison_bf16(*backend, out.view());
+      backend->activation(d_x.view(), act, gated, out.view());
+      std::vector<double> ref(tokens * inner);
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t j = 0; j < inner; ++j)
+          ref[t * inner + j] =
+              activate_ref(x[t * in_width + j], act) * (gated ? static_cast<double>(x[t * in_width + inner + j]) : 1.0);
+      EXPECT_LE(relative_error(to_host(*backend, out.view()), ref), kOneRounding)
+          << "act " << static_cast<int>(act) << " gated " << gated;
+    }
+}
+
+TEST_F(CudaKernels, AddInPlace) {
+  const int64_t n = 1000;
+  std::vector<float> a = random_values(rng, n), b = random_values(rng, n);
+  DeviceBuffer d_a = to_device_bf16(*backend, a, {10, 100}), d_b = to_device_bf16(*backend, b, {10, 100});
+  backend->add(d_a.view(), d_b.view(), d_a.view());
+  std::vector<double> ref(n);
+  for (int64_t i = 0; i < n; ++i) ref[i] = double{a[i]} + b[i];
+  EXPECT_LE(relative_error(to_host(*backend, d_a.view()), ref), kOneRounding);
+}
+
+TEST_F(CudaKernels, GatherRowsBf16AndF32) {
+  const int64_t rows = 9, cols = 33;
+  std::vector<float> x = random_values(rng, rows * cols);
+  const std::vector<int32_t> pick = {8, 0, 3, 3};
+  DeviceBuffer d_pick = to_device_i32(*backend, pick, {4});
+  DeviceBuffer d_bf16 = to_device_bf16(*backend, x, {rows, cols}), d_f32 = to_device_f32(*backend, x, {rows, cols});
+  std::vector<double> ref;
+  for (int32_t r : pick) ref.insert(ref.end(), x.begin() + r * cols, x.begin() + (r + 1) * cols);
+  for (const DeviceBuffer* src : {&d_bf16, &d_f32}) {
+    DeviceBuffer out = backend->allocate(src->view().dtype, {4, cols});
+    backend->gather_rows(src->view(), d_pick.view(), out.view());
+    EXPECT_EQ(relative_error(to_host(*backend, out.view()), ref), 0.0) << dtype_name(src->view().dtype);
+  }
+}
+
+TEST(CudaBackend, RejectsMissingDevice) {
+  SF_REQUIRE_GPU();
+#ifdef SPLITFLOW_HAS_CUDA
+  EXPECT_THROW(make_cuda_backend(1 << 20), Error);
+#endif
+}
+
+TEST(CudaBackend, ActivationDtypeIsBf16AndUploadKeepsVectorsF32) {
+  SF_REQUIRE_GPU();
+  std::unique_ptr<Backend> backend = make_test_cuda_backend();
+  EXPECT_EQ(backend->activation_dtype(), DType::BF16);
+  Tensor vec = Tensor::zeros(DType::BF16, {4});
+  for (int i = 0; i < 4; ++i) vec.as<uint16_t>()[i] = f32_to_bf16(0.5f * i);
+  DeviceBuffer d = backend->upload(vec);
+  ASSERT_EQ(d.view().dtype, DType::F32);
+  std::vector<float> back(4);
+  backend->copy_to_host(d.view(), back.data());
+  EXPECT_EQ(back, (std::vector<float>{0.0f, 0.5f, 1.0f, 1.5f}));
+}
+
+}  // namespace

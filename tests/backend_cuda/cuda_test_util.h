@@ -1,0 +1,114 @@
+// tests/backend_cuda/cuda_test_util.h — a CUDA backend for tests (skipping without a GPU), bf16
+// buffers with the exact values the device holds, and the relative error ‖out − ref‖ / ‖ref‖.
+//
+// Tolerances (METHOD.md): a kernel that rounds its fp32 result to bf16 once is within 2^-9
+// relative per element, so ‖err‖/‖ref‖ stays under kOneRounding; GEMMs and attention over
+// bf16 operands (fp32 accumulation, bf16 output) under kBf16Compute.
+#pragma once
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+
+#ifdef SPLITFLOW_HAS_CUDA
+#include "backend/cuda/device_info.h"
+#endif
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+namespace splitflow::test {
+
+constexpr double kOneRounding = 4e-3;
+constexpr double kBf16Compute = 1e-2;
+
+inline bool have_gpu() {
+#ifdef SPLITFLOW_HAS_CUDA
+  return !cuda::list_devices().empty();
+#else
+  return false;
+#endif
+}
+
+inline std::unique_ptr<Backend> make_test_cuda_backend() {
+#ifdef SPLITFLOW_HAS_CUDA
+  return make_cuda_backend(0);
+#else
+  return nullptr;
+#endif
+}
+
+// Skips the test (from SetUp or the test body) when no GPU can run it.
+#define SF_REQUIRE_GPU()                                                                   \
+  do {                                                                                     \
+    if (!::splitflow::test::have_gpu()) GTEST_SKIP() << "no CUDA GPU (or built without CUDA)"; \
+  } while (0)
+
+inline float bf16_round(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+
+inline std::vector<float> random_values(std::mt19937_64& rng, size_t count, float low = -1.0f, float high = 1.0f) {
+  std::uniform_real_distribution<float> dist(low, high);
+  std::vector<float> values(count);
+  for (float& v : values) v = dist(rng);
+  return values;
+}
+
+// Rounds `values` to bf16 in place (they become exactly what the device holds) and uploads them.
+inline DeviceBuffer to_device_bf16(Backend& backend, std::vector<float>& values, Shape shape) {
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    bits[i] = f32_to_bf16(values[i]);
+    values[i] = bf16_to_f32(bits[i]);
+  }
+  DeviceBuffer buffer = backend.allocate(DType::BF16, std::move(shape));
+  backend.copy_to_device(bits.data(), buffer.view());
+  return buffer;
+}
+
+inline DeviceBuffer to_device_f32(Backend& backend, const std::vector<float>& values, Shape shape) {
+  DeviceBuffer buffer = backend.allocate(DType::F32, std::move(shape));
+  backend.copy_to_device(values.data(), buffer.view());
+  return buffer;
+}
+
+inline DeviceBuffer to_device_i32(Backend& backend, const std::vector<int32_t>& values, Shape shape) {
+  DeviceBuffer buffer = backend.allocate(DType::I32, std::move(shape));
+  backend.copy_to_device(values.data(), buffer.view());
+  return buffer;
+}
+
+// The tensor's values as floats (bf16 or f32 on the device).
+inline std::vector<float> to_host(Backend& backend, const DeviceTensor& tensor) {
+  std::vector<float> values(tensor.numel());
+  if (tensor.dtype == DType::F32) {
+    backend.copy_to_host(tensor, values.data());
+  } else {
+    std::vector<uint16_t> bits(values.size());
+    backend.copy_to_host(tensor, bits.data());
+    for (size_t i = 0; i < bits.size(); ++i) values[i] = bf16_to_f32(bits[i]);
+  }
+  return values;
+}
+
+// Fills a bf16 buffer with NaN so an element the kernel leaves unwritten fails the comparison.
+inline void poison_bf16(Backend& backend, const DeviceTensor& tensor) {
+  std::vector<uint16_t> nan(tensor.numel(), 0x7fc0);
+  backend.copy_to_device(nan.data(), tensor);
+}
+
+// ‖out − ref‖ / ‖ref‖; infinity when sizes differ or out holds NaN/inf.
+inline double relative_error(const std::vector<float>& out, const std::vector<double>& ref) {
+  if (out.size() != ref.size()) return INFINITY;
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out[i])) return INFINITY;
+    diff += (out[i] - ref[i]) * (out[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+}  // namespace splitflow::test
