@@ -62,8 +62,7 @@ std::vector<int32_t> BlockManager::find_cached_prefix(const Sequence& seq) const
   return hits;
 }
 
-bool BlockManager::can_allocate(const Sequence& seq) const {
-  const std::vector<int32_t> hits = find_cached_prefix(seq);
+bool BlockManager::fits(const Sequence& seq, const std::vector<int32_t>& hits) const {
   // A hit on a free cached block takes it out of the free pool without needing a fresh block.
   const auto free_hits = std::count_if(hits.begin(), hits.end(),
                                        [&](int32_t b) { return blocks_[static_cast<size_t>(b)].ref_count == 0; });
@@ -71,12 +70,14 @@ bool BlockManager::can_allocate(const Sequence& seq) const {
   return fresh <= num_free_blocks() - free_hits;
 }
 
+bool BlockManager::can_allocate(const Sequence& seq) const { return fits(seq, find_cached_prefix(seq)); }
+
 void BlockManager::allocate(Sequence& seq) {
   SF_CHECK(seq.block_table.empty(), "block manager: sequence {} already holds {} blocks", seq.id,
            seq.block_table.size());
-  SF_CHECK(can_allocate(seq), "block manager: sequence {} needs {} blocks for {} tokens but only {} of {} are free",
-           seq.id, blocks_for_tokens(seq.num_tokens()), seq.num_tokens(), num_free_blocks(), num_blocks());
   const std::vector<int32_t> hits = find_cached_prefix(seq);
+  SF_CHECK(fits(seq, hits), "block manager: sequence {} needs {} blocks for {} tokens but only {} of {} are free",
+           seq.id, blocks_for_tokens(seq.num_tokens()), seq.num_tokens(), num_free_blocks(), num_blocks());
   stats_.queried_blocks += (seq.num_tokens() - 1) / block_size_;
   stats_.hit_blocks += static_cast<int64_t>(hits.size());
   for (const int32_t b : hits) {

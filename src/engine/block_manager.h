@@ -78,6 +78,7 @@ class BlockManager {
   uint64_t hash_block(uint64_t parent_hash, std::span<const int32_t> tokens) const;
   // The cached blocks matching the sequence's leading full blocks, excluding the last token's.
   std::vector<int32_t> find_cached_prefix(const Sequence& seq) const;
+  bool fits(const Sequence& seq, const std::vector<int32_t>& hits) const;
   int32_t take_fresh_block();
   void release(int32_t block);
   bool is_cached(int32_t block) const;

@@ -413,6 +413,9 @@ TEST(Scheduler, RejectsBadConfigAndRequests) {
   config = small_config(8, 16);
   config.max_seqs = 0;
   EXPECT_THROW(Scheduler{config}, Error);
+  config = small_config(8, 16);
+  config.max_model_len = 0;
+  EXPECT_THROW(Scheduler{config}, Error);
 
   Scheduler scheduler(small_config(8, 32));
   auto too_long = make_seq(1, iota_tokens(65, 0), 1);
@@ -423,6 +426,9 @@ TEST(Scheduler, RejectsBadConfigAndRequests) {
   EXPECT_THROW(scheduler.add(*seq), Error);  // already running
   EXPECT_THROW(scheduler.postprocess(plan, std::vector<int32_t>{}), Error);  // one token expected
   EXPECT_THROW(Sequence(3, {}, SamplingParams{}), Error);
+  // A sequence ended between schedule() and postprocess() cannot take the step's token.
+  scheduler.finish(*seq, FinishReason::Stop);
+  EXPECT_THROW(scheduler.postprocess(plan, sample(plan)), Error);
 }
 
 // Random arrivals, prompt lengths and output lengths (sharing prompt prefixes) on a cache small
