@@ -3,10 +3,11 @@
 # -DSPLITFLOW_CUDA=ON, builds the CUDA tests and test_e2e with ninja, runs `ctest -L backend_cuda`
 # and test_e2e, and prints a short summary (the fixtures' measured bf16 logits errors included).
 #
-# The GPU machine lacks pcre2.h and ../shared: carry them in the git-ignored .carry/ folder
-# (CARRY_DIR overrides it):
-#   .carry/include/pcre2.h       (cp /usr/include/pcre2.h)  -> -DSPLITFLOW_EXTRA_INCLUDE
+# The GPU machine lacks pcre2.h, xxhash.h and ../shared: carry them in the git-ignored .carry/
+# folder (CARRY_DIR overrides it):
+#   .carry/include/{pcre2,xxhash}.h  (cp /usr/include/...)  -> -DSPLITFLOW_EXTRA_INCLUDE
 #   .carry/shared/models/<name>  (the small models test_e2e reads) -> SPLITFLOW_SHARED_DIR
+# SANITIZE=1 also runs the kernel tests and two fixtures under compute-sanitizer memcheck.
 # Logs go to $OUT when it is set (the device tool brings them back), else to the build dir.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ logs=${OUT:-$root/$build}
 mkdir -p "$logs"
 
 args=(-DSPLITFLOW_CUDA=ON)
-[[ -f $carry/include/pcre2.h ]] && args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
+[[ -d $carry/include ]] && args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
 if [[ -d $carry/shared ]]; then
   export SPLITFLOW_SHARED_DIR=$root/$carry/shared
   args+=("-DSPLITFLOW_SHARED_DIR=$SPLITFLOW_SHARED_DIR")
@@ -36,6 +37,13 @@ echo "configure + build: $((SECONDS - start)) s"
 cuda_rc=$?
 "$build/tests/test_e2e" >"$logs/test_e2e.log" 2>&1
 e2e_rc=$?
+san_rc=0
+if [[ ${SANITIZE:-0} == 1 ]]; then
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  "$sanitizer" --tool memcheck --error-exitcode 9 "$build/tests/test_backend_cuda" \
+    --gtest_filter='CudaKernels.*:CudaBackend.*:*CudaHfFixture*/llama:*CudaHfFixture*/gpt2' >"$logs/memcheck.log" 2>&1
+  san_rc=$?
+fi
 
 echo "=== summary ==="
 grep -h "\[cuda fixture\]" "$build/Testing/Temporary/LastTest.log" | sed 's/^.*\[cuda fixture\] //' || true
@@ -46,4 +54,7 @@ if [[ $cuda_rc -ne 0 ]]; then
 fi
 echo "test_e2e: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$logs/test_e2e.log" | tr '\n' ' ')"
 grep -E "^\[  FAILED  \]" "$logs/test_e2e.log" | head -20
-[[ $cuda_rc -eq 0 && $e2e_rc -eq 0 ]]
+if [[ ${SANITIZE:-0} == 1 ]]; then
+  echo "memcheck (rc $san_rc): $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -1) $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$logs/memcheck.log" | tr '\n' ' ')"
+fi
+[[ $cuda_rc -eq 0 && $e2e_rc -eq 0 && $san_rc -eq 0 ]]
