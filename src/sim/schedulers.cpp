@@ -16,29 +16,13 @@ int64_t task_kv_bytes(const ModelConfig& model, const Request& request, Phase ph
 
 namespace {
 
-// Index of the instance in `pool` with the smallest key; ties go to the lowest index. -1 if none.
-template <typename Key>
-int argmin_in_pool(const std::vector<Instance>& instances, InstanceRole pool, Key key) {
-  int best = -1;
-  for (const Instance& instance : instances) {
-    if (instance.pool != pool) continue;
-    if (best < 0 || key(instance) < key(instances[best])) best = instance.id;
-  }
-  return best;
-}
-
-int64_t pending_tokens(const Instance& instance) { return instance.sched_pending_tokens; }
-int64_t sched_memory(const Instance& instance) { return instance.sched_memory_bytes; }
-
 // Baselines: both phases on the instance with the fewest pending tokens.
 class TokenJsqScheduler : public ClusterScheduler {
  public:
-  Placement place(const Request& request, std::vector<Instance>& instances) override {
-    int best = -1;
-    for (const Instance& instance : instances)
-      if (best < 0 || instance.sched_pending_tokens < instances[best].sched_pending_tokens) best = instance.id;
+  Placement place(const Request& request, Cluster& cluster) override {
+    const int best = cluster.least_pending_overall();
     SF_CHECK(best >= 0, "token_jsq scheduler: the cluster has no instances");
-    instances[best].sched_pending_tokens += request.prompt_tokens + 1;
+    cluster.add_pending_tokens(best, request.prompt_tokens + 1);
     return {best, best};
   }
 };
@@ -48,35 +32,33 @@ class MixedPoolScheduler : public ClusterScheduler {
  public:
   MixedPoolScheduler(const ClusterConfig& config) : config_(config) {}
 
-  Placement place(const Request& request, std::vector<Instance>& instances) override {
-    int prompt = find_prompt_instance(request, instances);
-    int token = find_token_instance(request, instances);
+  Placement place(const Request& request, Cluster& cluster) override {
+    int prompt = find_prompt_instance(request, cluster);
+    int token = find_token_instance(request, cluster);
     if (prompt < 0) {
-      prompt = argmin_in_pool(instances, InstanceRole::Token, pending_tokens);
-      if (prompt >= 0) instances[prompt].pool = InstanceRole::Mixed;
+      prompt = cluster.least_pending(InstanceRole::Token);
+      if (prompt >= 0) cluster.set_pool(prompt, InstanceRole::Mixed);
     }
     if (token < 0) {
-      token = argmin_in_pool(instances, InstanceRole::Prompt, sched_memory);
-      if (token >= 0) instances[token].pool = InstanceRole::Mixed;
+      token = cluster.least_sched_memory(InstanceRole::Prompt);
+      if (token >= 0) cluster.set_pool(token, InstanceRole::Mixed);
     }
     if (prompt < 0 || token < 0) {
-      int best = -1;
-      for (const Instance& instance : instances)
-        if (best < 0 || instance.sched_pending_tokens < instances[best].sched_pending_tokens) best = instance.id;
+      const int best = cluster.least_pending_overall();
       SF_CHECK(best >= 0, "mixed_pool scheduler: the cluster has no instances");
       prompt = token = best;
     }
-    instances[prompt].sched_pending_tokens += request.prompt_tokens;
-    instances[token].sched_pending_tokens += 1;
+    cluster.add_pending_tokens(prompt, request.prompt_tokens);
+    cluster.add_pending_tokens(token, 1);
     return {prompt, token};
   }
 
  private:
-  int find_prompt_instance(const Request& request, const std::vector<Instance>& instances) const {
+  int find_prompt_instance(const Request& request, const Cluster& cluster) const {
     for (InstanceRole pool : {InstanceRole::Prompt, InstanceRole::Mixed}) {
-      const int best = argmin_in_pool(instances, pool, pending_tokens);
+      const int best = cluster.least_pending(pool);
       if (best < 0) continue;
-      const Instance& instance = instances[best];
+      const Instance& instance = cluster[best];
       const bool overloaded = !instance.queued.empty() &&
                               instance.sched_pending_tokens + request.prompt_tokens >
                                   config_.scheduler.prompt_max_pending_batch_tokens;
@@ -85,13 +67,13 @@ class MixedPoolScheduler : public ClusterScheduler {
     return -1;
   }
 
-  int find_token_instance(const Request& request, const std::vector<Instance>& instances) const {
+  int find_token_instance(const Request& request, const Cluster& cluster) const {
     const int64_t kv = task_kv_bytes(config_.model, request, Phase::Prompt) +
                        task_kv_bytes(config_.model, request, Phase::Decode);
     for (InstanceRole pool : {InstanceRole::Token, InstanceRole::Mixed}) {
-      const int best = argmin_in_pool(instances, pool, sched_memory);
+      const int best = cluster.least_sched_memory(pool);
       if (best < 0) continue;
-      if (instances[best].sched_memory_bytes + kv < instances[best].max_memory_bytes) return best;
+      if (cluster[best].sched_memory_bytes + kv < cluster[best].max_memory_bytes) return best;
     }
     return -1;
   }

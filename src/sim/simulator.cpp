@@ -19,7 +19,7 @@ Simulation::Simulation(ClusterConfig config, const PerfModel& perf_model, std::v
     const MachineType& machine = config_.machine_type(pool.machine_type);
     for (int i = 0; i < pool.count; ++i) {
       Instance instance;
-      instance.id = static_cast<int>(instances_.size());
+      instance.id = cluster_.size();
       instance.name = fmt::format("{}_{}", machine.name, instance.id);
       instance.machine = &machine;
       instance.perf_key = PerfKey{config_.model.name, machine.hardware, pool.tensor_parallel};
@@ -32,10 +32,10 @@ Simulation::Simulation(ClusterConfig config, const PerfModel& perf_model, std::v
                "cluster config '{}': model '{}' ({} B of weights) does not fit in {} GPUs of '{}'", config_.name,
                config_.model.name, config_.model.weights_bytes, pool.tensor_parallel, machine.name);
       instance.memory_bytes = instance.sched_memory_bytes = config_.model.weights_bytes;
-      instances_.push_back(std::move(instance));
+      cluster_.add(std::move(instance));
     }
   }
-  SF_CHECK(!instances_.empty(), "cluster config '{}': no machines", config_.name);
+  SF_CHECK(cluster_.size() > 0, "cluster config '{}': no machines", config_.name);
 
   results_.resize(requests_.size());
   states_.resize(requests_.size());
@@ -58,6 +58,52 @@ Simulation::Simulation(ClusterConfig config, const PerfModel& perf_model, std::v
 }
 
 Simulation::~Simulation() = default;
+
+void Cluster::add(Instance instance) {
+  SF_CHECK(instance.id == size(), "cluster: instance id {} added at position {}", instance.id, size());
+  instances_.push_back(std::move(instance));
+  link(instances_.back());
+}
+
+void Cluster::unlink(const Instance& instance) {
+  by_pending_[slot(instance.pool)].erase({instance.sched_pending_tokens, instance.id});
+  by_memory_[slot(instance.pool)].erase({instance.sched_memory_bytes, instance.id});
+  all_by_pending_.erase({instance.sched_pending_tokens, instance.id});
+}
+
+void Cluster::link(const Instance& instance) {
+  by_pending_[slot(instance.pool)].insert({instance.sched_pending_tokens, instance.id});
+  by_memory_[slot(instance.pool)].insert({instance.sched_memory_bytes, instance.id});
+  all_by_pending_.insert({instance.sched_pending_tokens, instance.id});
+}
+
+void Cluster::add_pending_tokens(int i, int64_t delta) {
+  Instance& instance = instances_[i];
+  Ordered& pool = by_pending_[slot(instance.pool)];
+  pool.erase({instance.sched_pending_tokens, i});
+  all_by_pending_.erase({instance.sched_pending_tokens, i});
+  instance.sched_pending_tokens += delta;
+  pool.insert({instance.sched_pending_tokens, i});
+  all_by_pending_.insert({instance.sched_pending_tokens, i});
+}
+
+void Cluster::add_sched_memory(int i, int64_t delta) {
+  Instance& instance = instances_[i];
+  Ordered& pool = by_memory_[slot(instance.pool)];
+  pool.erase({instance.sched_memory_bytes, i});
+  instance.sched_memory_bytes += delta;
+  pool.insert({instance.sched_memory_bytes, i});
+}
+
+void Cluster::set_pool(int i, InstanceRole pool) {
+  unlink(instances_[i]);
+  instances_[i].pool = pool;
+  link(instances_[i]);
+}
+
+int Cluster::least_pending(InstanceRole pool) const { return first(by_pending_[slot(pool)]); }
+int Cluster::least_sched_memory(InstanceRole pool) const { return first(by_memory_[slot(pool)]); }
+int Cluster::least_pending_overall() const { return first(all_by_pending_); }
 
 void Simulation::push(double time_s, EventKind kind, int target, uint64_t generation) {
   events_.push(Event{time_s, next_sequence_++, kind, target, generation});
@@ -92,7 +138,7 @@ SimulationResult Simulation::run() {
 
 void Simulation::on_arrival(int r, double now) {
   const Request& request = requests_[r];
-  const Placement placement = cluster_scheduler_->place(request, instances_);
+  const Placement placement = cluster_scheduler_->place(request, cluster_);
   RequestResult& result = results_[r];
   result.prompt_instance = placement.prompt_instance;
   result.token_instance = placement.token_instance;
@@ -100,14 +146,14 @@ void Simulation::on_arrival(int r, double now) {
   // request's KV on the token instance.
   const int64_t prompt_kv = task_kv_bytes(config_.model, request, Phase::Prompt);
   const int64_t decode_kv = task_kv_bytes(config_.model, request, Phase::Decode);
-  instances_[placement.token_instance].sched_memory_bytes += prompt_kv + decode_kv;
+  cluster_.add_sched_memory(placement.token_instance, prompt_kv + decode_kv);
   if (placement.prompt_instance != placement.token_instance)
-    instances_[placement.prompt_instance].sched_memory_bytes += prompt_kv;
+    cluster_.add_sched_memory(placement.prompt_instance, prompt_kv);
   enqueue_task(placement.prompt_instance, r, now);
 }
 
 void Simulation::enqueue_task(int i, int r, double now) {
-  Instance& instance = instances_[i];
+  Instance& instance = cluster_[i];
   instance.queued.push_back(r);
   if (!instance.busy) {
     start_run(i, now);
@@ -129,11 +175,11 @@ void Simulation::enqueue_task(int i, int r, double now) {
 }
 
 void Simulation::start_run(int i, double now) {
-  Instance& instance = instances_[i];
+  Instance& instance = cluster_[i];
   machine_scheduler_->select_batch(instance, states_);
   if (instance.batch.empty()) {
     instance.busy = false;
-    if (instance.idle() && instance.pool != instance.home_pool) instance.pool = instance.home_pool;
+    if (instance.idle() && instance.pool != instance.home_pool) cluster_.set_pool(i, instance.home_pool);
     return;
   }
   int prompt_tasks = 0;
@@ -181,7 +227,7 @@ void Simulation::start_run(int i, double now) {
 }
 
 void Simulation::on_run_end(int i, uint64_t generation, double now) {
-  Instance& instance = instances_[i];
+  Instance& instance = cluster_[i];
   if (generation != instance.generation) return;  // superseded by a cut
   const int64_t done = instance.planned_iterations;
   if (options_.record_iterations) {
@@ -209,11 +255,11 @@ void Simulation::on_run_end(int i, uint64_t generation, double now) {
 }
 
 void Simulation::finish_prompt(int i, int r, double now) {
-  Instance& instance = instances_[i];
+  Instance& instance = cluster_[i];
   RequestState& state = states_[r];
   const Request& request = requests_[r];
   results_[r].prompt_end_s = now;
-  instance.sched_pending_tokens -= request.prompt_tokens;
+  cluster_.add_pending_tokens(i, -request.prompt_tokens);
   state.task_started = false;
   state.decode_remaining = request.output_tokens - 1;
   if (state.decode_remaining == 0) {
@@ -236,7 +282,7 @@ void Simulation::finish_prompt(int i, int r, double now) {
 
 void Simulation::on_transfer_try(int r, double now) {
   const Request& request = requests_[r];
-  Instance& destination = instances_[results_[r].token_instance];
+  Instance& destination = cluster_[results_[r].token_instance];
   const int64_t kv = task_kv_bytes(config_.model, request, Phase::Prompt);
   if (destination.memory_bytes + kv > destination.max_memory_bytes) {
     push(now + config_.kv_transfer.retry_interval_s, EventKind::TransferTry, r);
@@ -261,10 +307,10 @@ void Simulation::on_transfer_try(int r, double now) {
 void Simulation::on_transfer_end(int r, double now) {
   RequestState& state = states_[r];
   const int source = results_[r].prompt_instance;
-  Instance& prompt_instance = instances_[source];
+  Instance& prompt_instance = cluster_[source];
   const int64_t freed = kv_bytes(state.kv_tokens_at_prompt_instance);
   prompt_instance.memory_bytes -= freed;
-  prompt_instance.sched_memory_bytes -= freed;
+  cluster_.add_sched_memory(source, -freed);
   state.kv_tokens_at_prompt_instance = 0;
   state.phase = Phase::Decode;
   // Freed memory may let the prompt instance start waiting work.
@@ -275,16 +321,18 @@ void Simulation::on_transfer_end(int r, double now) {
 void Simulation::finish_request(int r, double now) {
   RequestState& state = states_[r];
   const Request& request = requests_[r];
-  Instance& token_instance = instances_[results_[r].token_instance];
-  Instance& prompt_instance = instances_[results_[r].prompt_instance];
+  const int token_id = results_[r].token_instance;
+  const int prompt_id = results_[r].prompt_instance;
+  Instance& token_instance = cluster_[token_id];
+  Instance& prompt_instance = cluster_[prompt_id];
   results_[r].completion_s = now;
-  token_instance.sched_pending_tokens -= 1;
-  token_instance.sched_memory_bytes -= kv_bytes(request.prompt_tokens + request.output_tokens);
+  cluster_.add_pending_tokens(token_id, -1);
+  cluster_.add_sched_memory(token_id, -kv_bytes(request.prompt_tokens + request.output_tokens));
   token_instance.memory_bytes -= kv_bytes(state.kv_tokens_at_token_instance);
   // Only a one-token request finishes with its KV still on a separate prompt instance.
   const int64_t prompt_kv = kv_bytes(state.kv_tokens_at_prompt_instance);
   prompt_instance.memory_bytes -= prompt_kv;
-  if (&prompt_instance != &token_instance) prompt_instance.sched_memory_bytes -= prompt_kv;
+  if (prompt_id != token_id) cluster_.add_sched_memory(prompt_id, -prompt_kv);
   state.kv_tokens_at_token_instance = state.kv_tokens_at_prompt_instance = 0;
   state.phase = Phase::Done;
   state.task_started = false;

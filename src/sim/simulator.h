@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <memory>
 #include <queue>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -73,11 +75,12 @@ struct Instance {
   const MachineType* machine = nullptr;
   PerfKey perf_key;
   InstanceRole home_pool = InstanceRole::Mixed;
-  InstanceRole pool = InstanceRole::Mixed;  // a borrowed instance sits in Mixed until idle
   int64_t max_memory_bytes = 0;
   int64_t memory_bytes = 0;         // weights + KV allocated by running/finished tasks
-  int64_t sched_memory_bytes = 0;   // scheduler's view: weights + KV promised at placement
-  int64_t sched_pending_tokens = 0; // scheduler's view: prompt tokens + decodes not yet done
+  // The scheduler's view; change only through Cluster, which keeps them ordered.
+  InstanceRole pool = InstanceRole::Mixed;  // a borrowed instance sits in Mixed until idle
+  int64_t sched_memory_bytes = 0;   // weights + KV promised at placement
+  int64_t sched_pending_tokens = 0; // prompt tokens + decodes not yet done
 
   // Machine-level state; entries are request indices.
   std::vector<int> queued;   // tasks placed here and not started, in arrival-at-instance order
@@ -95,6 +98,37 @@ struct Instance {
   bool idle() const { return batch.empty() && queued.empty() && blocked.empty(); }
 };
 
+// The instances and the scheduler's ordered views of them: per pool by sched_pending_tokens and by
+// sched_memory_bytes (ties: lowest id), so a placement costs O(log N), not a scan of the cluster.
+class Cluster {
+ public:
+  void add(Instance instance);  // instance.id must equal size()
+  int size() const { return static_cast<int>(instances_.size()); }
+  Instance& operator[](int i) { return instances_[i]; }
+  const Instance& operator[](int i) const { return instances_[i]; }
+  const std::vector<Instance>& instances() const { return instances_; }
+
+  void add_pending_tokens(int i, int64_t delta);
+  void add_sched_memory(int i, int64_t delta);
+  void set_pool(int i, InstanceRole pool);
+  // Instance ids, or -1 when the pool is empty.
+  int least_pending(InstanceRole pool) const;
+  int least_sched_memory(InstanceRole pool) const;
+  int least_pending_overall() const;
+
+ private:
+  using Ordered = std::set<std::pair<int64_t, int>>;
+  static size_t slot(InstanceRole pool) { return static_cast<size_t>(pool); }
+  static int first(const Ordered& ordered) { return ordered.empty() ? -1 : ordered.begin()->second; }
+  void unlink(const Instance& instance);
+  void link(const Instance& instance);
+
+  std::vector<Instance> instances_;
+  std::array<Ordered, 3> by_pending_;  // per pool
+  std::array<Ordered, 3> by_memory_;   // per pool
+  Ordered all_by_pending_;
+};
+
 struct Placement {
   int prompt_instance = -1;
   int token_instance = -1;
@@ -105,7 +139,7 @@ class ClusterScheduler {
  public:
   virtual ~ClusterScheduler() = default;
   // Chooses instances and raises their sched_pending_tokens; may move instances between pools.
-  virtual Placement place(const Request& request, std::vector<Instance>& instances) = 0;
+  virtual Placement place(const Request& request, Cluster& cluster) = 0;
 };
 
 // Machine-level scheduler: forms the next batch of an instance at an iteration boundary.
@@ -142,7 +176,7 @@ class Simulation {
   ~Simulation();
   SimulationResult run();
 
-  const std::vector<Instance>& instances() const { return instances_; }
+  const std::vector<Instance>& instances() const { return cluster_.instances(); }
 
  private:
   enum class EventKind { Arrival, RunEnd, TransferTry, TransferEnd };
@@ -174,7 +208,7 @@ class Simulation {
   SimulationOptions options_;
   std::vector<RequestState> states_;
   std::vector<RequestResult> results_;
-  std::vector<Instance> instances_;
+  Cluster cluster_;
   std::vector<double> prompt_run_s_;  // per request: duration of the iteration that ran its prompt
   std::unique_ptr<ClusterScheduler> cluster_scheduler_;
   std::unique_ptr<MachineScheduler> machine_scheduler_;
