@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "core/error.h"
 
@@ -110,16 +111,29 @@ void Simulation::push(double time_s, EventKind kind, int target, uint64_t genera
 }
 
 SimulationResult Simulation::run() {
-  for (size_t r = 0; r < requests_.size(); ++r) push(requests_[r].arrival_s, EventKind::Arrival, static_cast<int>(r));
+  // Arrivals are merged in from a sorted list rather than queued up front: the heap then holds
+  // only run ends and transfers (about one per instance), not the whole trace. At equal times an
+  // arrival goes first, and arrivals keep input order.
+  std::vector<int> arrival_order(requests_.size());
+  std::iota(arrival_order.begin(), arrival_order.end(), 0);
+  std::stable_sort(arrival_order.begin(), arrival_order.end(),
+                   [&](int a, int b) { return requests_[a].arrival_s < requests_[b].arrival_s; });
+  size_t next_arrival = 0;
   SimulationResult result;
   double now = 0;
-  while (!events_.empty()) {
+  while (next_arrival < arrival_order.size() || !events_.empty()) {
+    ++result.events;
+    if (next_arrival < arrival_order.size() &&
+        (events_.empty() || requests_[arrival_order[next_arrival]].arrival_s <= events_.top().time_s)) {
+      const int r = arrival_order[next_arrival++];
+      now = requests_[r].arrival_s;
+      on_arrival(r, now);
+      continue;
+    }
     const Event event = events_.top();
     events_.pop();
     now = event.time_s;
-    ++result.events;
     switch (event.kind) {
-      case EventKind::Arrival: on_arrival(event.target, now); break;
       case EventKind::RunEnd: on_run_end(event.target, event.generation, now); break;
       case EventKind::TransferTry: on_transfer_try(event.target, now); break;
       case EventKind::TransferEnd: on_transfer_end(event.target, now); break;

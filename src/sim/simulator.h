@@ -179,12 +179,12 @@ class Simulation {
   const std::vector<Instance>& instances() const { return cluster_.instances(); }
 
  private:
-  enum class EventKind { Arrival, RunEnd, TransferTry, TransferEnd };
+  enum class EventKind { RunEnd, TransferTry, TransferEnd };
   struct Event {
     double time_s;
     uint64_t sequence;  // FIFO among equal times, so runs are deterministic
     EventKind kind;
-    int target;         // request index or instance index
+    int target;         // instance index (RunEnd) or request index
     uint64_t generation;
     bool operator>(const Event& other) const {
       return time_s != other.time_s ? time_s > other.time_s : sequence > other.sequence;
