@@ -54,6 +54,28 @@ TEST(SimBehaviour, ArrivalCutsDecodeBlockAndJoinsAsMixedBatch) {
   EXPECT_NEAR(a.completion_s, b_done_s + 4 * t1, 1e-12);
 }
 
+TEST(SimBehaviour, LongPromptPreemptsDecodeThatResumesFirst) {
+  // B's 4096-token prompt cuts A's decode block and takes the batch alone (A's decode would pass
+  // 2048 tokens), so A is preempted; afterwards A (preempted list) and B's decode run together.
+  const double t1 = h100().token_time_s(1);
+  const double arrival_b = h100().prompt_time_s(512) + 2.5 * t1;
+  Simulation simulation(config_from(shipped("baseline_h100_1server.json")), reference_model(),
+                        {{0, 0.0, 512, 20}, {1, arrival_b, 4096, 5}}, SimulationOptions{.record_iterations = true});
+  const SimulationResult result = simulation.run();
+  const double cut_s = h100().prompt_time_s(512) + 3 * t1;
+  const double b_prompt_end_s = cut_s + h100().prompt_time_s(4096);
+  const double b_done_s = b_prompt_end_s + 4 * h100().token_time_s(2);
+  EXPECT_NEAR(result.requests[1].prompt_start_s, cut_s, 1e-12);
+  EXPECT_NEAR(result.requests[1].prompt_end_s, b_prompt_end_s, 1e-12);
+  EXPECT_NEAR(result.requests[1].completion_s, b_done_s, 1e-12);
+  EXPECT_NEAR(result.requests[0].completion_s, b_done_s + 12 * t1, 1e-12);
+  ASSERT_EQ(result.iterations.size(), 5u);
+  EXPECT_EQ(result.iterations[2].batch_size, 1);  // the prompt alone
+  EXPECT_EQ(result.iterations[2].batch_tokens, 4096);
+  EXPECT_EQ(result.iterations[3].batch_size, 2);
+  EXPECT_EQ(result.iterations[3].iterations, 4);
+}
+
 TEST(SimBehaviour, DecodeThatCannotJoinDoesNotCutTheBlock) {
   // Batches of one: B's decode reaches the A100 while A's 50-iteration block runs, cannot join,
   // so A's block runs to its end and B's decode starts then.
