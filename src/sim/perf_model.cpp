@@ -106,15 +106,18 @@ std::vector<PerfKey> PerfModel::keys() const {
   return result;
 }
 
-double PerfModel::iteration_time_s(const PerfKey& key, BatchKind kind, double batch_tokens,
-                                   double mixed_batch_factor) const {
-  const PerfCurves& c = curves(key);
+double PerfCurves::iteration_time_s(BatchKind kind, double batch_tokens, double mixed_batch_factor) const {
   switch (kind) {
-    case BatchKind::PromptOnly: return c.prompt_time_s(batch_tokens);
-    case BatchKind::DecodeOnly: return c.token_time_s(batch_tokens);
-    case BatchKind::Mixed: return mixed_batch_factor * c.prompt_time_s(batch_tokens);
+    case BatchKind::PromptOnly: return prompt_time_s(batch_tokens);
+    case BatchKind::DecodeOnly: return token_time_s(batch_tokens);
+    case BatchKind::Mixed: return mixed_batch_factor * prompt_time_s(batch_tokens);
   }
   fail("perf model: unknown batch kind");
+}
+
+double PerfModel::iteration_time_s(const PerfKey& key, BatchKind kind, double batch_tokens,
+                                   double mixed_batch_factor) const {
+  return curves(key).iteration_time_s(kind, batch_tokens, mixed_batch_factor);
 }
 
 }  // namespace splitflow::sim

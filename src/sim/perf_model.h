@@ -33,13 +33,17 @@ struct PerfKey {
   auto operator<=>(const PerfKey&) const = default;
 };
 
+enum class BatchKind { PromptOnly, DecodeOnly, Mixed };
+
 // Iteration-time curves of one (model, hardware, TP), in seconds vs batch tokens.
 struct PerfCurves {
   PiecewiseLinear prompt_time_s;  // P(x): batch of prompts totalling x tokens
   PiecewiseLinear token_time_s;   // T(x): batch of x decode sequences (context length ignored)
-};
 
-enum class BatchKind { PromptOnly, DecodeOnly, Mixed };
+  // One iteration of a batch of `batch_tokens` (prompt tokens + one per decode sequence).
+  // Mixed prompt+decode batches pay mixed_batch_factor × P(x), as SplitwiseSim does.
+  double iteration_time_s(BatchKind kind, double batch_tokens, double mixed_batch_factor = 1.1) const;
+};
 
 class PerfModel {
  public:
@@ -51,8 +55,6 @@ class PerfModel {
   bool contains(const PerfKey& key) const { return curves_.count(key) != 0; }
   std::vector<PerfKey> keys() const;
 
-  // One iteration of a batch of `batch_tokens` (prompt tokens + one per decode sequence).
-  // Mixed prompt+decode batches pay mixed_batch_factor × P(x), as SplitwiseSim does.
   double iteration_time_s(const PerfKey& key, BatchKind kind, double batch_tokens,
                           double mixed_batch_factor = 1.1) const;
 

@@ -27,6 +27,7 @@ Simulation::Simulation(ClusterConfig config, const PerfModel& perf_model, std::v
       SF_CHECK(perf_model_.contains(instance.perf_key),
                "cluster config '{}': the perf model has no profile for model '{}' on hardware '{}' at TP{}",
                config_.name, config_.model.name, machine.hardware, pool.tensor_parallel);
+      instance.perf = &perf_model_.curves(instance.perf_key);
       instance.home_pool = instance.pool = pool.role;
       instance.max_memory_bytes = static_cast<int64_t>(pool.tensor_parallel) * machine.gpu_memory_bytes;
       SF_CHECK(instance.max_memory_bytes > config_.model.weights_bytes,
@@ -228,8 +229,8 @@ void Simulation::start_run(int i, double now) {
   instance.batch_has_prompt = prompt_tasks > 0;
   instance.batch_tokens = batch_tokens;
   instance.run_start_s = now;
-  instance.iteration_s = perf_model_.iteration_time_s(instance.perf_key, kind, static_cast<double>(batch_tokens),
-                                                      config_.instance.mixed_batch_factor);
+  instance.iteration_s = instance.perf->iteration_time_s(kind, static_cast<double>(batch_tokens),
+                                                        config_.instance.mixed_batch_factor);
   instance.planned_iterations = iterations;
   ++instance.generation;
   push(now + static_cast<double>(iterations) * instance.iteration_s, EventKind::RunEnd, i, instance.generation);

@@ -74,6 +74,7 @@ struct Instance {
   std::string name;
   const MachineType* machine = nullptr;
   PerfKey perf_key;
+  const PerfCurves* perf = nullptr;  // the perf model's curves for perf_key
   InstanceRole home_pool = InstanceRole::Mixed;
   int64_t max_memory_bytes = 0;
   int64_t memory_bytes = 0;         // weights + KV allocated by running/finished tasks
