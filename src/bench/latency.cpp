@@ -32,7 +32,8 @@ int64_t weight_stream_bytes(const ModelWeights& weights) {
   return bytes;
 }
 
-nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOptions& options, double bandwidth_gbps) {
+nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOptions& options, double bandwidth_gbps,
+                           double gemm_tflops) {
   SF_CHECK(options.input_len >= 1 && options.output_len >= 1 && options.batch >= 1,
            "--input-len, --output-len and --batch must be at least 1");
   const ModelSpec spec = model.spec;
@@ -55,6 +56,21 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
   BlockAllocator allocator(blocks_per_seq * options.batch);
   std::vector<std::vector<int32_t>> tables(options.batch);
   for (auto& table : tables) allocator.grow_table(table, total_len, options.block_size);
+
+  if (options.warmup) {
+    const int32_t count = prefill_chunk;
+    ForwardBatch prefill;
+    for (int32_t i = 0; i < count; ++i) prefill.token_ids.push_back(token(rng));
+    prefill.spans.push_back({count, 0, tables[0], true});
+    runner.forward(prefill);
+    ForwardBatch decode;
+    for (int32_t s = 0; s < options.batch; ++s) {
+      decode.token_ids.push_back(0);
+      decode.spans.push_back({1, 0, tables[s], true});
+    }
+    runner.forward(decode);
+    rng.seed(options.seed);
+  }
 
   // Prefill: every sequence's prompt, in chunks of the token budget (one sequence at a time).
   std::vector<int32_t> next(options.batch);
@@ -85,15 +101,17 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
   const int32_t decode_steps = options.output_len - 1;
   const double tpot_seconds = decode_steps > 0 ? seconds_since(decode_start) / decode_steps : 0.0;
 
-  // KV bytes read per step, averaged over the decode steps: K and V of every cached position.
-  const int64_t kv_bytes_per_token = int64_t{2} * spec.num_layers * spec.attention.num_kv_heads * spec.attention.head_dim * 4;
+  // KV bytes read per step, averaged over the decode steps: K and V of every cached position, in
+  // the backend's activation dtype.
+  const int64_t kv_bytes_per_token = int64_t{2} * spec.num_layers * spec.attention.num_kv_heads * spec.attention.head_dim *
+                                     static_cast<int64_t>(dtype_size(backend.activation_dtype()));
   const double mean_context = options.input_len + decode_steps / 2.0;
   const double kv_bytes = kv_bytes_per_token * mean_context * options.batch;
   const double achieved_gbps = tpot_seconds > 0 ? (weight_bytes + kv_bytes) / tpot_seconds / 1e9 : 0.0;
   // Model FLOPs of the prefill: 2 per weight per token (attention's quadratic part left out).
   const double prefill_gflops = 2.0 * matrix_params * options.input_len * options.batch / ttft_seconds / 1e9;
 
-  return {
+  nlohmann::json result = {
       {"model", description},
       {"input_len", options.input_len},
       {"output_len", options.output_len},
@@ -109,6 +127,12 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
       {"bandwidth_gbps", bandwidth_gbps},
       {"fraction_of_bandwidth", achieved_gbps / bandwidth_gbps},
   };
+  if (gemm_tflops > 0) {
+    result["gemm_tflops"] = gemm_tflops;
+    result["prefill_tflops"] = prefill_gflops / 1e3;
+    result["prefill_fraction_of_gemm"] = prefill_gflops / 1e3 / gemm_tflops;
+  }
+  return result;
 }
 
 }  // namespace splitflow::bench

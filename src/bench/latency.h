@@ -19,14 +19,19 @@ struct LatencyOptions {
   int32_t max_batch_tokens = 2048;  // prefill chunk budget
   int32_t block_size = 16;
   uint64_t seed = 0;                // prompt token ids
+  // One untimed prefill chunk and decode step first, so one-time costs (GEMM plan selection,
+  // module load) stay out of the numbers; the timed run overwrites the same KV slots.
+  bool warmup = false;
 };
 
 // Bytes a decode step must read from memory for the weights: every matrix, norm and bias once
 // (the embedding table only for the gathered rows, so it is left out unless it is the LM head).
 int64_t weight_stream_bytes(const ModelWeights& weights);
 
-// Runs the benchmark; `bandwidth_gbps` is the measured roofline. Returns the result JSON (without
-// the device/date/commit header, which the caller adds).
-nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOptions& options, double bandwidth_gbps);
+// Runs the benchmark; `bandwidth_gbps` is the measured memory roofline and `gemm_tflops` the
+// measured matrix rate (0: not measured, no prefill fraction reported). Returns the result JSON
+// (without the device/date/commit header, which the caller adds).
+nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOptions& options, double bandwidth_gbps,
+                           double gemm_tflops = 0.0);
 
 }  // namespace splitflow::bench

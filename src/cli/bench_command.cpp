@@ -4,11 +4,20 @@
 #include "bench/report.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "core/error.h"
+
+#ifdef SPLITFLOW_HAS_CUDA
+#include "backend/cuda/device_info.h"
+#include "backend/cuda/roofline.h"
+#endif
 
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <chrono>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace splitflow::cli {
 
@@ -20,23 +29,50 @@ struct LatencyFlags {
   std::string results_dir = "bench/results";
 };
 
+// The device's name and ceilings, measured before the run: memory bandwidth in GB/s and, on a
+// GPU, the bf16 GEMM rate in TFLOP/s (0 on the CPU).
+struct Roofline {
+  std::string device;
+  double bandwidth_gbps = 0;
+  double gemm_tflops = 0;
+};
+
+Roofline measure_roofline(const ModelFlags& flags, int threads) {
+  if (flags.backend == "cuda") {
+#ifdef SPLITFLOW_HAS_CUDA
+    const std::vector<cuda::DeviceInfo> devices = cuda::list_devices();
+    SF_CHECK(!devices.empty(), "--backend cuda: no GPU visible");
+    fmt::print(stderr, "measuring copy bandwidth and bf16 GEMM rate on {}...\n", devices[0].name);
+    return {devices[0].name, cuda::measure_copy_bandwidth_gbps(0), cuda::measure_bf16_gemm_tflops(0)};
+#endif
+  }
+  fmt::print(stderr, "measuring memory bandwidth...\n");
+  return {bench::cpu_description(threads), bench::measure_cpu_read_bandwidth_gbps(threads), 0.0};
+}
+
 void run_bench_latency(const LatencyFlags& flags) {
   const int threads = flags.model.threads > 0 ? flags.model.threads : omp_get_max_threads();
-  std::unique_ptr<Backend> backend = make_cpu_backend(threads);
-  fmt::print(stderr, "measuring memory bandwidth...\n");
-  const double bandwidth = bench::measure_cpu_read_bandwidth_gbps(threads);
+  std::unique_ptr<Backend> backend = flags.model.make_backend();
+  const bool on_cpu = flags.model.backend == "cpu";
+  const Roofline roofline = measure_roofline(flags.model, threads);
+  const auto load_start = std::chrono::steady_clock::now();
   LoadedModel model = load_model(flags.model.options());
-  fmt::print(stderr, "model: {}\n", model.description);
-  nlohmann::json result = bench::run_latency(std::move(model), *backend, flags.options, bandwidth);
-  // A shared machine's bandwidth drifts: measure again after the run and keep the better roofline.
-  const double bandwidth_after = bench::measure_cpu_read_bandwidth_gbps(threads);
-  if (bandwidth_after > bandwidth) {
-    result["bandwidth_gbps"] = bandwidth_after;
-    result["fraction_of_bandwidth"] = result["achieved_gbps"].get<double>() / bandwidth_after;
+  fmt::print(stderr, "model: {} (loaded in {:.1f} s)\n", model.description,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
+  bench::LatencyOptions options = flags.options;
+  options.warmup = !on_cpu;
+  nlohmann::json result = bench::run_latency(std::move(model), *backend, options, roofline.bandwidth_gbps, roofline.gemm_tflops);
+  if (on_cpu) {
+    // A shared machine's bandwidth drifts: measure again after the run and keep the better roofline.
+    const double bandwidth_after = bench::measure_cpu_read_bandwidth_gbps(threads);
+    if (bandwidth_after > roofline.bandwidth_gbps) {
+      result["bandwidth_gbps"] = bandwidth_after;
+      result["fraction_of_bandwidth"] = result["achieved_gbps"].get<double>() / bandwidth_after;
+    }
   }
   result["benchmark"] = "latency";
   result["backend"] = backend->name();
-  result["device"] = bench::cpu_description(threads);
+  result["device"] = roofline.device;
   result["date"] = bench::utc_timestamp();
   result["commit"] = bench::source_commit();
 
@@ -53,6 +89,11 @@ void run_bench_latency(const LatencyFlags& flags) {
   row("weights+KV streamed (GB/s)", "achieved_gbps", "{:.2f}");
   row("measured bandwidth (GB/s)", "bandwidth_gbps", "{:.2f}");
   row("fraction of bandwidth", "fraction_of_bandwidth", "{:.3f}");
+  if (result.contains("gemm_tflops")) {
+    row("prefill TFLOP/s", "prefill_tflops", "{:.1f}");
+    row("measured bf16 GEMM (TFLOP/s)", "gemm_tflops", "{:.1f}");
+    row("fraction of GEMM rate", "prefill_fraction_of_gemm", "{:.3f}");
+  }
   fmt::print("result: {}\n", bench::write_result(result, flags.results_dir, "latency"));
 }
 

@@ -15,6 +15,18 @@ ModelLoadOptions ModelFlags::options() const {
   return result;
 }
 
+std::unique_ptr<Backend> ModelFlags::make_backend() const {
+  if (backend == "cuda") {
+#ifdef SPLITFLOW_HAS_CUDA
+    return make_cuda_backend(0);
+#else
+    fail("--backend cuda: this build has no CUDA backend (configure with -DSPLITFLOW_CUDA=ON)");
+#endif
+  }
+  SF_CHECK(backend == "cpu", "--backend must be cpu or cuda, not '{}'", backend);
+  return make_cpu_backend(threads);
+}
+
 void add_model_flags(CLI::App& command, ModelFlags& flags) {
   command.add_option("--model,-m", flags.load.model_path, "HF directory, .gguf, .safetensors or llama2.c .bin");
   command.add_option("--spec", flags.load.spec_path, "spec file overriding fields of the resolved model spec");
@@ -24,6 +36,7 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
   command.add_option("--weight-seed", flags.load.seed, "seed of --dummy-weights");
   command.add_option("--weight-dtype", flags.weight_dtype, "matrices in memory: auto (as stored), f32, f16, bf16");
   command.add_option("--threads,-t", flags.threads, "CPU threads (0: all cores)");
+  command.add_option("--backend", flags.backend, "where the model runs: cpu or cuda")->capture_default_str();
 }
 
 SamplingParams SamplingFlags::resolve() const {

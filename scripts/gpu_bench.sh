@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# scripts/gpu_bench.sh — `splitflow bench latency --backend cuda` on the GPU machine: configures
+# with -DSPLITFLOW_CUDA=ON like scripts/gpu_test.sh (the same .carry/include handling), builds only
+# the splitflow target, and runs batch-1 512-in / 128-out latency for the shapes in $CONFIGS
+# (default: Llama-2-7B and Llama-3-8B, dummy weights). Result JSON and logs go to $OUT when set
+# (the device tool brings them back; copy them into bench/results/), else to bench/results/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+build=${BUILD_DIR:-build-gpu}
+carry=${CARRY_DIR:-.carry}
+results=${OUT:-$root/bench/results}
+configs=${CONFIGS:-"llama-2-7b llama-3-8b"}
+mkdir -p "$results"
+
+args=(-DSPLITFLOW_CUDA=ON)
+[[ -d $carry/include ]] && args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: no GPU visible"
+start=$SECONDS
+cmake -S . -B "$build" -G Ninja "${args[@]}" >"$results/configure.log" 2>&1 || { tail -40 "$results/configure.log"; exit 1; }
+if ! cmake --build "$build" -j16 --target splitflow >"$results/build.log" 2>&1; then
+  grep -E "error|Error" "$results/build.log" | head -40
+  exit 1
+fi
+echo "configure + build: $((SECONDS - start)) s"
+
+rc=0
+for config in $configs; do
+  echo "=== $config ==="
+  run_start=$SECONDS
+  "$build/splitflow" bench latency --backend cuda --config "bench/configs/$config.json" --dummy-weights \
+    --input-len 512 --output-len 128 --batch 1 --results-dir "$results" >"$results/$config.log" 2>&1
+  status=$?
+  [[ $status -ne 0 ]] && rc=$status
+  echo "exit $status after $((SECONDS - run_start)) s"
+  tail -20 "$results/$config.log"
+done
+exit $rc
