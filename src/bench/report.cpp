@@ -57,7 +57,10 @@ std::string source_commit() {
     ::pclose(pipe);
   }
   while (!commit.empty() && (commit.back() == '\n' || commit.back() == ' ')) commit.pop_back();
-  return commit.empty() ? SPLITFLOW_CONFIGURED_COMMIT : commit;
+  if (!commit.empty()) return commit;
+  // A copy of the tree without .git (the GPU machine) configures with an empty commit.
+  const std::string configured = SPLITFLOW_CONFIGURED_COMMIT;
+  return configured.empty() ? "unknown" : configured;
 }
 
 std::string utc_timestamp() {
