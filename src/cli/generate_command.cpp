@@ -61,7 +61,7 @@ void run_generate(const GenerateFlags& flags) {
   int64_t kv_tokens = static_cast<int64_t>(prompt_ids.size()) + params.max_tokens;
   if (model.spec.rope.scaling.type != RopeScalingType::DynamicNTK) kv_tokens = std::min<int64_t>(kv_tokens, model.spec.max_position);
 
-  std::unique_ptr<Backend> backend = make_cpu_backend(flags.model.threads);
+  std::unique_ptr<Backend> backend = flags.model.make_backend();
   KvCacheConfig kv{blocks_for_tokens(kv_tokens, flags.block_size), flags.block_size};
   RunnerLimits limits{flags.max_batch_tokens, 1};
   ModelRunner runner(model.spec, std::move(model.weights), *backend, kv, limits);

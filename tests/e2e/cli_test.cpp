@@ -104,6 +104,7 @@ TEST(Cli, BadInputGivesClearErrors) {
   for (int i = 0; i < 400; ++i) long_prompt += "Once upon a time ";
   expect_error({"generate", "--model", kStories, "--prompt", long_prompt}, "context holds 512");
   expect_error({"generate", "--dummy-weights", "--prompt-ids", "1"}, "--config");
+  expect_error({"generate", "--model", kStories, "--prompt", "hi", "--backend", "tpu"}, "--backend must be cpu or cuda");
   expect_error({"generate", "--config", test::fixture_path("hf/llama/config.json"), "--dummy-weights",
                 "--prompt-ids", "1,99999"}, "outside the vocabulary");
 }
