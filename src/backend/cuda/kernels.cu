@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <cstdint>
 
 namespace splitflow::cuda {
 namespace {
@@ -138,14 +139,16 @@ __global__ void write_kv_kernel(const bf16_bits* qkv, const int32_t* slots, bf16
 constexpr int kQueryTile = 4;
 constexpr int kKeyChunk = 32;
 constexpr int kDimsPerLane = kMaxHeadDim / 32;
+constexpr int kVecsPerThread = kKeyChunk * (kMaxHeadDim / 8) / (kQueryTile * 32);  // 16-byte words of a chunk
 
 size_t attention_smem_bytes(int head_dim) {
   return sizeof(float) * kQueryTile * head_dim + sizeof(bf16_bits) * kKeyChunk * (head_dim + 2) +
          sizeof(bf16_bits) * kKeyChunk * head_dim;
 }
 
-__global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq) {
-  extern __shared__ float smem[];
+// vector_kv: head_dim % 8 == 0 and both caches 16-byte aligned, so a head row is whole 16-byte words.
+__global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vector_kv) {
+  extern __shared__ __align__(16) float smem[];
   const int hd = a.head_dim, key_stride = hd + 2;  // +2 bf16: odd word stride, no bank conflicts
   float* q_s = smem;                                                            // [kQueryTile, hd]
   bf16_bits* k_s = reinterpret_cast<bf16_bits*>(q_s + kQueryTile * hd);         // [kKeyChunk, hd + 2]
@@ -177,12 +180,42 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq) {
   for (int chunk0 = first_key; chunk0 <= last_pos; chunk0 += kKeyChunk) {
     __syncthreads();  // q loaded / the previous chunk fully read
     const int count = min(kKeyChunk, last_pos + 1 - chunk0);
-    for (int i = threadIdx.x; i < count * hd; i += blockDim.x) {
-      const int j = i / hd, d = i % hd, p = chunk0 + j;
-      const int64_t slot = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
-      const int64_t src = slot * kv_dim + static_cast<int64_t>(kv_head) * hd + d;
-      k_s[j * key_stride + d] = a.k_cache[src];
-      v_s[j * hd + d] = a.v_cache[src];
+    if (vector_kv) {
+      // 16-byte loads, all issued before the first store: one memory latency per chunk instead of
+      // one per element (with one block per head at batch 1, that latency is the decode step's cost).
+      const int vecs_per_row = hd / 8, vecs = count * vecs_per_row;
+      uint4 k_r[kVecsPerThread], v_r[kVecsPerThread];
+#pragma unroll
+      for (int r = 0; r < kVecsPerThread; ++r) {
+        const int i = threadIdx.x + r * kQueryTile * 32;
+        if (i >= vecs) continue;
+        const int j = i / vecs_per_row, d = (i % vecs_per_row) * 8, p = chunk0 + j;
+        const int64_t slot = static_cast<int64_t>(__ldg(table + p / a.block_size)) * a.block_size + p % a.block_size;
+        const int64_t src = slot * kv_dim + static_cast<int64_t>(kv_head) * hd + d;
+        k_r[r] = __ldg(reinterpret_cast<const uint4*>(a.k_cache + src));
+        v_r[r] = __ldg(reinterpret_cast<const uint4*>(a.v_cache + src));
+      }
+#pragma unroll
+      for (int r = 0; r < kVecsPerThread; ++r) {
+        const int i = threadIdx.x + r * kQueryTile * 32;
+        if (i >= vecs) continue;
+        const int j = i / vecs_per_row, d = (i % vecs_per_row) * 8;
+        // k rows have an odd word stride (hd + 2 bf16): 4-byte stores; v rows are 16-byte aligned.
+        uint32_t* k_dst = reinterpret_cast<uint32_t*>(k_s + j * key_stride + d);
+        k_dst[0] = k_r[r].x;
+        k_dst[1] = k_r[r].y;
+        k_dst[2] = k_r[r].z;
+        k_dst[3] = k_r[r].w;
+        *reinterpret_cast<uint4*>(v_s + j * hd + d) = v_r[r];
+      }
+    } else {
+      for (int i = threadIdx.x; i < count * hd; i += blockDim.x) {
+        const int j = i / hd, d = i % hd, p = chunk0 + j;
+        const int64_t slot = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
+        const int64_t src = slot * kv_dim + static_cast<int64_t>(kv_head) * hd + d;
+        k_s[j * key_stride + d] = a.k_cache[src];
+        v_s[j * hd + d] = a.v_cache[src];
+      }
     }
     __syncthreads();
     if (!active) continue;
@@ -307,7 +340,9 @@ cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   if (a.seqs == 0 || a.max_query_len == 0) return cudaSuccess;
   const int tiles_per_seq = (a.max_query_len + kQueryTile - 1) / kQueryTile;
   const dim3 grid(static_cast<unsigned>(a.seqs * tiles_per_seq), static_cast<unsigned>(a.heads));
-  attention_kernel<<<grid, kQueryTile * 32, attention_smem_bytes(a.head_dim), stream>>>(a, tiles_per_seq);
+  const bool vector_kv = a.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
+  attention_kernel<<<grid, kQueryTile * 32, attention_smem_bytes(a.head_dim), stream>>>(a, tiles_per_seq, vector_kv);
   return cudaGetLastError();
 }
 
