@@ -4,6 +4,7 @@
 # the splitflow target, and runs batch-1 512-in / 128-out latency for the shapes in $CONFIGS
 # (default: Llama-2-7B and Llama-3-8B, dummy weights). Result JSON and logs go to $OUT when set
 # (the device tool brings them back; copy them into bench/results/), else to bench/results/.
+# TESTS=1: also build test_backend_cuda and run `ctest -L backend_cuda` first (log ctest.log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -15,17 +16,26 @@ mkdir -p "$results"
 
 args=(-DSPLITFLOW_CUDA=ON)
 [[ -d $carry/include ]] && args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
+[[ -d $carry/shared ]] && { export SPLITFLOW_SHARED_DIR=$root/$carry/shared; args+=("-DSPLITFLOW_SHARED_DIR=$SPLITFLOW_SHARED_DIR"); }
+targets=(splitflow)
+[[ ${TESTS:-0} == 1 ]] && targets+=(test_backend_cuda)
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: no GPU visible"
 start=$SECONDS
 cmake -S . -B "$build" -G Ninja "${args[@]}" >"$results/configure.log" 2>&1 || { tail -40 "$results/configure.log"; exit 1; }
-if ! cmake --build "$build" -j16 --target splitflow >"$results/build.log" 2>&1; then
+if ! cmake --build "$build" -j16 --target "${targets[@]}" >"$results/build.log" 2>&1; then
   grep -E "error|Error" "$results/build.log" | head -40
   exit 1
 fi
 echo "configure + build: $((SECONDS - start)) s"
 
 rc=0
+if [[ ${TESTS:-0} == 1 ]]; then
+  (cd "$build" && ctest -L backend_cuda --output-on-failure) >"$results/ctest.log" 2>&1
+  rc=$?
+  echo "ctest -L backend_cuda exit $rc: $(grep -E 'tests passed|tests failed' "$results/ctest.log")"
+  grep -E 'Failed|FAILED' "$results/ctest.log" | head -20
+fi
 for config in $configs; do
   echo "=== $config ==="
   run_start=$SECONDS

@@ -44,8 +44,9 @@ TEST_F(CudaKernels, EmbedGathersScalesAndAddsPositions) {
   EXPECT_LE(relative_error(to_host(*backend, out.view()), ref), kOneRounding);
 }
 
-void check_add_norm(Backend& backend, std::mt19937_64& rng, NormType type, bool with_delta, bool with_bias) {
-  const int64_t tokens = 5, hidden = 300;  // not a multiple of the block size
+// hidden 300: not a multiple of 8 (the scalar kernel); multiples of 8: 16-byte words, one or two per thread.
+void check_add_norm(Backend& backend, std::mt19937_64& rng, NormType type, bool with_delta, bool with_bias,
+                    int64_t tokens = 5, int64_t hidden = 300) {
   std::vector<float> residual = random_values(rng, tokens * hidden, -2.0f, 2.0f), delta = random_values(rng, tokens * hidden);
   const std::vector<float> weight = random_values(rng, hidden, 0.5f, 1.5f), bias = random_values(rng, hidden);
   DeviceBuffer d_res = to_device_bf16(backend, residual, {tokens, hidden});
@@ -77,6 +78,14 @@ void check_add_norm(Backend& backend, std::mt19937_64& rng, NormType type, bool 
 TEST_F(CudaKernels, RmsNormWithResidualAdd) { check_add_norm(*backend, rng, NormType::RMSNorm, true, false); }
 TEST_F(CudaKernels, RmsNormWithoutDelta) { check_add_norm(*backend, rng, NormType::RMSNorm, false, false); }
 TEST_F(CudaKernels, LayerNormWithResidualAddAndBias) { check_add_norm(*backend, rng, NormType::LayerNorm, true, true); }
+TEST_F(CudaKernels, AddNormVectorizedRows) {
+  for (int64_t tokens : {1, 3})
+    for (int64_t hidden : {4096, 8200}) {
+      check_add_norm(*backend, rng, NormType::RMSNorm, true, false, tokens, hidden);
+      check_add_norm(*backend, rng, NormType::LayerNorm, true, true, tokens, hidden);
+      check_add_norm(*backend, rng, NormType::RMSNorm, false, false, tokens, hidden);
+    }
+}
 
 void check_matmul(Backend& backend, std::mt19937_64& rng, int64_t m, int64_t k, int64_t n, bool bias, DType out_dtype,
                   DType weight_dtype) {
@@ -149,17 +158,18 @@ TEST_F(CudaKernels, RopeHalfStyle) { check_rope(*backend, rng, RopeStyle::Half, 
 TEST_F(CudaKernels, RopeInterleavedStyle) { check_rope(*backend, rng, RopeStyle::Interleaved, 16); }
 TEST_F(CudaKernels, RopePartialRotaryLeavesTailDims) { check_rope(*backend, rng, RopeStyle::Half, 6); }
 
-TEST_F(CudaKernels, WriteKvStoresSlotsAndSkipsNegative) {
-  const int heads = 4, kv_heads = 2, head_dim = 8, block_size = 4, blocks = 3;
+// head_dim 8: 16-byte words; 6: the element-wise path; kv_dim 2048: several blocks per token.
+void check_write_kv(Backend& backend, std::mt19937_64& rng, int kv_heads, int head_dim) {
+  const int heads = 2 * kv_heads, block_size = 4, blocks = 3;
   const int64_t tokens = 4, kv_dim = kv_heads * head_dim, q_dim = heads * head_dim, width = q_dim + 2 * kv_dim;
   std::vector<float> qkv = random_values(rng, tokens * width);
-  DeviceBuffer d_qkv = to_device_bf16(*backend, qkv, {tokens, width});
+  DeviceBuffer d_qkv = to_device_bf16(backend, qkv, {tokens, width});
   const std::vector<int32_t> slots = {5, -1, 0, 11};
-  DeviceBuffer d_slots = to_device_i32(*backend, slots, {tokens});
-  DeviceBuffer k = backend->allocate(DType::BF16, {blocks, block_size, kv_heads, head_dim});
-  DeviceBuffer v = backend->allocate(DType::BF16, {blocks, block_size, kv_heads, head_dim});
+  DeviceBuffer d_slots = to_device_i32(backend, slots, {tokens});
+  DeviceBuffer k = backend.allocate(DType::BF16, {blocks, block_size, kv_heads, head_dim});
+  DeviceBuffer v = backend.allocate(DType::BF16, {blocks, block_size, kv_heads, head_dim});
   AttentionParams params{heads, kv_heads, head_dim, block_size, 1.0f, 0};
-  backend->write_kv(d_qkv.view(), d_slots.view(), params, k.view(), v.view());
+  backend.write_kv(d_qkv.view(), d_slots.view(), params, k.view(), v.view());
   std::vector<double> ref_k(blocks * block_size * kv_dim, 0.0), ref_v(ref_k.size(), 0.0);
   for (int64_t t = 0; t < tokens; ++t) {
     if (slots[t] < 0) continue;
@@ -168,8 +178,13 @@ TEST_F(CudaKernels, WriteKvStoresSlotsAndSkipsNegative) {
       ref_v[slots[t] * kv_dim + i] = qkv[t * width + q_dim + kv_dim + i];
     }
   }
-  EXPECT_EQ(relative_error(to_host(*backend, k.view()), ref_k), 0.0);
-  EXPECT_EQ(relative_error(to_host(*backend, v.view()), ref_v), 0.0);
+  EXPECT_EQ(relative_error(to_host(backend, k.view()), ref_k), 0.0);
+  EXPECT_EQ(relative_error(to_host(backend, v.view()), ref_v), 0.0);
+}
+TEST_F(CudaKernels, WriteKvStoresSlotsAndSkipsNegative) {
+  check_write_kv(*backend, rng, 2, 8);
+  check_write_kv(*backend, rng, 2, 6);
+  check_write_kv(*backend, rng, 8, 256);
 }
 
 // Paged attention against a dense float64 reference: S sequences with cached prefixes and new
@@ -264,12 +279,30 @@ TEST_F(CudaKernels, AttentionLongContextAndOddBlockSize) {
   check_attention(*backend, rng, {4, 1, 128, 7, 0, {1, 3}, {1000, 517}});
   check_attention(*backend, rng, {2, 2, 256, 16, 0, {5}, {300}});
 }
+// Few queries over long contexts: the launch splits the key range across blocks (flash-decoding)
+// and combines the partitions; with a window most partitions of the range hold no visible key.
+TEST_F(CudaKernels, AttentionSplitKvLongContextDecode) {
+  check_attention(*backend, rng, {8, 2, 128, 16, 0, {1}, {4500}});
+  check_attention(*backend, rng, {8, 2, 128, 7, 0, {1, 3}, {4100, 2900}});
+  for (int window : {100, 1000})
+    check_attention(*backend, rng, {4, 1, 64, 16, window, {1, 2}, {4200, 3000}});
+  check_attention(*backend, rng, {2, 2, 80, 16, 0, {1}, {700}});
+}
 TEST_F(CudaKernels, AttentionRejectsHeadDimPastLimit) {
   DeviceBuffer qkv = backend->allocate(DType::BF16, {1, 3 * 512}), out = backend->allocate(DType::BF16, {1, 512});
   DeviceBuffer k = backend->allocate(DType::BF16, {1, 4, 1, 512}), i = backend->allocate(DType::I32, {2});
   const AttentionParams params{1, 1, 512, 4, 1.0f, 0};
   EXPECT_THROW(backend->attention(qkv.view(), k.view(), k.view(),
                                   {i.view(), i.view().rows(0, 1), i.view().rows(0, 1).reshape({1, 1}), 1, 1}, params,
+                                  out.view()),
+               Error);
+}
+TEST_F(CudaKernels, AttentionRejectsContextBelowQueryLength) {
+  DeviceBuffer qkv = backend->allocate(DType::BF16, {2, 3 * 8}), out = backend->allocate(DType::BF16, {2, 8});
+  DeviceBuffer k = backend->allocate(DType::BF16, {1, 4, 1, 8}), i = backend->allocate(DType::I32, {2});
+  const AttentionParams params{1, 1, 8, 4, 1.0f, 0};
+  EXPECT_THROW(backend->attention(qkv.view(), k.view(), k.view(),
+                                  {i.view(), i.view().rows(0, 1), i.view().rows(0, 1).reshape({1, 1}), 2, 1}, params,
                                   out.view()),
                Error);
 }

@@ -82,12 +82,16 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   lt_handle_ = handle;
   workspace_bytes_ = kWorkspaceBytes;
   SF_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_), "allocate the cuBLASLt workspace");
+  sm_count_ = props.multiProcessorCount;
+  SF_CUDA_CHECK(cudaMalloc(&attention_partials_, attention_partials_floats(sm_count_) * sizeof(float)),
+                "allocate the split-KV attention scratch");
 }
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   gemm_plans_.clear();
   if (workspace_) cudaFree(workspace_);
+  if (attention_partials_) cudaFree(attention_partials_);
   if (lt_handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_handle_));
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -328,6 +332,8 @@ void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache
     check_dtype(*t, DType::I32, "attention", "batch index tensor");
   SF_CHECK(batch.max_query_len >= 0 && batch.max_query_len <= tokens,
            "cuda attention: max_query_len {} is outside [0, {}]", batch.max_query_len, tokens);
+  SF_CHECK(batch.max_context_len >= batch.max_query_len, "cuda attention: max_context_len {} is below max_query_len {}",
+           batch.max_context_len, batch.max_query_len);
   AttentionLaunch launch{bf16_ptr(qkv),
                          bf16_ptr(k_cache),
                          bf16_ptr(v_cache),
@@ -343,7 +349,12 @@ void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache
                          head_dim,
                          params.block_size,
                          params.sliding_window,
-                         params.scale};
+                         params.scale,
+                         static_cast<int>(tokens),
+                         batch.max_context_len,
+                         sm_count_,
+                         attention_partials_,
+                         attention_partials_floats(sm_count_)};
   SF_CUDA_CHECK(launch_attention(launch, stream_), "attention");
 }
 

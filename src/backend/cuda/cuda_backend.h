@@ -66,6 +66,8 @@ class CudaBackend final : public Backend {
   void* lt_handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;  // cuBLASLt workspace, allocated once
   size_t workspace_bytes_ = 0;
+  int sm_count_ = 0;
+  float* attention_partials_ = nullptr;  // split-KV attention scratch, attention_partials_floats(sm_count_)
   std::map<GemmKey, std::unique_ptr<GemmPlan>> gemm_plans_;
 };
 

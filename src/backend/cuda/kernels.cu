@@ -1,10 +1,12 @@
 // backend/cuda/kernels.cu — the CUDA backend's own kernels: bf16 storage, fp32 math. A first,
 // correct version: one thread per element for the elementwise kernels, one block per row for
-// the norm, one block per (sequence, query head, tile of query rows) for attention.
+// the norm (the row in registers), one block per (sequence, query head, tile of query rows, KV
+// partition) for attention, plus a combine kernel when the KV length is split.
 #include "backend/cuda/kernels.h"
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -92,6 +94,81 @@ __global__ void add_norm_kernel(bf16_bits* residual, const bf16_bits* delta, con
   }
 }
 
+__device__ __forceinline__ void unpack8(const uint4& w, float* v) {
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(words[i] << 16);
+    v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ uint4 pack8(const float* v) {
+  uint32_t words[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+    words[i] = *reinterpret_cast<const uint32_t*>(&pair);
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+// add_norm with 16-byte words (hidden % 8 == 0, aligned pointers): each thread keeps up to
+// kNormVecs words of the row in registers, so the residual is read once and every load of the
+// row is in flight at the same time (at batch 1 this one block is the whole kernel).
+constexpr int kNormVecs = 4;
+__global__ void __launch_bounds__(1024) add_norm_vec_kernel(bf16_bits* residual, const bf16_bits* delta, const float* weight, const float* bias,
+                                    bool layer_norm, float eps, float weight_offset, bf16_bits* out, int64_t hidden) {
+  const int vecs = static_cast<int>(hidden / 8);
+  uint4* x = reinterpret_cast<uint4*>(residual + blockIdx.x * hidden);
+  const uint4* dx = delta != nullptr ? reinterpret_cast<const uint4*>(delta + blockIdx.x * hidden) : nullptr;
+  uint4* y = reinterpret_cast<uint4*>(out + blockIdx.x * hidden);
+  float v[kNormVecs][8];
+  float sum = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kNormVecs; ++r) {
+    const int i = threadIdx.x + r * blockDim.x;
+    if (i >= vecs) continue;
+    unpack8(x[i], v[r]);
+    if (dx != nullptr) {
+      float d[8];
+      unpack8(dx[i], d);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[r][k] = round_bf16(v[r][k] + d[k]);
+      x[i] = pack8(v[r]);
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) sum += v[r][k];
+  }
+  const float mean = layer_norm ? block_sum(sum) / static_cast<float>(hidden) : 0.0f;
+  float squares = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kNormVecs; ++r) {
+    if (threadIdx.x + r * blockDim.x >= vecs) continue;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) squares += (v[r][k] - mean) * (v[r][k] - mean);
+  }
+  const float inv = rsqrtf(block_sum(squares) / static_cast<float>(hidden) + eps);
+#pragma unroll
+  for (int r = 0; r < kNormVecs; ++r) {
+    const int i = threadIdx.x + r * blockDim.x;
+    if (i >= vecs) continue;
+    const float4* w4 = reinterpret_cast<const float4*>(weight) + 2 * i;
+    const float4 w0 = w4[0], w1 = w4[1];
+    const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+    float o[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) o[k] = (v[r][k] - mean) * inv * (weight_offset + w[k]);
+    if (bias != nullptr) {
+      const float4* b4 = reinterpret_cast<const float4*>(bias) + 2 * i;
+      const float4 b0 = b4[0], b1 = b4[1];
+      const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int k = 0; k < 8; ++k) o[k] += b[k];
+    }
+    y[i] = pack8(o);
+  }
+}
+
 __global__ void add_bias_kernel(bf16_bits* y_bf16, float* y_f32, const float* bias, int64_t rows, int64_t cols) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * cols) return;
@@ -119,25 +196,37 @@ __global__ void rope_kernel(bf16_bits* qkv, const float* cos_sin, const int32_t*
   store(qkv, i2, x2 * c + x1 * s);
 }
 
-// One block per token: its k and v heads to the cache slot.
+// Grid (tokens, pieces of the row): each thread copies one unit of `unit` bf16 (8: one 16-byte
+// word, when rows and caches are 16-byte aligned; else 1) of the token's k and of its v heads, so
+// even one token spreads over several blocks.
 __global__ void write_kv_kernel(const bf16_bits* qkv, const int32_t* slots, bf16_bits* k_cache, bf16_bits* v_cache,
-                                int64_t width, int64_t q_dim, int64_t kv_dim, int64_t capacity_slots) {
+                                int64_t width, int64_t q_dim, int64_t kv_dim, int64_t capacity_slots, int unit) {
   const int64_t t = blockIdx.x;
   const int64_t slot = slots[t];
   if (slot < 0 || slot >= capacity_slots) return;
+  const int64_t i = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * unit;
+  if (i >= kv_dim) return;
   const bf16_bits* row = qkv + t * width;
-  for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+  if (unit == 8) {
+    *reinterpret_cast<uint4*>(k_cache + slot * kv_dim + i) = *reinterpret_cast<const uint4*>(row + q_dim + i);
+    *reinterpret_cast<uint4*>(v_cache + slot * kv_dim + i) = *reinterpret_cast<const uint4*>(row + q_dim + kv_dim + i);
+  } else {
     k_cache[slot * kv_dim + i] = row[q_dim + i];
     v_cache[slot * kv_dim + i] = row[q_dim + kv_dim + i];
   }
 }
 
 // Attention: a block of kQueryTile warps handles up to kQueryTile consecutive new tokens of one
-// sequence for one query head, one warp per query row. Keys and values stream through shared
-// memory kKeyChunk positions at a time (gathered through the block table); each warp keeps an
-// online softmax (running max m, sum l, accumulator: head dims lane, lane + 32, ...).
+// sequence for one query head, one warp per query row, over one partition of the tile's key
+// range (blockIdx.z; partition_keys keys from the tile's first visible key). Keys and values
+// stream through shared memory kKeyChunk positions at a time (gathered through the block table);
+// each warp keeps an online softmax (running max m, sum l, accumulator: head dims lane, lane +
+// 32, ...). With one partition the row is normalized and written to out; with several
+// (flash-decoding: few queries would leave most SMs idle) each partition writes its (m, l,
+// unnormalized accumulator) in fp32 to `partials` and attention_combine_kernel merges them.
 constexpr int kQueryTile = 4;
 constexpr int kKeyChunk = 32;
+constexpr int kMinPartitionKeys = 64;
 constexpr int kDimsPerLane = kMaxHeadDim / 32;
 constexpr int kVecsPerThread = kKeyChunk * (kMaxHeadDim / 8) / (kQueryTile * 32);  // 16-byte words of a chunk
 
@@ -147,7 +236,9 @@ size_t attention_smem_bytes(int head_dim) {
 }
 
 // vector_kv: head_dim % 8 == 0 and both caches 16-byte aligned, so a head row is whole 16-byte words.
-__global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vector_kv) {
+// partials: [tokens, heads, partitions] rows of (m, l, acc[head_dim]) floats.
+__global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vector_kv, int partition_keys,
+                                 float* partials) {
   extern __shared__ __align__(16) float smem[];
   const int hd = a.head_dim, key_stride = hd + 2;  // +2 bf16: odd word stride, no bank conflicts
   float* q_s = smem;                                                            // [kQueryTile, hd]
@@ -161,7 +252,9 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
   if (t_begin >= n) return;  // the whole block leaves together, before any barrier
   const int t_count = min(kQueryTile, n - t_begin);
   const int pos0 = a.context_lens[s] - n + t_begin, last_pos = pos0 + t_count - 1;
-  const int first_key = a.sliding_window > 0 ? max(0, pos0 - a.sliding_window + 1) : 0;
+  const int window_first_key = a.sliding_window > 0 ? max(0, pos0 - a.sliding_window + 1) : 0;
+  const int first_key = window_first_key + static_cast<int>(blockIdx.z) * partition_keys;
+  const int end_key = min(last_pos + 1, first_key + partition_keys);  // exclusive
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool active = warp < t_count;
   const int my_pos = pos0 + warp;
@@ -177,9 +270,9 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
 #pragma unroll
   for (int i = 0; i < kDimsPerLane; ++i) acc[i] = 0.0f;
 
-  for (int chunk0 = first_key; chunk0 <= last_pos; chunk0 += kKeyChunk) {
+  for (int chunk0 = first_key; chunk0 < end_key; chunk0 += kKeyChunk) {
     __syncthreads();  // q loaded / the previous chunk fully read
-    const int count = min(kKeyChunk, last_pos + 1 - chunk0);
+    const int count = min(kKeyChunk, end_key - chunk0);
     if (vector_kv) {
       // 16-byte loads, all issued before the first store: one memory latency per chunk instead of
       // one per element (with one block per head at batch 1, that latency is the decode step's cost).
@@ -247,12 +340,44 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
     m = new_m;
   }
   if (!active) return;
+  if (partials != nullptr) {
+    // A row with no visible key in this partition leaves m = -inf, l = 0, acc = 0: weight 0 in the combine.
+    const int64_t row = (static_cast<int64_t>(q0 + t_begin + warp) * a.heads + head) * gridDim.z + blockIdx.z;
+    float* dst = partials + row * (hd + 2);
+    if (lane == 0) {
+      dst[0] = m;
+      dst[1] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < hd) dst[2 + d] = acc[i];
+    }
+    return;
+  }
   const int64_t out_row = static_cast<int64_t>(q0 + t_begin + warp) * a.heads * hd + static_cast<int64_t>(head) * hd;
   const float inv = 1.0f / l;
 #pragma unroll
   for (int i = 0; i < kDimsPerLane; ++i) {
     const int d = lane + 32 * i;
     if (d < hd) store(a.out, out_row + d, acc[i] * inv);
+  }
+}
+
+// One block per (token, head): out = sum_p exp(m_p - M) acc_p / sum_p exp(m_p - M) l_p over the
+// partitions p, M = max_p m_p (finite: the token's own key is visible to it).
+__global__ void attention_combine_kernel(const float* partials, int partitions, int heads, int hd, bf16_bits* out) {
+  const int64_t token_head = static_cast<int64_t>(blockIdx.x) * heads + blockIdx.y;
+  const float* rows = partials + token_head * partitions * (hd + 2);
+  float top = -INFINITY;
+  for (int p = 0; p < partitions; ++p) top = fmaxf(top, rows[p * (hd + 2)]);
+  float denom = 0.0f;
+  for (int p = 0; p < partitions; ++p) denom += __expf(rows[p * (hd + 2)] - top) * rows[p * (hd + 2) + 1];
+  const float inv = 1.0f / denom;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int p = 0; p < partitions; ++p) acc += __expf(rows[p * (hd + 2)] - top) * rows[p * (hd + 2) + 2 + d];
+    store(out, token_head * hd + d, acc * inv);
   }
 }
 
@@ -304,8 +429,19 @@ cudaError_t launch_add_norm(bf16_bits* residual, const bf16_bits* delta, const f
                             bool layer_norm, float eps, float weight_offset, bf16_bits* out, int64_t tokens,
                             int64_t hidden, cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
-  add_norm_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(residual, delta, weight, bias, layer_norm, eps,
-                                                                           weight_offset, out, hidden);
+  const int64_t vecs = hidden / 8;
+  const bool aligned = reinterpret_cast<uintptr_t>(residual) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(delta) % 16 == 0 && reinterpret_cast<uintptr_t>(weight) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(bias) % 16 == 0;
+  if (hidden % 8 == 0 && aligned && vecs <= int64_t{1024} * kNormVecs) {
+    // Enough threads for one word each up to 1024 threads, then up to kNormVecs words per thread.
+    const int64_t threads = std::min<int64_t>(1024, (vecs + 31) / 32 * 32);
+    add_norm_vec_kernel<<<static_cast<unsigned>(tokens), static_cast<unsigned>(threads), 0, stream>>>(
+        residual, delta, weight, bias, layer_norm, eps, weight_offset, out, hidden);
+  } else {
+    add_norm_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(residual, delta, weight, bias, layer_norm,
+                                                                             eps, weight_offset, out, hidden);
+  }
   return cudaGetLastError();
 }
 
@@ -331,18 +467,48 @@ cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, bf16_bit
                             cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
   const int64_t q_dim = static_cast<int64_t>(heads) * head_dim, kv_dim = static_cast<int64_t>(kv_heads) * head_dim;
-  write_kv_kernel<<<static_cast<unsigned>(tokens), 128, 0, stream>>>(qkv, slots, k_cache, v_cache, q_dim + 2 * kv_dim,
-                                                                      q_dim, kv_dim, capacity_slots);
+  const int unit = kv_dim % 8 == 0 && q_dim % 8 == 0 && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 &&
+                           reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
+                           reinterpret_cast<uintptr_t>(v_cache) % 16 == 0
+                       ? 8
+                       : 1;
+  constexpr int kCopyThreads = 128;
+  const int64_t pieces = (kv_dim / unit + kCopyThreads - 1) / kCopyThreads;
+  write_kv_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(pieces)), kCopyThreads, 0, stream>>>(
+      qkv, slots, k_cache, v_cache, q_dim + 2 * kv_dim, q_dim, kv_dim, capacity_slots, unit);
   return cudaGetLastError();
 }
 
 cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   if (a.seqs == 0 || a.max_query_len == 0) return cudaSuccess;
   const int tiles_per_seq = (a.max_query_len + kQueryTile - 1) / kQueryTile;
-  const dim3 grid(static_cast<unsigned>(a.seqs * tiles_per_seq), static_cast<unsigned>(a.heads));
+  const int64_t base_blocks = int64_t{a.seqs} * tiles_per_seq * a.heads;
+  // Split the key range when the grid would not fill the SMs twice over (decode, short chunks):
+  // partitions of at least kMinPartitionKeys keys, a multiple of kKeyChunk.
+  int partitions = 1, partition_keys = 1 << 30;  // one partition: the whole range
+  if (a.partials != nullptr && base_blocks < 2 * int64_t{a.sm_count} && a.max_context_len > kMinPartitionKeys) {
+    const int64_t wanted = (2 * int64_t{a.sm_count} + base_blocks - 1) / base_blocks;
+    const int64_t keys = std::max<int64_t>(kMinPartitionKeys, (a.max_context_len + wanted - 1) / wanted);
+    const int64_t keys_rounded = (keys + kKeyChunk - 1) / kKeyChunk * kKeyChunk;
+    const int64_t parts = (a.max_context_len + keys_rounded - 1) / keys_rounded;
+    const int64_t floats = int64_t{a.tokens} * a.heads * parts * (a.head_dim + 2);
+    if (parts > 1 && floats <= a.partials_floats) {
+      partitions = static_cast<int>(parts);
+      partition_keys = static_cast<int>(keys_rounded);
+    }
+  }
+  const dim3 grid(static_cast<unsigned>(a.seqs * tiles_per_seq), static_cast<unsigned>(a.heads),
+                  static_cast<unsigned>(partitions));
   const bool vector_kv = a.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
-  attention_kernel<<<grid, kQueryTile * 32, attention_smem_bytes(a.head_dim), stream>>>(a, tiles_per_seq, vector_kv);
+  float* partials = partitions > 1 ? a.partials : nullptr;
+  attention_kernel<<<grid, kQueryTile * 32, attention_smem_bytes(a.head_dim), stream>>>(
+      a, tiles_per_seq, vector_kv, partition_keys, partials);
+  if (partitions == 1) return cudaGetLastError();
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  attention_combine_kernel<<<dim3(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.heads)), 128, 0, stream>>>(
+      partials, partitions, a.heads, a.head_dim, a.out);
   return cudaGetLastError();
 }
 

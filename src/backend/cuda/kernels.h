@@ -53,7 +53,17 @@ struct AttentionLaunch {
   int seqs, table_width, max_query_len;
   int heads, kv_heads, head_dim, block_size, sliding_window;
   float scale;
+  int tokens, max_context_len;   // max_context_len: at least every context_lens[s]
+  int sm_count;                  // the device's multiprocessors, to size the KV split
+  float* partials;               // fp32 scratch for split-KV partial results (null: never split)
+  int64_t partials_floats;       // its size; a launch that would need more does not split
 };
+
+// Scratch attention() needs to split the KV length whenever it chooses to: at most 4 sm_count
+// blocks, kQueryTile rows each, (m, l, head_dim accumulators) per row.
+constexpr int64_t attention_partials_floats(int sm_count) {
+  return int64_t{16} * sm_count * (kMaxHeadDim + 2);
+}
 cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream);
 
 // act: 0 SiLU, 1 GELU (erf), 2 GELU (tanh), 3 ReLU. gated: out = act(x[:, :inner]) * x[:, inner:].
