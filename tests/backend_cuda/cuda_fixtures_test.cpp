@@ -12,6 +12,7 @@
 #include "model/weights.h"
 #include "runtime/block_allocator.h"
 #include "runtime/model_runner.h"
+#include "hf_fixture_runner.h"
 #include "test_paths.h"
 
 #include <algorithm>
@@ -27,11 +28,6 @@ namespace {
 constexpr double kRowTolerance = 0.25;
 constexpr double kRelativeL2 = 0.06;
 constexpr double kTop1Margin = 0.05;
-
-std::vector<std::string> fixture_names() {
-  const nlohmann::json index = read_json_file(test::fixture_path("hf/index.json"));
-  return index.at("fixtures").get<std::vector<std::string>>();
-}
 
 int64_t argmax(const float* row, int64_t count) { return std::max_element(row, row + count) - row; }
 
@@ -82,46 +78,13 @@ TEST_P(CudaHfFixture, MatchesTransformersTop1AndLogits) {
   const std::string dir = test::fixture_path("hf/" + name);
   std::unique_ptr<WeightSource> source = open_weights(dir);
   const ModelSpec spec = resolve_source_spec(*source, dir);
-  const std::unique_ptr<WeightSource> expected = open_safetensors(dir + "/expected.safetensors");
-  const nlohmann::json meta = read_json_file(dir + "/meta.json");
-
   std::unique_ptr<Backend> backend = test::make_test_cuda_backend();
   const KvCacheConfig kv{16, 4};  // small blocks so every prompt spans several, in shuffled order
   ModelRunner runner(spec, bind_weights(spec, *source, dominant_matrix_dtype(*source)), *backend, kv);
   const int64_t vocab = spec.vocab_size;
   RowStats stats;
-
-  for (int p = 0; p < meta.at("num_prompts").get<int>(); ++p) {
-    const std::string prefix = "prompt" + std::to_string(p) + ".";
-    const Tensor& prompt = expected->find(prefix + "prompt_tokens")->tensor;
-    const Tensor& prefill_logits = expected->find(prefix + "prefill_logits")->tensor;
-    const Tensor& decode_tokens = expected->find(prefix + "decode_tokens")->tensor;
-    const Tensor& decode_logits = expected->find(prefix + "decode_logits")->tensor;
-    const int64_t prompt_len = prompt.numel(), steps = decode_tokens.numel();
-
-    BlockAllocator allocator(kv.num_blocks);
-    std::vector<int32_t> table;
-    allocator.grow_table(table, prompt_len + steps, kv.block_size);
-    std::reverse(table.begin(), table.end());
-
-    ForwardBatch prefill;
-    prefill.token_ids.assign(prompt.as<int32_t>(), prompt.as<int32_t>() + prompt_len);
-    prefill.spans.push_back({static_cast<int32_t>(prompt_len), 0, table, true});
-    prefill.logits_mode = LogitsMode::All;
-    Tensor logits = runner.forward(prefill);
-    compare_rows(logits.as<float>(), prefill_logits.as<float>(), prompt_len, vocab, name + " " + prefix + "prefill",
-                 stats);
-
-    // Decode feeds the reference's greedy tokens, so one near-tie cannot derail the rest.
-    for (int64_t step = 0; step < steps; ++step) {
-      ForwardBatch decode;
-      decode.token_ids = {decode_tokens.as<int32_t>()[step]};
-      decode.spans.push_back({1, static_cast<int32_t>(prompt_len + step), table, true});
-      logits = runner.forward(decode);
-      compare_rows(logits.as<float>(), decode_logits.as<float>() + step * vocab, 1, vocab,
-                   name + " " + prefix + "decode step " + std::to_string(step), stats);
-    }
-  }
+  test::run_hf_fixture(runner, name, [&](const float* actual, const float* expected, int64_t rows, int32_t,
+                                         const std::string& what) { compare_rows(actual, expected, rows, vocab, what, stats); });
   const double relative_l2 = std::sqrt(stats.diff_squares / stats.reference_squares);
   EXPECT_LE(relative_l2, kRelativeL2) << name << ": relative L2 error of all logits";
   std::cout << "[cuda fixture] " << name << ": " << stats.rows << " rows, worst max|diff|/max|logit| "
@@ -129,7 +92,7 @@ TEST_P(CudaHfFixture, MatchesTransformersTop1AndLogits) {
             << stats.near_tie_flips << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Transformers, CudaHfFixture, ::testing::ValuesIn(fixture_names()),
+INSTANTIATE_TEST_SUITE_P(Transformers, CudaHfFixture, ::testing::ValuesIn(test::hf_fixture_names()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
