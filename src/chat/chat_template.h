@@ -1,0 +1,57 @@
+// chat/chat_template.h — renders a model's Jinja chat template (the `chat_template` of a HF
+// tokenizer_config.json) into the prompt text, byte-identical to transformers'
+// apply_chat_template (jinja2 with trim_blocks, lstrip_blocks, a sandboxed environment,
+// raise_exception, strftime_now and transformers' tojson).
+// Module files: jinja_lexer.* (source -> tokens, whitespace control), jinja_parser.* (tokens -> AST),
+// jinja_value.* (the interpreter's value type), jinja_interpreter.* (AST -> text, filters, tests,
+// methods), chat_template.cpp (this API). docs/chat-templates.md lists the supported Jinja subset.
+// The module never tokenizes; it produces text only. A ChatTemplate is immutable after
+// construction: render() may run on several threads at once.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace splitflow {
+
+namespace jinja {
+struct Program;
+}
+
+class ChatTemplate {
+ public:
+  // Parses the template once; throws splitflow::Error naming the line/column of a syntax error.
+  ChatTemplate(std::string source, std::string bos_token, std::string eos_token);
+  // Reads chat_template (a string, or a list of {name, template} from which "default" is taken)
+  // and bos/eos tokens (a string or an {"content": ...} object) from a tokenizer_config.json; also
+  // a standalone .jinja file (bos/eos then empty) or a chat_template.json ({"chat_template": ...}).
+  // Throws if the file has no chat template.
+  static ChatTemplate from_file(const std::filesystem::path& path);
+  // The model directory's template (chat_template.jinja, chat_template.json or
+  // tokenizer_config.json in it; bos/eos always from tokenizer_config.json when present), or nullopt
+  // when the model has none. A file path is looked at in its parent directory.
+  static std::optional<ChatTemplate> find_for_model(const std::filesystem::path& model_dir);
+
+  // messages: the OpenAI "messages" array (role, content as a string or a list of
+  // {type:"text", text} parts, optional name/tool_calls/...). extra: more template variables
+  // (tools, documents, enable_thinking, ...). Throws splitflow::Error carrying the template's
+  // raise_exception message, or naming the line of a runtime error.
+  std::string render(const nlohmann::json& messages, bool add_generation_prompt,
+                     const nlohmann::json& extra = nlohmann::json::object()) const;
+
+  const std::string& source() const { return source_; }
+  const std::string& bos_token() const { return bos_token_; }
+  const std::string& eos_token() const { return eos_token_; }
+
+ private:
+  std::string source_;
+  std::string bos_token_;
+  std::string eos_token_;
+  std::shared_ptr<const jinja::Program> program_;  // shared: copies of a template share the AST
+};
+
+}  // namespace splitflow
