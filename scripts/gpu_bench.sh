@@ -2,7 +2,8 @@
 # scripts/gpu_bench.sh — `splitflow bench latency --backend cuda` on the GPU machine: configures
 # with -DSPLITFLOW_CUDA=ON like scripts/gpu_test.sh (the same .carry/include handling), builds only
 # the splitflow target, and runs batch-1 512-in / 128-out latency for the shapes in $CONFIGS
-# (default: Llama-2-7B and Llama-3-8B, dummy weights). Result JSON and logs go to $OUT when set
+# (default: Llama-2-7B and Llama-3-8B, dummy weights) at each batch size in $BATCHES (default 1);
+# PREFILL=1 adds a 2048-token prefill run per shape. Result JSON and logs go to $OUT when set
 # (the device tool brings them back; copy them into bench/results/), else to bench/results/.
 # TESTS=1: also build test_backend_cuda and run `ctest -L backend_cuda` first (log ctest.log).
 set -uo pipefail
@@ -36,14 +37,22 @@ if [[ ${TESTS:-0} == 1 ]]; then
   echo "ctest -L backend_cuda exit $rc: $(grep -E 'tests passed|tests failed' "$results/ctest.log")"
   grep -E 'Failed|FAILED' "$results/ctest.log" | head -20
 fi
-for config in $configs; do
-  echo "=== $config ==="
-  run_start=$SECONDS
-  "$build/splitflow" bench latency --backend cuda --config "bench/configs/$config.json" --dummy-weights \
-    --input-len 512 --output-len 128 --batch 1 --results-dir "$results" >"$results/$config.log" 2>&1
-  status=$?
+run_bench() {  # log name, then bench latency arguments
+  local name=$1; shift
+  echo "=== $name ==="
+  local run_start=$SECONDS
+  "$build/splitflow" bench latency --backend cuda --dummy-weights --results-dir "$results" "$@" >"$results/$name.log" 2>&1
+  local status=$?
   [[ $status -ne 0 ]] && rc=$status
   echo "exit $status after $((SECONDS - run_start)) s"
-  tail -20 "$results/$config.log"
+  grep -E "load|TTFT|decode tokens|fraction|error" "$results/$name.log"
+}
+for config in $configs; do
+  for batch in ${BATCHES:-1}; do
+    run_bench "$config-b$batch" --config "bench/configs/$config.json" --input-len 512 --output-len 128 --batch "$batch"
+  done
+  if [[ ${PREFILL:-0} == 1 ]]; then
+    run_bench "$config-prefill2048" --config "bench/configs/$config.json" --input-len 2048 --output-len 2 --batch 1
+  fi
 done
 exit $rc

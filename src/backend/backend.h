@@ -20,10 +20,12 @@
 //    then the k heads, then the v heads, head_dim values each (the fused-QKV weight's row order).
 #pragma once
 
+#include "backend/sampling_rule.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "model/spec.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -109,6 +111,14 @@ struct AttentionBatch {
   int32_t max_context_len = 0;
 };
 
+// Work recorded once and replayed (a CUDA graph): the same kernels on the same buffers, with
+// whatever the buffers hold at replay time.
+class RecordedWork {
+ public:
+  virtual ~RecordedWork() = default;
+  virtual void replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -127,6 +137,14 @@ class Backend {
   // Waits for issued work, then copies src.nbytes() bytes into host.
   virtual void copy_to_host(const DeviceTensor& src, void* host) = 0;
   virtual void synchronize() = 0;
+  // Host memory the device copies from and to without staging (pinned on CUDA), `bytes` long,
+  // 64-byte aligned. A copy_to_device from it may still be in flight when the call returns: the
+  // caller rewrites it only after a copy_to_host or synchronize().
+  virtual std::shared_ptr<void> allocate_host(size_t bytes) = 0;
+  // Records the kernels `issue` enqueues (no copies, no synchronization inside) for replay, or
+  // returns null when the backend cannot record (then the caller issues the work itself).
+  virtual std::unique_ptr<RecordedWork> record(const std::function<void()>& issue) { return nullptr; }
+  virtual bool can_record() const { return false; }
 
   // --- kernels (shapes: T tokens, H hidden) ----------------------------------------------------
   // out[t] = table[token_ids[t]] * multiplier, plus pos_table[positions[t]] when pos_table is
@@ -174,6 +192,10 @@ class Backend {
 
   // out[i] = x[rows[i]]. x [T, C]; rows [R] I32; out [R, C].
   virtual void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) = 0;
+
+  // One token per row of logits [R, V] F32 under rows [R, kSamplingRowWords] I32 (SamplingRow
+  // structs, backend/sampling_rule.h), into tokens [R] I32.
+  virtual void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) = 0;
 };
 
 // The CPU backend (backend/cpu): num_threads <= 0 uses OpenMP's default.

@@ -16,8 +16,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-int32_t argmax(const float* row, int64_t count) { return static_cast<int32_t>(std::max_element(row, row + count) - row); }
-
 }  // namespace
 
 int64_t weight_stream_bytes(const ModelWeights& weights) {
@@ -48,8 +46,11 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
   }
   const int32_t blocks_per_seq = blocks_for_tokens(total_len, options.block_size);
   const int32_t prefill_chunk = std::min(options.max_batch_tokens, options.input_len);
+  const auto setup_start = Clock::now();
   ModelRunner runner(spec, std::move(model.weights), backend, KvCacheConfig{blocks_per_seq * options.batch, options.block_size},
                      RunnerLimits{std::max(prefill_chunk, options.batch), options.batch});
+  backend.synchronize();
+  const double setup_seconds = seconds_since(setup_start);
 
   std::mt19937_64 rng(options.seed);
   std::uniform_int_distribution<int32_t> token(0, spec.vocab_size - 1);
@@ -81,13 +82,15 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
       ForwardBatch batch;
       for (int32_t i = 0; i < count; ++i) batch.token_ids.push_back(token(rng));
       batch.spans.push_back({count, start, tables[s], start + count == options.input_len});
-      const Tensor logits = runner.forward(batch);
-      if (start + count == options.input_len) next[s] = argmax(logits.as<float>(), spec.vocab_size);
+      const bool last = start + count == options.input_len;
+      const std::vector<int32_t> sampled = runner.forward_sample(batch, std::vector<SamplingRow>(last ? 1 : 0));
+      if (last) next[s] = sampled[0];
     }
   }
   const double ttft_seconds = seconds_since(prefill_start);
 
-  // Decode: one token of every sequence per step.
+  // Decode: one token of every sequence per step, greedy on the device (only the tokens come back).
+  const std::vector<SamplingRow> greedy(options.batch);
   const auto decode_start = Clock::now();
   for (int32_t step = 0; step + 1 < options.output_len; ++step) {
     ForwardBatch batch;
@@ -95,8 +98,7 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
       batch.token_ids.push_back(next[s]);
       batch.spans.push_back({1, options.input_len + step, tables[s], true});
     }
-    const Tensor logits = runner.forward(batch);
-    for (int32_t s = 0; s < options.batch; ++s) next[s] = argmax(logits.as<float>() + s * spec.vocab_size, spec.vocab_size);
+    next = runner.forward_sample(batch, greedy);
   }
   const int32_t decode_steps = options.output_len - 1;
   const double tpot_seconds = decode_steps > 0 ? seconds_since(decode_start) / decode_steps : 0.0;
@@ -118,6 +120,7 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
       {"batch", options.batch},
       {"weight_bytes", weight_bytes},
       {"kv_bytes_per_step", kv_bytes},
+      {"runner_setup_s", setup_seconds},
       {"ttft_ms", ttft_seconds * 1e3},
       {"prefill_tokens_per_s", options.input_len * options.batch / ttft_seconds},
       {"prefill_gflops", prefill_gflops},

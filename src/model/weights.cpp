@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include "core/counter_hash.h"
 #include "core/error.h"
 #include "formats/weight_source.h"
 
@@ -327,34 +328,8 @@ class Binder {
   std::unordered_set<std::string> used_;
 };
 
-// Counter-based generator: element i of tensor t is a pure function of (seed, t, i), so any
-// thread order gives the same weights. Two 32-bit hashes (Wellons' lowbias32, vectorizable with
-// AVX2) give four 16-bit uniforms whose sum (Irwin-Hall) is close to normal: cheap enough for a 1B
-// model in seconds.
-inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-inline uint32_t hash32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  x *= 0x846ca68bu;
-  return x ^ (x >> 16);
-}
-
-// Approximately N(0, 1): the sum of four U[0, 65535] has mean 131070 and stddev
-// sqrt(4 * (65536^2 - 1) / 12) = 37837.23.
-inline float unit_normal(uint32_t key, uint32_t index) {
-  const uint32_t a = hash32(key ^ (2 * index)), b = hash32(key ^ (2 * index + 1));
-  const uint32_t sum = (a & 0xffffu) + (a >> 16) + (b & 0xffffu) + (b >> 16);
-  return (static_cast<float>(sum) - 131070.0f) * (1.0f / 37837.23f);
-}
-
+// Element i of tensor t is a pure function of (seed, t, i) (core/counter_hash.h), so any thread
+// order, and the GPU's fill (backend/cuda), give the same weights.
 template <typename Store>
 void fill_normal(uint64_t key, int64_t count, float stddev, Store store) {
   // Each block of 2^31 elements gets its own 32-bit key, so indices fit the 32-bit hash.

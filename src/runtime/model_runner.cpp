@@ -109,23 +109,27 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
   selected_normed_ = backend.allocate(act, {logit_rows_capacity_, hidden});
   logits_ = backend.allocate(DType::F32, {logit_rows_capacity_, spec.vocab_size});
 
-  const int64_t max_seqs = limits.max_seqs;
-  d_token_ids_ = backend.allocate(DType::I32, {max_tokens});
-  d_positions_ = backend.allocate(DType::I32, {max_tokens});
-  d_slots_ = backend.allocate(DType::I32, {max_tokens});
-  d_rope_rows_ = backend.allocate(DType::I32, {max_tokens});
-  d_logit_rows_ = backend.allocate(DType::I32, {max_tokens});
-  d_query_start_ = backend.allocate(DType::I32, {max_seqs + 1});
-  d_context_lens_ = backend.allocate(DType::I32, {max_seqs});
-  d_block_tables_ = backend.allocate(DType::I32, {max_seqs * int64_t{max_blocks_per_seq_}});
-  token_ids_.resize(max_tokens);
-  positions_.resize(max_tokens);
-  slot_ids_.resize(max_tokens);
-  rope_rows_.resize(max_tokens);
+  allocate_step_buffers();
+}
+
+void ModelRunner::allocate_step_buffers() {
+  const int64_t max_tokens = limits_.max_batch_tokens, max_seqs = limits_.max_seqs;
+  const int64_t sizes[kStepFields] = {max_tokens, max_tokens, max_tokens, max_tokens, max_tokens,
+                                      max_tokens * kSamplingRowWords, max_seqs + 1, max_seqs,
+                                      max_seqs * int64_t{max_blocks_per_seq_}};
+  int64_t offset = 0;
+  for (int f = 0; f < kStepFields; ++f) {
+    step_sections_[f] = {offset, sizes[f]};
+    offset += (sizes[f] + 15) / 16 * 16;  // 64-byte aligned sections (SamplingRow holds 8-byte fields)
+  }
+  staging_ = backend_.allocate_host(static_cast<size_t>(offset) * sizeof(int32_t));
+  d_step_ = backend_.allocate(DType::I32, {offset});
+  d_sampled_ = backend_.allocate(DType::I32, {max_tokens});
   logit_rows_.reserve(max_tokens);
-  query_start_.resize(max_seqs + 1);
-  context_lens_.resize(max_seqs);
-  block_tables_.resize(max_seqs * int64_t{max_blocks_per_seq_});
+}
+
+DeviceTensor ModelRunner::step_view(StepField field, int64_t count) const {
+  return d_step_.view().rows(step_sections_[field].offset, count);
 }
 
 void ModelRunner::upload_weights(ModelWeights& weights) {
@@ -190,7 +194,20 @@ void ModelRunner::build_position_tables() {
   step_rope_rows_.resize(static_cast<size_t>(limits_.max_batch_tokens) * rotary_dim);
 }
 
-void ModelRunner::stage_batch(const ForwardBatch& batch) {
+namespace {
+
+// Decode steps are recorded per bucket of batch sizes: 1, 2, 4, 8, then multiples of 8 up to
+// 64 and of 32 past it (at most max_seqs); a step's spans are padded up to its bucket.
+int32_t decode_bucket(int64_t seqs, int32_t max_seqs) {
+  int64_t bucket = 1;
+  while (bucket < seqs && bucket < 8) bucket *= 2;
+  if (seqs > 8) bucket = seqs <= 64 ? (seqs + 7) / 8 * 8 : (seqs + 31) / 32 * 32;
+  return static_cast<int32_t>(std::min<int64_t>(bucket, max_seqs));
+}
+
+}  // namespace
+
+int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const SamplingRow> sampling) {
   const int64_t tokens = batch.num_tokens(), seqs = static_cast<int64_t>(batch.spans.size());
   const int32_t block_size = kv_config_.block_size;
   const int64_t cache_tokens = int64_t{kv_config_.num_blocks} * block_size;
@@ -200,8 +217,8 @@ void ModelRunner::stage_batch(const ForwardBatch& batch) {
   SF_CHECK(seqs <= limits_.max_seqs, "forward batch: {} spans, more than the runner's max_seqs {}", seqs,
            limits_.max_seqs);
 
-  // Validate every span first, and find the widest block table this step needs.
-  int64_t total = 0, table_width = 1;
+  // Validate every span first.
+  int64_t total = 0;
   for (int64_t s = 0; s < seqs; ++s) {
     const SequenceSpan& span = batch.spans[s];
     SF_CHECK(span.num_tokens >= 1, "forward batch: span {} has num_tokens {}, expected >= 1", s, span.num_tokens);
@@ -221,14 +238,21 @@ void ModelRunner::stage_batch(const ForwardBatch& batch) {
       SF_CHECK(span.block_table[b] >= 0 && span.block_table[b] < kv_config_.num_blocks,
                "forward batch: span {} block_table[{}] = {} is outside the cache's blocks [0, {})", s, b,
                span.block_table[b], kv_config_.num_blocks);
-    table_width = std::max(table_width, needed);
     total += span.num_tokens;
   }
   SF_CHECK(total == tokens, "forward batch: token_ids has {} tokens but the spans add up to {}", tokens, total);
 
+  int32_t* token_ids = staged(kTokenIds);
+  int32_t* positions = staged(kPositions);
+  int32_t* slot_ids = staged(kSlots);
+  int32_t* rope_rows = staged(kRopeRows);
+  int32_t* query_start = staged(kQueryStart);
+  int32_t* context_lens = staged(kContextLens);
+  int32_t* block_tables = staged(kBlockTables);
+  const int64_t table_width = max_blocks_per_seq_;
   step_rope_count_ = 0;
   logit_rows_.clear();
-  query_start_[0] = 0;
+  query_start[0] = 0;
   int32_t max_query_len = 0, max_context_len = 0;
   const int64_t rotary_dim = spec_.position == PositionType::Rope ? spec_.rotary_dim() : 0;
   for (int64_t s = 0, t = 0; s < seqs; ++s) {
@@ -242,43 +266,60 @@ void ModelRunner::stage_batch(const ForwardBatch& batch) {
       SF_CHECK(token >= 0 && token < spec_.vocab_size,
                "forward batch: token id {} (span {}, token {}) is outside the vocabulary [0, {})", token, s, i,
                spec_.vocab_size);
-      token_ids_[t] = token;
-      positions_[t] = position;
-      slot_ids_[t] = span.block_table[position / block_size] * block_size + position % block_size;
+      token_ids[t] = token;
+      positions[t] = position;
+      slot_ids[t] = span.block_table[position / block_size] * block_size + position % block_size;
       if (length_specific_rope) {
         fill_rope_row(freqs, position, step_rope_rows_.data() + step_rope_count_ * rotary_dim);
-        rope_rows_[t] = static_cast<int32_t>(static_rope_rows_ + step_rope_count_++);
+        rope_rows[t] = static_cast<int32_t>(static_rope_rows_ + step_rope_count_++);
       } else {
-        rope_rows_[t] = position;
+        rope_rows[t] = position;
       }
       if (batch.logits_mode == LogitsMode::All) logit_rows_.push_back(static_cast<int32_t>(t));
     }
     if (batch.logits_mode == LogitsMode::Last && span.want_logits) logit_rows_.push_back(static_cast<int32_t>(t - 1));
-    query_start_[s + 1] = static_cast<int32_t>(t);
-    context_lens_[s] = static_cast<int32_t>(end);
+    query_start[s + 1] = static_cast<int32_t>(t);
+    context_lens[s] = static_cast<int32_t>(end);
     const int64_t needed = (end + block_size - 1) / block_size;
-    std::copy_n(span.block_table.begin(), needed, block_tables_.begin() + s * table_width);
-    std::fill_n(block_tables_.begin() + s * table_width + needed, table_width - needed, 0);
+    std::copy_n(span.block_table.begin(), needed, block_tables + s * table_width);
     max_query_len = std::max(max_query_len, span.num_tokens);
     max_context_len = std::max(max_context_len, static_cast<int32_t>(end));
   }
+  const int64_t rows = static_cast<int64_t>(logit_rows_.size());
+  SF_CHECK(sampling.empty() || static_cast<int64_t>(sampling.size()) == rows,
+           "forward_sample: {} sampling rows for {} logits rows", sampling.size(), rows);
+  std::copy(logit_rows_.begin(), logit_rows_.end(), staged(kLogitRows));
 
-  backend_.copy_to_device(token_ids_.data(), d_token_ids_.view().rows(0, tokens));
-  backend_.copy_to_device(positions_.data(), d_positions_.view().rows(0, tokens));
-  backend_.copy_to_device(slot_ids_.data(), d_slots_.view().rows(0, tokens));
-  backend_.copy_to_device(query_start_.data(), d_query_start_.view().rows(0, seqs + 1));
-  backend_.copy_to_device(context_lens_.data(), d_context_lens_.view().rows(0, seqs));
-  const DeviceTensor tables = d_block_tables_.view().rows(0, seqs * table_width).reshape({seqs, table_width});
-  backend_.copy_to_device(block_tables_.data(), tables);
-  if (!logit_rows_.empty())
-    backend_.copy_to_device(logit_rows_.data(), d_logit_rows_.view().rows(0, static_cast<int64_t>(logit_rows_.size())));
-  if (rotary_dim > 0) {
-    backend_.copy_to_device(rope_rows_.data(), d_rope_rows_.view().rows(0, tokens));
-    if (step_rope_count_ > 0)
-      backend_.copy_to_device(step_rope_rows_.data(), rope_table_.view().rows(static_rope_rows_, step_rope_count_));
+  // A decode step (one token per span, each sampled) replays its bucket's recording: pad the
+  // spans with dummies that write no KV (slot -1) and read one cached position of block 0.
+  const bool decode = limits_.record_decode && backend_.can_record() && max_query_len == 1 && batch.logits_mode == LogitsMode::Last &&
+                      rows == seqs && step_rope_count_ == 0;
+  const int32_t bucket = decode ? decode_bucket(seqs, std::min(limits_.max_seqs, limits_.max_batch_tokens)) : 0;
+  const int64_t staged_seqs = std::max<int64_t>(seqs, bucket);
+  for (int64_t s = seqs; s < staged_seqs; ++s) {
+    token_ids[s] = 0;
+    positions[s] = 0;
+    slot_ids[s] = -1;
+    rope_rows[s] = 0;
+    staged(kLogitRows)[s] = static_cast<int32_t>(s);
+    query_start[s + 1] = static_cast<int32_t>(s + 1);
+    context_lens[s] = 1;
+    block_tables[s * table_width] = 0;
   }
-  attention_batch_ = {d_query_start_.view().rows(0, seqs + 1), d_context_lens_.view().rows(0, seqs), tables,
-                      max_query_len, max_context_len};
+  auto* sampling_rows = reinterpret_cast<SamplingRow*>(staged(kSamplingRows));
+  std::copy(sampling.begin(), sampling.end(), sampling_rows);
+  std::fill(sampling_rows + sampling.size(), sampling_rows + std::max<int64_t>(rows, staged_seqs), SamplingRow{});
+
+  const int64_t staged_words = step_sections_[kBlockTables].offset + staged_seqs * table_width;
+  backend_.copy_to_device(staging_.get(), d_step_.view().rows(0, staged_words));
+  if (step_rope_count_ > 0)
+    backend_.copy_to_device(step_rope_rows_.data(), rope_table_.view().rows(static_rope_rows_, step_rope_count_));
+  const DeviceTensor tables = step_view(kBlockTables, staged_seqs * table_width).reshape({staged_seqs, table_width});
+  // A recording sizes its attention split for any context it may replay at: the cache's bound.
+  const int32_t context_bound = static_cast<int32_t>(std::min<int64_t>(context_limit_, cache_tokens));
+  attention_batch_ = {step_view(kQueryStart, staged_seqs + 1), step_view(kContextLens, staged_seqs), tables,
+                      max_query_len, bucket > 0 ? context_bound : max_context_len};
+  return bucket;
 }
 
 const DeviceTensor& ModelRunner::slot(Slot s) const { return slots_[static_cast<size_t>(s)].view(); }
@@ -322,10 +363,10 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
         break;
       }
       case StepKind::Rope:
-        backend_.rope(input, rope_table_.view(), d_rope_rows_.view().rows(0, tokens), rope_params_);
+        backend_.rope(input, rope_table_.view(), step_view(kRopeRows, tokens), rope_params_);
         break;
       case StepKind::WriteKv:
-        backend_.write_kv(input, d_slots_.view().rows(0, tokens), attention_params_, k_cache, v_cache);
+        backend_.write_kv(input, step_view(kSlots, tokens), attention_params_, k_cache, v_cache);
         break;
       case StepKind::Attention:
         backend_.attention(input, k_cache, v_cache, attention_batch_, attention_params_, output);
@@ -336,27 +377,73 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
   }
 }
 
-Tensor ModelRunner::forward(const ForwardBatch& batch) {
-  stage_batch(batch);
-  const int64_t tokens = batch.num_tokens();
-  const DeviceTensor hidden = slot_rows(Slot::Hidden, tokens);
-  backend_.embed(embed_.view(), d_token_ids_.view().rows(0, tokens), static_cast<float>(spec_.embedding_multiplier),
-                 pos_embed_.view(), d_positions_.view().rows(0, tokens), hidden);
+void ModelRunner::issue_layers(int64_t tokens) {
+  backend_.embed(embed_.view(), step_view(kTokenIds, tokens), static_cast<float>(spec_.embedding_multiplier),
+                 pos_embed_.view(), step_view(kPositions, tokens), slot_rows(Slot::Hidden, tokens));
   for (int layer = 0; layer < spec_.num_layers; ++layer) run_layer(layer, tokens);
+}
 
+void ModelRunner::issue_head(int64_t begin, int64_t count, bool sample) {
+  const DeviceTensor selected = selected_.view().rows(0, count);
+  const DeviceTensor normed = selected_normed_.view().rows(0, count);
+  const DeviceTensor logits = logits_.view().rows(0, count);
+  backend_.gather_rows(slot(Slot::Hidden), step_view(kLogitRows, begin + count).rows(begin, count), selected);
+  backend_.add_norm(selected, {}, final_norm_.view(), final_norm_bias_.view(), norm_params_, normed);
+  backend_.matmul(normed, lm_head_.view(), {}, logits);
+  if (sample) {
+    const int64_t words = step_sections_[kSamplingRows].offset + begin * kSamplingRowWords;
+    backend_.sample(logits, d_step_.view().rows(words, count * kSamplingRowWords).reshape({count, kSamplingRowWords}),
+                    d_sampled_.view().rows(begin, count));
+  }
+}
+
+void ModelRunner::replay_decode(int32_t bucket, bool sample) {
+  auto& recording = decode_recordings_[{bucket, sample}];
+  if (recording == nullptr) {
+    recording = backend_.record([&] {
+      issue_layers(bucket);
+      issue_head(0, bucket, sample);
+    });
+  }
+  if (recording != nullptr) {
+    recording->replay();
+    return;
+  }
+  issue_layers(bucket);  // the backend cannot record: issue the same work eagerly
+  issue_head(0, bucket, sample);
+}
+
+Tensor ModelRunner::forward(const ForwardBatch& batch) {
+  const int32_t bucket = stage_batch(batch, {});
   const int64_t rows = static_cast<int64_t>(logit_rows_.size()), vocab = spec_.vocab_size;
   Tensor logits = Tensor::zeros(DType::F32, {rows, vocab});
+  if (bucket > 0) {
+    replay_decode(bucket, false);
+    backend_.copy_to_host(logits_.view().rows(0, rows), logits.data);
+    return logits;
+  }
+  issue_layers(batch.num_tokens());
   for (int64_t begin = 0; begin < rows; begin += logit_rows_capacity_) {
     const int64_t count = std::min(logit_rows_capacity_, rows - begin);
-    const DeviceTensor selected = selected_.view().rows(0, count);
-    const DeviceTensor normed = selected_normed_.view().rows(0, count);
-    const DeviceTensor out = logits_.view().rows(0, count);
-    backend_.gather_rows(hidden, d_logit_rows_.view().rows(begin, count), selected);
-    backend_.add_norm(selected, {}, final_norm_.view(), final_norm_bias_.view(), norm_params_, normed);
-    backend_.matmul(normed, lm_head_.view(), {}, out);
-    backend_.copy_to_host(out, logits.as<float>() + begin * vocab);
+    issue_head(begin, count, false);
+    backend_.copy_to_host(logits_.view().rows(0, count), logits.as<float>() + begin * vocab);
   }
   return logits;
+}
+
+std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows) {
+  const int32_t bucket = stage_batch(batch, rows);
+  const int64_t count = static_cast<int64_t>(logit_rows_.size());
+  std::vector<int32_t> tokens(count);
+  if (bucket > 0) {
+    replay_decode(bucket, true);
+  } else {
+    issue_layers(batch.num_tokens());
+    for (int64_t begin = 0; begin < count; begin += logit_rows_capacity_)
+      issue_head(begin, std::min(logit_rows_capacity_, count - begin), true);
+  }
+  backend_.copy_to_host(d_sampled_.view().rows(0, count), tokens.data());
+  return tokens;
 }
 
 }  // namespace splitflow

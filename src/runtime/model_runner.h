@@ -20,6 +20,10 @@
 #include "runtime/layer_plan.h"
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <utility>
 #include <vector>
 
 namespace splitflow {
@@ -32,6 +36,9 @@ struct KvCacheConfig {
 struct RunnerLimits {
   int32_t max_batch_tokens = 512;  // tokens of one forward (sum of span lengths)
   int32_t max_seqs = 64;           // spans of one forward
+  // Record decode steps (every span one token, LogitsMode::Last, every span wants logits) once
+  // per batch-size bucket and replay them, when the backend can record (CUDA graphs).
+  bool record_decode = true;
 };
 
 class ModelRunner {
@@ -47,6 +54,10 @@ class ModelRunner {
   // Throws splitflow::Error naming the span and field for a malformed batch (token outside the
   // vocabulary, a block table that does not cover the span, positions past the context, ...).
   Tensor forward(const ForwardBatch& batch);
+  // forward(), then one token per logits row sampled on the device under rows[r] (the backend's
+  // sampling rule, backend/sampling_rule.h): only the tokens come back to the host. rows: one per
+  // logits row. Throws when the counts differ.
+  std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows);
 
   const ModelSpec& spec() const { return spec_; }
   const LayerPlan& plan() const { return plan_; }
@@ -65,7 +76,16 @@ class ModelRunner {
 
   void upload_weights(ModelWeights& weights);
   void build_position_tables();
-  void stage_batch(const ForwardBatch& batch);
+  void allocate_step_buffers();
+  // Validates the batch, fills the pinned staging buffer and copies it to the device in one go.
+  // Returns the decode bucket (spans padded to it) when the step can replay a recording, else 0.
+  int32_t stage_batch(const ForwardBatch& batch, std::span<const SamplingRow> sampling);
+  // Embedding and every layer over the first `tokens` rows.
+  void issue_layers(int64_t tokens);
+  // Final norm, lm_head (and sampling) of logits rows [begin, begin + count).
+  void issue_head(int64_t begin, int64_t count, bool sample);
+  // Replays (recording it the first time) the whole decode step of `bucket` spans.
+  void replay_decode(int32_t bucket, bool sample);
   void run_layer(int layer, int64_t tokens);
   const DeviceTensor& slot(Slot s) const;
   DeviceTensor slot_rows(Slot s, int64_t tokens) const;
@@ -103,14 +123,28 @@ class ModelRunner {
   int64_t static_rope_rows_ = 0;
   int64_t rope_static_length_ = 0;
 
-  // Per-step index buffers on the device and their host staging (sized once).
-  DeviceBuffer d_token_ids_, d_positions_, d_slots_, d_rope_rows_, d_query_start_, d_context_lens_, d_block_tables_,
-      d_logit_rows_;
-  std::vector<int32_t> token_ids_, positions_, slot_ids_, rope_rows_, query_start_, context_lens_, block_tables_,
-      logit_rows_;
+  // Per-step index data: one I32 staging area in pinned host memory mirrored by one device
+  // buffer, copied with one transfer per step. Sections, in order (each int32):
+  //   token_ids, positions, slots, rope_rows, logit_rows [max_batch_tokens each],
+  //   sampling rows [max_batch_tokens * kSamplingRowWords], query_start [max_seqs + 1],
+  //   context_lens [max_seqs], block_tables [max_seqs, max_blocks_per_seq].
+  struct StepSection {
+    int64_t offset = 0, size = 0;
+  };
+  enum StepField { kTokenIds, kPositions, kSlots, kRopeRows, kLogitRows, kSamplingRows, kQueryStart, kContextLens,
+                   kBlockTables, kStepFields };
+  int32_t* staged(StepField field) const { return static_cast<int32_t*>(staging_.get()) + step_sections_[field].offset; }
+  DeviceTensor step_view(StepField field, int64_t count) const;
+  StepSection step_sections_[kStepFields];
+  std::shared_ptr<void> staging_;  // allocate_host: pinned on CUDA
+  DeviceBuffer d_step_;
+  DeviceBuffer d_sampled_;         // [max_batch_tokens] I32
+  std::vector<int32_t> logit_rows_;  // this step's logits rows (host copy, for counts and chunking)
   std::vector<float> step_rope_rows_;  // [max_batch_tokens, rotary_dim] staged length-specific rows
   int64_t step_rope_count_ = 0;
   AttentionBatch attention_batch_;
+  // Decode recordings by (bucket, with sampling).
+  std::map<std::pair<int32_t, bool>, std::unique_ptr<RecordedWork>> decode_recordings_;
 };
 
 }  // namespace splitflow

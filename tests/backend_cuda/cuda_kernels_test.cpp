@@ -125,6 +125,15 @@ TEST_F(CudaKernels, MatmulReadsF16AndBf16Weights) {
   check_matmul(*backend, rng, 5, 128, 64, false, DType::BF16, DType::F16);
   check_matmul(*backend, rng, 5, 128, 64, true, DType::F32, DType::BF16);
 }
+// m <= 8 with k % 8 == 0 runs the GEMV kernel: every row count, k past one unrolled pass
+// (4 x 32 words) with a tail, and k % 8 != 0 (cuBLASLt fallback) next to it.
+TEST_F(CudaKernels, MatmulDecodeRowsThroughGemv) {
+  for (int64_t m = 1; m <= 8; ++m) check_matmul(*backend, rng, m, 1032, 72, m % 2 == 0, DType::BF16, DType::F32);
+  check_matmul(*backend, rng, 1, 4096, 300, true, DType::F32, DType::F32);
+  check_matmul(*backend, rng, 2, 11008, 40, false, DType::BF16, DType::F32);
+  check_matmul(*backend, rng, 3, 100, 33, true, DType::BF16, DType::F32);
+  check_matmul(*backend, rng, 9, 1032, 72, false, DType::BF16, DType::F32);
+}
 TEST_F(CudaKernels, MatmulRejectsF32Activations) {
   DeviceBuffer x = backend->allocate(DType::F32, {2, 8}), w = backend->allocate(DType::BF16, {4, 8}),
                y = backend->allocate(DType::BF16, {2, 4});
@@ -192,6 +201,7 @@ TEST_F(CudaKernels, WriteKvStoresSlotsAndSkipsNegative) {
 struct AttentionCase {
   int heads, kv_heads, head_dim, block_size, sliding_window;
   std::vector<int> new_tokens, context_lens;
+  int max_context_hint = 0;  // > 0: the launch's max_context_len (an upper bound, as a recorded decode passes)
 };
 
 void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase& c) {
@@ -229,7 +239,9 @@ void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const AttentionParams params{c.heads, c.kv_heads, c.head_dim, c.block_size, scale, c.sliding_window};
   backend.attention(d_qkv.view(), d_k.view(), d_v.view(),
-                    {d_start.view(), d_lens.view(), d_tables.view(), max_query, max_context}, params, out.view());
+                    {d_start.view(), d_lens.view(), d_tables.view(), max_query,
+                     c.max_context_hint > 0 ? c.max_context_hint : max_context},
+                    params, out.view());
 
   std::vector<double> ref(tokens * q_dim);
   const int group = c.heads / c.kv_heads;
@@ -287,6 +299,50 @@ TEST_F(CudaKernels, AttentionSplitKvLongContextDecode) {
   for (int window : {100, 1000})
     check_attention(*backend, rng, {4, 1, 64, 16, window, {1, 2}, {4200, 3000}});
   check_attention(*backend, rng, {2, 2, 80, 16, 0, {1}, {700}});
+}
+// A recorded decode launches for the cache's longest context: partitions size themselves from
+// each sequence's own length, and those past it stay empty.
+TEST_F(CudaKernels, AttentionSplitKvWithContextBound) {
+  check_attention(*backend, rng, {32, 8, 128, 16, 0, {1}, {576}, 4096});
+  check_attention(*backend, rng, {8, 2, 64, 16, 0, {1, 1, 1}, {5, 130, 1000}, 8192});
+  check_attention(*backend, rng, {4, 1, 64, 16, 300, {1, 1}, {2000, 40}, 4096});
+}
+
+// sample(): the CUDA kernel's radix selects against the CPU backend's sort-based rule on the same
+// logits, seeds and steps: the same tokens (greedy, temperature, top-k, top-p, min-p, all).
+TEST_F(CudaKernels, SampleMatchesTheCpuRule) {
+  std::unique_ptr<Backend> cpu = make_cpu_backend(2);
+  const int64_t vocab = 32000;
+  const std::vector<SamplingRow> settings = {{0.0f},           {0.8f},           {1.0f, 40},
+                                             {1.0f, 0, 0.9f},  {1.2f, 0, 1.0f, 0.05f}, {0.7f, 50, 0.8f, 0.02f},
+                                             {1.0f, 1},        {1.0f, 0, 0.01f}};
+  const int draws = 64;
+  const int64_t count = static_cast<int64_t>(settings.size()) * draws;
+  std::vector<float> logits = random_values(rng, count * vocab, -4.0f, 4.0f);
+  for (int64_t r = 0; r < count; r += 3) logits[r * vocab + r % vocab] = 12.0f;  // a peaked row now and then
+  std::vector<SamplingRow> rows(count);
+  for (int64_t r = 0; r < count; ++r) {
+    rows[r] = settings[r / draws];
+    rows[r].seed = 7;
+    rows[r].step = static_cast<uint64_t>(r);
+  }
+  std::vector<int32_t> expected(count), got(count);
+  {
+    DeviceBuffer l = cpu->allocate(DType::F32, {count, vocab}), p = cpu->allocate(DType::I32, {count, kSamplingRowWords}),
+                 t = cpu->allocate(DType::I32, {count});
+    cpu->copy_to_device(logits.data(), l.view());
+    cpu->copy_to_device(rows.data(), p.view());
+    cpu->sample(l.view(), p.view(), t.view());
+    cpu->copy_to_host(t.view(), expected.data());
+  }
+  DeviceBuffer l = to_device_f32(*backend, logits, {count, vocab});
+  DeviceBuffer p = backend->allocate(DType::I32, {count, kSamplingRowWords});
+  backend->copy_to_device(rows.data(), p.view());
+  DeviceBuffer t = backend->allocate(DType::I32, {count});
+  backend->sample(l.view(), p.view(), t.view());
+  backend->copy_to_host(t.view(), got.data());
+  for (int64_t r = 0; r < count; ++r)
+    EXPECT_EQ(got[r], expected[r]) << "row " << r << " (setting " << r / draws << ")";
 }
 TEST_F(CudaKernels, AttentionRejectsHeadDimPastLimit) {
   DeviceBuffer qkv = backend->allocate(DType::BF16, {1, 3 * 512}), out = backend->allocate(DType::BF16, {1, 512});

@@ -201,6 +201,31 @@ TEST(ModelRunner, LastModeReturnsRowsOfSpansWantingLogits) {
   EXPECT_EQ(runner.forward(batch).dim(0), 0);
 }
 
+// forward_sample: greedy rows give the argmax of forward()'s logits (All mode across logits
+// chunks too); sampled rows are tokens of the vocabulary; a row count that differs throws.
+TEST(ModelRunner, ForwardSampleGreedyIsArgmaxOfForward) {
+  auto backend = make_cpu_backend(2);
+  const ModelSpec spec = tiny_spec();
+  const ModelWeights weights = random_weights(spec, DType::F32, 8);
+  std::mt19937_64 rng(9);
+  const std::vector<int32_t> tokens = random_tokens(rng, 40, spec.vocab_size);
+  ModelRunner reference(spec, weights, *backend, {16, kBlockSize});
+  const Tensor logits = reference.forward(single_span(tokens, 0, 40, iota_blocks(10), LogitsMode::All));
+  ModelRunner runner(spec, weights, *backend, {16, kBlockSize}, {64, 2});  // 16 logit rows per chunk
+  std::vector<SamplingRow> rows(40);
+  rows[7] = {1.0f, 5, 0.9f, 0.0f, 3};
+  const std::vector<int32_t> sampled =
+      runner.forward_sample(single_span(tokens, 0, 40, iota_blocks(10), LogitsMode::All), rows);
+  ASSERT_EQ(sampled.size(), 40u);
+  for (int t = 0; t < 40; ++t) {
+    const float* row = logits.as<float>() + t * spec.vocab_size;
+    if (t != 7) EXPECT_EQ(sampled[t], std::max_element(row, row + spec.vocab_size) - row) << "row " << t;
+  }
+  EXPECT_GE(sampled[7], 0);
+  EXPECT_LT(sampled[7], spec.vocab_size);
+  EXPECT_THROW(runner.forward_sample(single_span(tokens, 0, 4, iota_blocks(10), LogitsMode::Last), rows), Error);
+}
+
 // Logits chunking: All mode with more rows than one logits chunk.
 TEST(ModelRunner, AllModeBeyondOneLogitsChunk) {
   auto backend = make_cpu_backend(2);

@@ -19,6 +19,7 @@ class CpuBackend final : public Backend {
   void copy_to_device(const void* host, const DeviceTensor& dst) override;
   void copy_to_host(const DeviceTensor& src, void* host) override;
   void synchronize() override {}
+  std::shared_ptr<void> allocate_host(size_t bytes) override;
 
   void embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier, const DeviceTensor& pos_table,
              const DeviceTensor& positions, const DeviceTensor& out) override;
@@ -34,6 +35,7 @@ class CpuBackend final : public Backend {
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override;
   void add(const DeviceTensor& a, const DeviceTensor& b, const DeviceTensor& out) override;
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
+  void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override;
 
  private:
   int num_threads_;

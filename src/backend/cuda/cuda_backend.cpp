@@ -150,6 +150,51 @@ void CudaBackend::copy_to_host(const DeviceTensor& src, void* host) {
 
 void CudaBackend::synchronize() { SF_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize (a kernel failed)"); }
 
+std::shared_ptr<void> CudaBackend::allocate_host(size_t bytes) {
+  void* memory = nullptr;
+  SF_CUDA_CHECK(cudaHostAlloc(&memory, std::max<size_t>(bytes, 1), cudaHostAllocDefault),
+                fmt::format("allocate {} bytes of pinned host memory", bytes));
+  return std::shared_ptr<void>(memory, [](void* p) { cudaFreeHost(p); });
+}
+
+namespace {
+
+class CudaGraph final : public RecordedWork {
+ public:
+  CudaGraph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream) : graph_(graph), exec_(exec), stream_(stream) {}
+  ~CudaGraph() override {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+  }
+  void replay() override { SF_CUDA_CHECK(cudaGraphLaunch(exec_, stream_), "replay a recorded graph"); }
+
+ private:
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+std::unique_ptr<RecordedWork> CudaBackend::record(const std::function<void()>& issue) {
+  SF_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin graph capture");
+  cudaGraph_t graph = nullptr;
+  try {
+    issue();
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &graph);  // leaves capture mode; the partial graph is dropped
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw;
+  }
+  SF_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph), "end graph capture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  if (err != cudaSuccess) cudaGraphDestroy(graph);
+  SF_CUDA_CHECK(err, "instantiate a recorded graph");
+  return std::make_unique<CudaGraph>(graph, exec, stream_);
+}
+
 void CudaBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier,
                         const DeviceTensor& pos_table, const DeviceTensor& positions, const DeviceTensor& out) {
   check_dtype(table, DType::BF16, "embed", "table");
@@ -252,15 +297,22 @@ void CudaBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Dev
   }
   if (m == 0 || n == 0) return;
   const bool f32_out = y.dtype == DType::F32;
+  const float* bias_f32 = bias.empty() ? nullptr : bias.as<float>();
+  if (gemv_supported(x.data, w.data, m, k)) {
+    SF_CUDA_CHECK(launch_gemv(bf16_ptr(x), bf16_ptr(w), bias_f32, f32_out ? nullptr : bf16_ptr(y),
+                              f32_out ? y.as<float>() : nullptr, m, n, k, stream_),
+                  "matmul (gemv)");
+    return;
+  }
   const GemmPlan& plan = gemm_plan({m, n, k, f32_out, common_alignment({x.data, w.data, y.data})});
   const float alpha = 1.0f, beta = 0.0f;
   SF_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_handle_), plan.op, &alpha, w.data, plan.w, x.data,
                                  plan.x, &beta, y.data, plan.y, y.data, plan.y, &plan.algo, workspace_,
                                  workspace_bytes_, stream_),
                   "matmul");
-  if (!bias.empty())
-    SF_CUDA_CHECK(launch_add_bias(f32_out ? nullptr : bf16_ptr(y), f32_out ? y.as<float>() : nullptr,
-                                  bias.as<float>(), m, n, stream_),
+  if (bias_f32 != nullptr)
+    SF_CUDA_CHECK(launch_add_bias(f32_out ? nullptr : bf16_ptr(y), f32_out ? y.as<float>() : nullptr, bias_f32, m, n,
+                                  stream_),
                   "matmul bias");
 }
 
@@ -393,6 +445,20 @@ void CudaBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, c
   SF_CUDA_CHECK(launch_gather_rows(x.data, rows.as<int32_t>(), out.data, count,
                                    cols * static_cast<int64_t>(dtype_size(x.dtype)), stream_),
                 "gather_rows");
+}
+
+void CudaBackend::sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) {
+  check_dtype(logits, DType::F32, "sample", "logits");
+  check_dtype(rows, DType::I32, "sample", "rows");
+  check_dtype(tokens, DType::I32, "sample", "tokens");
+  SF_CHECK(logits.shape.size() == 2, "cuda sample: logits has shape {}, expected [rows, vocab]",
+           shape_str(logits.shape));
+  const int64_t count = logits.dim(0), vocab = logits.dim(1);
+  check_shape(rows, {count, kSamplingRowWords}, "sample", "rows");
+  check_shape(tokens, {count}, "sample", "tokens");
+  SF_CUDA_CHECK(launch_sample(logits.as<float>(), static_cast<const SamplingRow*>(rows.data), tokens.as<int32_t>(),
+                              count, vocab, stream_),
+                "sample");
 }
 
 }  // namespace cuda

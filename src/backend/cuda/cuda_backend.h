@@ -1,5 +1,6 @@
 // backend/cuda/cuda_backend.h — the CUDA Backend on one GPU: BF16 activations and KV cache, fp32
-// accumulation everywhere, one stream, GEMMs through cuBLASLt, the rest in backend/cuda/kernels.cu.
+// accumulation everywhere, one stream, GEMMs through cuBLASLt (decode-sized ones, m <= 8, through
+// backend/cuda/gemv.cu), the rest in backend/cuda/kernels.cu.
 //
 // Weights: upload() stores every float matrix (rank >= 2: weights, embedding and position
 // tables) as BF16, converting F32 and F16 on the host, so there is one GEMM path (bf16 x bf16,
@@ -36,6 +37,10 @@ class CudaBackend final : public Backend {
   void copy_to_device(const void* host, const DeviceTensor& dst) override;
   void copy_to_host(const DeviceTensor& src, void* host) override;
   void synchronize() override;
+  std::shared_ptr<void> allocate_host(size_t bytes) override;
+  // A CUDA graph of the work `issue` enqueues on the backend's stream (stream capture).
+  std::unique_ptr<RecordedWork> record(const std::function<void()>& issue) override;
+  bool can_record() const override { return true; }
 
   void embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier, const DeviceTensor& pos_table,
              const DeviceTensor& positions, const DeviceTensor& out) override;
@@ -51,6 +56,7 @@ class CudaBackend final : public Backend {
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override;
   void add(const DeviceTensor& a, const DeviceTensor& b, const DeviceTensor& out) override;
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
+  void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override;
 
  private:
   // cuBLASLt descriptors and the algorithm picked for one GEMM shape (opaque here: the cuBLASLt

@@ -237,8 +237,7 @@ size_t attention_smem_bytes(int head_dim) {
 
 // vector_kv: head_dim % 8 == 0 and both caches 16-byte aligned, so a head row is whole 16-byte words.
 // partials: [tokens, heads, partitions] rows of (m, l, acc[head_dim]) floats.
-__global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vector_kv, int partition_keys,
-                                 float* partials) {
+__global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vector_kv, float* partials) {
   extern __shared__ __align__(16) float smem[];
   const int hd = a.head_dim, key_stride = hd + 2;  // +2 bf16: odd word stride, no bank conflicts
   float* q_s = smem;                                                            // [kQueryTile, hd]
@@ -253,6 +252,14 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
   const int t_count = min(kQueryTile, n - t_begin);
   const int pos0 = a.context_lens[s] - n + t_begin, last_pos = pos0 + t_count - 1;
   const int window_first_key = a.sliding_window > 0 ? max(0, pos0 - a.sliding_window + 1) : 0;
+  // The tile's visible keys split evenly over the grid's partitions, from this tile's own context
+  // length (device memory): the launch shape does not depend on it, so a recorded graph replays
+  // for any context. Partitions past the keys are empty (they write m = -inf, l = 0).
+  const int visible = last_pos + 1 - window_first_key;
+  const int partition_keys =
+      gridDim.z == 1 ? visible
+                     : max(kMinPartitionKeys, (visible + static_cast<int>(gridDim.z) * kKeyChunk - 1) /
+                                                  (static_cast<int>(gridDim.z) * kKeyChunk) * kKeyChunk);
   const int first_key = window_first_key + static_cast<int>(blockIdx.z) * partition_keys;
   const int end_key = min(last_pos + 1, first_key + partition_keys);  // exclusive
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -484,18 +491,14 @@ cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   const int tiles_per_seq = (a.max_query_len + kQueryTile - 1) / kQueryTile;
   const int64_t base_blocks = int64_t{a.seqs} * tiles_per_seq * a.heads;
   // Split the key range when the grid would not fill the SMs twice over (decode, short chunks):
-  // partitions of at least kMinPartitionKeys keys, a multiple of kKeyChunk.
-  int partitions = 1, partition_keys = 1 << 30;  // one partition: the whole range
+  // enough partitions for ~2 waves, no more than max_context_len allows at kMinPartitionKeys
+  // keys each. Each block sizes its partition from its tile's context (attention_kernel).
+  int partitions = 1;
   if (a.partials != nullptr && base_blocks < 2 * int64_t{a.sm_count} && a.max_context_len > kMinPartitionKeys) {
     const int64_t wanted = (2 * int64_t{a.sm_count} + base_blocks - 1) / base_blocks;
-    const int64_t keys = std::max<int64_t>(kMinPartitionKeys, (a.max_context_len + wanted - 1) / wanted);
-    const int64_t keys_rounded = (keys + kKeyChunk - 1) / kKeyChunk * kKeyChunk;
-    const int64_t parts = (a.max_context_len + keys_rounded - 1) / keys_rounded;
+    const int64_t parts = std::min<int64_t>(wanted, (a.max_context_len + kMinPartitionKeys - 1) / kMinPartitionKeys);
     const int64_t floats = int64_t{a.tokens} * a.heads * parts * (a.head_dim + 2);
-    if (parts > 1 && floats <= a.partials_floats) {
-      partitions = static_cast<int>(parts);
-      partition_keys = static_cast<int>(keys_rounded);
-    }
+    if (parts > 1 && floats <= a.partials_floats) partitions = static_cast<int>(parts);
   }
   const dim3 grid(static_cast<unsigned>(a.seqs * tiles_per_seq), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(partitions));
@@ -503,7 +506,7 @@ cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
                          reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
   float* partials = partitions > 1 ? a.partials : nullptr;
   attention_kernel<<<grid, kQueryTile * 32, attention_smem_bytes(a.head_dim), stream>>>(
-      a, tiles_per_seq, vector_kv, partition_keys, partials);
+      a, tiles_per_seq, vector_kv, partials);
   if (partitions == 1) return cudaGetLastError();
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;

@@ -5,6 +5,8 @@
 // fp32. Every launcher enqueues on `stream` and returns the launch error (cudaSuccess when fine).
 #pragma once
 
+#include "backend/sampling_rule.h"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -26,6 +28,14 @@ cudaError_t launch_embed(const bf16_bits* table, const int32_t* ids, float multi
 cudaError_t launch_add_norm(bf16_bits* residual, const bf16_bits* delta, const float* weight, const float* bias,
                             bool layer_norm, float eps, float weight_offset, bf16_bits* out, int64_t tokens,
                             int64_t hidden, cudaStream_t stream);
+
+// Decode-sized matmul (backend/cuda/gemv.cu): y[m, n] = x[m, k] w[n, k]^T + bias for m <= kMaxGemvRows,
+// fp32 accumulation, y bf16 (y_f32 null) or f32 (y_bf16 null); bias may be null. Needs k % 8 == 0
+// and 16-byte aligned x and w (gemv_supported); the caller falls back to cuBLASLt otherwise.
+constexpr int64_t kMaxGemvRows = 8;
+bool gemv_supported(const void* x, const void* w, int64_t m, int64_t k);
+cudaError_t launch_gemv(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32,
+                        int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 
 // y[r, c] += bias[c] for y [rows, cols], bf16 (y_f32 null) or f32 (y_bf16 null).
 cudaError_t launch_add_bias(bf16_bits* y_bf16, float* y_f32, const float* bias, int64_t rows, int64_t cols,
@@ -75,6 +85,16 @@ cudaError_t launch_add(const bf16_bits* a, const bf16_bits* b, bf16_bits* out, i
 
 // out[i] = x[rows[i]] for rows of row_bytes bytes (a multiple of 2).
 cudaError_t launch_gather_rows(const void* x, const int32_t* rows, void* out, int64_t count, int64_t row_bytes,
+                               cudaStream_t stream);
+
+// One token per row of logits [count, vocab] f32 under rows[r] (backend/sampling_rule.h), into
+// tokens [count] (backend/cuda/sampling.cu).
+cudaError_t launch_sample(const float* logits, const SamplingRow* rows, int32_t* tokens, int64_t count, int64_t vocab,
+                          cudaStream_t stream);
+
+// out[i] = stddev * unit_normal(key of i's 2^31-element block, i) (core/counter_hash.h), the
+// host dummy weights' values bit for bit; bf16 (out_f32 null) or f32 (out_bf16 null).
+cudaError_t launch_fill_normal(bf16_bits* out_bf16, float* out_f32, int64_t count, uint64_t key, float stddev,
                                cudaStream_t stream);
 
 }  // namespace splitflow::cuda

@@ -1,0 +1,49 @@
+// core/counter_hash.h — counter-based random numbers: a value is a pure function of (key, index),
+// so any thread order, and the CPU and the GPU, produce the same numbers. Used by the seeded
+// dummy weights (model/weights.cpp, and filled on the GPU by backend/cuda) and by the sampling
+// rule's Gumbel noise (backend/sampling_rule.h). Compiles as C++17 under nvcc (host and device).
+#pragma once
+
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define SF_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define SF_HOST_DEVICE inline
+#endif
+
+namespace splitflow {
+
+// splitmix64's finalizer.
+SF_HOST_DEVICE uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Wellons' lowbias32 (vectorizes with AVX2 on the CPU).
+SF_HOST_DEVICE uint32_t hash32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  return x ^ (x >> 16);
+}
+
+// Approximately N(0, 1): four 16-bit uniforms from two hashes, summed (Irwin-Hall): mean 131070,
+// stddev sqrt(4 * (65536^2 - 1) / 12) = 37837.23. Exact integer sum, one float rounding: the
+// CPU and the GPU agree bit for bit.
+SF_HOST_DEVICE float unit_normal(uint32_t key, uint32_t index) {
+  const uint32_t a = hash32(key ^ (2 * index)), b = hash32(key ^ (2 * index + 1));
+  const uint32_t sum = (a & 0xffffu) + (a >> 16) + (b & 0xffffu) + (b >> 16);
+  return (static_cast<float>(sum) - 131070.0f) * (1.0f / 37837.23f);
+}
+
+// Uniform in (0, 1), 24 bits, never 0 or 1.
+SF_HOST_DEVICE float unit_uniform(uint32_t key, uint32_t index) {
+  return (static_cast<float>(hash32(key ^ hash32(index)) >> 8) + 0.5f) * (1.0f / 16777216.0f);
+}
+
+}  // namespace splitflow
