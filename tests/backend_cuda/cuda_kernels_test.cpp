@@ -300,6 +300,18 @@ TEST_F(CudaKernels, AttentionSplitKvLongContextDecode) {
     check_attention(*backend, rng, {4, 1, 64, 16, window, {1, 2}, {4200, 3000}});
   check_attention(*backend, rng, {2, 2, 80, 16, 0, {1}, {700}});
 }
+// Prompt chunks of >= 16 tokens run the tensor-core kernel: whole prompts, chunks over a cached
+// prefix, a decode row in the same batch, several 64-row tiles, windows, odd block sizes.
+TEST_F(CudaKernels, AttentionPrefillTensorCores) {
+  for (int head_dim : {64, 80, 96, 128})
+    for (int kv_heads : {4, 2, 1})
+      check_attention(*backend, rng, {4, kv_heads, head_dim, 16, 0, {100, 1, 37}, {100, 50, 300}});
+  check_attention(*backend, rng, {8, 1, 128, 7, 0, {200, 16}, {520, 16}});
+  for (int window : {1, 20, 64, 100})
+    check_attention(*backend, rng, {4, 2, 64, 16, window, {130, 17}, {130, 400}});
+  check_attention(*backend, rng, {2, 2, 128, 16, 0, {512}, {1024}});
+}
+
 // A recorded decode launches for the cache's longest context: partitions size themselves from
 // each sequence's own length, and those past it stay empty.
 TEST_F(CudaKernels, AttentionSplitKvWithContextBound) {

@@ -488,6 +488,7 @@ cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, bf16_bit
 
 cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   if (a.seqs == 0 || a.max_query_len == 0) return cudaSuccess;
+  if (a.max_query_len >= kFlashMinQueryLen && flash_prefill_supported(a)) return launch_flash_prefill(a, stream);
   const int tiles_per_seq = (a.max_query_len + kQueryTile - 1) / kQueryTile;
   const int64_t base_blocks = int64_t{a.seqs} * tiles_per_seq * a.heads;
   // Split the key range when the grid would not fill the SMs twice over (decode, short chunks):

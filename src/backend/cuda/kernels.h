@@ -74,7 +74,13 @@ struct AttentionLaunch {
 constexpr int64_t attention_partials_floats(int sm_count) {
   return int64_t{16} * sm_count * (kMaxHeadDim + 2);
 }
+// Prompt chunks (max_query_len >= kFlashMinQueryLen) with head_dim 64/80/96/128 and 16-byte
+// aligned tensors run on tensor cores (backend/cuda/flash_prefill.cu); the rest, and decode, on
+// the split-KV kernel.
 cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream);
+constexpr int kFlashMinQueryLen = 16;
+bool flash_prefill_supported(const AttentionLaunch& a);
+cudaError_t launch_flash_prefill(const AttentionLaunch& a, cudaStream_t stream);
 
 // act: 0 SiLU, 1 GELU (erf), 2 GELU (tanh), 3 ReLU. gated: out = act(x[:, :inner]) * x[:, inner:].
 cudaError_t launch_activation(const bf16_bits* x, int act, bool gated, bf16_bits* out, int64_t tokens, int64_t inner,

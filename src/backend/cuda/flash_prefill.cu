@@ -1,0 +1,262 @@
+// backend/cuda/flash_prefill.cu — paged causal attention for prompt chunks on tensor cores
+// (FlashAttention-2 style): a block of 4 warps takes 64 query rows of one sequence and one query
+// head (16 rows per warp), streams the visible keys through shared memory 64 at a time (gathered
+// through the block table with cp.async, two stages so the next tile loads during the math),
+// computes S = Q K^T and O += P V with mma.sync m16n8k16 (bf16 in, fp32 accumulate) and keeps an
+// online softmax per row in registers. Q fragments stay in registers for the whole key loop; P
+// goes from the S accumulators to A fragments without shared memory.
+#include "backend/cuda/kernels.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace splitflow::cuda {
+namespace {
+
+constexpr int kRows = 64;     // query rows per block
+constexpr int kKeys = 64;     // keys per tile
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; src_bytes 0 writes zeros (rows past the range).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// c += a (16x16, row) * b (16x8, col), bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <int D>
+struct Smem {
+  static constexpr int kStride = D + 8;  // bf16 per row: 16-byte pad, conflict-free ldmatrix
+  static constexpr size_t kBytes = sizeof(bf16_bits) * kStride * (kRows + 4 * kKeys);  // Q, 2 x (K, V)
+};
+
+// Loads key tile [k0, k0 + kKeys) of the sequence (zeros past key_end) into k_s / v_s.
+template <int D>
+__device__ __forceinline__ void load_kv_tile(const AttentionLaunch& a, const int32_t* table, int kv_head, int k0,
+                                             int key_end, bf16_bits* k_s, bf16_bits* v_s) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  const int64_t kv_dim = static_cast<int64_t>(a.kv_heads) * D;
+  for (int i = threadIdx.x; i < kKeys * kChunks; i += kThreads) {
+    const int j = i / kChunks, c = (i % kChunks) * 8, p = k0 + j;
+    const bool valid = p < key_end;
+    int64_t src = 0;
+    if (valid) {
+      const int64_t slot = static_cast<int64_t>(__ldg(table + p / a.block_size)) * a.block_size + p % a.block_size;
+      src = slot * kv_dim + static_cast<int64_t>(kv_head) * D + c;
+    }
+    cp_async16(k_s + j * Smem<D>::kStride + c, a.k_cache + src, valid ? 16 : 0);
+    cp_async16(v_s + j * Smem<D>::kStride + c, a.v_cache + src, valid ? 16 : 0);
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch a, int tiles_per_seq) {
+  extern __shared__ __align__(16) bf16_bits smem[];
+  constexpr int kStride = Smem<D>::kStride;
+  bf16_bits* q_s = smem;
+  bf16_bits* kv_s = smem + kRows * kStride;  // stage s: K at kv_s + 2 s kKeys kStride, V after it
+
+  const int s = blockIdx.x / tiles_per_seq, tile = blockIdx.x % tiles_per_seq;
+  const int head = blockIdx.y, kv_head = head / (a.heads / a.kv_heads);
+  const int q0 = a.query_start[s], n = a.query_start[s + 1] - q0;
+  const int t_begin = tile * kRows;
+  if (t_begin >= n) return;
+  const int context = a.context_lens[s];
+  const int pos0 = context - n + t_begin;                  // position of the tile's first row
+  const int last_pos = min(context, pos0 + kRows) - 1;     // of its last real row
+  const int key_begin = a.sliding_window > 0 ? max(0, pos0 - a.sliding_window + 1) : 0;
+  const int key_end = last_pos + 1;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.table_width;
+  const int64_t width = static_cast<int64_t>(a.heads + 2 * a.kv_heads) * D;
+
+  // Q tile (rows past the sequence are zeros).
+  for (int i = threadIdx.x; i < kRows * (D / 8); i += kThreads) {
+    const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+    const bool valid = t_begin + r < n;
+    const bf16_bits* src = a.qkv + (valid ? (q0 + t_begin + r) * width + static_cast<int64_t>(head) * D + c : 0);
+    cp_async16(q_s + r * kStride + c, src, valid ? 16 : 0);
+  }
+  load_kv_tile<D>(a, table, kv_head, key_begin, key_end, kv_s, kv_s + kKeys * kStride);
+  cp_async_commit();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = lane / 4, quad = lane % 4;
+  // This thread's two rows (group, group + 8 of the warp's 16) and their positions.
+  const int row_pos[2] = {pos0 + warp * 16 + group, pos0 + warp * 16 + group + 8};
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+
+  uint32_t q_frag[D / 16][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+
+  const int tiles = (key_end - key_begin + kKeys - 1) / kKeys;
+  for (int t = 0; t < tiles; ++t) {
+    const int k0 = key_begin + t * kKeys;
+    bf16_bits* k_s = kv_s + (t % 2) * 2 * kKeys * kStride;
+    bf16_bits* v_s = k_s + kKeys * kStride;
+    if (t + 1 < tiles) {
+      bf16_bits* next_k = kv_s + ((t + 1) % 2) * 2 * kKeys * kStride;
+      load_kv_tile<D>(a, table, kv_head, k0 + kKeys, key_end, next_k, next_k + kKeys * kStride);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();  // everything but the tile just requested has landed
+    __syncthreads();
+    if (t == 0) {
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc)
+        ldmatrix_x4(q_frag[kc], q_s + (warp * 16 + lane % 16) * kStride + kc * 16 + (lane / 16) * 8);
+    }
+
+    // S = Q K^T for this warp's 16 rows and the tile's 64 keys: 8 n-tiles of 8 keys.
+    float sc[kKeys / 8][4];
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc) {
+#pragma unroll
+      for (int jp = 0; jp < kKeys / 16; ++jp) {
+        uint32_t b[4];
+        const int key = jp * 16 + (lane % 8) + (lane / 16) * 8;
+        ldmatrix_x4(b, k_s + key * kStride + kc * 16 + ((lane / 8) % 2) * 8);
+        mma_bf16(sc[2 * jp], q_frag[kc], b[0], b[1]);
+        mma_bf16(sc[2 * jp + 1], q_frag[kc], b[2], b[3]);
+      }
+    }
+
+    // Mask (causal, window, range), scale to log2 units, online softmax per row.
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2, key = k0 + j * 8 + quad * 2 + (e % 2);
+        const bool visible = key < key_end && key <= row_pos[r] &&
+                             (a.sliding_window == 0 || key > row_pos[r] - a.sliding_window);
+        sc[j][e] = visible ? sc[j][e] * scale_log2 : -INFINITY;
+        tile_max[r] = fmaxf(tile_max[r], sc[j][e]);
+      }
+    float correction[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float new_max = fmaxf(row_max[r], tile_max[r]);
+      // A row with nothing visible yet keeps max -inf: use 0 so exp2 gives 0, not NaN.
+      const float base = new_max == -INFINITY ? 0.0f : new_max;
+      correction[r] = exp2f(row_max[r] - base);
+      row_max[r] = new_max;
+      row_sum[r] *= correction[r];
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j) {
+        sc[j][2 * r] = exp2f(sc[j][2 * r] - base);
+        sc[j][2 * r + 1] = exp2f(sc[j][2 * r + 1] - base);
+        row_sum[r] += sc[j][2 * r] + sc[j][2 * r + 1];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      o[i][0] *= correction[0];
+      o[i][1] *= correction[0];
+      o[i][2] *= correction[1];
+      o[i][3] *= correction[1];
+    }
+
+    // O += P V: P's accumulators become A fragments, 16 keys per k-step.
+#pragma unroll
+    for (int kc = 0; kc < kKeys / 16; ++kc) {
+      const uint32_t p[4] = {pack_bf16(sc[2 * kc][0], sc[2 * kc][1]), pack_bf16(sc[2 * kc][2], sc[2 * kc][3]),
+                             pack_bf16(sc[2 * kc + 1][0], sc[2 * kc + 1][1]),
+                             pack_bf16(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        const int key = kc * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+        ldmatrix_x4_trans(b, v_s + key * kStride + dp * 16 + (lane / 16) * 8);
+        mma_bf16(o[2 * dp], p, b[0], b[1]);
+        mma_bf16(o[2 * dp + 1], p, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // this stage is refilled two tiles later
+  }
+
+  // Normalize and store the rows that exist.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = row_sum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int t = t_begin + warp * 16 + group + 8 * r;
+    if (t >= n) continue;
+    const float inv = 1.0f / sum;
+    bf16_bits* out = a.out + (static_cast<int64_t>(q0 + t) * a.heads + head) * D;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      *reinterpret_cast<uint32_t*>(out + i * 8 + quad * 2) = pack_bf16(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
+  }
+}
+
+template <int D>
+cudaError_t launch_d(const AttentionLaunch& a, cudaStream_t stream) {
+  const int tiles_per_seq = (a.max_query_len + kRows - 1) / kRows;
+  const size_t smem = Smem<D>::kBytes;
+  static const cudaError_t opt_in =  // once per head_dim: more than the default 48 KB of shared memory
+      cudaFuncSetAttribute(flash_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (opt_in != cudaSuccess) return opt_in;
+  const dim3 grid(static_cast<unsigned>(a.seqs * tiles_per_seq), static_cast<unsigned>(a.heads));
+  flash_prefill_kernel<D><<<grid, kThreads, smem, stream>>>(a, tiles_per_seq);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool flash_prefill_supported(const AttentionLaunch& a) {
+  const bool head_dim = a.head_dim == 64 || a.head_dim == 80 || a.head_dim == 96 || a.head_dim == 128;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return head_dim && aligned(a.qkv) && aligned(a.k_cache) && aligned(a.v_cache) && aligned(a.out);
+}
+
+cudaError_t launch_flash_prefill(const AttentionLaunch& a, cudaStream_t stream) {
+  switch (a.head_dim) {
+    case 64: return launch_d<64>(a, stream);
+    case 80: return launch_d<80>(a, stream);
+    case 96: return launch_d<96>(a, stream);
+    case 128: return launch_d<128>(a, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace splitflow::cuda
