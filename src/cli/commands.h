@@ -10,5 +10,6 @@ void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_sim(CLI::App& app);
 
 }  // namespace splitflow::cli

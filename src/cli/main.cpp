@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   splitflow::cli::register_tokenize(app);
   splitflow::cli::register_inspect(app);
   splitflow::cli::register_bench(app);
+  splitflow::cli::register_sim(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -1,6 +1,7 @@
 // sim/config.h — a simulated cluster's description, loaded from a JSON cluster config file
 // (sim/configs/*.json; schema in docs/simulator.md): model, machine types, instance pools,
-// machine-level batching limits, cluster-level scheduler and KV-transfer link.
+// machine-level batching limits, cluster-level scheduler, KV-transfer link and SLOs. Unknown fields
+// are errors, so a misspelt parameter never falls back to its default silently.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +55,22 @@ enum class KvTransferMode {
   LayerwiseOverlapped,  // layer i sent while layer i+1 computes; only the tail is visible
 };
 
+// p50, p90 and p99 of a distribution (measured values or SLO limits).
+struct Percentiles {
+  double p50 = 0, p90 = 0, p99 = 0;
+};
+
+// How requests are judged: slowdowns against an unloaded reference instance (SplitwiseSim: a
+// DGX-A100 at TP8 running the same model) and the nine strict upper bounds on slowdown
+// percentiles; defaults are the paper's SLO table.
+struct SloConfig {
+  std::string reference_hardware = "a100-80gb";
+  int reference_tensor_parallel = 8;
+  Percentiles ttft{2, 3, 6};
+  Percentiles tbt{1.25, 1.5, 5};
+  Percentiles e2e{1.25, 1.5, 5};
+};
+
 struct KvTransferConfig {
   double bandwidth_gib_per_s = 200;  // per flow; flows do not contend (as SplitwiseSim)
   KvTransferMode mode = KvTransferMode::Serialized;
@@ -68,10 +85,12 @@ struct ClusterConfig {
   InstanceConfig instance;
   SchedulerConfig scheduler;
   KvTransferConfig kv_transfer;
+  SloConfig slo;
 
   const MachineType& machine_type(const std::string& name) const;
   double total_cost() const;
   double total_power() const;
+  int total_machines() const;
 };
 
 ClusterConfig load_cluster_config(const std::string& path);

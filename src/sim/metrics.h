@@ -16,9 +16,6 @@ namespace splitflow::sim {
 // q in [0, 1]; linear interpolation between order statistics (numpy's default).
 double percentile(std::vector<double> values, double q);
 
-struct Percentiles {
-  double p50 = 0, p90 = 0, p99 = 0;
-};
 Percentiles percentiles(const std::vector<double>& values);
 
 // Per request, measured / unloaded-reference (SplitwiseSim's plots.ipynb): TTFT vs P_ref(prompt),
@@ -28,12 +25,10 @@ struct Slowdowns {
 };
 Slowdowns slowdowns(const std::vector<RequestResult>& requests, const PerfCurves& reference);
 
-// Strict upper bounds on slowdown percentiles; defaults are the paper's SLO table.
-struct SloThresholds {
-  Percentiles ttft{2, 3, 6};
-  Percentiles tbt{1.25, 1.5, 5};
-  Percentiles e2e{1.25, 1.5, 5};
+struct RequestSlowdown {
+  double ttft = 0, tbt = 0, e2e = 0;
 };
+RequestSlowdown slowdown(const RequestResult& request, const PerfCurves& reference);
 
 struct SloCheck {
   std::string metric;    // "ttft_p50", ...
@@ -46,7 +41,23 @@ struct SloReport {
   std::array<SloCheck, 9> checks;
   bool all_passed() const;
 };
-SloReport check_slos(const Slowdowns& slowdowns, const SloThresholds& thresholds = {});
+SloReport check_slos(const Slowdowns& slowdowns, const SloConfig& thresholds = {});
+
+// Tells, while a run's requests finish, that its SLOs can no longer be met, so a search can stop a
+// hopeless run early. Exact, not a heuristic: with N values sorted ascending, the q-percentile is at
+// least v[floor(q (N − 1))], so once N − floor(q (N − 1)) values reach a limit, that check fails
+// whatever the unfinished requests do.
+class SloFailureDetector {
+ public:
+  SloFailureDetector(int64_t total_requests, const PerfCurves& reference, const SloConfig& slo);
+  bool observe(const RequestResult& request);  // true once some check is sure to fail
+
+ private:
+  const PerfCurves& reference_;
+  std::array<double, 9> limits_{};         // ttft p50/p90/p99, tbt ..., e2e ...
+  std::array<int64_t, 9> needed_{};        // values at or above the limit that decide failure
+  std::array<int64_t, 9> at_or_above_{};
+};
 
 // Requests whose decode completes in [window_start_s, window_end_s), per second of the window
 // (SplitwiseSim's plots use [60, 540) on 600 s traces, skipping warm-up and drain).

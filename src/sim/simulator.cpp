@@ -107,6 +107,14 @@ int Cluster::least_pending(InstanceRole pool) const { return first(by_pending_[s
 int Cluster::least_sched_memory(InstanceRole pool) const { return first(by_memory_[slot(pool)]); }
 int Cluster::least_pending_overall() const { return first(all_by_pending_); }
 
+void BatchTime::add(int batch_size, int64_t batch_tokens, double seconds) {
+  if (seconds_by_batch_size.size() <= static_cast<size_t>(batch_size)) seconds_by_batch_size.resize(batch_size + 1, 0.0);
+  if (seconds_by_batch_tokens.size() <= static_cast<size_t>(batch_tokens))
+    seconds_by_batch_tokens.resize(batch_tokens + 1, 0.0);
+  seconds_by_batch_size[batch_size] += seconds;
+  seconds_by_batch_tokens[batch_tokens] += seconds;
+}
+
 void Simulation::push(double time_s, EventKind kind, int target, uint64_t generation) {
   events_.push(Event{time_s, next_sequence_++, kind, target, generation});
 }
@@ -122,7 +130,7 @@ SimulationResult Simulation::run() {
   size_t next_arrival = 0;
   SimulationResult result;
   double now = 0;
-  while (next_arrival < arrival_order.size() || !events_.empty()) {
+  while (!stop_requested_ && (next_arrival < arrival_order.size() || !events_.empty())) {
     ++result.events;
     if (next_arrival < arrival_order.size() &&
         (events_.empty() || requests_[arrival_order[next_arrival]].arrival_s <= events_.top().time_s)) {
@@ -140,13 +148,16 @@ SimulationResult Simulation::run() {
       case EventKind::TransferEnd: on_transfer_end(event.target, now); break;
     }
   }
-  for (size_t r = 0; r < requests_.size(); ++r)
+  for (size_t r = 0; r < requests_.size() && !stop_requested_; ++r)
     SF_CHECK(states_[r].phase == Phase::Done,
              "simulation of '{}': request {} never finished (prompt {} tokens, output {}); an instance "
              "may be too small for it", config_.name, requests_[r].id, requests_[r].prompt_tokens,
              requests_[r].output_tokens);
   result.requests = std::move(results_);
   result.iterations = std::move(iterations_);
+  result.batch_time = std::move(batch_time_);
+  result.finished_requests = finished_requests_;
+  result.stopped_early = stop_requested_;
   result.end_time_s = now;
   return result;
 }
@@ -245,6 +256,8 @@ void Simulation::on_run_end(int i, uint64_t generation, double now) {
   Instance& instance = cluster_[i];
   if (generation != instance.generation) return;  // superseded by a cut
   const int64_t done = instance.planned_iterations;
+  batch_time_[static_cast<size_t>(instance.home_pool)].add(static_cast<int>(instance.batch.size()),
+                                                          instance.batch_tokens, now - instance.run_start_s);
   if (options_.record_iterations) {
     iterations_[instance.record_index].end_s = now;
     iterations_[instance.record_index].iterations = done;
@@ -341,6 +354,7 @@ void Simulation::finish_request(int r, double now) {
   Instance& token_instance = cluster_[token_id];
   Instance& prompt_instance = cluster_[prompt_id];
   results_[r].completion_s = now;
+  results_[r].finished = true;
   cluster_.add_pending_tokens(token_id, -1);
   cluster_.add_sched_memory(token_id, -kv_bytes(request.prompt_tokens + request.output_tokens));
   token_instance.memory_bytes -= kv_bytes(state.kv_tokens_at_token_instance);
@@ -351,6 +365,8 @@ void Simulation::finish_request(int r, double now) {
   state.kv_tokens_at_token_instance = state.kv_tokens_at_prompt_instance = 0;
   state.phase = Phase::Done;
   state.task_started = false;
+  ++finished_requests_;
+  if (options_.stop_when && options_.stop_when(results_[r])) stop_requested_ = true;
 }
 
 }  // namespace splitflow::sim

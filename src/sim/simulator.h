@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <array>
+#include <functional>
 #include <memory>
 #include <queue>
 #include <set>
@@ -37,6 +38,7 @@ struct RequestResult {
   double prompt_end_s = 0;     // first token
   double decode_start_s = 0;   // equals prompt_end_s plus KV transfer and queueing
   double completion_s = 0;
+  bool finished = false;       // false only for requests left when a run is stopped early
 
   double ttft_s() const { return prompt_end_s - arrival_s; }
   double e2e_s() const { return completion_s - arrival_s; }
@@ -159,15 +161,30 @@ std::unique_ptr<MachineScheduler> make_machine_scheduler(const ClusterConfig& co
 // KV bytes a task must hold when it starts: prompt+1 tokens for a prompt, output-1 for a decode.
 int64_t task_kv_bytes(const ModelConfig& model, const Request& request, Phase phase);
 
+// Busy time of one pool's instances by the size of the batch they ran (Splitwise Fig. 17):
+// seconds_by_batch_size[n] is the time spent running batches of n tasks, seconds_by_batch_tokens[x]
+// the time spent on batches of x tokens (prompt tokens + one per decode).
+struct BatchTime {
+  std::vector<double> seconds_by_batch_size;
+  std::vector<double> seconds_by_batch_tokens;
+  void add(int batch_size, int64_t batch_tokens, double seconds);
+};
+
 struct SimulationResult {
-  std::vector<RequestResult> requests;    // in input order
+  std::vector<RequestResult> requests;    // in input order; unfinished ones when stopped early
   std::vector<IterationRecord> iterations;  // when recorded
+  std::array<BatchTime, 3> batch_time;    // by the instances' home pool (index: InstanceRole)
   int64_t events = 0;
+  int64_t finished_requests = 0;
+  bool stopped_early = false;             // SimulationOptions::stop_when asked to stop
   double end_time_s = 0;
 };
 
 struct SimulationOptions {
   bool record_iterations = false;
+  // Called with each finished request; returning true ends the run at once (e.g. when an SLO can no
+  // longer be met), leaving the other requests unfinished.
+  std::function<bool(const RequestResult&)> stop_when;
 };
 
 class Simulation {
@@ -216,6 +233,9 @@ class Simulation {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t next_sequence_ = 0;
   std::vector<IterationRecord> iterations_;
+  std::array<BatchTime, 3> batch_time_;
+  int64_t finished_requests_ = 0;
+  bool stop_requested_ = false;
 };
 
 }  // namespace splitflow::sim

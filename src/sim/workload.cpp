@@ -1,6 +1,8 @@
 #include "sim/workload.h"
 
+#include <algorithm>
 #include <charconv>
+#include <fstream>
 #include <cmath>
 #include <random>
 
@@ -108,6 +110,50 @@ std::vector<Request> poisson_workload(const std::vector<Request>& lengths_from, 
     time_s += gap(rng);
   }
   return requests;
+}
+
+}  // namespace splitflow::sim
+
+namespace splitflow::sim {
+
+std::vector<Request> load_trace(const std::string& path) {
+  std::ifstream in(path);
+  SF_CHECK(in, "cannot open trace '{}'", path);
+  std::string header;
+  std::getline(in, header);
+  if (header.find("TIMESTAMP") != std::string::npos) return load_azure_trace(path);
+  if (header.find("arrival_timestamp") != std::string::npos) return load_splitwise_trace(path);
+  fail("trace '{}': header '{}' is neither the Azure format (TIMESTAMP, ContextTokens, GeneratedTokens) nor "
+       "SplitwiseSim's (request_id, ..., arrival_timestamp, ..., prompt_size, token_size)", path, header);
+}
+
+Workload replay_workload(const std::vector<Request>& trace, double rate_scale, const std::string& trace_name) {
+  SF_CHECK(!trace.empty(), "trace replay of '{}': the trace has no requests", trace_name);
+  SF_CHECK(std::isfinite(rate_scale) && rate_scale > 0, "trace replay of '{}': rate scale must be positive, got {}",
+           trace_name, rate_scale);
+  Workload workload;
+  workload.requests = trace;
+  for (Request& request : workload.requests) {
+    request.arrival_s /= rate_scale;
+    workload.duration_s = std::max(workload.duration_s, request.arrival_s);
+  }
+  workload.description = rate_scale == 1 ? fmt::format("{} trace replay", trace_name)
+                                         : fmt::format("{} trace replay at {}x rate", trace_name, rate_scale);
+  return workload;
+}
+
+Workload poisson_workload_from(const std::vector<Request>& trace, double rate_per_s, double duration_s,
+                               uint64_t seed, const std::string& trace_name) {
+  SF_CHECK(std::isfinite(rate_per_s) && rate_per_s > 0, "Poisson workload: rate must be positive req/s, got {}",
+           rate_per_s);
+  SF_CHECK(std::isfinite(duration_s) && duration_s > 0, "Poisson workload: duration must be positive seconds, got {}",
+           duration_s);
+  Workload workload;
+  workload.requests = poisson_workload(trace, rate_per_s, duration_s, seed);
+  workload.duration_s = duration_s;
+  workload.description =
+      fmt::format("Poisson {} req/s for {} s, lengths from {} (seed {})", rate_per_s, duration_s, trace_name, seed);
+  return workload;
 }
 
 }  // namespace splitflow::sim

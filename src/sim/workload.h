@@ -27,4 +27,24 @@ double parse_azure_timestamp(const std::string& text);
 std::vector<Request> poisson_workload(const std::vector<Request>& lengths_from, double rate_per_s,
                                       double duration_s, uint64_t seed);
 
+// Either format above, recognised by the header (TIMESTAMP: Azure; arrival_timestamp: SplitwiseSim).
+std::vector<Request> load_trace(const std::string& path);
+
+// A request stream and the span of its arrivals, which sets the throughput window.
+struct Workload {
+  std::vector<Request> requests;
+  std::string description;  // "conv trace replay x2", "Poisson 70 req/s for 600 s (seed 1)"
+  double duration_s = 0;    // arrivals lie in [0, duration_s]
+
+  // SplitwiseSim counts completions in [60, 540) of a 600 s trace: the middle 80 % of the span.
+  double window_start_s() const { return 0.1 * duration_s; }
+  double window_end_s() const { return 0.9 * duration_s; }
+};
+
+// The trace's own arrivals, compressed by rate_scale (> 0): a request at t arrives at t / rate_scale.
+Workload replay_workload(const std::vector<Request>& trace, double rate_scale, const std::string& trace_name);
+// Poisson arrivals with lengths drawn from the trace (poisson_workload above).
+Workload poisson_workload_from(const std::vector<Request>& trace, double rate_per_s, double duration_s,
+                               uint64_t seed, const std::string& trace_name);
+
 }  // namespace splitflow::sim
