@@ -312,6 +312,17 @@ TEST_F(CudaKernels, AttentionPrefillTensorCores) {
   check_attention(*backend, rng, {2, 2, 128, 16, 0, {512}, {1024}});
 }
 
+// Decode batches (one new token per sequence) with head_dim 64/128/256 run the decode kernel:
+// contexts shorter than a warp's chunk, GQA, windows, odd block sizes, many sequences (no split).
+TEST_F(CudaKernels, AttentionDecodeKernel) {
+  for (int head_dim : {64, 128, 256})
+    for (int kv_heads : {8, 2, 1})
+      check_attention(*backend, rng, {8, kv_heads, head_dim, 16, 0, {1, 1, 1, 1}, {1, 5, 33, 700}});
+  check_attention(*backend, rng, {4, 4, 128, 7, 0, {1, 1}, {129, 1500}});
+  for (int window : {1, 30, 200}) check_attention(*backend, rng, {4, 1, 128, 16, window, {1, 1}, {10, 900}});
+  check_attention(*backend, rng, {32, 8, 128, 16, 0, std::vector<int>(80, 1), std::vector<int>(80, 300)});
+}
+
 // A recorded decode launches for the cache's longest context: partitions size themselves from
 // each sequence's own length, and those past it stay empty.
 TEST_F(CudaKernels, AttentionSplitKvWithContextBound) {

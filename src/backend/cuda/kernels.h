@@ -79,6 +79,12 @@ constexpr int64_t attention_partials_floats(int sm_count) {
 // the split-KV kernel.
 cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream);
 constexpr int kFlashMinQueryLen = 16;
+// Decode steps (max_query_len 1) with head_dim 64/128/256 (backend/cuda/attention_decode.cu):
+// the KV split (partitions) is chosen from the grid size and max_context_len, the partition
+// length from each sequence's context in the kernel; partitions > 1 leave partials to combine.
+bool attention_decode_supported(const AttentionLaunch& a);
+int attention_decode_partitions(const AttentionLaunch& a);
+cudaError_t launch_attention_decode(const AttentionLaunch& a, int partitions, cudaStream_t stream);
 bool flash_prefill_supported(const AttentionLaunch& a);
 cudaError_t launch_flash_prefill(const AttentionLaunch& a, cudaStream_t stream);
 
