@@ -2,9 +2,10 @@
 // tokenizer_config.json) into the prompt text, byte-identical to transformers'
 // apply_chat_template (jinja2 with trim_blocks, lstrip_blocks, a sandboxed environment,
 // raise_exception, strftime_now and transformers' tojson).
-// Module files: jinja_lexer.* (source -> tokens, whitespace control), jinja_parser.* (tokens -> AST),
-// jinja_value.* (the interpreter's value type), jinja_interpreter.* (AST -> text, filters, tests,
-// methods), chat_template.cpp (this API). docs/chat-templates.md lists the supported Jinja subset.
+// Module files: jinja_lexer.* (source -> tokens, whitespace control), jinja_ast.h + jinja_parser.*
+// (tokens -> AST), jinja_value.* (the interpreter's value type), jinja_builtins.* (operators,
+// filters, tests, methods, globals, tojson), jinja_interpreter.* (AST -> text, scopes, limits),
+// chat_template.cpp (this API). docs/chat-templates.md lists the supported Jinja subset.
 // The module never tokenizes; it produces text only. A ChatTemplate is immutable after
 // construction: render() may run on several threads at once.
 #pragma once
@@ -40,8 +41,16 @@ class ChatTemplate {
   // {type:"text", text} parts, optional name/tool_calls/...). extra: more template variables
   // (tools, documents, enable_thinking, ...). Throws splitflow::Error carrying the template's
   // raise_exception message, or naming the line of a runtime error.
+  // Content parts: when the template never loops over a message's content, a list of text parts
+  // is joined with "\n" into one string (vLLM's rule for string-content templates); other part
+  // types are refused. Messages carrying reasoning_content / thinking / reasoning get both
+  // `thinking` and `reasoning_content`, as transformers does.
   std::string render(const nlohmann::json& messages, bool add_generation_prompt,
                      const nlohmann::json& extra = nlohmann::json::object()) const;
+  // The same with JSON objects in their original key order (nlohmann::json sorts keys), which is
+  // what `tojson` prints: parse requests with nlohmann::ordered_json to get HF's exact output.
+  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
 
   const std::string& source() const { return source_; }
   const std::string& bos_token() const { return bos_token_; }

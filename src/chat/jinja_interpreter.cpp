@@ -1,0 +1,467 @@
+#include "chat/jinja_interpreter.h"
+
+#include "chat/jinja_builtins.h"
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <unordered_map>
+
+namespace splitflow::jinja {
+namespace {
+
+struct Scope {
+  explicit Scope(std::shared_ptr<Scope> parent) : parent(std::move(parent)) {}
+
+  const Value* lookup(const std::string& name) const {
+    for (const Scope* scope = this; scope; scope = scope->parent.get()) {
+      auto it = scope->vars.find(name);
+      if (it != scope->vars.end()) return &it->second;
+    }
+    return nullptr;
+  }
+
+  std::shared_ptr<Scope> parent;
+  std::unordered_map<std::string, Value> vars;
+};
+using ScopePtr = std::shared_ptr<Scope>;
+
+[[noreturn]] void fail_located(Location location, const std::string& message) {
+  fail("chat template error at line {}, column {}: {}", location.line, location.column, message);
+}
+
+std::string namespace_attribute_error(const std::string& name) {
+  return fmt::format(
+      "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '{}'. Please rename the "
+      "attribute.",
+      name);
+}
+
+class Interpreter {
+ public:
+  explicit Interpreter(const RenderLimits& limits) : limits_(limits) {}
+
+  std::string run(const Program& program, const std::vector<std::pair<std::string, Value>>& variables) {
+    auto globals = std::make_shared<Scope>(nullptr);
+    for (auto& [name, value] : global_functions()) globals->vars[name] = std::move(value);
+    auto context = std::make_shared<Scope>(globals);
+    for (const auto& [name, value] : variables) context->vars[name] = value;
+    auto root = std::make_shared<Scope>(context);
+    root_ = root;
+    std::string out;
+    exec(program.body, root, out);
+    return out;
+  }
+
+ private:
+  enum class Flow { Normal, Break, Continue };
+
+  // ---- statements ----
+
+  Flow exec(const Body& body, const ScopePtr& scope, std::string& out) {
+    for (const auto& node : body) {
+      Flow flow = exec_node(*node, scope, out);
+      if (flow != Flow::Normal) return flow;
+    }
+    return Flow::Normal;
+  }
+
+  Flow exec_node(const Node& node, const ScopePtr& scope, std::string& out) {
+    try {
+      return exec_unlocated(node, scope, out);
+    } catch (const RuntimeError& error) {
+      fail_located(node.location, error.what());
+    }
+  }
+
+  Flow exec_unlocated(const Node& node, const ScopePtr& scope, std::string& out) {
+    switch (node.kind) {
+      case Node::Kind::Text:
+        out += node.text;
+        return Flow::Normal;
+      case Node::Kind::Output: {
+        Value value = eval(*node.expr, scope);
+        if (!value.is_undefined()) out += value.str();
+        return Flow::Normal;
+      }
+      case Node::Kind::If:
+        for (size_t i = 0; i < node.conditions.size(); ++i) {
+          if (eval(*node.conditions[i], scope).truthy()) return exec(node.bodies[i], scope, out);
+        }
+        if (node.bodies.size() > node.conditions.size()) return exec(node.bodies.back(), scope, out);
+        return Flow::Normal;
+      case Node::Kind::For:
+        return exec_for(node, scope, out);
+      case Node::Kind::Set:
+        assign(node.target, eval(*node.expr, scope), *scope);
+        return Flow::Normal;
+      case Node::Kind::SetBlock:
+        assign(node.target, render_block(node, scope), *scope);
+        return Flow::Normal;
+      case Node::Kind::FilterBlock:
+        out += render_block(node, scope).str();
+        return Flow::Normal;
+      case Node::Kind::Macro:
+        scope->vars[node.text] = make_callable(node.text, node, scope);
+        return Flow::Normal;
+      case Node::Kind::CallBlock: {
+        const Expr& call = *node.expr;
+        CallArgs args = eval_args(call, scope);
+        args.keyword.emplace_back("caller", make_callable("caller", node, scope));
+        Value result = call_value(eval(*call.children[0], scope), args);
+        out += result.str();
+        return Flow::Normal;
+      }
+      case Node::Kind::With: {
+        auto inner = std::make_shared<Scope>(scope);
+        for (const auto& [name, value] : node.assignments) inner->vars[name] = eval(*value, scope);
+        return exec(node.body, inner, out);
+      }
+      case Node::Kind::Break:
+        return Flow::Break;
+      case Node::Kind::Continue:
+        return Flow::Continue;
+    }
+    return Flow::Normal;
+  }
+
+  void count_iteration() {
+    if (++iterations_ > limits_.max_loop_iterations) {
+      throw RuntimeError(fmt::format("the chat template ran more than {} loop iterations", limits_.max_loop_iterations));
+    }
+  }
+
+  Flow exec_for(const Node& node, const ScopePtr& scope, std::string& out) {
+    std::vector<Value> items;
+    Value iterable = eval(*node.expr, scope);
+    try {
+      items = iterate(iterable);
+    } catch (const RuntimeError& error) {
+      fail_located(node.expr->location, error.what());
+    }
+    if (node.condition) {
+      std::vector<Value> kept;
+      for (auto& item : items) {
+        count_iteration();
+        auto filter_scope = std::make_shared<Scope>(scope);
+        assign(node.target, item, *filter_scope);
+        if (eval(*node.condition, filter_scope).truthy()) kept.push_back(std::move(item));
+      }
+      items = std::move(kept);
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+      count_iteration();
+      auto iteration = std::make_shared<Scope>(scope);
+      assign(node.target, items[i], *iteration);
+      iteration->vars["loop"] = loop_object(items, i);
+      if (exec(node.body, iteration, out) == Flow::Break) break;
+    }
+    if (items.empty() && !node.else_body.empty()) return exec(node.else_body, std::make_shared<Scope>(scope), out);
+    return Flow::Normal;
+  }
+
+  static Value loop_object(const std::vector<Value>& items, size_t i) {
+    auto n = static_cast<int64_t>(items.size());
+    auto index = static_cast<int64_t>(i);
+    Dict loop;
+    loop.entries = {
+        {Value("index"), Value(index + 1)},
+        {Value("index0"), Value(index)},
+        {Value("revindex"), Value(n - index)},
+        {Value("revindex0"), Value(n - index - 1)},
+        {Value("first"), Value(index == 0)},
+        {Value("last"), Value(index == n - 1)},
+        {Value("length"), Value(n)},
+        {Value("depth"), Value(1)},
+        {Value("depth0"), Value(0)},
+        {Value("previtem"), index > 0 ? items[i - 1] : Value::undefined("there is no previous item")},
+        {Value("nextitem"), index + 1 < n ? items[i + 1] : Value::undefined("there is no next item")},
+        {Value("cycle"), Value::callable("loop.cycle", [index](const CallArgs& args) {
+           if (args.positional.empty()) throw RuntimeError("no items for cycling given");
+           return args.positional[static_cast<size_t>(index) % args.positional.size()];
+         })},
+    };
+    return Value::dict(std::move(loop));
+  }
+
+  void assign(const AssignTarget& target, const Value& value, Scope& scope) {
+    switch (target.kind) {
+      case AssignTarget::Kind::Name:
+        scope.vars[target.name] = value;
+        return;
+      case AssignTarget::Kind::Tuple: {
+        std::vector<Value> items = iterate(value);
+        if (items.size() < target.elements.size()) {
+          throw RuntimeError(fmt::format("not enough values to unpack (expected {}, got {})", target.elements.size(),
+                                         items.size()));
+        }
+        if (items.size() > target.elements.size()) {
+          throw RuntimeError(fmt::format("too many values to unpack (expected {})", target.elements.size()));
+        }
+        for (size_t i = 0; i < items.size(); ++i) assign(target.elements[i], items[i], scope);
+        return;
+      }
+      case AssignTarget::Kind::NamespaceAttr: {
+        const Value* ns = scope.lookup(target.name);
+        if (!ns || !ns->is_namespace()) throw RuntimeError("cannot assign attribute on non-namespace object");
+        if (!target.attribute.empty() && target.attribute[0] == '_') {
+          throw RuntimeError(namespace_attribute_error(target.attribute));
+        }
+        ns->as_namespace().attributes.set(Value(target.attribute), value);
+        return;
+      }
+    }
+  }
+
+  // SetBlock / FilterBlock: the body's text in a scope of its own, through the filters.
+  Value render_block(const Node& node, const ScopePtr& scope) {
+    std::string text;
+    exec(node.body, std::make_shared<Scope>(scope), text);
+    Value value(std::move(text));
+    for (const auto& filter : node.filters) value = apply_filter_node(*filter, value, scope);
+    return value;
+  }
+
+  // A macro (node.params, node.body) or a call block's caller, closing over the defining scope.
+  // The closure is weak: a namespace that stores the macro must not keep its scope alive.
+  Value make_callable(const std::string& name, const Node& node, const ScopePtr& scope) {
+    std::weak_ptr<Scope> closure = scope;
+    return Value::callable(name, [this, name, &node, closure](const CallArgs& args) {
+      return call_macro(name, node, closure.lock(), args);
+    });
+  }
+
+  Value call_macro(const std::string& name, const Node& node, ScopePtr closure, const CallArgs& args) {
+    if (call_depth_ >= limits_.max_call_depth) {
+      throw RuntimeError(fmt::format("maximum recursion depth ({}) exceeded calling '{}'", limits_.max_call_depth, name));
+    }
+    struct DepthGuard {
+      int& depth;
+      explicit DepthGuard(int& d) : depth(++d) {}
+      ~DepthGuard() { --depth; }
+    } guard(call_depth_);
+    auto scope = std::make_shared<Scope>(closure ? closure : root_.lock());
+    std::vector<bool> bound(node.params.size(), false);
+    std::vector<Value> varargs;
+    Dict kwargs;
+    for (size_t i = 0; i < args.positional.size(); ++i) {
+      if (i < node.params.size()) {
+        scope->vars[node.params[i].name] = args.positional[i];
+        bound[i] = true;
+      } else {
+        varargs.push_back(args.positional[i]);
+      }
+    }
+    for (const auto& [key, value] : args.keyword) {
+      if (key == "caller") {
+        scope->vars["caller"] = value;
+        continue;
+      }
+      bool matched = false;
+      for (size_t i = 0; i < node.params.size(); ++i) {
+        if (node.params[i].name != key) continue;
+        if (bound[i]) throw RuntimeError(fmt::format("macro '{}' got multiple values for argument '{}'", name, key));
+        scope->vars[key] = value;
+        bound[i] = matched = true;
+      }
+      if (!matched) kwargs.set(Value(key), value);
+    }
+    for (size_t i = 0; i < node.params.size(); ++i) {
+      if (bound[i]) continue;
+      const MacroParam& param = node.params[i];
+      scope->vars[param.name] = param.default_value
+                                    ? eval(*param.default_value, scope)
+                                    : Value::undefined(fmt::format("parameter '{}' was not provided", param.name));
+    }
+    scope->vars["varargs"] = Value::list(std::move(varargs));
+    scope->vars["kwargs"] = Value::dict(std::move(kwargs));
+    std::string out;
+    exec(node.body, scope, out);
+    return Value(std::move(out));
+  }
+
+  // ---- expressions ----
+
+  Value eval(const Expr& expr, const ScopePtr& scope) {
+    try {
+      return eval_unlocated(expr, scope);
+    } catch (const RuntimeError& error) {
+      fail_located(expr.location, error.what());
+    }
+  }
+
+  CallArgs eval_args(const Expr& expr, const ScopePtr& scope) {
+    CallArgs args;
+    for (size_t i = 1; i < expr.children.size(); ++i) args.positional.push_back(eval(*expr.children[i], scope));
+    for (const auto& keyword : expr.keywords) args.keyword.emplace_back(keyword.name, eval(*keyword.value, scope));
+    return args;
+  }
+
+  static Value call_value(const Value& function, const CallArgs& args) {
+    if (function.is_undefined()) function.fail_undefined();
+    if (!function.is_callable()) throw RuntimeError(fmt::format("'{}' object is not callable", function.type_name()));
+    return function.as_callable().call(args);
+  }
+
+  Value apply_filter_node(const Expr& filter, const Value& input, const ScopePtr& scope) {
+    CallArgs args = eval_args(filter, scope);
+    try {
+      return apply_filter(filter.name, input, args);
+    } catch (const RuntimeError& error) {
+      fail_located(filter.location, error.what());
+    }
+  }
+
+  Value optional_value(const ExprPtr& expr, const ScopePtr& scope) {
+    return expr ? eval(*expr, scope) : Value(nullptr);
+  }
+
+  Value eval_unlocated(const Expr& expr, const ScopePtr& scope) {
+    switch (expr.kind) {
+      case Expr::Kind::Literal:
+        return expr.literal;
+      case Expr::Kind::Name: {
+        const Value* found = scope->lookup(expr.name);
+        return found ? *found : Value::undefined(fmt::format("'{}' is undefined", expr.name));
+      }
+      case Expr::Kind::List:
+      case Expr::Kind::Tuple: {
+        std::vector<Value> items;
+        items.reserve(expr.children.size());
+        for (const auto& child : expr.children) items.push_back(eval(*child, scope));
+        return expr.kind == Expr::Kind::List ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+      }
+      case Expr::Kind::Dict: {
+        Dict dict;
+        for (size_t i = 0; i + 1 < expr.children.size(); i += 2) {
+          Value key = eval(*expr.children[i], scope);
+          dict.set(std::move(key), eval(*expr.children[i + 1], scope));
+        }
+        return Value::dict(std::move(dict));
+      }
+      case Expr::Kind::GetAttr:
+        return get_attribute(eval(*expr.children[0], scope), expr.name);
+      case Expr::Kind::GetItem: {
+        Value object = eval(*expr.children[0], scope);
+        const Expr& key = *expr.children[1];
+        if (key.kind == Expr::Kind::Slice) {
+          return get_slice(object, optional_value(key.children[0], scope), optional_value(key.children[1], scope),
+                           optional_value(key.children[2], scope));
+        }
+        return get_item(object, eval(key, scope));
+      }
+      case Expr::Kind::Slice:
+        throw RuntimeError("a slice is only valid inside []");
+      case Expr::Kind::Call: {
+        const Expr& callee = *expr.children[0];
+        if (callee.kind == Expr::Kind::GetAttr) {
+          Value object = eval(*callee.children[0], scope);
+          CallArgs args = eval_args(expr, scope);
+          if (auto result = call_method(object, callee.name, args)) return *result;
+          return call_value(get_attribute(object, callee.name), args);
+        }
+        Value function = eval(callee, scope);
+        return call_value(function, eval_args(expr, scope));
+      }
+      case Expr::Kind::Filter:
+        return apply_filter_node(expr, eval(*expr.children[0], scope), scope);
+      case Expr::Kind::Test: {
+        Value input = eval(*expr.children[0], scope);
+        return Value(apply_test(expr.name, input, eval_args(expr, scope)));
+      }
+      case Expr::Kind::Unary: {
+        Value operand = eval(*expr.children[0], scope);
+        if (expr.name == "not") return Value(!operand.truthy());
+        if (expr.name == "-") return unary_minus(operand);
+        if (operand.is_undefined()) operand.fail_undefined();
+        if (!operand.is_number()) throw RuntimeError(fmt::format("bad operand type for unary +: '{}'", operand.type_name()));
+        return operand.is_bool() ? Value(operand.to_int()) : operand;
+      }
+      case Expr::Kind::Binary: {
+        Value left = eval(*expr.children[0], scope);
+        if (expr.name == "and") return left.truthy() ? eval(*expr.children[1], scope) : left;
+        if (expr.name == "or") return left.truthy() ? left : eval(*expr.children[1], scope);
+        return binary_operation(expr.name, left, eval(*expr.children[1], scope));
+      }
+      case Expr::Kind::Compare: {
+        Value left = eval(*expr.children[0], scope);
+        for (size_t i = 0; i < expr.ops.size(); ++i) {
+          Value right = eval(*expr.children[i + 1], scope);
+          if (!compare_values(expr.ops[i], left, right)) return Value(false);
+          left = std::move(right);
+        }
+        return Value(true);
+      }
+      case Expr::Kind::Conditional:
+        if (eval(*expr.children[0], scope).truthy()) return eval(*expr.children[1], scope);
+        if (expr.children[2]) return eval(*expr.children[2], scope);
+        return Value::undefined(fmt::format(
+            "the inline if-expression on line {} evaluated to false and no else section was defined.",
+            expr.location.line));
+    }
+    return Value();
+  }
+
+  static bool compare_values(const std::string& op, const Value& left, const Value& right) {
+    if (op == "==") return equals(left, right);
+    if (op == "!=") return !equals(left, right);
+    if (op == "in") return contains(right, left);
+    if (op == "not in") return !contains(right, left);
+    int c = compare(left, right, op);
+    if (op == "<") return c < 0;
+    if (op == "<=") return c <= 0;
+    if (op == ">") return c > 0;
+    return c >= 0;
+  }
+
+  RenderLimits limits_;
+  std::weak_ptr<Scope> root_;
+  int call_depth_ = 0;
+  int64_t iterations_ = 0;
+};
+
+void check_expr(const Expr* expr) {
+  if (!expr) return;
+  if (expr->kind == Expr::Kind::Filter && !has_filter(expr->name)) {
+    fail("chat template syntax error at line {}, column {}: no filter named '{}'", expr->location.line,
+         expr->location.column, expr->name);
+  }
+  if (expr->kind == Expr::Kind::Test && !has_test(expr->name)) {
+    fail("chat template syntax error at line {}, column {}: no test named '{}'", expr->location.line,
+         expr->location.column, expr->name);
+  }
+  for (const auto& child : expr->children) check_expr(child.get());
+  for (const auto& keyword : expr->keywords) check_expr(keyword.value.get());
+}
+
+void check_body(const Body& body) {
+  for (const auto& node : body) {
+    check_expr(node->expr.get());
+    check_expr(node->condition.get());
+    for (const auto& filter : node->filters) check_expr(filter.get());
+    for (const auto& condition : node->conditions) check_expr(condition.get());
+    for (const auto& param : node->params) check_expr(param.default_value.get());
+    for (const auto& [name, value] : node->assignments) check_expr(value.get());
+    for (const auto& branch : node->bodies) check_body(branch);
+    check_body(node->body);
+    check_body(node->else_body);
+  }
+}
+
+}  // namespace
+
+std::string render(const Program& program, const std::vector<std::pair<std::string, Value>>& variables,
+                   const RenderLimits& limits) {
+  try {
+    return Interpreter(limits).run(program, variables);
+  } catch (const TemplateException& raised) {
+    throw Error(raised.what());
+  } catch (const RuntimeError& error) {
+    throw Error(std::string("chat template error: ") + error.what());
+  }
+}
+
+void check_filters_and_tests(const Program& program) { check_body(program.body); }
+
+}  // namespace splitflow::jinja
