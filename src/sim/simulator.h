@@ -184,7 +184,7 @@ struct SimulationOptions {
   bool record_iterations = false;
   // Called with each finished request; returning true ends the run at once (e.g. when an SLO can no
   // longer be met), leaving the other requests unfinished.
-  std::function<bool(const RequestResult&)> stop_when;
+  std::function<bool(const RequestResult&)> stop_when = nullptr;
 };
 
 class Simulation {
