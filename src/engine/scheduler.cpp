@@ -24,13 +24,17 @@ Scheduler::Scheduler(SchedulerConfig config)
            config_.num_blocks);
 }
 
-void Scheduler::add(Sequence& seq) {
+void Scheduler::add(Sequence& seq, bool at_front) {
   SF_CHECK(seq.status == SequenceStatus::Waiting && seq.block_table.empty() && seq.num_computed_tokens == 0,
            "scheduler: sequence {} was already scheduled", seq.id);
   SF_CHECK(seq.num_tokens() <= config_.max_model_len,
            "scheduler: sequence {} has {} tokens but the model's context holds {}", seq.id, seq.num_tokens(),
            config_.max_model_len);
-  waiting_.push_back(&seq);
+  if (at_front) {
+    waiting_.push_front(&seq);
+  } else {
+    waiting_.push_back(&seq);
+  }
 }
 
 StepPlan Scheduler::schedule() {

@@ -59,8 +59,9 @@ class Scheduler {
   explicit Scheduler(SchedulerConfig config);
 
   // Queues a sequence (owned by the caller, which keeps it alive until it finishes). Throws when
-  // its prompt is longer than max_model_len or it is not Waiting.
-  void add(Sequence& seq);
+  // its prompt is longer than max_model_len or it is not Waiting. at_front: ahead of the queue,
+  // for the later choices of an n > 1 request whose first sequence has already been admitted.
+  void add(Sequence& seq, bool at_front = false);
   StepPlan schedule();
   // sampled_tokens: one per sampled span of plan, in span order. Marks the spans' tokens
   // computed, enters full blocks into the prefix cache, appends each sampled token and finishes

@@ -11,6 +11,7 @@ std::string_view finish_reason_name(FinishReason reason) {
     case FinishReason::None: return "";
     case FinishReason::Stop: return "stop";
     case FinishReason::Length: return "length";
+    case FinishReason::Abort: return "abort";
   }
   return "";
 }
@@ -53,6 +54,13 @@ void StopChecker::append_final_text(std::string_view text) {
   reason_ = FinishReason::None;
   scan(old_size, /*may_start_before=*/false);
   if (!finished()) reason_ = reason;
+  safe_bytes_ = text_.size();
+}
+
+void StopChecker::finish(FinishReason reason) {
+  SF_CHECK(reason != FinishReason::None, "stop checker: finish() needs a reason");
+  if (finished()) return;
+  reason_ = reason;
   safe_bytes_ = text_.size();
 }
 

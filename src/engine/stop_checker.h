@@ -21,8 +21,9 @@
 
 namespace splitflow {
 
-enum class FinishReason : int8_t { None, Stop, Length };
-// "stop", "length" (as the OpenAI API spells them); "" for None.
+// Abort: the client went away or cancelled; the sequence ends without further output.
+enum class FinishReason : int8_t { None, Stop, Length, Abort };
+// "stop", "length" (as the OpenAI API spells them), "abort"; "" for None.
 std::string_view finish_reason_name(FinishReason reason);
 
 class StopChecker {
@@ -40,6 +41,10 @@ class StopChecker {
   // emit, so only a stop string lying wholly inside this text counts (it truncates the text and
   // turns the reason into "stop"). No-op after a stop string matched; throws before finished().
   void append_final_text(std::string_view text);
+  // Ends the sequence for a reason found outside (the model's context is full, the request was
+  // aborted): everything in text() becomes safe, and append_final_text() may follow. No-op when
+  // already finished; throws for FinishReason::None.
+  void finish(FinishReason reason);
 
   bool finished() const { return reason_ != FinishReason::None; }
   FinishReason finish_reason() const { return reason_; }

@@ -1,0 +1,252 @@
+#include "engine/engine.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <limits>
+#include <random>
+#include <utility>
+
+namespace splitflow {
+
+bool device_samplable(const SamplingParams& p) {
+  return !p.logprobs && p.top_logprobs == 0 && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f &&
+         p.presence_penalty == 0.0f && p.fsd == FsdMode::Off && p.mirostat == 0 && p.typical_p == 1.0f &&
+         p.tfs_z == 1.0f;
+}
+
+struct Engine::SequenceState {
+  SequenceState(int64_t seq_id, std::vector<int32_t> prompt_ids, const SamplingParams& params, int32_t vocab_size,
+                std::span<const int32_t> eos_token_ids, const Tokenizer* tokenizer, Request& request, int32_t index,
+                bool device_sampled)
+      : seq(seq_id, std::move(prompt_ids), params),
+        sampler(params, vocab_size),
+        device_sampled(device_sampled),
+        device_seed(params.seed ? *params.seed : (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()),
+        stop(params, eos_token_ids),
+        request(request),
+        index(index) {
+    if (tokenizer) decoder.emplace(*tokenizer, /*skip_special=*/true);
+  }
+
+  // The device rule's parameters for the next token.
+  SamplingRow sampling_row() const {
+    const SamplingParams& p = seq.params;
+    SamplingRow row;
+    row.temperature = p.temperature;
+    row.top_k = p.top_k;
+    row.top_p = p.top_p;
+    row.min_p = p.min_p;
+    row.seed = device_seed;
+    row.step = static_cast<uint64_t>(seq.num_output_tokens());
+    return row;
+  }
+
+  Sequence seq;
+  Sampler sampler;  // used unless device_sampled
+  bool device_sampled;
+  uint64_t device_seed;
+  StopChecker stop;
+  std::optional<StreamDecoder> decoder;
+  size_t sent_bytes = 0;  // of stop.text(), already returned in outputs
+  Request& request;
+  int32_t index;
+};
+
+struct Engine::Request {
+  int64_t id = 0;
+  std::vector<std::unique_ptr<SequenceState>> seqs;  // (n) by choice index
+  int32_t num_unfinished = 0;
+  bool later_choices_queued = false;
+};
+
+Engine::Engine(ModelRunner& runner, const Tokenizer* tokenizer, SchedulerConfig config, EngineOptions options)
+    : runner_(runner),
+      tokenizer_(tokenizer),
+      options_(options),
+      scheduler_([&] {
+        if (config.eos_token_ids.empty()) {
+          if (tokenizer) {
+            config.eos_token_ids = tokenizer->eos_ids();
+          } else {
+            config.eos_token_ids.assign(runner.spec().eos_token_ids.begin(), runner.spec().eos_token_ids.end());
+          }
+        }
+        return std::move(config);
+      }()) {
+  const SchedulerConfig& c = scheduler_.config();
+  SF_CHECK(c.max_batch_tokens <= runner.limits().max_batch_tokens,
+           "engine: max_batch_tokens {} exceeds the model runner's {}", c.max_batch_tokens,
+           runner.limits().max_batch_tokens);
+  SF_CHECK(c.max_seqs <= runner.limits().max_seqs, "engine: max_seqs {} exceeds the model runner's {}", c.max_seqs,
+           runner.limits().max_seqs);
+  SF_CHECK(c.num_blocks == runner.kv_config().num_blocks && c.block_size == runner.kv_config().block_size,
+           "engine: the scheduler's KV cache ({} blocks of {} tokens) is not the runner's ({} blocks of {})",
+           c.num_blocks, c.block_size, runner.kv_config().num_blocks, runner.kv_config().block_size);
+  SF_CHECK(c.max_model_len <= runner.context_limit(), "engine: max_model_len {} exceeds the model's context {}",
+           c.max_model_len, runner.context_limit());
+}
+
+Engine::~Engine() = default;
+
+void Engine::check_request(std::span<const int32_t> prompt_ids, const SamplingParams& params, int32_t n) const {
+  const int32_t vocab_size = runner_.spec().vocab_size;
+  params.validate();
+  params.validate_token_ids(vocab_size);
+  SF_CHECK(n >= 1, "n (choices per request) must be >= 1, got {}", n);
+  SF_CHECK(!prompt_ids.empty(), "the prompt is empty: give some text (or token ids) to continue");
+  for (size_t i = 0; i < prompt_ids.size(); ++i) {
+    SF_CHECK(prompt_ids[i] >= 0 && prompt_ids[i] < vocab_size,
+             "prompt token {} at index {} is outside the vocabulary [0, {})", prompt_ids[i], i, vocab_size);
+  }
+  SF_CHECK(static_cast<int64_t>(prompt_ids.size()) <= config().max_model_len,
+           "the prompt has {} tokens but the model's context holds {}", prompt_ids.size(), config().max_model_len);
+}
+
+int64_t Engine::add_request(std::vector<int32_t> prompt_ids, const SamplingParams& params, int32_t n) {
+  check_request(prompt_ids, params, n);
+  auto request = std::make_unique<Request>();
+  request->id = next_request_id_++;
+  for (int32_t i = 0; i < n; ++i) {
+    SamplingParams choice_params = params;
+    if (params.seed) choice_params.seed = *params.seed + static_cast<uint64_t>(i);
+    request->seqs.push_back(std::make_unique<SequenceState>(next_sequence_id_++, prompt_ids, choice_params,
+                                                            runner_.spec().vocab_size, config().eos_token_ids,
+                                                            tokenizer_, *request, i,
+                                                            options_.device_sampling && device_samplable(params)));
+    sequences_.emplace(request->seqs.back()->seq.id, request->seqs.back().get());
+  }
+  request->num_unfinished = n;
+  request->later_choices_queued = n == 1;
+  num_deferred_sequences_ += n - 1;
+  scheduler_.add(request->seqs.front()->seq);
+  const int64_t id = request->id;
+  requests_.emplace(id, std::move(request));
+  return id;
+}
+
+int64_t Engine::add_request(std::string_view prompt, const SamplingParams& params, int32_t n) {
+  SF_CHECK(tokenizer_ != nullptr, "this model has no tokenizer: give the prompt as token ids");
+  return add_request(tokenizer_->encode(prompt, /*add_special=*/true), params, n);
+}
+
+void Engine::add_later_choices(Request& request) {
+  // Pushed to the front in reverse, so they run in choice order ahead of later requests.
+  for (size_t i = request.seqs.size(); i-- > 1;) scheduler_.add(request.seqs[i]->seq, /*at_front=*/true);
+  num_deferred_sequences_ -= static_cast<int32_t>(request.seqs.size()) - 1;
+  request.later_choices_queued = true;
+}
+
+bool Engine::abort(int64_t request_id) {
+  const auto it = requests_.find(request_id);
+  if (it == requests_.end()) return false;
+  Request& request = *it->second;
+  for (const auto& state : request.seqs) {
+    if (state->seq.is_finished()) continue;
+    const bool queued = state->index == 0 || request.later_choices_queued;
+    if (queued) scheduler_.finish(state->seq, FinishReason::Abort);
+    sequences_.erase(state->seq.id);
+  }
+  if (!request.later_choices_queued) num_deferred_sequences_ -= static_cast<int32_t>(request.seqs.size()) - 1;
+  requests_.erase(it);
+  return true;
+}
+
+int32_t Engine::num_waiting_sequences() const {
+  return static_cast<int32_t>(scheduler_.waiting().size()) + num_deferred_sequences_;
+}
+
+void Engine::finish_output(SequenceState& state, SequenceOutput& output) {
+  Sequence& seq = state.seq;
+  // The scheduler ends a sequence on EOS / stop tokens and max_tokens exactly as the StopChecker
+  // does, and on a full context, which only it sees; a stop string only the StopChecker sees.
+  if (seq.is_finished()) {
+    state.stop.finish(seq.finish_reason);
+  } else if (state.stop.finished()) {
+    scheduler_.finish(seq, state.stop.finish_reason());
+  }
+  if (state.stop.finished()) {
+    if (state.decoder) state.stop.append_final_text(state.decoder->finish());
+    seq.finish_reason = state.stop.finish_reason();
+    output.finish_reason = seq.finish_reason;
+  }
+  const size_t safe = state.stop.safe_bytes();
+  output.text = state.stop.text().substr(state.sent_bytes, safe - state.sent_bytes);
+  state.sent_bytes = safe;
+  output.num_cached_prompt_tokens = std::min(seq.num_cached_tokens, seq.num_prompt_tokens);
+}
+
+void Engine::forward_and_sample(const StepPlan& plan, const std::vector<SequenceState*>& sampled,
+                                std::vector<SequenceOutput>& outputs) {
+  outputs.resize(sampled.size());
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    outputs[i].request_id = sampled[i]->request.id;
+    outputs[i].index = sampled[i]->index;
+    outputs[i].token.logprob = std::numeric_limits<float>::quiet_NaN();
+  }
+  const bool all_device =
+      !sampled.empty() && std::all_of(sampled.begin(), sampled.end(), [](const SequenceState* s) { return s->device_sampled; });
+  if (all_device) {
+    std::vector<SamplingRow> rows;
+    for (const SequenceState* state : sampled) rows.push_back(state->sampling_row());
+    const std::vector<int32_t> tokens = runner_.forward_sample(plan.batch, rows);
+    for (size_t i = 0; i < sampled.size(); ++i) outputs[i].token.token_id = tokens[i];
+    return;
+  }
+  const Tensor logits = runner_.forward(plan.batch);
+  const int64_t vocab = runner_.spec().vocab_size;
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    SequenceState& state = *sampled[i];
+    float* row = const_cast<float*>(logits.as<float>()) + static_cast<int64_t>(i) * vocab;
+    TokenOutput& token = outputs[i].token;
+    if (state.device_sampled) {
+      if (!host_rule_) host_rule_ = make_cpu_backend(1);
+      SamplingRow rule = state.sampling_row();
+      host_rule_->sample(DeviceTensor{row, DType::F32, {1, vocab}}, DeviceTensor{&rule, DType::I32, {1, kSamplingRowWords}},
+                         DeviceTensor{&token.token_id, DType::I32, {1}});
+      continue;
+    }
+    const TokenLogprob sampled_token = state.sampler.sample(std::span<const float>(row, static_cast<size_t>(vocab)),
+                                                            state.seq.prompt_ids(), state.seq.output_ids());
+    token.token_id = sampled_token.token_id;
+    token.logprob = sampled_token.logprob;
+    const auto top = state.sampler.top_logprobs();
+    token.top_logprobs.assign(top.begin(), top.end());
+  }
+}
+
+EngineStep Engine::step() {
+  EngineStep result;
+  const StepPlan plan = scheduler_.schedule();
+  result.num_preempted = static_cast<int32_t>(plan.preempted.size());
+  if (plan.empty()) return result;
+  result.num_prefill_tokens = plan.num_prefill_tokens;
+  result.num_decode_tokens = plan.num_decode_tokens;
+
+  std::vector<SequenceState*> sampled;  // in logits row order
+  for (size_t s = 0; s < plan.seqs.size(); ++s) {
+    if (plan.batch.spans[s].want_logits) sampled.push_back(sequences_.at(plan.seqs[s]->id));
+  }
+  forward_and_sample(plan, sampled, result.outputs);
+  std::vector<int32_t> tokens;
+  for (const SequenceOutput& output : result.outputs) tokens.push_back(output.token.token_id);
+  scheduler_.postprocess(plan, tokens);
+
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    SequenceState& state = *sampled[i];
+    SequenceOutput& output = result.outputs[i];
+    const int32_t token = output.token.token_id;
+    state.stop.append(token, state.decoder ? state.decoder->push(token) : std::string());
+    finish_output(state, output);
+    Request& request = state.request;
+    if (!request.later_choices_queued) add_later_choices(request);
+    if (output.finish_reason != FinishReason::None) {
+      sequences_.erase(state.seq.id);
+      if (--request.num_unfinished == 0) result.finished_requests.push_back(request.id);
+    }
+  }
+  for (const int64_t id : result.finished_requests) requests_.erase(id);
+  return result;
+}
+
+}  // namespace splitflow

@@ -1,0 +1,134 @@
+// engine/engine.h — the continuous-batching engine: many requests through one ModelRunner.
+// Owns the Scheduler (and through it the KV BlockManager) and, per sequence, the Sampler (seeded),
+// the StreamDecoder and the StopChecker. One step() is: the scheduler plans a batch, the runner
+// runs it, each sampled span gets a token, the scheduler appends them, stop strings are checked
+// on the released text. Single-threaded and synchronous: server/async_engine.h runs it on its
+// own thread. It never touches sockets, JSON or clocks.
+//
+// A request with n > 1 is n sequences over one prompt: the first is queued alone, the other n-1
+// join at the front of the queue once the first has computed the prompt, so the prefix cache
+// gives them its full blocks instead of computing the prompt n times.
+// Per sequence, the same seed gives the same tokens: choice i samples with seed + i.
+//
+// Where tokens are drawn: a sequence whose parameters the backend's sampling rule covers
+// (temperature, top_k, top_p, min_p; no logprobs, penalties, FSD, mirostat, typical or tail-free)
+// is sampled on the device by ModelRunner::forward_sample, so only token ids cross to the host;
+// the others by their host Sampler over the logits row. A step holding both kinds copies the
+// logits to the host and applies the device rule there (the CPU backend's sample()), so a
+// sequence draws by one rule from start to end whatever it is batched with. Greedy sequences
+// give the same tokens either way.
+#pragma once
+
+#include "backend/backend.h"
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "engine/stop_checker.h"
+#include "runtime/model_runner.h"
+#include "tokenizer/tokenizer.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace splitflow {
+
+// One sampled token.
+struct TokenOutput {
+  int32_t token_id = -1;
+  float logprob = 0.0f;                    // the model's log-probability (NaN unless params.logprobs)
+  std::vector<TokenLogprob> top_logprobs;  // params.top_logprobs most probable, most probable first
+};
+
+// What one sequence produced in one step: exactly one sampled token.
+struct SequenceOutput {
+  int64_t request_id = 0;
+  int32_t index = 0;  // which of the request's n choices
+  TokenOutput token;
+  // Text that became safe to send (complete UTF-8, not possibly the start of a stop string).
+  // At the finish it holds everything left; a matched stop string is never part of it.
+  std::string text;
+  FinishReason finish_reason = FinishReason::None;  // set on the sequence's last output
+  int32_t num_cached_prompt_tokens = 0;             // prompt tokens the prefix cache supplied
+};
+
+struct EngineStep {
+  std::vector<SequenceOutput> outputs;  // in span order of the batch
+  int32_t num_prefill_tokens = 0;       // prompt chunks and recomputed tokens run this step
+  int32_t num_decode_tokens = 0;
+  int32_t num_preempted = 0;            // sequences sent back to waiting while planning it
+  std::vector<int64_t> finished_requests;  // requests whose every choice finished this step
+};
+
+struct EngineOptions {
+  // Sample on the device when the parameters allow (see above); false: always the host Sampler.
+  bool device_sampling = true;
+};
+
+// Whether the backend's sampling rule (backend/sampling_rule.h) covers these parameters.
+bool device_samplable(const SamplingParams& params);
+
+class Engine {
+ public:
+  // config.eos_token_ids is filled from the tokenizer (or the spec without one) when empty.
+  // config.max_batch_tokens / max_seqs must not exceed the runner's limits, and num_blocks /
+  // block_size must be the runner's KV cache. tokenizer may be null: ids in, ids out, no text.
+  Engine(ModelRunner& runner, const Tokenizer* tokenizer, SchedulerConfig config, EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Throws splitflow::Error naming the problem: bad params, n < 1, an empty prompt, a token
+  // outside the vocabulary, a prompt longer than max_model_len. Touches no engine state, so any
+  // thread may call it while another runs step().
+  void check_request(std::span<const int32_t> prompt_ids, const SamplingParams& params, int32_t n) const;
+  // Queues a request after check_request(); returns its id (increasing from 0).
+  int64_t add_request(std::vector<int32_t> prompt_ids, const SamplingParams& params, int32_t n = 1);
+  // Encodes the text with the tokenizer's special tokens (BOS); throws without a tokenizer.
+  int64_t add_request(std::string_view prompt, const SamplingParams& params, int32_t n = 1);
+  // Ends every sequence of the request at once ("abort") and releases its KV blocks; no more
+  // output comes for it. Returns false for an unknown or already finished request.
+  bool abort(int64_t request_id);
+
+  // One forward over the scheduled batch; an empty step when nothing is pending.
+  EngineStep step();
+
+  bool has_unfinished() const { return !requests_.empty(); }
+  int32_t num_unfinished_requests() const { return static_cast<int32_t>(requests_.size()); }
+  // Sequences the scheduler holds, plus the later choices of n > 1 requests not queued yet.
+  int32_t num_waiting_sequences() const;
+  int32_t num_running_sequences() const { return static_cast<int32_t>(scheduler_.running().size()); }
+  const Scheduler& scheduler() const { return scheduler_; }
+  const SchedulerConfig& config() const { return scheduler_.config(); }
+  const ModelRunner& runner() const { return runner_; }
+  const Tokenizer* tokenizer() const { return tokenizer_; }
+
+ private:
+  struct SequenceState;
+  struct Request;
+
+  void finish_output(SequenceState& state, SequenceOutput& output);
+  void add_later_choices(Request& request);
+  // One token per sampled sequence of the plan (in logits row order), outputs filled.
+  void forward_and_sample(const StepPlan& plan, const std::vector<SequenceState*>& sampled,
+                          std::vector<SequenceOutput>& outputs);
+
+  ModelRunner& runner_;
+  const Tokenizer* tokenizer_;
+  EngineOptions options_;
+  std::unique_ptr<Backend> host_rule_;  // the CPU backend, for the device rule in mixed steps
+  Scheduler scheduler_;
+  int64_t next_request_id_ = 0;
+  int64_t next_sequence_id_ = 0;
+  std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
+  std::unordered_map<int64_t, SequenceState*> sequences_;  // by Sequence::id, while unfinished
+  int32_t num_deferred_sequences_ = 0;                      // later choices not queued yet
+};
+
+}  // namespace splitflow
