@@ -4,7 +4,8 @@
 # the splitflow target, and runs batch-1 512-in / 128-out latency for the shapes in $CONFIGS
 # (default: Llama-2-7B and Llama-3-8B, dummy weights) at each batch size in $BATCHES (default 1);
 # PREFILL=1 adds a 2048-token prefill run per shape. Result JSON and logs go to $OUT when set
-# (the device tool brings them back; copy them into bench/results/), else to bench/results/.
+# (the device tool brings them back; copy them into bench/results/), else to bench/results/; logs to
+# $LOGS (default /tmp/splitflow-gpu-logs).
 # TESTS=1: also build test_backend_cuda and run `ctest -L backend_cuda` first (log ctest.log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,8 +13,9 @@ root=$PWD
 build=${BUILD_DIR:-build-gpu}
 carry=${CARRY_DIR:-.carry}
 results=${OUT:-$root/bench/results}
+logs=${LOGS:-/tmp/splitflow-gpu-logs}  # kept out of $OUT: the device tool returns few files
 configs=${CONFIGS:-"llama-2-7b llama-3-8b"}
-mkdir -p "$results"
+mkdir -p "$results" "$logs"
 
 args=(-DSPLITFLOW_CUDA=ON)
 [[ -d $carry/include ]] && args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
@@ -23,29 +25,29 @@ targets=(splitflow)
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: no GPU visible"
 start=$SECONDS
-cmake -S . -B "$build" -G Ninja "${args[@]}" >"$results/configure.log" 2>&1 || { tail -40 "$results/configure.log"; exit 1; }
-if ! cmake --build "$build" -j16 --target "${targets[@]}" >"$results/build.log" 2>&1; then
-  grep -E "error|Error" "$results/build.log" | head -40
+cmake -S . -B "$build" -G Ninja "${args[@]}" >"$logs/configure.log" 2>&1 || { tail -40 "$logs/configure.log"; exit 1; }
+if ! cmake --build "$build" -j16 --target "${targets[@]}" >"$logs/build.log" 2>&1; then
+  grep -E "error|Error" "$logs/build.log" | head -40
   exit 1
 fi
 echo "configure + build: $((SECONDS - start)) s"
 
 rc=0
 if [[ ${TESTS:-0} == 1 ]]; then
-  (cd "$build" && ctest -L backend_cuda --output-on-failure) >"$results/ctest.log" 2>&1
+  (cd "$build" && ctest -L backend_cuda --output-on-failure) >"$logs/ctest.log" 2>&1
   rc=$?
-  echo "ctest -L backend_cuda exit $rc: $(grep -E 'tests passed|tests failed' "$results/ctest.log")"
-  grep -E 'Failed|FAILED' "$results/ctest.log" | head -20
+  echo "ctest -L backend_cuda exit $rc: $(grep -E 'tests passed|tests failed' "$logs/ctest.log")"
+  grep -E 'Failed|FAILED' "$logs/ctest.log" | head -20
 fi
 run_bench() {  # log name, then bench latency arguments
   local name=$1; shift
   echo "=== $name ==="
   local run_start=$SECONDS
-  "$build/splitflow" bench latency --backend cuda --dummy-weights --results-dir "$results" "$@" >"$results/$name.log" 2>&1
+  "$build/splitflow" bench latency --backend cuda --dummy-weights --results-dir "$results" "$@" >"$logs/$name.log" 2>&1
   local status=$?
   [[ $status -ne 0 ]] && rc=$status
   echo "exit $status after $((SECONDS - run_start)) s"
-  grep -E "load|TTFT|decode tokens|fraction|error" "$results/$name.log"
+  grep -E "load|TTFT|decode tokens|fraction|error" "$logs/$name.log"
 }
 for config in $configs; do
   for batch in ${BATCHES:-1}; do

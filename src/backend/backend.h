@@ -178,6 +178,15 @@ class Backend {
   virtual void write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
                         const DeviceTensor& k_cache, const DeviceTensor& v_cache) = 0;
 
+  // rope() then write_kv() on the same qkv; a backend may do both in one pass.
+  virtual void rope_write_kv(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
+                             const RopeParams& rope_params, const DeviceTensor& slots,
+                             const AttentionParams& attention_params, const DeviceTensor& k_cache,
+                             const DeviceTensor& v_cache) {
+    rope(qkv, cos_sin, table_rows, rope_params);
+    write_kv(qkv, slots, attention_params, k_cache, v_cache);
+  }
+
   // Paged causal attention of the batch's new tokens (q heads of qkv) over each sequence's cached
   // keys and values (the new tokens' k/v must already be written). out [T, num_heads * head_dim].
   virtual void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,

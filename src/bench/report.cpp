@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -50,6 +51,8 @@ double measure_cpu_read_bandwidth_gbps(int threads) {
 }
 
 std::string source_commit() {
+  // A snapshot of the tree built elsewhere says which commit it is (scripts/gpu_snapshot.sh).
+  if (const char* given = std::getenv("SPLITFLOW_COMMIT"); given != nullptr && *given != '\0') return given;
   std::array<char, 64> buffer{};
   std::string commit;
   if (FILE* pipe = ::popen("git describe --always --dirty --abbrev=7 2>/dev/null", "r")) {

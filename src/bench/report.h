@@ -13,7 +13,7 @@ std::string cpu_description(int threads);
 // Best of several passes summing a buffer far larger than the caches, all threads: the rate at
 // which this machine can stream weights from memory, in GB/s (1e9 bytes).
 double measure_cpu_read_bandwidth_gbps(int threads);
-// The source commit: `git describe --always --dirty` when run inside the checkout (a "-dirty" suffix marks uncommitted changes), else the commit
+// The source commit: $SPLITFLOW_COMMIT when set (a snapshot built outside the checkout), else `git describe --always --dirty` when run inside the checkout (a "-dirty" suffix marks uncommitted changes), else the commit
 // the binary was configured at.
 std::string source_commit();
 // UTC, ISO 8601.

@@ -39,7 +39,7 @@ std::string_view step_name(StepKind kind) {
   switch (kind) {
     case StepKind::Norm: return "norm";
     case StepKind::Linear: return "linear";
-    case StepKind::Rope: return "rope";
+    case StepKind::RopeWriteKv: return "rope_write_kv";
     case StepKind::WriteKv: return "write_kv";
     case StepKind::Attention: return "attention";
     case StepKind::Activation: return "activation";
@@ -88,8 +88,7 @@ LayerPlan build_layer_plan(const ModelSpec& spec) {
     steps.push_back({StepKind::Norm, Slot::Hidden, Slot::MlpIn, Slot::None, LayerWeight::FfnNorm, norm_bias});
 
   steps.push_back({StepKind::Linear, Slot::AttnIn, Slot::Qkv, Slot::None, LayerWeight::Qkv, qkv_bias});
-  if (spec.position == PositionType::Rope) steps.push_back({StepKind::Rope, Slot::Qkv, Slot::Qkv});
-  steps.push_back({StepKind::WriteKv, Slot::Qkv});
+  steps.push_back({spec.position == PositionType::Rope ? StepKind::RopeWriteKv : StepKind::WriteKv, Slot::Qkv});
   steps.push_back({StepKind::Attention, Slot::Qkv, Slot::AttnOut});
   steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::AttnProj, Slot::None, LayerWeight::Output, attention.o_bias});
 

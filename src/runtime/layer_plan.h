@@ -37,8 +37,8 @@ enum class LayerWeight : uint8_t { None, AttnNorm, FfnNorm, Qkv, Output, GateUp,
 enum class StepKind : uint8_t {
   Norm,        // output = norm(input) with weight; when delta != None, input += delta first
   Linear,      // output = input W^T (+ bias)
-  Rope,        // rotate the q and k heads of input in place
-  WriteKv,     // store input's k and v heads in this layer's paged cache
+  RopeWriteKv, // rotate the q and k heads of input in place, then store its k and v heads in the cache
+  WriteKv,     // store input's k and v heads in this layer's paged cache (no RoPE)
   Attention,   // output = paged attention of input's q heads
   Activation,  // output = act(input) (gated: act(gate) * up)
   AddResidual, // output += input

@@ -190,6 +190,42 @@ void check_write_kv(Backend& backend, std::mt19937_64& rng, int kv_heads, int he
   EXPECT_EQ(relative_error(to_host(backend, k.view()), ref_k), 0.0);
   EXPECT_EQ(relative_error(to_host(backend, v.view()), ref_v), 0.0);
 }
+// The fused launch gives exactly what rope() then write_kv() give: qkv rotated in place, k and v
+// in the caches (negative slots skipped), partial rotary dims and both pairings.
+TEST_F(CudaKernels, RopeWriteKvEqualsTheTwoKernels) {
+  const int heads = 4, kv_heads = 2, head_dim = 16, block_size = 4, blocks = 6, tokens = 5;
+  const int64_t width = (heads + 2 * kv_heads) * head_dim;
+  for (RopeStyle style : {RopeStyle::Half, RopeStyle::Interleaved})
+    for (int rotary_dim : {16, 6}) {
+      std::vector<float> qkv = random_values(rng, tokens * width), table = random_values(rng, 20 * rotary_dim);
+      const RopeParams rope{heads, kv_heads, head_dim, rotary_dim, style};
+      const AttentionParams attention{heads, kv_heads, head_dim, block_size, 1.0f, 0};
+      DeviceBuffer d_table = to_device_f32(*backend, table, {20, 2, rotary_dim / 2});
+      DeviceBuffer rows = to_device_i32(*backend, {3, 0, 19, 7, 7}, {tokens});
+      DeviceBuffer slots = to_device_i32(*backend, {0, 5, -1, 23, 9}, {tokens});
+      const Shape cache = {blocks, block_size, kv_heads, head_dim};
+      std::vector<std::vector<float>> results;
+      for (bool fused : {false, true}) {
+        std::vector<float> values = qkv;
+        DeviceBuffer d_qkv = to_device_bf16(*backend, values, {tokens, width});
+        DeviceBuffer k = backend->allocate(DType::BF16, cache), v = backend->allocate(DType::BF16, cache);
+        if (fused) {
+          backend->rope_write_kv(d_qkv.view(), d_table.view(), rows.view(), rope, slots.view(), attention, k.view(), v.view());
+        } else {
+          backend->rope(d_qkv.view(), d_table.view(), rows.view(), rope);
+          backend->write_kv(d_qkv.view(), slots.view(), attention, k.view(), v.view());
+        }
+        std::vector<float> all = to_host(*backend, d_qkv.view());
+        for (const DeviceBuffer* b : {&k, &v}) {
+          const std::vector<float> part = to_host(*backend, b->view());
+          all.insert(all.end(), part.begin(), part.end());
+        }
+        results.push_back(std::move(all));
+      }
+      EXPECT_EQ(results[0], results[1]) << "rotary_dim " << rotary_dim;
+    }
+}
+
 TEST_F(CudaKernels, WriteKvStoresSlotsAndSkipsNegative) {
   check_write_kv(*backend, rng, 2, 8);
   check_write_kv(*backend, rng, 2, 6);

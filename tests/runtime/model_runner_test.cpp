@@ -410,8 +410,7 @@ TEST(LayerPlan, SequentialRopeLayer) {
   EXPECT_EQ(build_layer_plan(tiny_spec()).describe(),
             "norm attn_norm: hidden -> attn_in\n"
             "linear qkv: attn_in -> qkv\n"
-            "rope: qkv\n"
-            "write_kv: qkv\n"
+            "rope_write_kv: qkv\n"
             "attention: qkv -> attn_out\n"
             "linear o: attn_out -> attn_proj\n"
             "norm ffn_norm: hidden += attn_proj -> mlp_in\n"

@@ -52,6 +52,38 @@ int common_alignment(std::initializer_list<const void*> pointers) {
   return alignment;
 }
 
+void check_rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
+                const RopeParams& params) {
+  check_dtype(qkv, DType::BF16, "rope", "qkv");
+  check_dtype(cos_sin, DType::F32, "rope", "cos_sin");
+  check_dtype(table_rows, DType::I32, "rope", "table_rows");
+  const int half = params.rotary_dim / 2, head_dim = params.head_dim;
+  SF_CHECK(params.rotary_dim % 2 == 0 && params.rotary_dim > 0 && params.rotary_dim <= head_dim,
+           "cuda rope: rotary_dim {} must be even and in (0, head_dim {}]", params.rotary_dim, head_dim);
+  const int64_t tokens = qkv.dim(0), width = (params.num_heads + 2 * params.num_kv_heads) * int64_t{head_dim};
+  check_shape(qkv, {tokens, width}, "rope", "qkv");
+  check_shape(table_rows, {tokens}, "rope", "table_rows");
+  SF_CHECK(cos_sin.shape.size() == 3 && cos_sin.dim(1) == 2 && cos_sin.dim(2) == half,
+           "cuda rope: cos_sin has shape {}, expected [rows, 2, {}]", shape_str(cos_sin.shape), half);
+}
+
+void check_write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
+                    const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
+  check_dtype(qkv, DType::BF16, "write_kv", "qkv");
+  check_dtype(slots, DType::I32, "write_kv", "slots");
+  check_dtype(k_cache, DType::BF16, "write_kv", "k_cache");
+  check_dtype(v_cache, DType::BF16, "write_kv", "v_cache");
+  const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
+  const int64_t tokens = qkv.dim(0), width = int64_t{params.num_heads} * params.head_dim + 2 * kv_dim;
+  check_shape(qkv, {tokens, width}, "write_kv", "qkv");
+  check_shape(slots, {tokens}, "write_kv", "slots");
+  SF_CHECK(k_cache.shape.size() == 4 && k_cache.dim(1) == params.block_size && k_cache.dim(2) == params.num_kv_heads &&
+               k_cache.dim(3) == params.head_dim,
+           "cuda write_kv: k_cache has shape {}, expected [blocks, {}, {}, {}]", shape_str(k_cache.shape),
+           params.block_size, params.num_kv_heads, params.head_dim);
+  check_shape(v_cache, k_cache.shape, "write_kv", "v_cache");
+}
+
 }  // namespace
 
 struct CudaBackend::GemmPlan {
@@ -318,42 +350,41 @@ void CudaBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Dev
 
 void CudaBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
                        const RopeParams& params) {
-  check_dtype(qkv, DType::BF16, "rope", "qkv");
-  check_dtype(cos_sin, DType::F32, "rope", "cos_sin");
-  check_dtype(table_rows, DType::I32, "rope", "table_rows");
-  const int half = params.rotary_dim / 2, head_dim = params.head_dim;
-  SF_CHECK(params.rotary_dim % 2 == 0 && params.rotary_dim > 0 && params.rotary_dim <= head_dim,
-           "cuda rope: rotary_dim {} must be even and in (0, head_dim {}]", params.rotary_dim, head_dim);
-  const int64_t tokens = qkv.dim(0), width = (params.num_heads + 2 * params.num_kv_heads) * int64_t{head_dim};
-  check_shape(qkv, {tokens, width}, "rope", "qkv");
-  check_shape(table_rows, {tokens}, "rope", "table_rows");
-  SF_CHECK(cos_sin.shape.size() == 3 && cos_sin.dim(1) == 2 && cos_sin.dim(2) == half,
-           "cuda rope: cos_sin has shape {}, expected [rows, 2, {}]", shape_str(cos_sin.shape), half);
-  SF_CUDA_CHECK(launch_rope(bf16_ptr(qkv), cos_sin.as<float>(), table_rows.as<int32_t>(), tokens, params.num_heads,
-                            params.num_kv_heads, head_dim, params.rotary_dim, params.style == RopeStyle::Interleaved,
-                            stream_),
+  check_rope(qkv, cos_sin, table_rows, params);
+  SF_CUDA_CHECK(launch_rope(bf16_ptr(qkv), cos_sin.as<float>(), table_rows.as<int32_t>(), qkv.dim(0), params.num_heads,
+                            params.num_kv_heads, params.head_dim, params.rotary_dim,
+                            params.style == RopeStyle::Interleaved, stream_),
                 "rope");
 }
 
 void CudaBackend::write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
                            const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
-  check_dtype(qkv, DType::BF16, "write_kv", "qkv");
-  check_dtype(slots, DType::I32, "write_kv", "slots");
-  check_dtype(k_cache, DType::BF16, "write_kv", "k_cache");
-  check_dtype(v_cache, DType::BF16, "write_kv", "v_cache");
-  const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
-  const int64_t tokens = qkv.dim(0), width = int64_t{params.num_heads} * params.head_dim + 2 * kv_dim;
-  check_shape(qkv, {tokens, width}, "write_kv", "qkv");
-  check_shape(slots, {tokens}, "write_kv", "slots");
-  SF_CHECK(k_cache.shape.size() == 4 && k_cache.dim(1) == params.block_size && k_cache.dim(2) == params.num_kv_heads &&
-               k_cache.dim(3) == params.head_dim,
-           "cuda write_kv: k_cache has shape {}, expected [blocks, {}, {}, {}]", shape_str(k_cache.shape),
-           params.block_size, params.num_kv_heads, params.head_dim);
-  check_shape(v_cache, k_cache.shape, "write_kv", "v_cache");
-  SF_CUDA_CHECK(launch_write_kv(bf16_ptr(qkv), slots.as<int32_t>(), bf16_ptr(k_cache), bf16_ptr(v_cache), tokens,
+  check_write_kv(qkv, slots, params, k_cache, v_cache);
+  SF_CUDA_CHECK(launch_write_kv(bf16_ptr(qkv), slots.as<int32_t>(), bf16_ptr(k_cache), bf16_ptr(v_cache), qkv.dim(0),
                                 params.num_heads, params.num_kv_heads, params.head_dim,
                                 k_cache.dim(0) * params.block_size, stream_),
                 "write_kv");
+}
+
+void CudaBackend::rope_write_kv(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
+                                const RopeParams& rope_params, const DeviceTensor& slots,
+                                const AttentionParams& attention_params, const DeviceTensor& k_cache,
+                                const DeviceTensor& v_cache) {
+  SF_CHECK(rope_params.num_heads == attention_params.num_heads &&
+               rope_params.num_kv_heads == attention_params.num_kv_heads &&
+               rope_params.head_dim == attention_params.head_dim,
+           "cuda rope_write_kv: rope ({} heads, {} kv heads, head_dim {}) and attention ({}, {}, {}) disagree",
+           rope_params.num_heads, rope_params.num_kv_heads, rope_params.head_dim, attention_params.num_heads,
+           attention_params.num_kv_heads, attention_params.head_dim);
+  // The separate kernels' checks, in their order, without launching them.
+  check_rope(qkv, cos_sin, table_rows, rope_params);
+  check_write_kv(qkv, slots, attention_params, k_cache, v_cache);
+  SF_CUDA_CHECK(launch_rope_write_kv(bf16_ptr(qkv), cos_sin.as<float>(), table_rows.as<int32_t>(), slots.as<int32_t>(),
+                                     bf16_ptr(k_cache), bf16_ptr(v_cache), qkv.dim(0), rope_params.num_heads,
+                                     rope_params.num_kv_heads, rope_params.head_dim, rope_params.rotary_dim,
+                                     rope_params.style == RopeStyle::Interleaved,
+                                     k_cache.dim(0) * attention_params.block_size, stream_),
+                "rope_write_kv");
 }
 
 void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,

@@ -51,6 +51,9 @@ class CudaBackend final : public Backend {
             const RopeParams& params) override;
   void write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
                 const DeviceTensor& k_cache, const DeviceTensor& v_cache) override;
+  void rope_write_kv(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
+                     const RopeParams& rope_params, const DeviceTensor& slots, const AttentionParams& attention_params,
+                     const DeviceTensor& k_cache, const DeviceTensor& v_cache) override;
   void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                  const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override;
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override;

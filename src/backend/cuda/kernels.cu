@@ -196,6 +196,41 @@ __global__ void rope_kernel(bf16_bits* qkv, const float* cos_sin, const int32_t*
   store(qkv, i2, x2 * c + x1 * s);
 }
 
+// RoPE and the KV write in one launch: block (token, head) over the q heads, then the kv heads;
+// a thread per rotated pair and per pass-through dim. K heads are rotated in qkv and stored in
+// the cache; the block of kv head h also stores v head h.
+__global__ void rope_write_kv_kernel(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows,
+                                     const int32_t* slots, bf16_bits* k_cache, bf16_bits* v_cache, int heads,
+                                     int kv_heads, int head_dim, int half, bool interleaved, int64_t capacity_slots) {
+  const int64_t t = blockIdx.x;
+  const int head = blockIdx.y;  // [0, heads): q heads; [heads, heads + kv_heads): kv heads
+  const int64_t width = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim;
+  bf16_bits* row = qkv + t * width + static_cast<int64_t>(head) * head_dim;
+  const bool is_k = head >= heads;
+  const int64_t slot = is_k ? slots[t] : -1;
+  const bool to_cache = slot >= 0 && slot < capacity_slots;
+  const int64_t kv_dim = static_cast<int64_t>(kv_heads) * head_dim;
+  bf16_bits* k_dst = to_cache ? k_cache + slot * kv_dim + static_cast<int64_t>(head - heads) * head_dim : nullptr;
+  const float* table = cos_sin + static_cast<int64_t>(table_rows[t]) * 2 * half;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const int i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
+    const float c = table[i], s = table[half + i];
+    const float x1 = load(row, i1), x2 = load(row, i2);
+    const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+    store(row, i1, y1);
+    store(row, i2, y2);
+    if (to_cache) {
+      store(k_dst, i1, y1);
+      store(k_dst, i2, y2);
+    }
+  }
+  if (!to_cache) return;
+  for (int d = 2 * half + threadIdx.x; d < head_dim; d += blockDim.x) k_dst[d] = row[d];  // past rotary_dim
+  const bf16_bits* v_src = row + kv_dim;
+  bf16_bits* v_dst = v_cache + slot * kv_dim + static_cast<int64_t>(head - heads) * head_dim;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) v_dst[d] = v_src[d];
+}
+
 // Grid (tokens, pieces of the row): each thread copies one unit of `unit` bf16 (8: one 16-byte
 // word, when rows and caches are 16-byte aligned; else 1) of the token's k and of its v heads, so
 // even one token spreads over several blocks.
@@ -466,6 +501,18 @@ cudaError_t launch_rope(bf16_bits* qkv, const float* cos_sin, const int32_t* tab
   if (n == 0) return cudaSuccess;
   rope_kernel<<<grid_for(n), kThreads, 0, stream>>>(qkv, cos_sin, table_rows, tokens, rotated,
                                                     (heads + 2 * kv_heads) * head_dim, head_dim, half, interleaved);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope_write_kv(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows, const int32_t* slots,
+                                 bf16_bits* k_cache, bf16_bits* v_cache, int64_t tokens, int heads, int kv_heads,
+                                 int head_dim, int rotary_dim, bool interleaved, int64_t capacity_slots,
+                                 cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  const int threads = std::max(32, std::min(256, (head_dim / 2 + 31) / 32 * 32));
+  rope_write_kv_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads + kv_heads)), threads, 0,
+                         stream>>>(qkv, cos_sin, table_rows, slots, k_cache, v_cache, heads, kv_heads, head_dim,
+                                   rotary_dim / 2, interleaved, capacity_slots);
   return cudaGetLastError();
 }
 

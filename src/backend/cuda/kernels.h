@@ -46,6 +46,12 @@ cudaError_t launch_add_bias(bf16_bits* y_bf16, float* y_f32, const float* bias, 
 cudaError_t launch_rope(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows, int64_t tokens, int heads,
                         int kv_heads, int head_dim, int rotary_dim, bool interleaved, cudaStream_t stream);
 
+// launch_rope then launch_write_kv in one launch (the same results).
+cudaError_t launch_rope_write_kv(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows, const int32_t* slots,
+                                 bf16_bits* k_cache, bf16_bits* v_cache, int64_t tokens, int heads, int kv_heads,
+                                 int head_dim, int rotary_dim, bool interleaved, int64_t capacity_slots,
+                                 cudaStream_t stream);
+
 // k/v heads of qkv -> caches at slots[t] (negative: skipped; >= capacity_slots: skipped, the
 // runner validates slots on the host).
 cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, bf16_bits* k_cache, bf16_bits* v_cache,
