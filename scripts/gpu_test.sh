@@ -40,7 +40,7 @@ e2e_rc=$?
 san_rc=0
 if [[ ${SANITIZE:-0} == 1 ]]; then
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  "$sanitizer" --tool memcheck --error-exitcode 9 "$build/tests/test_backend_cuda" \
+  timeout "${SANITIZE_TIMEOUT:-600}" "$sanitizer" --tool memcheck --error-exitcode 9 "$build/tests/test_backend_cuda" \
     >"$logs/memcheck.log" 2>&1
   san_rc=$?
 fi
