@@ -122,10 +122,14 @@ std::string render_messages(const jinja::Program& program, const std::string& bo
   for (size_t i = 0; i < messages.size(); ++i) {
     const Json& message = messages[i];
     SF_CHECK(message.is_object(), "messages[{}]: a message must be a JSON object", i);
-    jinja::Dict dict = jinja::Value::from_json(message).as_dict();
-    auto content = message.find("content");
-    if (content != message.end() && content->is_array() && !program.iterates_message_content) {
-      dict.set(jinja::Value("content"), content_as_text(*content, i));
+    jinja::Dict dict;
+    for (auto it = message.begin(); it != message.end(); ++it) {
+      if (it.value().is_null()) continue;  // apply_chat_template drops None-valued keys
+      if (it.key() == "content" && it.value().is_array() && !program.iterates_message_content) {
+        dict.entries.emplace_back(jinja::Value("content"), content_as_text(it.value(), i));
+      } else {
+        dict.entries.emplace_back(jinja::Value(it.key()), jinja::Value::from_json(it.value()));
+      }
     }
     converted.push_back(jinja::Value::dict(alias_reasoning(std::move(dict))));
   }

@@ -41,6 +41,8 @@ class ChatTemplate {
   // {type:"text", text} parts, optional name/tool_calls/...). extra: more template variables
   // (tools, documents, enable_thinking, ...). Throws splitflow::Error carrying the template's
   // raise_exception message, or naming the line of a runtime error.
+  // As transformers' apply_chat_template does, keys whose value is null are dropped from each
+  // message (so `content: null` is undefined to the template, not none).
   // Content parts: when the template never loops over a message's content, a list of text parts
   // is joined with "\n" into one string (vLLM's rule for string-content templates); other part
   // types are refused. Messages carrying reasoning_content / thinking / reasoning get both

@@ -95,6 +95,10 @@ struct Node {
   Body else_body;                    // For
   std::vector<MacroParam> params;    // Macro, CallBlock (caller's params)
   std::vector<std::pair<std::string, ExprPtr>> assignments;  // With
+  // Macro, CallBlock: whether the body reads these names (then extra arguments are accepted).
+  bool macro_reads_varargs = false;
+  bool macro_reads_kwargs = false;
+  bool macro_reads_caller = false;
 };
 
 // A parsed template.

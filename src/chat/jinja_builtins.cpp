@@ -131,9 +131,7 @@ std::vector<Value> str_split(const std::string& text, const Value* separator, in
         while (i < cps.size() && is_python_space(cps[i])) ++i;
         if (i >= cps.size()) break;
         if (maxsplit >= 0 && static_cast<int64_t>(words.size()) == maxsplit) {
-          size_t end = cps.size();
-          while (end > i && is_python_space(cps[end - 1])) --end;
-          words.push_back(cps.substr(i, end - i));
+          words.push_back(cps.substr(i));  // the remainder keeps its trailing whitespace
           break;
         }
         size_t start = i;
@@ -146,9 +144,7 @@ std::vector<Value> str_split(const std::string& text, const Value* separator, in
         while (i > 0 && is_python_space(cps[i - 1])) --i;
         if (i == 0) break;
         if (maxsplit >= 0 && static_cast<int64_t>(words.size()) == maxsplit) {
-          size_t begin = 0;
-          while (begin < i && is_python_space(cps[begin])) ++begin;
-          words.push_back(cps.substr(begin, i - begin));
+          words.push_back(cps.substr(0, i));  // the remainder keeps its leading whitespace
           break;
         }
         size_t end = i;
@@ -240,8 +236,8 @@ std::string str_replace(const std::string& text, const std::string& old, const s
 
 // ---------------------------------------------------------------- argument helpers
 
-const Value& arg_or(const CallArgs& args, size_t index, std::string_view name, std::string_view function,
-                    const Value& fallback) {
+Value arg_or(const CallArgs& args, size_t index, std::string_view name, std::string_view function,
+             const Value& fallback) {
   const Value* found = args.find(index, name, function);
   return found ? *found : fallback;
 }
@@ -526,9 +522,13 @@ double round_decimal(double value, int64_t digits) {
 
 // ---------------------------------------------------------------- sorting and attribute paths
 
-// jinja2's make_attrgetter: "a.b.0" looks up a, then b, then item 0 (getitem first).
-Value lookup_path(const Value& item, const Value& attribute) {
-  if (!attribute.is_string()) return get_item(item, attribute);
+// jinja2's make_attrgetter: "a.b.0" looks up a, then b, then item 0 (getitem first); with a
+// fallback, an undefined step is replaced by it before the next step.
+Value lookup_path(const Value& item, const Value& attribute, const Value* fallback = nullptr) {
+  if (!attribute.is_string()) {
+    Value found = get_item(item, attribute);
+    return found.is_undefined() && fallback ? *fallback : found;
+  }
   Value current = item;
   const std::string& path = attribute.as_string();
   size_t start = 0;
@@ -538,6 +538,7 @@ Value lookup_path(const Value& item, const Value& attribute) {
     auto index = parse_int(part, 10);
     bool all_digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return isdigit(static_cast<unsigned char>(c)); });
     current = all_digits && index ? get_item(current, Value(*index)) : get_item(current, Value(part));
+    if (current.is_undefined() && fallback) current = *fallback;
     if (dot == std::string::npos) return current;
     start = dot + 1;
   }
@@ -688,7 +689,7 @@ Value filter_abs(const Value& input, const CallArgs& args) {
 
 Value filter_attr(const Value& input, const CallArgs& args) {
   args.check("attr", 1, {"name"});
-  const Value& name = arg_or(args, 0, "name", "attr", Value());
+  Value name = arg_or(args, 0, "name", "attr", Value());
   if (input.is_undefined()) input.fail_undefined();
   if (input.is_namespace()) {
     const Value* found = input.as_namespace().attributes.find_key(require_string(name, "attr name"));
@@ -741,7 +742,7 @@ Value filter_center(const Value& input, const CallArgs& args) {
 
 Value filter_default(const Value& input, const CallArgs& args) {
   args.check("default", 2, {"default_value", "boolean"});
-  const Value& fallback = arg_or(args, 0, "default_value", "default", Value(""));
+  Value fallback = arg_or(args, 0, "default_value", "default", Value(""));
   bool boolean = arg_or(args, 1, "boolean", "default", Value(false)).truthy();
   if (input.is_undefined() || (boolean && !input.truthy())) return fallback;
   return input;
@@ -818,7 +819,7 @@ Value filter_format(const Value& input, const CallArgs& args) {
 
 Value filter_indent(const Value& input, const CallArgs& args) {
   args.check("indent", 3, {"width", "first", "blank"});
-  const Value& width = arg_or(args, 0, "width", "indent", Value(4));
+  Value width = arg_or(args, 0, "width", "indent", Value(4));
   bool first = arg_or(args, 1, "first", "indent", Value(false)).truthy();
   bool blank = arg_or(args, 2, "blank", "indent", Value(false)).truthy();
   std::string indentation = width.is_string() ? width.as_string()
@@ -845,7 +846,7 @@ Value filter_indent(const Value& input, const CallArgs& args) {
 
 Value filter_int(const Value& input, const CallArgs& args) {
   args.check("int", 2, {"default", "base"});
-  const Value& fallback = arg_or(args, 0, "default", "int", Value(0));
+  Value fallback = arg_or(args, 0, "default", "int", Value(0));
   int64_t base = require_int(arg_or(args, 1, "base", "int", Value(10)), "int base");
   if (input.is_bool() || input.is_int()) return Value(input.to_int());
   if (input.is_float()) {
@@ -911,13 +912,10 @@ Value filter_map(const Value& input, const CallArgs& args) {
   const Value* fallback = nullptr;
   for (const auto& [key, value] : args.keyword) {
     if (key == "attribute") attribute = &value;
-    if (key == "default") fallback = &value;
+    if (key == "default" && !value.is_none()) fallback = &value;
   }
   if (attribute) {
-    for (const auto& item : iterate(input)) {
-      Value v = lookup_path(item, *attribute);
-      out.push_back(v.is_undefined() && fallback ? *fallback : v);
-    }
+    for (const auto& item : iterate(input)) out.push_back(lookup_path(item, *attribute, fallback));
     return Value::list(std::move(out));
   }
   if (args.positional.empty()) throw RuntimeError("map requires a filter argument");
@@ -983,7 +981,7 @@ Value filter_replace(const Value& input, const CallArgs& args) {
   args.check("replace", 3, {"old", "new", "count"});
   std::string old = arg_or(args, 0, "old", "replace", Value()).str();
   std::string replacement = arg_or(args, 1, "new", "replace", Value()).str();
-  const Value& count = arg_or(args, 2, "count", "replace", Value(nullptr));
+  Value count = arg_or(args, 2, "count", "replace", Value(nullptr));
   return Value(str_replace(input.str(), old, replacement, count.is_none() ? -1 : require_int(count, "replace count")));
 }
 
@@ -1072,14 +1070,14 @@ Value filter_tojson(const Value& input, const CallArgs& args) {
   args.check("tojson", 5, {"ensure_ascii", "indent", "separators", "sort_keys"});
   JsonOptions options;
   options.ensure_ascii = arg_or(args, 0, "ensure_ascii", "tojson", Value(false)).truthy();
-  const Value& indent = arg_or(args, 1, "indent", "tojson", Value(nullptr));
+  Value indent = arg_or(args, 1, "indent", "tojson", Value(nullptr));
   if (indent.is_string()) {
     options.indent = indent.as_string();
   } else if (!indent.is_none()) {
     options.indent = std::string(std::max<int64_t>(0, require_int(indent, "tojson indent")), ' ');
   }
   if (options.indent) options.item_separator = ",";
-  const Value& separators = arg_or(args, 2, "separators", "tojson", Value(nullptr));
+  Value separators = arg_or(args, 2, "separators", "tojson", Value(nullptr));
   if (!separators.is_none()) {
     std::vector<Value> pair = iterate(separators);
     if (pair.size() != 2) throw RuntimeError("tojson separators must be an (item, key) pair");
@@ -1595,7 +1593,8 @@ Value unary_minus(const Value& operand) {
   if (operand.is_float()) return Value(-operand.as_float());
   if (operand.is_int() || operand.is_bool()) {
     int64_t v = operand.to_int();
-    return Value(checked(v == INT64_MIN, -v));
+    if (v == INT64_MIN) checked(true, 0);
+    return Value(-v);
   }
   throw RuntimeError(fmt::format("bad operand type for unary -: '{}'", operand.type_name()));
 }
@@ -1642,9 +1641,11 @@ Value binary_operation(std::string_view op, const Value& a, const Value& b) {
       return Value(floor_div);
     }
     int64_t x = a.to_int(), y = b.to_int(), r = 0;
-    if (op == "+") return Value(checked(__builtin_add_overflow(x, y, &r), r));
-    if (op == "-") return Value(checked(__builtin_sub_overflow(x, y, &r), r));
-    if (op == "*") return Value(checked(__builtin_mul_overflow(x, y, &r), r));
+    if (op == "+" || op == "-" || op == "*") {
+      bool overflow = op == "+" ? __builtin_add_overflow(x, y, &r)
+                                : (op == "-" ? __builtin_sub_overflow(x, y, &r) : __builtin_mul_overflow(x, y, &r));
+      return Value(checked(overflow, r));
+    }
     if (op == "**") {
       int64_t result = 1;
       for (int64_t i = 0; i < y; ++i) {

@@ -245,6 +245,10 @@ class Interpreter {
     std::vector<bool> bound(node.params.size(), false);
     std::vector<Value> varargs;
     Dict kwargs;
+    // Like jinja2, extra arguments are an error unless the body reads varargs / kwargs / caller.
+    if (args.positional.size() > node.params.size() && !node.macro_reads_varargs) {
+      throw RuntimeError(fmt::format("macro '{}' takes not more than {} argument(s)", name, node.params.size()));
+    }
     for (size_t i = 0; i < args.positional.size(); ++i) {
       if (i < node.params.size()) {
         scope->vars[node.params[i].name] = args.positional[i];
@@ -254,7 +258,7 @@ class Interpreter {
       }
     }
     for (const auto& [key, value] : args.keyword) {
-      if (key == "caller") {
+      if (key == "caller" && node.macro_reads_caller) {
         scope->vars["caller"] = value;
         continue;
       }
@@ -265,7 +269,10 @@ class Interpreter {
         scope->vars[key] = value;
         bound[i] = matched = true;
       }
-      if (!matched) kwargs.set(Value(key), value);
+      if (!matched) {
+        if (!node.macro_reads_kwargs) throw RuntimeError(fmt::format("macro '{}' takes no keyword argument '{}'", name, key));
+        kwargs.set(Value(key), value);
+      }
     }
     for (size_t i = 0; i < node.params.size(); ++i) {
       if (bound[i]) continue;
@@ -274,7 +281,7 @@ class Interpreter {
                                     ? eval(*param.default_value, scope)
                                     : Value::undefined(fmt::format("parameter '{}' was not provided", param.name));
     }
-    scope->vars["varargs"] = Value::list(std::move(varargs));
+    scope->vars["varargs"] = Value::tuple(std::move(varargs));
     scope->vars["kwargs"] = Value::dict(std::move(kwargs));
     std::string out;
     exec(node.body, scope, out);
@@ -424,11 +431,11 @@ class Interpreter {
 void check_expr(const Expr* expr) {
   if (!expr) return;
   if (expr->kind == Expr::Kind::Filter && !has_filter(expr->name)) {
-    fail("chat template syntax error at line {}, column {}: no filter named '{}'", expr->location.line,
+    fail("chat template syntax error at line {}, column {}: No filter named '{}'.", expr->location.line,
          expr->location.column, expr->name);
   }
   if (expr->kind == Expr::Kind::Test && !has_test(expr->name)) {
-    fail("chat template syntax error at line {}, column {}: no test named '{}'", expr->location.line,
+    fail("chat template syntax error at line {}, column {}: No test named '{}'.", expr->location.line,
          expr->location.column, expr->name);
   }
   for (const auto& child : expr->children) check_expr(child.get());

@@ -42,6 +42,8 @@ NodePtr make_node(Node::Kind kind, Location location) {
   return node;
 }
 
+void note_macro_reads(Node& node);
+
 class Parser {
  public:
   explicit Parser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
@@ -235,6 +237,7 @@ class Parser {
     loop_depth_ = 0;
     node->body = parse_block_body({"endmacro"}, true);
     loop_depth_ = saved_loop_depth;
+    note_macro_reads(*node);
     return node;
   }
 
@@ -247,6 +250,7 @@ class Parser {
     loop_depth_ = 0;
     node->body = parse_block_body({"endcall"}, true);
     loop_depth_ = saved_loop_depth;
+    note_macro_reads(*node);
     return node;
   }
 
@@ -741,6 +745,49 @@ class Parser {
   int depth_ = 0;
   int loop_depth_ = 0;
 };
+
+bool expr_reads_name(const Expr* expr, std::string_view name) {
+  if (!expr) return false;
+  if (expr->kind == Expr::Kind::Name && expr->name == name) return true;
+  for (const auto& child : expr->children) {
+    if (expr_reads_name(child.get(), name)) return true;
+  }
+  for (const auto& keyword : expr->keywords) {
+    if (expr_reads_name(keyword.value.get(), name)) return true;
+  }
+  return false;
+}
+
+// Whether anything in `body` (nested macros included, as jinja2's symbol analysis does) reads `name`.
+bool body_reads_name(const Body& body, std::string_view name) {
+  for (const auto& node : body) {
+    const Node& n = *node;
+    if (expr_reads_name(n.expr.get(), name) || expr_reads_name(n.condition.get(), name)) return true;
+    for (const auto& e : n.filters) {
+      if (expr_reads_name(e.get(), name)) return true;
+    }
+    for (const auto& e : n.conditions) {
+      if (expr_reads_name(e.get(), name)) return true;
+    }
+    for (const auto& p : n.params) {
+      if (expr_reads_name(p.default_value.get(), name)) return true;
+    }
+    for (const auto& [target, value] : n.assignments) {
+      if (expr_reads_name(value.get(), name)) return true;
+    }
+    for (const auto& branch : n.bodies) {
+      if (body_reads_name(branch, name)) return true;
+    }
+    if (body_reads_name(n.body, name) || body_reads_name(n.else_body, name)) return true;
+  }
+  return false;
+}
+
+void note_macro_reads(Node& node) {
+  node.macro_reads_varargs = body_reads_name(node.body, "varargs");
+  node.macro_reads_kwargs = body_reads_name(node.body, "kwargs");
+  node.macro_reads_caller = body_reads_name(node.body, "caller");
+}
 
 bool mentions_content(const Expr* expr) {
   if (!expr) return false;
