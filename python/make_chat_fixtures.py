@@ -237,6 +237,10 @@ ENGINE_CASES = [
     ("globals", "{{ range(3)|list }} {{ range(1, 10, 3)|list }} {{ range(5, 0, -2)|list }} {{ range(0)|list }} "
                 "{{ range(3, 1)|list }} {{ dict(a=1, b=2) }} {{ dict([('x', 1)]) }} {{ dict({'k': 'v'}, z=0) }} "
                 "{{ strftime_now('%Y')|int > 2000 }} {{ strftime_now('%d %b %Y')|length }}", {}),
+    ("messages_aliases_and_none_keys", "{{ messages|tojson }}",
+     {"messages": [{"role": "assistant", "content": "x", "reasoning": "r", "name": None},
+                   {"role": "assistant", "thinking": "t", "content": None, "reasoning_content": None},
+                   {"thinking": None, "role": "user", "content": "u"}]}),
     ("context_variables", "{{ messages|length }} {{ add_generation_prompt }} {{ tools }} {{ documents }} "
                           "{{ bos_token is defined }} {{ custom }}", {"custom": {"k": [1]}}),
 ]

@@ -161,27 +161,31 @@ class Interpreter {
     return Flow::Normal;
   }
 
+  // jinja2's LoopContext as a dict (index, index0, ..., previtem, nextitem, cycle).
   static Value loop_object(const std::vector<Value>& items, size_t i) {
+    static const Value kKeys[] = {Value("index"),     Value("index0"), Value("revindex"), Value("revindex0"),
+                                  Value("first"),     Value("last"),   Value("length"),   Value("depth"),
+                                  Value("depth0"),    Value("previtem"), Value("nextitem"), Value("cycle")};
     auto n = static_cast<int64_t>(items.size());
     auto index = static_cast<int64_t>(i);
     Dict loop;
-    loop.entries = {
-        {Value("index"), Value(index + 1)},
-        {Value("index0"), Value(index)},
-        {Value("revindex"), Value(n - index)},
-        {Value("revindex0"), Value(n - index - 1)},
-        {Value("first"), Value(index == 0)},
-        {Value("last"), Value(index == n - 1)},
-        {Value("length"), Value(n)},
-        {Value("depth"), Value(1)},
-        {Value("depth0"), Value(0)},
-        {Value("previtem"), index > 0 ? items[i - 1] : Value::undefined("there is no previous item")},
-        {Value("nextitem"), index + 1 < n ? items[i + 1] : Value::undefined("there is no next item")},
-        {Value("cycle"), Value::callable("loop.cycle", [index](const CallArgs& args) {
-           if (args.positional.empty()) throw RuntimeError("no items for cycling given");
-           return args.positional[static_cast<size_t>(index) % args.positional.size()];
-         })},
-    };
+    loop.entries.reserve(std::size(kKeys));
+    auto add = [&](size_t key, Value value) { loop.entries.emplace_back(kKeys[key], std::move(value)); };
+    add(0, Value(index + 1));
+    add(1, Value(index));
+    add(2, Value(n - index));
+    add(3, Value(n - index - 1));
+    add(4, Value(index == 0));
+    add(5, Value(index == n - 1));
+    add(6, Value(n));
+    add(7, Value(1));
+    add(8, Value(0));
+    add(9, index > 0 ? items[i - 1] : Value::undefined("there is no previous item"));
+    add(10, index + 1 < n ? items[i + 1] : Value::undefined("there is no next item"));
+    add(11, Value::callable("loop.cycle", [index](const CallArgs& args) {
+          if (args.positional.empty()) throw RuntimeError("no items for cycling given");
+          return args.positional[static_cast<size_t>(index) % args.positional.size()];
+        }));
     return Value::dict(std::move(loop));
   }
 
