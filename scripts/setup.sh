@@ -10,8 +10,9 @@ DEBIAN_PACKAGES=(
   build-essential cmake ninja-build pkg-config python3 python3-pip
   libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libxxhash-dev
   libgtest-dev libgmock-dev
+  libcpp-httplib-dev
 )
-PYTHON_PACKAGES=(numpy tokenizers safetensors jinja2)
+PYTHON_PACKAGES=(numpy tokenizers safetensors jinja2 openai)
 
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do
@@ -24,7 +25,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-if ! python3 -c "import numpy, tokenizers, safetensors, jinja2" 2>/dev/null; then
+if ! python3 -c "import numpy, tokenizers, safetensors, jinja2, openai" 2>/dev/null; then
   echo "setup: installing Python packages: ${PYTHON_PACKAGES[*]}"
   python3 -m pip install -q "${PYTHON_PACKAGES[@]}" 2>/dev/null ||
     python3 -m pip install -q --break-system-packages "${PYTHON_PACKAGES[@]}"

@@ -59,7 +59,7 @@ class MixedPoolScheduler : public ClusterScheduler {
       const int best = cluster.least_pending(pool);
       if (best < 0) continue;
       const Instance& instance = cluster[best];
-      const bool overloaded = !instance.queued.empty() &&
+      const bool overloaded = instance.waiting.has_queued() &&
                               instance.sched_pending_tokens + request.prompt_tokens >
                                   config_.scheduler.prompt_max_pending_batch_tokens;
       if (!overloaded) return best;
@@ -82,14 +82,31 @@ class MixedPoolScheduler : public ClusterScheduler {
 };
 
 // SplitwiseSim's "Splitwise" instance: scans five lists at every iteration boundary (see
-// docs/simulator.md); a list's scan stops at the first task that does not fit.
+// docs/simulator.md); a list's scan stops at the first task that does not fit. The waiting tasks
+// live in ordered structures (WaitQueue), so a formation visits the tasks it selects plus the one
+// that stopped each scan, never the whole queue.
 class SplitwiseMachineScheduler : public MachineScheduler {
  public:
   SplitwiseMachineScheduler(const ClusterConfig& config, const std::vector<Request>& requests)
       : config_(config), requests_(requests) {}
 
+  void enqueue(Instance& instance, int r, std::vector<RequestState>& states) override {
+    WaitQueue& waiting = instance.waiting;
+    if (states[r].phase == Phase::Prompt) {
+      waiting.prompts.push_back(r);
+    } else {
+      // After every decode that arrived (as a request) no later than this one.
+      const auto at = std::upper_bound(waiting.decodes.begin(), waiting.decodes.end(), r, [&](int a, int b) {
+        return requests_[a].arrival_s < requests_[b].arrival_s;
+      });
+      waiting.decodes.insert(at, r);
+    }
+    begin_waiting(waiting, r, states[r], 0);
+  }
+
   void select_batch(Instance& instance, std::vector<RequestState>& states) override {
     const InstanceConfig& limits = config_.instance;
+    WaitQueue& waiting = instance.waiting;
     std::vector<int> old_batch;
     old_batch.swap(instance.batch);
     selected_.clear();
@@ -97,6 +114,7 @@ class SplitwiseMachineScheduler : public MachineScheduler {
     ++stamp_;
     batch_tokens_ = 0;
     new_kv_bytes_ = 0;
+    int selected_prompts = 0;
 
     // Tries to add request r's task; false means "stop scanning this list".
     auto try_add = [&](int r, bool check_memory) {
@@ -112,60 +130,78 @@ class SplitwiseMachineScheduler : public MachineScheduler {
       selected_stamp_[r] = stamp_;
       batch_tokens_ += tokens;
       new_kv_bytes_ += kv;
+      if (state.phase == Phase::Prompt) ++selected_prompts;
       return true;
     };
+    auto is_selected = [&](int r) { return selected_stamp_[r] == stamp_; };
 
-    // 1. Waiting tasks by (num_preemptions, arrival), only those at the preemption cap.
-    waiting_.assign(instance.queued.begin(), instance.queued.end());
-    waiting_.insert(waiting_.end(), instance.blocked.begin(), instance.blocked.end());
-    std::stable_sort(waiting_.begin(), waiting_.end(), [&](int a, int b) {
-      if (states[a].num_preemptions != states[b].num_preemptions)
-        return states[a].num_preemptions < states[b].num_preemptions;
-      return requests_[a].arrival_s < requests_[b].arrival_s;
-    });
-    for (int r : waiting_) {
-      if (states[r].num_preemptions < limits.max_preemptions) break;
-      if (!try_add(r, !states[r].task_started)) break;
+    // 1. Waiting tasks by (num_preemptions, arrival), only those at the preemption cap: ascending,
+    //    so the scan runs only when the least-aged waiting task has reached the cap.
+    if (!waiting.by_age.empty() && waiting.by_age.begin()->age + waiting.formations >= limits.max_preemptions) {
+      for (const WaitKey& key : waiting.by_age)
+        if (!try_add(key.request, !states[key.request].task_started)) break;
     }
     // 2. Prompts waiting here, in order of arrival at the instance.
-    for (int r : instance.queued)
-      if (states[r].phase == Phase::Prompt && !try_add(r, true)) break;
+    for (int r : waiting.prompts)
+      if (!try_add(r, true)) break;
     // 3. Preempted decodes.
-    for (int r : instance.blocked)
+    for (int r : waiting.blocked)
       if (!try_add(r, false)) break;
     // 4. Decodes of the previous batch.
     for (int r : old_batch)
       if (states[r].phase == Phase::Decode && !try_add(r, false)) break;
-    // 5. Everything else waiting here, in request-arrival order.
-    waiting_.assign(instance.queued.begin(), instance.queued.end());
-    std::stable_sort(waiting_.begin(), waiting_.end(),
-                     [&](int a, int b) { return requests_[a].arrival_s < requests_[b].arrival_s; });
-    for (int r : waiting_)
-      if (!try_add(r, true)) break;
+    // 5. Everything else queued here, in request-arrival order: prompts and decodes merged.
+    for (size_t p = 0, d = 0; p < waiting.prompts.size() || d < waiting.decodes.size();) {
+      const bool take_prompt =
+          d == waiting.decodes.size() ||
+          (p < waiting.prompts.size() &&
+           std::pair(requests_[waiting.prompts[p]].arrival_s, states[waiting.prompts[p]].wait_key.sequence) <
+               std::pair(requests_[waiting.decodes[d]].arrival_s, states[waiting.decodes[d]].wait_key.sequence));
+      if (!try_add(take_prompt ? waiting.prompts[p++] : waiting.decodes[d++], true)) break;
+    }
 
-    auto is_selected = [&](int r) { return selected_stamp_[r] == stamp_; };
-    // Waiting tasks passed over age; decodes dropped from the old batch become preempted.
-    for (int r : instance.queued)
-      if (!is_selected(r)) ++states[r].num_preemptions;
-    for (int r : instance.blocked)
-      if (!is_selected(r)) ++states[r].num_preemptions;
-    std::vector<int> still_blocked;
-    for (int r : instance.blocked)
-      if (!is_selected(r)) still_blocked.push_back(r);
-    for (int r : old_batch)
-      if (states[r].phase == Phase::Decode && !is_selected(r)) still_blocked.push_back(r);
-    instance.blocked = std::move(still_blocked);
-    std::erase_if(instance.queued, is_selected);
+    // Selected waiting tasks stop waiting; the rest age by one (waiting.formations).
+    for (int r : selected_)
+      if (states[r].waiting) end_waiting(waiting, states[r]);
+    int removed_prompts = 0;
+    while (!waiting.prompts.empty() && is_selected(waiting.prompts.front())) {
+      waiting.prompts.pop_front();
+      ++removed_prompts;
+    }
+    // Scans 2 and 5 take a prefix of the prompts; only scan 1 can take one from further back.
+    if (removed_prompts < selected_prompts) std::erase_if(waiting.prompts, is_selected);
+    std::erase_if(waiting.decodes, is_selected);
+    std::erase_if(waiting.blocked, is_selected);
+    ++waiting.formations;
+    // Decodes of the old batch left out are preempted (keep their KV) and start aging next time.
+    for (int r : old_batch) {
+      if (states[r].phase != Phase::Decode || is_selected(r)) continue;
+      waiting.blocked.push_back(r);
+      begin_waiting(waiting, r, states[r], 1);
+    }
     instance.batch = selected_;
   }
 
  private:
+  void begin_waiting(WaitQueue& waiting, int r, RequestState& state, int group) {
+    state.waiting = true;
+    state.wait_key = WaitKey{state.num_preemptions - waiting.formations, requests_[r].arrival_s, group,
+                             next_sequence_++, r};
+    waiting.by_age.insert(state.wait_key);
+  }
+
+  void end_waiting(WaitQueue& waiting, RequestState& state) {
+    state.waiting = false;
+    state.num_preemptions = state.wait_key.age + waiting.formations;
+    waiting.by_age.erase(state.wait_key);
+  }
+
   const ClusterConfig& config_;
   const std::vector<Request>& requests_;
   std::vector<int> selected_;
-  std::vector<int> waiting_;
   std::vector<uint64_t> selected_stamp_;  // per request: equals stamp_ when in this selection
   uint64_t stamp_ = 0;
+  uint64_t next_sequence_ = 0;
   int64_t batch_tokens_ = 0;
   int64_t new_kv_bytes_ = 0;
 };

@@ -180,7 +180,7 @@ void Simulation::on_arrival(int r, double now) {
 
 void Simulation::enqueue_task(int i, int r, double now) {
   Instance& instance = cluster_[i];
-  instance.queued.push_back(r);
+  machine_scheduler_->enqueue(instance, r, states_);
   if (!instance.busy) {
     start_run(i, now);
     return;
@@ -301,7 +301,7 @@ void Simulation::finish_prompt(int i, int r, double now) {
     state.phase = Phase::Decode;
     state.kv_tokens_at_token_instance = state.kv_tokens_at_prompt_instance;
     state.kv_tokens_at_prompt_instance = 0;
-    instance.queued.push_back(r);
+    machine_scheduler_->enqueue(instance, r, states_);
     return;
   }
   state.phase = Phase::Transfer;
@@ -342,7 +342,7 @@ void Simulation::on_transfer_end(int r, double now) {
   state.kv_tokens_at_prompt_instance = 0;
   state.phase = Phase::Decode;
   // Freed memory may let the prompt instance start waiting work.
-  if (!prompt_instance.busy && !prompt_instance.queued.empty()) start_run(source, now);
+  if (!prompt_instance.busy && prompt_instance.waiting.has_queued()) start_run(source, now);
   enqueue_task(results_[r].token_instance, r, now);
 }
 

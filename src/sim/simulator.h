@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <array>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <queue>
@@ -61,14 +62,42 @@ struct IterationRecord {
 
 enum class Phase { Prompt, Transfer, Decode, Done };
 
+// A waiting task's place in the aging order (see WaitQueue::by_age).
+struct WaitKey {
+  int64_t age = 0;         // num_preemptions − the instance's batch formations when it began waiting
+  double arrival_s = 0;    // request arrival
+  int group = 0;           // 0: queued, 1: preempted (queued tasks first among equals)
+  uint64_t sequence = 0;   // order of entry among equals
+  int request = 0;
+  auto operator<=>(const WaitKey&) const = default;
+};
+
 // A request's progress; it has at most one task (prompt or decode) at any time.
 struct RequestState {
   Phase phase = Phase::Prompt;
   bool task_started = false;      // the current task holds its KV and has run
   int64_t decode_remaining = 0;   // decode iterations left (output_tokens - 1 at start)
-  int num_preemptions = 0;        // times passed over while waiting (aging)
+  int64_t num_preemptions = 0;    // times passed over while waiting (aging); current while not waiting
+  bool waiting = false;           // queued or preempted on its instance; then see wait_key
+  WaitKey wait_key;
   int64_t kv_tokens_at_prompt_instance = 0;
   int64_t kv_tokens_at_token_instance = 0;
+};
+
+// Tasks placed on an instance and not running. Kept so that forming a batch costs about the batch
+// size (plus log of the queue), not the queue length: under overload prompts queue without bound.
+struct WaitQueue {
+  std::deque<int> prompts;   // queued prompts in arrival order (a prompt is queued when it arrives)
+  std::vector<int> decodes;  // queued decodes by (arrival, entry); each holds KV here, so they are few
+  std::vector<int> blocked;  // started decodes preempted out of the batch (keep their KV), in order
+  // Every waiting task by (num_preemptions, arrival, queued before preempted, entry). Each batch
+  // formation ages every waiting task it passes over by one, all alike, so the order is fixed
+  // while a task waits and num_preemptions = key.age + formations needs no per-task update.
+  std::set<WaitKey> by_age;
+  int64_t formations = 0;
+
+  bool has_queued() const { return !prompts.empty() || !decodes.empty(); }
+  bool empty() const { return !has_queued() && blocked.empty(); }
 };
 
 struct Instance {
@@ -85,9 +114,9 @@ struct Instance {
   int64_t sched_memory_bytes = 0;   // weights + KV promised at placement
   int64_t sched_pending_tokens = 0; // prompt tokens + decodes not yet done
 
-  // Machine-level state; entries are request indices.
-  std::vector<int> queued;   // tasks placed here and not started, in arrival-at-instance order
-  std::vector<int> blocked;  // started decode tasks preempted out of the batch (keep their KV)
+  // Machine-level state; entries are request indices. Change `waiting` only through the
+  // MachineScheduler.
+  WaitQueue waiting;
   std::vector<int> batch;    // tasks of the run in progress
   bool busy = false;
   bool batch_has_prompt = false;
@@ -98,7 +127,7 @@ struct Instance {
   size_t record_index = 0;  // this run's IterationRecord, when recorded
   uint64_t generation = 0;  // invalidates a run-end event when a decode block is cut short
 
-  bool idle() const { return batch.empty() && queued.empty() && blocked.empty(); }
+  bool idle() const { return batch.empty() && waiting.empty(); }
 };
 
 // The instances and the scheduler's ordered views of them: per pool by sched_pending_tokens and by
@@ -149,8 +178,10 @@ class ClusterScheduler {
 class MachineScheduler {
  public:
   virtual ~MachineScheduler() = default;
-  // Replaces instance.batch with the tasks of the next run; decodes dropped from the old batch go
-  // to instance.blocked. Must keep the KV that newly started tasks need within max_memory_bytes.
+  // Queues request r's current task (a prompt on arrival, a decode after its prefill or transfer).
+  virtual void enqueue(Instance& instance, int r, std::vector<RequestState>& states) = 0;
+  // Replaces instance.batch with the tasks of the next run; decodes dropped from the old batch are
+  // preempted. Must keep the KV that newly started tasks need within max_memory_bytes.
   virtual void select_batch(Instance& instance, std::vector<RequestState>& states) = 0;
 };
 

@@ -32,9 +32,16 @@ std::string quote(const std::string& arg) {
 CommandResult run_sim(const std::vector<std::string>& args, const std::string& env_prefix = "") {
   const std::filesystem::path err_path =
       std::filesystem::temp_directory_path() / ("sf_sim_cli_err_" + std::to_string(::getpid()));
-  std::string command = env_prefix + (env_prefix.empty() ? "" : " ") + quote(test::splitflow_binary()) + " sim";
-  for (const std::string& arg : args) command += " " + quote(arg);
-  command += " 2>" + quote(err_path.string());
+  std::string command = env_prefix;
+  if (!command.empty()) command += ' ';
+  command += quote(test::splitflow_binary());
+  command += " sim";
+  for (const std::string& arg : args) {
+    command += ' ';
+    command += quote(arg);
+  }
+  command += " 2>";
+  command += quote(err_path.string());
   CommandResult result;
   FILE* pipe = ::popen(command.c_str(), "r");
   char buffer[4096];
