@@ -7,6 +7,7 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <vector>
 
@@ -115,6 +116,13 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   workspace_bytes_ = kWorkspaceBytes;
   SF_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_), "allocate the cuBLASLt workspace");
   sm_count_ = props.multiProcessorCount;
+  // Matmuls of at most this many rows use the GEMV kernel (1..kMaxGemvRows; 0 disables it);
+  // SPLITFLOW_GEMV_MAX_ROWS overrides the default for benchmarking the crossover.
+  if (const char* rows = std::getenv("SPLITFLOW_GEMV_MAX_ROWS"); rows != nullptr && *rows != '\0') {
+    const int value = std::atoi(rows);
+    SF_CHECK(value >= 0 && value <= kMaxGemvRows, "SPLITFLOW_GEMV_MAX_ROWS={}: expected 0..{}", rows, kMaxGemvRows);
+    gemv_max_rows_ = value;
+  }
   SF_CUDA_CHECK(cudaMalloc(&attention_partials_, attention_partials_floats(sm_count_) * sizeof(float)),
                 "allocate the split-KV attention scratch");
 }
@@ -330,7 +338,7 @@ void CudaBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Dev
   if (m == 0 || n == 0) return;
   const bool f32_out = y.dtype == DType::F32;
   const float* bias_f32 = bias.empty() ? nullptr : bias.as<float>();
-  if (gemv_supported(x.data, w.data, m, k)) {
+  if (m <= gemv_max_rows_ && gemv_supported(x.data, w.data, m, k)) {
     SF_CUDA_CHECK(launch_gemv(bf16_ptr(x), bf16_ptr(w), bias_f32, f32_out ? nullptr : bf16_ptr(y),
                               f32_out ? y.as<float>() : nullptr, m, n, k, stream_),
                   "matmul (gemv)");

@@ -76,6 +76,7 @@ class CudaBackend final : public Backend {
   void* workspace_ = nullptr;  // cuBLASLt workspace, allocated once
   size_t workspace_bytes_ = 0;
   int sm_count_ = 0;
+  int gemv_max_rows_ = 8;  // matmuls with at most this many rows take the GEMV kernel
   float* attention_partials_ = nullptr;  // split-KV attention scratch, attention_partials_floats(sm_count_)
   std::map<GemmKey, std::unique_ptr<GemmPlan>> gemm_plans_;
 };
