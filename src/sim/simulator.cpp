@@ -67,34 +67,57 @@ void Cluster::add(Instance instance) {
   link(instances_.back());
 }
 
+void MinTree::set(int id, int64_t value) {
+  if (static_cast<size_t>(id) >= leaves_) {
+    size_t leaves = std::max<size_t>(leaves_, 1);
+    while (leaves <= static_cast<size_t>(id)) leaves *= 2;
+    std::vector<Entry> nodes(2 * leaves, kAbsent);
+    for (size_t i = 0; i < leaves_; ++i) nodes[leaves + i] = nodes_[leaves_ + i];
+    for (size_t i = leaves - 1; i >= 1; --i) nodes[i] = std::min(nodes[2 * i], nodes[2 * i + 1]);
+    nodes_ = std::move(nodes);
+    leaves_ = leaves;
+  }
+  update(static_cast<size_t>(id), Entry{value, id});
+}
+
+void MinTree::erase(int id) {
+  if (static_cast<size_t>(id) < leaves_) update(static_cast<size_t>(id), kAbsent);
+}
+
+void MinTree::update(size_t leaf, Entry entry) {
+  size_t node = leaves_ + leaf;
+  nodes_[node] = entry;
+  // Stop once a subtree's minimum is unchanged: nothing above it changes either.
+  for (node /= 2; node >= 1; node /= 2) {
+    const Entry smaller = std::min(nodes_[2 * node], nodes_[2 * node + 1]);
+    if (nodes_[node] == smaller) break;
+    nodes_[node] = smaller;
+  }
+}
+
 void Cluster::unlink(const Instance& instance) {
-  by_pending_[slot(instance.pool)].erase({instance.sched_pending_tokens, instance.id});
-  by_memory_[slot(instance.pool)].erase({instance.sched_memory_bytes, instance.id});
-  all_by_pending_.erase({instance.sched_pending_tokens, instance.id});
+  by_pending_[slot(instance.pool)].erase(instance.id);
+  by_memory_[slot(instance.pool)].erase(instance.id);
+  all_by_pending_.erase(instance.id);
 }
 
 void Cluster::link(const Instance& instance) {
-  by_pending_[slot(instance.pool)].insert({instance.sched_pending_tokens, instance.id});
-  by_memory_[slot(instance.pool)].insert({instance.sched_memory_bytes, instance.id});
-  all_by_pending_.insert({instance.sched_pending_tokens, instance.id});
+  by_pending_[slot(instance.pool)].set(instance.id, instance.sched_pending_tokens);
+  by_memory_[slot(instance.pool)].set(instance.id, instance.sched_memory_bytes);
+  all_by_pending_.set(instance.id, instance.sched_pending_tokens);
 }
 
 void Cluster::add_pending_tokens(int i, int64_t delta) {
   Instance& instance = instances_[i];
-  Ordered& pool = by_pending_[slot(instance.pool)];
-  pool.erase({instance.sched_pending_tokens, i});
-  all_by_pending_.erase({instance.sched_pending_tokens, i});
   instance.sched_pending_tokens += delta;
-  pool.insert({instance.sched_pending_tokens, i});
-  all_by_pending_.insert({instance.sched_pending_tokens, i});
+  by_pending_[slot(instance.pool)].set(i, instance.sched_pending_tokens);
+  all_by_pending_.set(i, instance.sched_pending_tokens);
 }
 
 void Cluster::add_sched_memory(int i, int64_t delta) {
   Instance& instance = instances_[i];
-  Ordered& pool = by_memory_[slot(instance.pool)];
-  pool.erase({instance.sched_memory_bytes, i});
   instance.sched_memory_bytes += delta;
-  pool.insert({instance.sched_memory_bytes, i});
+  by_memory_[slot(instance.pool)].set(i, instance.sched_memory_bytes);
 }
 
 void Cluster::set_pool(int i, InstanceRole pool) {
@@ -102,10 +125,6 @@ void Cluster::set_pool(int i, InstanceRole pool) {
   instances_[i].pool = pool;
   link(instances_[i]);
 }
-
-int Cluster::least_pending(InstanceRole pool) const { return first(by_pending_[slot(pool)]); }
-int Cluster::least_sched_memory(InstanceRole pool) const { return first(by_memory_[slot(pool)]); }
-int Cluster::least_pending_overall() const { return first(all_by_pending_); }
 
 void BatchTime::add(int batch_size, int64_t batch_tokens, double seconds) {
   if (seconds_by_batch_size.size() <= static_cast<size_t>(batch_size)) seconds_by_batch_size.resize(batch_size + 1, 0.0);
@@ -262,10 +281,10 @@ void Simulation::on_run_end(int i, uint64_t generation, double now) {
     iterations_[instance.record_index].end_s = now;
     iterations_[instance.record_index].iterations = done;
   }
-  const std::vector<int> batch = instance.batch;
+  finished_batch_.swap(instance.batch);  // the next batch is built in instance.batch
   instance.batch.clear();
   instance.busy = false;
-  for (int r : batch) {
+  for (int r : finished_batch_) {
     RequestState& state = states_[r];
     if (state.phase == Phase::Prompt) {
       prompt_run_s_[r] = now - instance.run_start_s;

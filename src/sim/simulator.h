@@ -9,6 +9,7 @@
 #include <array>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <queue>
 #include <set>
@@ -130,6 +131,23 @@ struct Instance {
   bool idle() const { return batch.empty() && waiting.empty(); }
 };
 
+// Minimum of (value, id) over ids, with point updates in O(log n): a flat tournament tree, so the
+// cluster scheduler's views stay cache-friendly at thousands of instances (a node-based ordered set
+// cost several times more per event at 10,000 machines).
+class MinTree {
+ public:
+  void set(int id, int64_t value);  // grows to hold id
+  void erase(int id);
+  int min_id() const { return nodes_.empty() || nodes_[1] == kAbsent ? -1 : nodes_[1].second; }
+
+ private:
+  using Entry = std::pair<int64_t, int>;  // (value, id): ties go to the lowest id
+  static constexpr Entry kAbsent{std::numeric_limits<int64_t>::max(), std::numeric_limits<int>::max()};
+  void update(size_t leaf, Entry entry);
+  size_t leaves_ = 0;
+  std::vector<Entry> nodes_;  // nodes_[1] is the root; leaf i at nodes_[leaves_ + i]
+};
+
 // The instances and the scheduler's ordered views of them: per pool by sched_pending_tokens and by
 // sched_memory_bytes (ties: lowest id), so a placement costs O(log N), not a scan of the cluster.
 class Cluster {
@@ -144,21 +162,19 @@ class Cluster {
   void add_sched_memory(int i, int64_t delta);
   void set_pool(int i, InstanceRole pool);
   // Instance ids, or -1 when the pool is empty.
-  int least_pending(InstanceRole pool) const;
-  int least_sched_memory(InstanceRole pool) const;
-  int least_pending_overall() const;
+  int least_pending(InstanceRole pool) const { return by_pending_[slot(pool)].min_id(); }
+  int least_sched_memory(InstanceRole pool) const { return by_memory_[slot(pool)].min_id(); }
+  int least_pending_overall() const { return all_by_pending_.min_id(); }
 
  private:
-  using Ordered = std::set<std::pair<int64_t, int>>;
   static size_t slot(InstanceRole pool) { return static_cast<size_t>(pool); }
-  static int first(const Ordered& ordered) { return ordered.empty() ? -1 : ordered.begin()->second; }
   void unlink(const Instance& instance);
   void link(const Instance& instance);
 
   std::vector<Instance> instances_;
-  std::array<Ordered, 3> by_pending_;  // per pool
-  std::array<Ordered, 3> by_memory_;   // per pool
-  Ordered all_by_pending_;
+  std::array<MinTree, 3> by_pending_;  // per pool
+  std::array<MinTree, 3> by_memory_;   // per pool
+  MinTree all_by_pending_;
 };
 
 struct Placement {
@@ -265,6 +281,7 @@ class Simulation {
   uint64_t next_sequence_ = 0;
   std::vector<IterationRecord> iterations_;
   std::array<BatchTime, 3> batch_time_;
+  std::vector<int> finished_batch_;  // on_run_end's scratch: the batch that just ran
   int64_t finished_requests_ = 0;
   bool stop_requested_ = false;
 };
