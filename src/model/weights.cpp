@@ -328,8 +328,8 @@ class Binder {
   std::unordered_set<std::string> used_;
 };
 
-// Element i of tensor t is a pure function of (seed, t, i) (core/counter_hash.h), so any thread
-// order, and the GPU's fill (backend/cuda), give the same weights.
+// Element i of tensor t is a pure function of (seed, t, i) (core/counter_hash.h): any thread
+// order gives the same weights.
 template <typename Store>
 void fill_normal(uint64_t key, int64_t count, float stddev, Store store) {
   // Each block of 2^31 elements gets its own 32-bit key, so indices fit the 32-bit hash.

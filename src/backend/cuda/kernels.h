@@ -110,9 +110,4 @@ cudaError_t launch_gather_rows(const void* x, const int32_t* rows, void* out, in
 cudaError_t launch_sample(const float* logits, const SamplingRow* rows, int32_t* tokens, int64_t count, int64_t vocab,
                           cudaStream_t stream);
 
-// out[i] = stddev * unit_normal(key of i's 2^31-element block, i) (core/counter_hash.h), the
-// host dummy weights' values bit for bit; bf16 (out_f32 null) or f32 (out_bf16 null).
-cudaError_t launch_fill_normal(bf16_bits* out_bf16, float* out_f32, int64_t count, uint64_t key, float stddev,
-                               cudaStream_t stream);
-
 }  // namespace splitflow::cuda
