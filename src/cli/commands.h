@@ -10,6 +10,9 @@ void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_bench(CLI::App& app);
+#ifdef SPLITFLOW_HAS_HTTPLIB
+void register_serve(CLI::App& app);
+#endif
 void register_sim(CLI::App& app);
 
 }  // namespace splitflow::cli

@@ -13,6 +13,9 @@ int main(int argc, char** argv) {
   splitflow::cli::register_tokenize(app);
   splitflow::cli::register_inspect(app);
   splitflow::cli::register_bench(app);
+#ifdef SPLITFLOW_HAS_HTTPLIB
+  splitflow::cli::register_serve(app);
+#endif
   splitflow::cli::register_sim(app);
   try {
     app.parse(argc, argv);

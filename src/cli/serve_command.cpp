@@ -1,0 +1,182 @@
+// `splitflow serve`: the OpenAI-compatible HTTP server (server/http_server.h) over the
+// continuous-batching engine. SIGINT / SIGTERM drain: new requests get 503, in-flight ones finish
+// (at most --drain-timeout seconds), then the process exits.
+#include "chat/chat_template.h"
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "server/async_engine.h"
+#include "server/http_server.h"
+
+#include <fmt/format.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+namespace splitflow::cli {
+
+namespace {
+
+struct ServeFlags {
+  ModelFlags model;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int max_batch_tokens = 2048;
+  int max_seqs = 256;
+  int max_model_len = 0;
+  int num_blocks = 0;
+  double kv_cache_gb = 0;
+  int block_size = 16;
+  bool no_splitfuse = false;
+  bool no_device_sampling = false;
+  std::string chat_template;
+  std::string served_model_name;
+  int max_queue = 1024;
+  int http_threads = 0;
+  double drain_timeout_s = 30;
+};
+
+// Without --num-blocks or --kv-cache-gb: room for max_seqs sequences of max_model_len tokens,
+// capped at this much memory.
+constexpr double kDefaultKvCapGb = 4.0;
+
+std::string default_model_name(const ModelFlags& flags) {
+  // A directory by its name, a file by its stem, a config.json by its directory.
+  const std::string& path = flags.load.model_path.empty() ? flags.load.config_path : flags.load.model_path;
+  std::filesystem::path name = std::filesystem::path(path).lexically_normal();
+  if (!name.has_filename()) name = name.parent_path();
+  if (std::filesystem::is_regular_file(name)) {
+    return name.stem() == "config" ? name.parent_path().filename().string() : name.stem().string();
+  }
+  return name.filename().string();
+}
+
+void run_serve(const ServeFlags& flags) {
+  SF_CHECK(flags.port >= 0 && flags.port <= 65535, "--port must be in [0, 65535], not {}", flags.port);
+  SF_CHECK(flags.max_seqs > 0, "--max-seqs must be positive, not {}", flags.max_seqs);
+  SF_CHECK(flags.max_batch_tokens >= flags.max_seqs,
+           "--max-batch-tokens ({}) must be at least --max-seqs ({}) so every running sequence can decode",
+           flags.max_batch_tokens, flags.max_seqs);
+  SF_CHECK(flags.block_size > 0, "--block-size must be positive, not {}", flags.block_size);
+  SF_CHECK(flags.num_blocks >= 0 && flags.kv_cache_gb >= 0, "--num-blocks and --kv-cache-gb must not be negative");
+  SF_CHECK(flags.num_blocks == 0 || flags.kv_cache_gb == 0, "give --num-blocks or --kv-cache-gb, not both");
+  SF_CHECK(flags.max_queue >= 0, "--max-queue must not be negative, not {}", flags.max_queue);
+  SF_CHECK(flags.max_model_len >= 0, "--max-model-len must not be negative, not {}", flags.max_model_len);
+  SF_CHECK(flags.drain_timeout_s >= 0, "--drain-timeout must not be negative, not {}", flags.drain_timeout_s);
+
+  // Threads started from here on inherit the mask: only the waiter below receives these signals.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  LoadedModel model = load_model(flags.model.options());
+  std::optional<ChatTemplate> chat_template;
+  if (!flags.chat_template.empty()) {
+    chat_template = ChatTemplate::from_file(flags.chat_template);
+  } else if (!flags.model.load.model_path.empty()) {
+    chat_template = ChatTemplate::find_for_model(flags.model.load.model_path);
+  }
+
+  std::unique_ptr<Backend> backend = flags.model.make_backend();
+  const ModelSpec& spec = model.spec;
+  const int64_t kv_bytes_per_block = int64_t{2} * spec.num_layers * spec.attention.num_kv_heads *
+                                     spec.attention.head_dim * flags.block_size *
+                                     static_cast<int64_t>(dtype_size(backend->activation_dtype()));
+  int64_t max_model_len = flags.max_model_len > 0 ? flags.max_model_len : spec.max_position;
+  int64_t num_blocks = flags.num_blocks;
+  if (flags.kv_cache_gb > 0) {
+    num_blocks = static_cast<int64_t>(flags.kv_cache_gb * double(1 << 30) / static_cast<double>(kv_bytes_per_block));
+  } else if (num_blocks == 0) {
+    const int64_t wanted = int64_t{flags.max_seqs} * ((max_model_len + flags.block_size - 1) / flags.block_size);
+    num_blocks = std::min<int64_t>(wanted, static_cast<int64_t>(kDefaultKvCapGb * double(1 << 30) / kv_bytes_per_block));
+  }
+  SF_CHECK(num_blocks > 0 && num_blocks <= INT32_MAX, "the KV cache would have {} blocks: give --num-blocks or --kv-cache-gb",
+           num_blocks);
+  // A cache smaller than one full-length sequence shortens the context rather than failing.
+  if (flags.max_model_len == 0) max_model_len = std::min<int64_t>(max_model_len, num_blocks * flags.block_size);
+
+  ModelRunner runner(spec, std::move(model.weights), *backend,
+                     KvCacheConfig{static_cast<int32_t>(num_blocks), flags.block_size},
+                     RunnerLimits{flags.max_batch_tokens, flags.max_seqs});
+  max_model_len = std::min<int64_t>(max_model_len, runner.context_limit());
+
+  SchedulerConfig scheduler;
+  scheduler.max_batch_tokens = flags.max_batch_tokens;
+  scheduler.max_seqs = flags.max_seqs;
+  scheduler.max_model_len = static_cast<int32_t>(max_model_len);
+  scheduler.num_blocks = static_cast<int32_t>(num_blocks);
+  scheduler.block_size = flags.block_size;
+  scheduler.splitfuse = !flags.no_splitfuse;
+  Engine engine(runner, model.tokenizer.get(), scheduler, EngineOptions{.device_sampling = !flags.no_device_sampling});
+  AsyncEngine async_engine(engine, AsyncEngineConfig{flags.max_queue});
+
+  HttpServerConfig http;
+  http.host = flags.host;
+  http.port = flags.port;
+  http.served_model_name = flags.served_model_name.empty() ? default_model_name(flags.model) : flags.served_model_name;
+  http.http_threads = flags.http_threads > 0 ? flags.http_threads : flags.max_seqs + flags.max_queue + 16;
+  const bool has_chat = chat_template.has_value();
+  HttpServer server(async_engine, model.tokenizer.get(), std::move(chat_template), http);
+  const int port = server.bind();
+  async_engine.start();
+
+  fmt::print(stderr,
+             "splitflow serve: {} as '{}' on http://{}:{}\n  context {} tokens; KV cache {} blocks of {} tokens ({:.2f} "
+             "GiB); batch {} tokens, {} sequences; {}; queue {} sequences; chat template: {}\n",
+             model.description, http.served_model_name, flags.host, port, max_model_len, num_blocks, flags.block_size,
+             static_cast<double>(num_blocks * kv_bytes_per_block) / double(1 << 30), flags.max_batch_tokens,
+             flags.max_seqs, flags.no_splitfuse ? "prefill-first" : "Dynamic SplitFuse", flags.max_queue,
+             has_chat ? "yes" : "none (/v1/chat/completions answers 400)");
+
+  std::atomic<bool> served{false};
+  std::thread signal_waiter([&] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    if (served) return;
+    fmt::print(stderr, "splitflow serve: {} received, draining (at most {} s)\n", strsignal(signal), flags.drain_timeout_s);
+    server.shutdown(std::chrono::milliseconds(static_cast<int64_t>(flags.drain_timeout_s * 1000)));
+  });
+  server.serve();
+  served = true;
+  pthread_kill(signal_waiter.native_handle(), SIGTERM);  // wakes the waiter when no signal came
+  signal_waiter.join();
+  async_engine.stop();
+  fmt::print(stderr, "splitflow serve: stopped\n");
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto flags = std::make_shared<ServeFlags>();
+  auto* command = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  add_model_flags(*command, flags->model);
+  command->add_option("--host", flags->host, "address to listen on")->capture_default_str();
+  command->add_option("--port", flags->port, "port to listen on (0: any free port)")->capture_default_str();
+  command->add_option("--max-batch-tokens", flags->max_batch_tokens, "tokens of one forward step (the SplitFuse budget)")
+      ->capture_default_str();
+  command->add_option("--max-seqs", flags->max_seqs, "sequences running at once")->capture_default_str();
+  command->add_option("--max-model-len", flags->max_model_len, "tokens a sequence may reach (0: the model's context)");
+  command->add_option("--num-blocks", flags->num_blocks, "KV cache blocks");
+  command->add_option("--kv-cache-gb", flags->kv_cache_gb, "KV cache size in GiB (instead of --num-blocks)");
+  command->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
+  command->add_flag("--no-splitfuse", flags->no_splitfuse, "prefill-first scheduling (decode pauses while prompts run)");
+  command->add_flag("--no-device-sampling", flags->no_device_sampling, "sample every token on the host");
+  command->add_option("--chat-template", flags->chat_template,
+                      "chat template: a tokenizer_config.json, chat_template.json or .jinja file "
+                      "(default: the model directory's)");
+  command->add_option("--served-model-name", flags->served_model_name, "the model name clients give (default: the model's)");
+  command->add_option("--max-queue", flags->max_queue, "waiting sequences beyond which requests get 429")->capture_default_str();
+  command->add_option("--http-threads", flags->http_threads, "connection threads (0: max-seqs + max-queue + 16)");
+  command->add_option("--drain-timeout", flags->drain_timeout_s, "seconds in-flight requests get on shutdown")
+      ->capture_default_str();
+  command->callback([flags] { run_serve(*flags); });
+}
+
+}  // namespace splitflow::cli

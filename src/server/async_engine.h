@@ -1,0 +1,161 @@
+// server/async_engine.h — runs the Engine on its own thread for many client threads. Clients
+// submit() a tokenized request and read its RequestStream; the loop hands each step's outputs to
+// the streams (a mutex and a condition variable per stream), cancels requests whose client went
+// away (their KV blocks are freed at once), records latency and throughput in ServingMetrics and
+// drains gracefully on shutdown. Only the loop thread touches the Engine.
+//
+// Backpressure: the loop never waits for a client. A slow reader's deltas merge in its stream
+// (text appended, tokens appended), so memory grows with its output, not with the number of steps;
+// admission is bounded instead: a request that would take the number of waiting sequences past
+// max_queued_sequences is refused (SubmitRejected::QueueFull, HTTP 429) unless nothing waits.
+#pragma once
+
+#include "engine/engine.h"
+#include "server/metrics.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace splitflow {
+
+// What one choice produced since the previous RequestStream::next().
+struct ChoiceDelta {
+  std::string text;
+  std::vector<TokenOutput> tokens;
+  FinishReason finish_reason = FinishReason::None;
+};
+
+struct RequestUpdate {
+  std::vector<ChoiceDelta> choices;  // (n) by choice index
+  bool finished = false;   // the request ended: nothing more will come
+  std::string error;       // non-empty when the engine failed on the request
+  int32_t num_cached_prompt_tokens = 0;
+};
+
+class RequestStream {
+ public:
+  RequestStream(int64_t id, int32_t num_choices, int32_t num_prompt_tokens);
+
+  // Waits up to `timeout` for outputs or the request's end; false on timeout. Otherwise moves
+  // everything that arrived since the previous call into `update`.
+  bool next(RequestUpdate& update, std::chrono::milliseconds timeout);
+
+  int64_t id() const { return id_; }  // unique per AsyncEngine, in submission order
+  int32_t num_choices() const { return num_choices_; }
+  int32_t num_prompt_tokens() const { return num_prompt_tokens_; }
+
+ private:
+  friend class AsyncEngine;
+  void deliver(SequenceOutput&& output);
+  // Ends the stream; unfinished choices get `reason` (Abort for a cancel or a failure).
+  void end(FinishReason reason, std::string error);
+
+  const int64_t id_;
+  const int32_t num_choices_;
+  const int32_t num_prompt_tokens_;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  RequestUpdate pending_;
+  bool news_ = false;
+  bool ended_ = false;
+
+  std::atomic<bool> cancelled_{false};
+  // The loop thread's bookkeeping.
+  int64_t engine_id_ = -1;
+  std::chrono::steady_clock::time_point arrival_;
+  bool first_token_seen_ = false;
+  std::vector<std::chrono::steady_clock::time_point> last_token_;  // (n) per choice; epoch = none yet
+  std::vector<bool> choice_finished_;
+};
+
+class SubmitRejected : public std::runtime_error {
+ public:
+  enum class Reason { QueueFull, ShuttingDown };
+  SubmitRejected(Reason reason, const std::string& message) : std::runtime_error(message), reason(reason) {}
+  Reason reason;
+};
+
+struct AsyncEngineConfig {
+  int32_t max_queued_sequences = 1024;  // waiting sequences (pending + the scheduler's queue)
+};
+
+class AsyncEngine {
+ public:
+  AsyncEngine(Engine& engine, AsyncEngineConfig config);
+  ~AsyncEngine();  // stop()
+  AsyncEngine(const AsyncEngine&) = delete;
+  AsyncEngine& operator=(const AsyncEngine&) = delete;
+
+  // Any thread. Checks the request (Engine::check_request: throws splitflow::Error) and queues it
+  // for the loop; throws SubmitRejected when the queue is full or the engine is draining.
+  std::shared_ptr<RequestStream> submit(std::vector<int32_t> prompt_ids, const SamplingParams& params, int32_t n);
+  // Any thread, any number of times: the request is aborted at the loop's next iteration, its
+  // KV blocks freed and its stream ended (choices "abort"). No-op for an ended stream.
+  void cancel(const std::shared_ptr<RequestStream>& stream);
+
+  // Starts the loop thread, which runs run_once() whenever there is work and sleeps otherwise.
+  void start();
+  // One loop iteration on the calling thread (tests drive the loop step by step with it): admits
+  // submitted requests, applies cancels, runs one engine step and delivers its outputs. Returns
+  // whether there was anything to do. Never call it while the loop thread runs.
+  bool run_once();
+
+  // Refuses new submissions from now on (SubmitRejected::ShuttingDown); in-flight ones go on.
+  void begin_drain();
+  // Waits until no request is in flight; false on timeout.
+  bool wait_until_idle(std::chrono::milliseconds timeout);
+  // Stops the loop thread; requests still in flight end with "abort". Idempotent.
+  void stop();
+
+  int32_t num_in_flight() const;  // submitted and not yet ended
+  const Engine& engine() const { return engine_; }  // read it only from the loop thread
+  ServingMetrics& metrics() { return metrics_; }
+  std::string render_metrics() const;
+
+ private:
+  struct Submission {
+    std::shared_ptr<RequestStream> stream;
+    std::vector<int32_t> prompt_ids;
+    SamplingParams params;
+  };
+
+  void loop();
+  void admit(Submission& submission);
+  void deliver_step(EngineStep& step, std::chrono::steady_clock::time_point now);
+  void end_request(int64_t engine_id, FinishReason reason, const std::string& error);
+  void publish_gauges();
+
+  Engine& engine_;
+  AsyncEngineConfig config_;
+  ServingMetrics metrics_;
+  const std::chrono::steady_clock::time_point start_time_ = std::chrono::steady_clock::now();
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;  // the loop: new work or stop
+  std::condition_variable idle_;  // wait_until_idle
+  std::vector<Submission> pending_;
+  int32_t pending_sequences_ = 0;
+  std::vector<std::shared_ptr<RequestStream>> cancelled_;
+  int32_t waiting_sequences_ = 0;  // the engine's, after the latest step
+  int32_t num_in_flight_ = 0;
+  int64_t next_stream_id_ = 0;
+  bool draining_ = false;
+  bool stopping_ = false;
+
+  // The loop thread's own.
+  std::unordered_map<int64_t, std::shared_ptr<RequestStream>> active_;  // by engine request id
+  bool engine_busy_ = false;
+  std::thread thread_;
+};
+
+}  // namespace splitflow

@@ -1,0 +1,89 @@
+// server/openai_api.h — the OpenAI wire format: request bodies of /v1/completions and
+// /v1/chat/completions parsed and checked into SamplingParams (every wrong type or bad value is
+// an ApiError naming the field), the error body, and the logprobs objects of responses. Pure
+// JSON <-> structs: no sockets, no engine.
+#pragma once
+
+#include "engine/engine.h"
+#include "engine/sampling_params.h"
+#include "tokenizer/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace splitflow {
+
+// An error the client caused (or overload): status and the fields of OpenAI's error object.
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string message, std::string param = "", std::string type = "invalid_request_error",
+           std::string code = "")
+      : std::runtime_error(message), status(status), type(std::move(type)), param(std::move(param)),
+        code(std::move(code)) {}
+  int status;
+  std::string type;
+  std::string param;  // the request field at fault; empty: null
+  std::string code;   // empty: null
+};
+
+// {"error": {"message", "type", "param", "code"}}
+nlohmann::json error_body(const ApiError& error);
+
+// The body as a JSON object; ApiError 400 for invalid JSON or another top-level type.
+nlohmann::json parse_json_body(const std::string& body);
+
+// Fields both endpoints share.
+struct GenerationRequest {
+  std::string model;            // empty when not given
+  SamplingParams params;        // validated
+  bool max_tokens_given = false;
+  int32_t n = 1;
+  bool stream = false;
+  bool include_usage = false;   // stream_options.include_usage
+};
+
+struct CompletionRequest : GenerationRequest {
+  std::variant<std::string, std::vector<int32_t>> prompt;
+  bool echo = false;
+  std::optional<int32_t> logprobs;  // top logprobs per token (0: the sampled token's only)
+};
+
+// messages (a non-empty array of objects with a string "role") and chat_template_kwargs (an
+// object) are checked; the template renders them from the body itself.
+struct ChatRequest : GenerationRequest {
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+};
+
+// Limits of the parsers, beyond SamplingParams::validate().
+inline constexpr int32_t kMaxChoices = 16;     // n
+inline constexpr size_t kMaxStopStrings = 16;
+
+// Known fields must have their documented type (null counts as absent); unknown fields are
+// ignored. Fields whose meaning the server cannot honour (logit_bias, suffix, best_of != n,
+// tools, a JSON response_format) are refused rather than ignored.
+CompletionRequest parse_completion_request(const nlohmann::json& body);
+ChatRequest parse_chat_request(const nlohmann::json& body);
+
+// How a token appears in logprobs: its bytes made valid UTF-8 (U+FFFD for a partial character),
+// "token_id:<id>" without a tokenizer.
+std::string token_text(const Tokenizer* tokenizer, int32_t token_id);
+std::vector<uint8_t> token_bytes(const Tokenizer* tokenizer, int32_t token_id);
+
+// /v1/completions "logprobs" for these tokens: tokens, token_logprobs, top_logprobs (objects
+// token -> logprob) and text_offset, counted from text_offset (advanced past the tokens).
+nlohmann::json completion_logprobs(const Tokenizer* tokenizer, const std::vector<TokenOutput>& tokens,
+                                   size_t& text_offset);
+// /v1/chat/completions "logprobs": {"content": [{token, logprob, bytes, top_logprobs}]}.
+nlohmann::json chat_logprobs(const Tokenizer* tokenizer, const std::vector<TokenOutput>& tokens);
+
+// Serializes without throwing on invalid UTF-8 (replaced by U+FFFD).
+std::string dump_json(const nlohmann::json& value);
+
+}  // namespace splitflow

@@ -1,0 +1,223 @@
+// The OpenAI request parsers: every field's type and range errors name the field; values land in
+// SamplingParams as the OpenAI API defines them; unsupported features are refused.
+#include "server/openai_api.h"
+
+#include <gtest/gtest.h>
+
+namespace splitflow {
+namespace {
+
+using nlohmann::json;
+
+// The ApiError a completions body raises (status 0 when it parses).
+ApiError completion_error(const std::string& body) {
+  try {
+    parse_completion_request(parse_json_body(body));
+  } catch (const ApiError& e) {
+    return e;
+  }
+  return ApiError(0, "");
+}
+
+ApiError chat_error(const std::string& body) {
+  try {
+    parse_chat_request(parse_json_body(body));
+  } catch (const ApiError& e) {
+    return e;
+  }
+  return ApiError(0, "");
+}
+
+TEST(OpenAiApi, InvalidJsonAndNonObjectBodies) {
+  for (const std::string body : {"{bad", "", "[1, 2]", "\"text\"", "{\"prompt\": \"a\"} trailing"}) {
+    SCOPED_TRACE(body);
+    const ApiError e = completion_error(body);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.type, "invalid_request_error");
+  }
+  EXPECT_NE(std::string(completion_error("{bad").what()).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(std::string(completion_error("[1]").what()).find("not array"), std::string::npos);
+}
+
+TEST(OpenAiApi, WrongTypesNameTheField) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"prompt": "a", "temperature": "hot"})", "temperature"},
+      {R"({"prompt": "a", "top_p": true})", "top_p"},
+      {R"({"prompt": "a", "n": 1.5})", "n"},
+      {R"({"prompt": "a", "max_tokens": "10"})", "max_tokens"},
+      {R"({"prompt": "a", "seed": 0.5})", "seed"},
+      {R"({"prompt": "a", "stop": 5})", "stop"},
+      {R"({"prompt": "a", "stop": ["x", 1]})", "stop[1]"},
+      {R"({"prompt": "a", "stream": "yes"})", "stream"},
+      {R"({"prompt": "a", "echo": 1})", "echo"},
+      {R"({"prompt": "a", "logprobs": true})", "logprobs"},
+      {R"({"prompt": "a", "model": 3})", "model"},
+      {R"({"prompt": "a", "stream": true, "stream_options": []})", "stream_options"},
+      {R"({"prompt": "a", "logit_bias": 1})", "logit_bias"},
+      {R"({"prompt": {"text": "a"}})", "prompt"},
+      {R"({"prompt": [1, "a"]})", "prompt[1]"},
+      {R"({"prompt": "a", "stop_token_ids": [1.5]})", "stop_token_ids[0]"},
+  };
+  for (const auto& [body, field] : cases) {
+    SCOPED_TRACE(body);
+    const ApiError e = completion_error(body);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, field);
+    EXPECT_NE(std::string(e.what()).find("'" + field + "' must be"), std::string::npos) << e.what();
+  }
+}
+
+TEST(OpenAiApi, BadValuesNameTheField) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"prompt": "a", "temperature": -0.1})", "temperature"},
+      {R"({"prompt": "a", "temperature": 2.5})", "temperature"},
+      {R"({"prompt": "a", "top_p": 0})", "top_p"},
+      {R"({"prompt": "a", "top_p": 1.01})", "top_p"},
+      {R"({"prompt": "a", "min_p": 2})", "min_p"},
+      {R"({"prompt": "a", "top_k": -2})", "top_k"},
+      {R"({"prompt": "a", "presence_penalty": 3})", "presence_penalty"},
+      {R"({"prompt": "a", "frequency_penalty": -2.5})", "frequency_penalty"},
+      {R"({"prompt": "a", "n": 0})", "n"},
+      {R"({"prompt": "a", "n": 17})", "n"},
+      {R"({"prompt": "a", "max_tokens": 0})", "max_tokens"},
+      {R"({"prompt": "a", "logprobs": 21})", "logprobs"},
+      {R"({"prompt": "a", "stop": ""})", "stop"},
+      {R"({"prompt": "a", "stop": ["x", ""]})", "stop[1]"},
+      {R"({"prompt": "a", "stop_token_ids": [-1]})", "stop_token_ids[0]"},
+      {R"({"prompt": []})", "prompt"},
+      {R"({"prompt": [-3]})", "prompt[0]"},
+      {R"({"prompt": ["a", "b"]})", "prompt"},
+      {R"({"prompt": "a", "best_of": 3})", "best_of"},
+      {R"({"prompt": "a", "logit_bias": {"5": 10}})", "logit_bias"},
+      {R"({"prompt": "a", "suffix": "end"})", "suffix"},
+      {R"({"prompt": "a", "echo": true, "logprobs": 2})", "echo"},
+      {R"({"prompt": "a", "stream_options": {"include_usage": true}})", "stream_options"},
+      {R"({"prompt": "a", "response_format": {"type": "json_object"}})", "response_format"},
+  };
+  for (const auto& [body, field] : cases) {
+    SCOPED_TRACE(body);
+    const ApiError e = completion_error(body);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, field);
+  }
+  const ApiError missing = completion_error(R"({"max_tokens": 3})");
+  EXPECT_EQ(missing.status, 400);
+  EXPECT_EQ(missing.param, "prompt");
+}
+
+TEST(OpenAiApi, CompletionFieldsLandInSamplingParams) {
+  const CompletionRequest r = parse_completion_request(parse_json_body(R"({
+      "model": "m", "prompt": [[5, 6, 7]], "max_tokens": 12, "temperature": 0.5, "top_p": 0.9, "top_k": -1,
+      "min_p": 0.05, "seed": -3, "n": 2, "stop": "END", "presence_penalty": 0.5, "frequency_penalty": -0.5,
+      "repetition_penalty": 1.1, "logprobs": 3, "stream": true, "stream_options": {"include_usage": true},
+      "ignore_eos": true, "stop_token_ids": [9], "user": "ignored", "best_of": 2, "logit_bias": {},
+      "temperature_unit": "ignored too"})"));
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(std::get<std::vector<int32_t>>(r.prompt), (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_TRUE(r.max_tokens_given);
+  EXPECT_EQ(r.params.max_tokens, 12);
+  EXPECT_FLOAT_EQ(r.params.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.params.top_p, 0.9f);
+  EXPECT_EQ(r.params.top_k, 0);  // -1 is vLLM's "off"
+  EXPECT_FLOAT_EQ(r.params.min_p, 0.05f);
+  EXPECT_EQ(r.params.seed, static_cast<uint64_t>(int64_t{-3}));
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.params.stop, std::vector<std::string>{"END"});
+  EXPECT_FLOAT_EQ(r.params.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.params.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(r.params.repetition_penalty, 1.1f);
+  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_TRUE(r.params.logprobs);
+  EXPECT_EQ(r.params.top_logprobs, 3);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.params.ignore_eos);
+  EXPECT_EQ(r.params.stop_token_ids, std::vector<int32_t>{9});
+
+  // Defaults: OpenAI's, and null counts as absent.
+  const CompletionRequest d = parse_completion_request(parse_json_body(R"({"prompt": "hi", "temperature": null, "stop": null})"));
+  EXPECT_EQ(std::get<std::string>(d.prompt), "hi");
+  EXPECT_FALSE(d.max_tokens_given);
+  EXPECT_FLOAT_EQ(d.params.temperature, 1.0f);
+  EXPECT_EQ(d.n, 1);
+  EXPECT_FALSE(d.stream);
+  EXPECT_FALSE(d.logprobs.has_value());
+  EXPECT_FALSE(d.params.logprobs);
+  EXPECT_TRUE(d.params.stop.empty());
+  EXPECT_EQ(std::get<std::string>(parse_completion_request(parse_json_body(R"({"prompt": ["one"]})")).prompt), "one");
+}
+
+TEST(OpenAiApi, ChatRequests) {
+  const ChatRequest r = parse_chat_request(parse_json_body(R"({
+      "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+                   {"role": "assistant", "content": null}],
+      "max_completion_tokens": 7, "max_tokens": 99, "logprobs": true, "top_logprobs": 2, "stop": ["a", "b"],
+      "tools": [], "chat_template_kwargs": {"enable_thinking": false}})"));
+  EXPECT_EQ(r.params.max_tokens, 7);  // max_completion_tokens supersedes max_tokens
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 2);
+  EXPECT_TRUE(r.params.logprobs);
+  EXPECT_EQ(r.params.top_logprobs, 2);
+  EXPECT_EQ(r.params.stop, (std::vector<std::string>{"a", "b"}));
+
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({})", "messages"},
+      {R"({"messages": "hi"})", "messages"},
+      {R"({"messages": []})", "messages"},
+      {R"({"messages": [5]})", "messages[0]"},
+      {R"({"messages": [{"content": "hi"}]})", "messages[0]"},
+      {R"({"messages": [{"role": 1, "content": "hi"}]})", "messages[0].role"},
+      {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": 2})", "logprobs"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 30})", "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0})", "max_completion_tokens"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": []})", "chat_template_kwargs"},
+  };
+  for (const auto& [body, field] : cases) {
+    SCOPED_TRACE(body);
+    const ApiError e = chat_error(body);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, field);
+  }
+}
+
+TEST(OpenAiApi, ErrorBodyShape) {
+  const json body = error_body(ApiError(404, "no such model", "model", "invalid_request_error", "model_not_found"));
+  EXPECT_EQ(body, json::parse(R"({"error": {"message": "no such model", "type": "invalid_request_error",
+                                            "param": "model", "code": "model_not_found"}})"));
+  const json plain = error_body(ApiError(400, "bad"));
+  EXPECT_TRUE(plain["error"]["param"].is_null());
+  EXPECT_TRUE(plain["error"]["code"].is_null());
+}
+
+TEST(OpenAiApi, LogprobsObjects) {
+  std::vector<TokenOutput> tokens(2);
+  tokens[0] = {7, -0.5f, {{7, -0.5f}, {8, -1.25f}}};
+  tokens[1] = {9, -INFINITY, {}};
+  size_t offset = 3;
+  const json completion = completion_logprobs(nullptr, tokens, offset);
+  EXPECT_EQ(completion["tokens"], json::parse(R"(["token_id:7", "token_id:9"])"));
+  EXPECT_EQ(completion["token_logprobs"], json::parse("[-0.5, -9999.0]"));
+  EXPECT_EQ(completion["top_logprobs"][0], json::parse(R"({"token_id:7": -0.5, "token_id:8": -1.25})"));
+  EXPECT_EQ(completion["top_logprobs"][1], json::parse(R"({"token_id:9": -9999.0})"));  // the sampled token
+  EXPECT_EQ(completion["text_offset"], json::parse("[3, 13]"));
+  EXPECT_EQ(offset, 23u);
+
+  const json chat = chat_logprobs(nullptr, tokens);
+  ASSERT_EQ(chat["content"].size(), 2u);
+  EXPECT_EQ(chat["content"][0]["token"], "token_id:7");
+  EXPECT_EQ(chat["content"][0]["logprob"], -0.5);
+  EXPECT_EQ(chat["content"][0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(chat["content"][0]["top_logprobs"][1]["logprob"], -1.25);
+  const std::string text = "token_id:7";
+  EXPECT_EQ(chat["content"][0]["bytes"], json(std::vector<int>(text.begin(), text.end())));
+}
+
+TEST(OpenAiApi, DumpReplacesInvalidUtf8) {
+  EXPECT_EQ(dump_json(json("a\xff")), "\"a\xEF\xBF\xBD\"");
+}
+
+}  // namespace
+}  // namespace splitflow
