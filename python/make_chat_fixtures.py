@@ -19,6 +19,8 @@ Writes into --out:
   named_templates/tokenizer_config.json
                        a config holding a list of named templates (the layout transformers reads
                        when a model has several), for ChatTemplate::from_file.
+  gguf/model.gguf      a tensorless GGUF whose metadata holds a template and bos/eos token ids
+                       (llama.cpp's keys), for ChatTemplate::find_for_model.
 
 Like apply_chat_template, keys whose value is None are dropped from each message before rendering.
 A case that raises records the exception: raise_exception() cases keep its exact message, other
@@ -616,6 +618,24 @@ def without_versions(text):
     return value
 
 
+def gguf_with_template(out):
+    """A GGUF file without tensors whose metadata carries a chat template (llama.cpp's keys)."""
+    import tempfile
+    import gguf
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.gguf"
+        writer = gguf.GGUFWriter(str(path), "llama")
+        writer.add_string("tokenizer.chat_template", (out / "templates" / "llama2_style.jinja").read_text(encoding="utf-8"))
+        writer.add_array("tokenizer.ggml.tokens", ["<unk>", "<s>", "</s>"])
+        writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
+        writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return path.read_bytes()
+
+
 def dump(value):
     return json.dumps(value, ensure_ascii=False, indent=1) + "\n"
 
@@ -633,16 +653,24 @@ def main():
         "engine_cases.json": dump({**meta, "cases": engine_cases()}),
         "conversations.json": dump({**meta, "templates": conversations(args.shared, args.out)}),
         "named_templates/tokenizer_config.json": dump(named_templates_config(args.out)),
+        "gguf/model.gguf": gguf_with_template(args.out),
     }
     stale = []
-    for relative, text in files.items():
+    for relative, content in files.items():
         path = args.out / relative
         if args.check:
-            if not path.exists() or without_versions(path.read_text(encoding="utf-8")) != without_versions(text):
+            if isinstance(content, bytes):
+                fresh = path.exists() and path.read_bytes() == content
+            else:
+                fresh = path.exists() and without_versions(path.read_text(encoding="utf-8")) == without_versions(content)
+            if not fresh:
                 stale.append(relative)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content, encoding="utf-8")
     if stale:
         print("stale fixtures (re-run python/make_chat_fixtures.py):", ", ".join(stale))
         return 1

@@ -3,6 +3,7 @@
 #include "chat/jinja_interpreter.h"
 #include "chat/jinja_parser.h"
 #include "core/error.h"
+#include "formats/weight_source.h"
 
 #include <fstream>
 #include <sstream>
@@ -148,6 +149,16 @@ std::string render_messages(const jinja::Program& program, const std::string& bo
   return jinja::render(program, variables);
 }
 
+// The text of token `key` (an id) in GGUF metadata, "" when absent or out of range.
+std::string gguf_token(const nlohmann::json& metadata, const char* key) {
+  auto id = metadata.find(key);
+  auto tokens = metadata.find("tokenizer.ggml.tokens");
+  if (id == metadata.end() || !id->is_number_integer() || tokens == metadata.end() || !tokens->is_array()) return "";
+  auto index = id->get<int64_t>();
+  if (index < 0 || index >= static_cast<int64_t>(tokens->size()) || !(*tokens)[index].is_string()) return "";
+  return (*tokens)[index].get<std::string>();
+}
+
 }  // namespace
 
 ChatTemplate::ChatTemplate(std::string source, std::string bos_token, std::string eos_token)
@@ -171,6 +182,19 @@ ChatTemplate ChatTemplate::from_file(const std::filesystem::path& path) {
 }
 
 std::optional<ChatTemplate> ChatTemplate::find_for_model(const std::filesystem::path& model_dir) {
+  if (model_dir.extension() == ".gguf" && std::filesystem::is_regular_file(model_dir)) {
+    // llama.cpp's convention: the template and the special token ids live in the GGUF metadata.
+    std::unique_ptr<WeightSource> gguf = open_gguf(model_dir.string());
+    const nlohmann::json& metadata = gguf->metadata();
+    auto source = metadata.find("tokenizer.chat_template");
+    if (source == metadata.end() || !source->is_string()) return std::nullopt;
+    try {
+      return ChatTemplate(source->get<std::string>(), gguf_token(metadata, "tokenizer.ggml.bos_token_id"),
+                          gguf_token(metadata, "tokenizer.ggml.eos_token_id"));
+    } catch (const Error& e) {
+      fail("{}: tokenizer.chat_template: {}", model_dir.string(), e.what());
+    }
+  }
   std::filesystem::path dir = std::filesystem::is_directory(model_dir) ? model_dir : model_dir.parent_path();
   if (dir.empty()) dir = ".";
   // transformers' order: chat_template.jinja, then chat_template.json, then tokenizer_config.json.

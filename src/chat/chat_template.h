@@ -34,7 +34,8 @@ class ChatTemplate {
   static ChatTemplate from_file(const std::filesystem::path& path);
   // The model directory's template (chat_template.jinja, chat_template.json or
   // tokenizer_config.json in it; bos/eos always from tokenizer_config.json when present), or nullopt
-  // when the model has none. A file path is looked at in its parent directory.
+  // when the model has none. A .gguf file gives its `tokenizer.chat_template` metadata (bos/eos
+  // from the token ids); another file path is looked at in its parent directory.
   static std::optional<ChatTemplate> find_for_model(const std::filesystem::path& model_dir);
 
   // messages: the OpenAI "messages" array (role, content as a string or a list of

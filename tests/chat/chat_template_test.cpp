@@ -143,6 +143,16 @@ TEST(ChatTemplateLoad, FindForModelUsesTransformersOrder) {
   EXPECT_EQ(found->bos_token(), "<B>");
 }
 
+TEST(ChatTemplateLoad, GgufMetadataTemplate) {
+  auto found = ChatTemplate::find_for_model(test::fixture_path("chat/gguf/model.gguf"));
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->bos_token(), "<s>");
+  EXPECT_EQ(found->eos_token(), "</s>");
+  auto c = conversation_case("llama2_style", "system_multi_turn");
+  EXPECT_EQ(found->render(c["messages"], false), c["expected"].get<std::string>());
+  EXPECT_FALSE(ChatTemplate::find_for_model(test::shared_path("models/stories260K-gguf/stories260K.gguf")).has_value());
+}
+
 TEST(ChatTemplateLoad, SpecialTokensMapFillsMissingTokens) {
   TempDir dir;
   dir.write("tokenizer_config.json", R"({"eos_token": "<E>"})");
