@@ -30,6 +30,25 @@ if(SPLITFLOW_HAS_CUDA)
   target_link_libraries(splitflow_cuda PUBLIC CUDA::cudart CUDA::cublasLt fmt::fmt nlohmann_json::nlohmann_json)
   target_compile_options(splitflow_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
   message(STATUS "splitflow: CUDA backend ON (${CMAKE_CUDA_COMPILER}, archs ${CMAKE_CUDA_ARCHITECTURES})")
+
+  # Collectives (src/comm/*.cu): NCCL and the custom CUDA-IPC allreduce, in a library of their own
+  # so the backend's compile flags stay as they are. NCCL ships with the CUDA toolkit; elsewhere
+  # -DSPLITFLOW_NCCL_ROOT names a folder with include/nccl.h and lib/libnccl.so*.
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${SPLITFLOW_NCCL_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${SPLITFLOW_NCCL_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR})
+  if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+    message(FATAL_ERROR "NCCL not found (nccl.h, libnccl): pass -DSPLITFLOW_NCCL_ROOT=<folder with include/ and lib/>")
+  endif()
+  file(GLOB SPLITFLOW_COMM_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/comm/*.cu)
+  add_library(splitflow_comm_cuda STATIC ${SPLITFLOW_COMM_CUDA_SOURCES})
+  target_include_directories(splitflow_comm_cuda PUBLIC ${CMAKE_SOURCE_DIR}/src)
+  target_include_directories(splitflow_comm_cuda PRIVATE ${NCCL_INCLUDE_DIR})
+  target_link_libraries(splitflow_comm_cuda PUBLIC CUDA::cudart ${NCCL_LIBRARY} fmt::fmt ${CMAKE_DL_LIBS})
+  # comm's CPU half (file store, launch environment, selection) is in splitflow_lib, which links
+  # this library in turn (CMakeLists.txt): a cycle of static libraries, which CMake resolves.
+  target_link_libraries(splitflow_comm_cuda INTERFACE splitflow_lib)
+  target_compile_options(splitflow_comm_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
+  message(STATUS "splitflow: comm with NCCL (${NCCL_LIBRARY})")
 else()
   message(STATUS "splitflow: CUDA backend OFF")
 endif()

@@ -1,0 +1,90 @@
+#include "comm/allreduce_selection.h"
+
+#include "core/error.h"
+
+namespace splitflow::comm {
+
+namespace {
+
+constexpr size_t KiB = 1024;
+constexpr size_t MiB = 1024 * KiB;
+
+constexpr const char* kMeasuredH200 = "measured: nvidia-h200-x2, NVLink (bench/results/allreduce)";
+constexpr const char* kNoteNvlink = "design note (A100/V100 NVLink); not measured here";
+constexpr const char* kNotePcie = "design note (4x A10 PCIe); not measured here";
+
+}  // namespace
+
+std::string_view algorithm_name(AllreduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllreduceAlgorithm::Nccl: return "nccl";
+    case AllreduceAlgorithm::OneShot: return "one_shot";
+    case AllreduceAlgorithm::TwoShot: return "two_shot";
+    case AllreduceAlgorithm::HalfButterfly: return "half_butterfly";
+  }
+  return "unknown";
+}
+
+AllreduceAlgorithm parse_algorithm(std::string_view text) {
+  for (AllreduceAlgorithm algorithm : {AllreduceAlgorithm::Nccl, AllreduceAlgorithm::OneShot,
+                                       AllreduceAlgorithm::TwoShot, AllreduceAlgorithm::HalfButterfly}) {
+    if (text == algorithm_name(algorithm)) return algorithm;
+  }
+  fail("unknown allreduce algorithm '{}' (nccl, one_shot, two_shot, half_butterfly)", text);
+}
+
+std::string_view link_name(LinkType link) {
+  switch (link) {
+    case LinkType::NVLink: return "nvlink";
+    case LinkType::PCIe: return "pcie";
+    case LinkType::None: return "none";
+  }
+  return "unknown";
+}
+
+const std::vector<CrossoverRow>& default_crossovers() {
+  using A = AllreduceAlgorithm;
+  static const std::vector<CrossoverRow> table = {
+      // Two H200s over NVLink: one-shot is fastest at every size measured, 1 KB to 64 MB (two-shot
+      // moves the same bytes per rank in two steps); NCCL only past the registered buffers.
+      {LinkType::NVLink, 2, 64 * MiB, A::Nccl, 0, kMeasuredH200},
+      {LinkType::NVLink, 4, 512 * KiB, A::TwoShot, 8 * MiB, kNoteNvlink},
+      {LinkType::NVLink, 6, 256 * KiB, A::TwoShot, 8 * MiB, kNoteNvlink},
+      {LinkType::NVLink, 8, 256 * KiB, A::TwoShot, 8 * MiB, kNoteNvlink},
+      // Two GPUs: one-shot wins at every practical serving size whatever the link (the note).
+      {LinkType::PCIe, 2, 8 * MiB, A::Nccl, 0, kNotePcie},
+      // Without NVLink one-shot only wins below ~10 KB; half-butterfly up to 512 KB.
+      {LinkType::PCIe, 4, 8 * KiB, A::HalfButterfly, 512 * KiB, kNotePcie},
+      {LinkType::PCIe, 6, 8 * KiB, A::Nccl, 0, kNotePcie},
+      {LinkType::PCIe, 8, 8 * KiB, A::HalfButterfly, 256 * KiB, kNotePcie},
+  };
+  return table;
+}
+
+bool custom_supports(AllreduceAlgorithm algorithm, const CustomCapability& capability, size_t bytes) {
+  if (algorithm == AllreduceAlgorithm::Nccl) return true;
+  const int n = capability.world_size;
+  if (!capability.available || capability.link == LinkType::None) return false;
+  if (n != 2 && n != 4 && n != 6 && n != 8) return false;
+  if (bytes == 0 || bytes > capability.max_bytes) return false;
+  if (algorithm == AllreduceAlgorithm::HalfButterfly) return (n & (n - 1)) == 0;
+  return true;
+}
+
+AllreduceAlgorithm select_allreduce(size_t bytes, const CustomCapability& capability,
+                                    std::optional<AllreduceAlgorithm> forced, const std::vector<CrossoverRow>& table) {
+  if (forced) return custom_supports(*forced, capability, bytes) ? *forced : AllreduceAlgorithm::Nccl;
+  for (const CrossoverRow& row : table) {
+    if (row.link != capability.link || row.world_size != capability.world_size) continue;
+    AllreduceAlgorithm choice = AllreduceAlgorithm::Nccl;
+    if (bytes <= row.one_shot_max_bytes) {
+      choice = AllreduceAlgorithm::OneShot;
+    } else if (bytes <= row.then_max_bytes) {
+      choice = row.then;
+    }
+    return custom_supports(choice, capability, bytes) ? choice : AllreduceAlgorithm::Nccl;
+  }
+  return AllreduceAlgorithm::Nccl;
+}
+
+}  // namespace splitflow::comm

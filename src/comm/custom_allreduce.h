@@ -1,0 +1,78 @@
+// comm/custom_allreduce.h — the latency-optimal allreduce over CUDA IPC (one process per GPU, all
+// GPUs of one node with peer access): one-shot, two-shot and half-butterfly kernels, the fused
+// allreduce + residual (+ RMSNorm) variants, and CUDA-graph support. Device code and the
+// synchronization protocol are described in comm/custom_allreduce_kernels.cuh.
+//
+// Memory. Each rank cudaMallocs, zeroes and exports (cudaIpcGetMemHandle) two allocations:
+//   meta:    the barrier flags, then the tmp buffer (two-shot partitions, half-butterfly partials)
+//   staging: three buffers of max_bytes: two that eager calls alternate between, one for captured
+//            calls whose input cannot be read in place
+// and opens every peer's, all through the bootstrap store at construction.
+//
+// Eager calls launch one kernel, which first copies this rank's input into a staging buffer (the
+// two alternate from call to call) and then reads every peer's.
+// Inside stream capture, a call records its input pointer instead (a plain cudaMalloc allocation,
+// 16-byte aligned, not overlapping the outputs; otherwise the copy is captured too) and reads a
+// pointer slot that register_graph_buffers() fills after capture by exchanging the IPC handles of
+// the recorded buffers: no host synchronization ever happens inside a kernel or a graph. Every
+// rank must issue the same sequence of calls (same algorithm, size and dtype), eager or captured.
+#pragma once
+
+#include "comm/allreduce_selection.h"
+#include "comm/file_store.h"
+#include "core/dtype.h"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+
+namespace splitflow::comm {
+
+class CustomAllreduce {
+ public:
+  static constexpr int kDefaultMaxBlocks = 96;  // bench/results/allreduce: 64 to 132 within 2% on H200
+
+  // Collective over `store` (every rank calls it); `device` must be current. `max_bytes`: largest
+  // message. `max_blocks`: grid limit of a kernel (the same on every rank).
+  CustomAllreduce(FileStore& store, int device, size_t max_bytes, int max_blocks = kDefaultMaxBlocks);
+  ~CustomAllreduce();
+  CustomAllreduce(const CustomAllreduce&) = delete;
+  CustomAllreduce& operator=(const CustomAllreduce&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  size_t max_bytes() const;
+  int max_blocks() const;
+  // For the benchmark's sweep; every rank must set the same value between the same calls.
+  void set_max_blocks(int max_blocks);
+
+  // out = sum over ranks of `in` (+ `residual` when not null; tensor parallelism keeps it identical
+  // on every rank, as two-shot adds it where each partition is reduced). `count` elements of F32,
+  // F16 or BF16; 1 <= count * size <= max_bytes; `algorithm` must not be Nccl, HalfButterfly
+  // needs a power-of-two world size. `out` may alias `in` or `residual`.
+  void allreduce(AllreduceAlgorithm algorithm, const void* in, void* out, size_t count, DType dtype,
+                 cudaStream_t stream, const void* residual = nullptr);
+
+  // Whether allreduce_add_rmsnorm handles rows of `hidden` elements (a whole number of 16-byte
+  // packs, at most 2048 packs: 16384 bf16).
+  static bool fused_rmsnorm_supported(size_t hidden, DType dtype);
+  // One-shot, one kernel: residual_out = sum over ranks of `in` + residual_in;
+  // norm_out = residual_out * rsqrt(mean(residual_out^2) + eps) * weight, per row.
+  // Shapes: in, residual_in, residual_out, norm_out [rows, hidden] of `dtype`; weight [hidden] f32.
+  // residual_out may alias residual_in.
+  void allreduce_add_rmsnorm(const void* in, const void* residual_in, void* residual_out, void* norm_out,
+                             const float* weight, float eps, size_t rows, size_t hidden, DType dtype,
+                             cudaStream_t stream);
+
+  // Collective, after capturing graphs that contain custom allreduces (before replaying them):
+  // exchanges the IPC handles of the buffers those captures recorded and fills their slots.
+  void register_graph_buffers();
+  size_t unregistered_graph_buffers() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace splitflow::comm

@@ -1,0 +1,593 @@
+// comm/custom_allreduce_kernels.cuh — device code of the custom allreduce (comm/custom_allreduce.h).
+// Included by custom_allreduce.cu only.
+//
+// Synchronization. Every rank owns a Signal in its IPC-exported memory. For block b,
+// arrived[b][r] holds the latest barrier count that block b of rank r has reached, written by r
+// with a plain store into its peers' Signals (no atomics: the same code works over PCIe).
+// counter[b] is the rank's own count for block b; every barrier adds one, and since all ranks run
+// the same sequence of kernels with the same grid, equal counts mean the same barrier. A waiter
+// asks "has the peer reached at least my count?" (wrap-safe), so later barriers may overwrite a
+// slot before an earlier value was seen. Slot [b][r] on peer p is only ever written by thread p of
+// block b of rank r, which keeps those writes in order.
+// - start barrier: relaxed when the inputs were written by earlier stream work (complete at
+//   launch: registered graph buffers); release/acquire when the kernel first copied this rank's
+//   input into its staging buffer itself (eager calls), to publish that copy.
+// - mid barriers (release/acquire): they publish data written inside the kernel (tmp buffers).
+// - end barrier (relaxed, only when reading user buffers registered from a CUDA graph): peers
+//   finish reading our input before we return and later kernels overwrite it. Eager calls read
+//   staging copies that alternate between two buffers from call to call, and tmp buffers are
+//   protected by the next call's start barrier, so they need no end barrier. (A buffer is reused
+//   two calls later, after a kernel in between whose start barrier every peer reached, which on
+//   each peer runs only once the earlier kernel has completed.)
+//
+// Copy-in. An eager kernel's blocks copy the packs of this rank's input that the same block index
+// will read on every rank (so the per-block barrier publishes exactly them) into the staging
+// buffer, in.ptr[rank], before the start barrier.
+//
+// Data. 16-byte packs (LD.128/ST.128); sums in fp32 in rank order 0..N-1, so every rank computes
+// bit-identical results; one rounding to T at the end. Elements past the last whole pack (the
+// tail, fewer than 16 bytes) are reduced one-shot style by the first threads.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+namespace splitflow::comm::detail {
+
+constexpr int kMaxRanks = 8;
+constexpr int kMaxBlocks = 160;  // flag slots per rank: at least the SM count of the GPUs we target
+constexpr int kThreads = 512;
+constexpr int kNormMaxThreads = 1024;
+constexpr int kNormPacksPerThread = 2;  // fused RMSNorm keeps a row in registers: hidden <= 2 * 1024 packs
+
+struct Signal {
+  uint32_t arrived[kMaxBlocks][kMaxRanks];
+  uint32_t counter[kMaxBlocks];
+};
+
+// One call's input pointers, in every rank's address space (device memory, read by the kernel so a
+// captured graph can have them filled in after capture).
+struct alignas(16) RankPtrs {
+  const void* ptr[kMaxRanks];
+};
+
+struct PeerSignals {
+  Signal* signal[kMaxRanks];
+};
+
+struct PeerTmps {
+  void* tmp[kMaxRanks];
+};
+
+struct KernelArgs {
+  const RankPtrs* inputs;
+  const void* copy_from;  // eager: this rank's input, copied into in.ptr[rank] first; null: in place
+  PeerSignals signals;
+  PeerTmps tmps;
+  int rank;
+  bool end_barrier;
+  void* out;
+  const void* residual;  // null: none
+  int64_t count;         // elements
+};
+
+// ---- flags -------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void store_relaxed(uint32_t* address, uint32_t value) {
+  asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(address), "r"(value) : "memory");
+}
+__device__ __forceinline__ uint32_t load_relaxed(const uint32_t* address) {
+  uint32_t value;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+__device__ __forceinline__ void store_release(uint32_t* address, uint32_t value) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(address), "r"(value) : "memory");
+}
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t* address) {
+  uint32_t value;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+__device__ __forceinline__ bool reached(uint32_t seen, uint32_t expected) {
+  return static_cast<int32_t>(seen - expected) >= 0;
+}
+
+__device__ __forceinline__ uint64_t global_time_ns() {
+  uint64_t ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return ns;
+}
+
+// A peer that never arrives (a rank died, or ranks issued different calls) would leave the GPU
+// spinning forever: after kHangNs the kernel traps, and the launch fails with an error instead.
+constexpr uint64_t kHangNs = 20ull * 1000 * 1000 * 1000;
+
+template <bool kAcquire>
+__device__ __forceinline__ void wait_for(const uint32_t* flag, uint32_t count) {
+  const uint64_t start = global_time_ns();
+  while (!reached(kAcquire ? load_acquire(flag) : load_relaxed(flag), count)) {
+    if (global_time_ns() - start > kHangNs) {
+      printf("splitflow custom allreduce: block %d waited %llu s for a peer's flag %u (seen %u); trapping\n",
+             blockIdx.x, static_cast<unsigned long long>(kHangNs / 1000000000ull), count,
+             kAcquire ? load_acquire(flag) : load_relaxed(flag));
+      __trap();
+    }
+  }
+}
+
+// Waits until block blockIdx.x of every rank has reached this barrier.
+template <int N, bool kRelease>
+__device__ __forceinline__ void barrier_all(const PeerSignals& signals, int rank) {
+  __syncthreads();
+  Signal* self = signals.signal[rank];
+  const uint32_t count = self->counter[blockIdx.x] + 1;
+  if (threadIdx.x < N) {
+    uint32_t* remote = &signals.signal[threadIdx.x]->arrived[blockIdx.x][rank];
+    const uint32_t* local = &self->arrived[blockIdx.x][threadIdx.x];
+    if constexpr (kRelease) {
+      store_release(remote, count);
+    } else {
+      store_relaxed(remote, count);
+    }
+    wait_for<kRelease>(local, count);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) self->counter[blockIdx.x] = count;
+}
+
+// Waits until block blockIdx.x of `partner` has reached this barrier (publishing its writes).
+__device__ __forceinline__ void barrier_pair(const PeerSignals& signals, int rank, int partner) {
+  __syncthreads();
+  Signal* self = signals.signal[rank];
+  const uint32_t count = self->counter[blockIdx.x] + 1;
+  if (threadIdx.x == partner) {
+    store_release(&signals.signal[partner]->arrived[blockIdx.x][rank], count);
+    wait_for<true>(&self->arrived[blockIdx.x][partner], count);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) self->counter[blockIdx.x] = count;
+}
+
+// ---- element types -----------------------------------------------------------------------------
+
+template <typename T>
+struct Elem;
+
+template <>
+struct Elem<float> {
+  static constexpr int kPack = 4;
+  static __device__ __forceinline__ float load(const float* p) { return *p; }
+  static __device__ __forceinline__ void store(float* p, float v) { *p = v; }
+  static __device__ __forceinline__ void unpack(const int4& p, float* f) {
+    f[0] = __int_as_float(p.x);
+    f[1] = __int_as_float(p.y);
+    f[2] = __int_as_float(p.z);
+    f[3] = __int_as_float(p.w);
+  }
+  static __device__ __forceinline__ int4 pack(const float* f) {
+    return make_int4(__float_as_int(f[0]), __float_as_int(f[1]), __float_as_int(f[2]), __float_as_int(f[3]));
+  }
+  static __device__ __forceinline__ float round(float v) { return v; }
+};
+
+__device__ __forceinline__ float2 to_float2(__half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+__device__ __forceinline__ void from_float2(float2 v, __half2& out) { out = __float22half2_rn(v); }
+__device__ __forceinline__ void from_float2(float2 v, __nv_bfloat162& out) { out = __float22bfloat162_rn(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ void from_float(float v, __half& out) { out = __float2half_rn(v); }
+__device__ __forceinline__ void from_float(float v, __nv_bfloat16& out) { out = __float2bfloat16_rn(v); }
+
+// fp16 and bf16: eight elements per pack, converted two at a time.
+template <typename T, typename T2>
+struct HalfElem {
+  static constexpr int kPack = 8;
+  static __device__ __forceinline__ float load(const T* p) { return to_float(*p); }
+  static __device__ __forceinline__ void store(T* p, float v) {
+    T value;
+    from_float(v, value);
+    *p = value;
+  }
+  static __device__ __forceinline__ void unpack(const int4& p, float* f) {
+    const int words[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      T2 pair;
+      memcpy(&pair, &words[i], 4);
+      const float2 v = to_float2(pair);
+      f[2 * i] = v.x;
+      f[2 * i + 1] = v.y;
+    }
+  }
+  static __device__ __forceinline__ int4 pack(const float* f) {
+    int words[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      T2 pair;
+      from_float2(make_float2(f[2 * i], f[2 * i + 1]), pair);
+      memcpy(&words[i], &pair, 4);
+    }
+    return make_int4(words[0], words[1], words[2], words[3]);
+  }
+  static __device__ __forceinline__ float round(float v) {
+    T value;
+    from_float(v, value);
+    return to_float(value);
+  }
+};
+
+template <>
+struct Elem<__half> : HalfElem<__half, __half2> {};
+template <>
+struct Elem<__nv_bfloat16> : HalfElem<__nv_bfloat16, __nv_bfloat162> {};
+
+__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// ---- pack helpers ------------------------------------------------------------------------------
+
+// acc = sum over ranks (in order) of pack `index` of every rank's input. All N loads are issued
+// before the first add.
+template <typename T, int N>
+__device__ __forceinline__ void reduce_pack(const RankPtrs& in, int64_t index, float* acc) {
+  constexpr int E = Elem<T>::kPack;
+  int4 loaded[N];
+#pragma unroll
+  for (int r = 0; r < N; ++r) loaded[r] = static_cast<const int4*>(in.ptr[r])[index];
+  Elem<T>::unpack(loaded[0], acc);
+#pragma unroll
+  for (int r = 1; r < N; ++r) {
+    float values[E];
+    Elem<T>::unpack(loaded[r], values);
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[e] += values[e];
+  }
+}
+
+// Adds pack `index` of `residual` (may be null) to acc; `vector_io` says whether it is 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ void add_residual_pack(const T* residual, int64_t index, bool vector_io, float* acc) {
+  constexpr int E = Elem<T>::kPack;
+  if (residual == nullptr) return;
+  float values[E];
+  if (vector_io) {
+    Elem<T>::unpack(reinterpret_cast<const int4*>(residual)[index], values);
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) values[e] = Elem<T>::load(residual + index * E + e);
+  }
+#pragma unroll
+  for (int e = 0; e < E; ++e) acc[e] += values[e];
+}
+
+template <typename T>
+__device__ __forceinline__ void store_pack(T* out, int64_t index, bool vector_io, const float* values) {
+  constexpr int E = Elem<T>::kPack;
+  if (vector_io) {
+    reinterpret_cast<int4*>(out)[index] = Elem<T>::pack(values);
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) Elem<T>::store(out + index * E + e, values[e]);
+  }
+}
+
+// Elements [first, count) (fewer than one pack): reduced from every rank's input, plus the
+// residual, by the first threads of block 0.
+template <typename T, int N>
+__device__ __forceinline__ void reduce_tail(const RankPtrs& in, T* out, const T* residual, int64_t first,
+                                            int64_t count) {
+  const int64_t element = first + threadIdx.x;
+  if (blockIdx.x != 0 || element >= count) return;
+  float sum = 0.0f;
+#pragma unroll
+  for (int r = 0; r < N; ++r) sum += Elem<T>::load(static_cast<const T*>(in.ptr[r]) + element);
+  if (residual != nullptr) sum += Elem<T>::load(residual + element);
+  Elem<T>::store(out + element, sum);
+}
+
+// Copy-in of pack `index` (and, by block 0, of the tail) from `from` to this rank's staging buffer.
+template <typename T>
+__device__ __forceinline__ void copy_pack(const T* from, void* staging, int64_t index, bool aligned) {
+  constexpr int E = Elem<T>::kPack;
+  if (aligned) {
+    static_cast<int4*>(staging)[index] = reinterpret_cast<const int4*>(from)[index];
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) static_cast<T*>(staging)[index * E + e] = from[index * E + e];
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void copy_tail(const T* from, void* staging, int64_t first, int64_t count) {
+  const int64_t element = first + threadIdx.x;
+  if (blockIdx.x == 0 && element < count) static_cast<T*>(staging)[element] = from[element];
+}
+
+// The start barrier, publishing the copy-in when there was one.
+template <int N>
+__device__ __forceinline__ void start_barrier(const KernelArgs& a) {
+  if (a.copy_from != nullptr) {
+    barrier_all<N, true>(a.signals, a.rank);
+  } else {
+    barrier_all<N, false>(a.signals, a.rank);
+  }
+}
+
+// Copy-in for kernels whose block reads packs tid, tid + stride, ... of every rank.
+// This rank's staging buffer, read from the slot in memory (a run-time index into a local copy of
+// the slot would put that copy in local memory).
+__device__ __forceinline__ void* own_staging(const KernelArgs& a) { return const_cast<void*>(a.inputs->ptr[a.rank]); }
+
+template <typename T>
+__device__ __forceinline__ void copy_in_flat(const KernelArgs& a) {
+  constexpr int E = Elem<T>::kPack;
+  if (a.copy_from == nullptr) return;
+  void* staging = own_staging(a);
+  const T* from = static_cast<const T*>(a.copy_from);
+  const bool aligned = aligned16(from);
+  const int64_t packs = a.count / E;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < packs; i += stride) {
+    copy_pack<T>(from, staging, i, aligned);
+  }
+  copy_tail<T>(from, staging, packs * E, a.count);
+}
+
+// ---- one-shot ----------------------------------------------------------------------------------
+
+template <typename T, int N>
+__global__ void __launch_bounds__(kThreads, 1) one_shot_kernel(KernelArgs a) {
+  constexpr int E = Elem<T>::kPack;
+  const RankPtrs in = *a.inputs;
+  T* out = static_cast<T*>(a.out);
+  const T* residual = static_cast<const T*>(a.residual);
+  const bool vector_io = aligned16(out) && aligned16(residual);
+  const int64_t packs = a.count / E;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  copy_in_flat<T>(a);
+  start_barrier<N>(a);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < packs; i += stride) {
+    float acc[E];
+    reduce_pack<T, N>(in, i, acc);
+    add_residual_pack<T>(residual, i, vector_io, acc);
+    store_pack<T>(out, i, vector_io, acc);
+  }
+  reduce_tail<T, N>(in, out, residual, packs * E, a.count);
+  if (a.end_barrier) barrier_all<N, false>(a.signals, a.rank);
+}
+
+// ---- two-shot ----------------------------------------------------------------------------------
+// Packs are split into N partitions (the last takes the remainder). Stage 1: rank g reduces
+// partition g (plus the residual, which tensor parallelism keeps identical on all ranks) into its
+// tmp buffer. Stage 2: every rank copies all partitions from the tmp buffers. A block reads in
+// stage 2 exactly the tmp packs that the same block index wrote on each rank in stage 1, so the
+// per-block barrier in between suffices.
+
+template <typename T, int N>
+__global__ void __launch_bounds__(kThreads, 1) two_shot_kernel(KernelArgs a) {
+  constexpr int E = Elem<T>::kPack;
+  const RankPtrs in = *a.inputs;
+  T* out = static_cast<T*>(a.out);
+  const T* residual = static_cast<const T*>(a.residual);
+  const bool vector_io = aligned16(out) && aligned16(residual);
+  const int64_t packs = a.count / E;
+  const int64_t part = packs / N;
+  const int64_t last_part = packs - part * (N - 1);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+
+  if (a.copy_from != nullptr) {
+    // Rank g's block reads partition g at the offsets this block index owns: copy those of every partition.
+    const T* from = static_cast<const T*>(a.copy_from);
+    void* staging = own_staging(a);
+    const bool aligned = aligned16(from);
+    for (int64_t i = tid; i < last_part; i += stride) {
+#pragma unroll
+      for (int g = 0; g < N; ++g) {
+        if (g == N - 1 || i < part) copy_pack<T>(from, staging, g * part + i, aligned);
+      }
+    }
+    copy_tail<T>(from, staging, packs * E, a.count);
+  }
+  start_barrier<N>(a);
+  const int64_t my_start = a.rank * part;
+  const int64_t my_len = a.rank == N - 1 ? last_part : part;
+  int4* my_tmp = static_cast<int4*>(a.tmps.tmp[a.rank]);
+  for (int64_t i = tid; i < my_len; i += stride) {
+    float acc[E];
+    reduce_pack<T, N>(in, my_start + i, acc);
+    add_residual_pack<T>(residual, my_start + i, vector_io, acc);
+    my_tmp[i] = Elem<T>::pack(acc);
+  }
+  // The tail reads peers' inputs: done before the barrier after which they may overwrite them.
+  reduce_tail<T, N>(in, out, residual, packs * E, a.count);
+  barrier_all<N, true>(a.signals, a.rank);
+
+  for (int64_t i = tid; i < last_part; i += stride) {
+#pragma unroll
+    for (int g = 0; g < N; ++g) {
+      if (g != N - 1 && i >= part) continue;
+      const int4 value = static_cast<const int4*>(a.tmps.tmp[g])[i];
+      if (vector_io) {
+        reinterpret_cast<int4*>(out)[g * part + i] = value;
+      } else {
+        float values[E];
+        Elem<T>::unpack(value, values);
+        store_pack<T>(out, g * part + i, false, values);
+      }
+    }
+  }
+}
+
+// ---- half-butterfly ----------------------------------------------------------------------------
+// Stage s (s = 0 .. log2(N) - 1) exchanges the whole vector with partner rank ^ (1 << s): stage 0
+// adds the partner's input to ours, later stages add the partner's previous partial sum (kept in
+// fp32 in the tmp buffers, one region of `count` floats per intermediate stage). a + b == b + a in
+// floating point, so both partners hold identical partial sums and every rank ends identical.
+
+template <typename T, int N>
+__global__ void __launch_bounds__(kThreads, 1) half_butterfly_kernel(KernelArgs a) {
+  constexpr int E = Elem<T>::kPack;
+  constexpr int kStages = N == 2 ? 1 : N == 4 ? 2 : 3;
+  static_assert(N == 2 || N == 4 || N == 8, "half-butterfly needs a power-of-two world size");
+  const RankPtrs in = *a.inputs;
+  T* out = static_cast<T*>(a.out);
+  const T* residual = static_cast<const T*>(a.residual);
+  const bool vector_io = aligned16(out) && aligned16(residual);
+  const int64_t packs = a.count / E;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t region_floats = packs * E;
+
+  copy_in_flat<T>(a);
+  start_barrier<N>(a);
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    const int partner = a.rank ^ (1 << s);
+    if (s > 0) barrier_pair(a.signals, a.rank, partner);
+    // Read through the slot in memory: a run-time index into `in` would put it in local memory.
+    const void* own_input = a.inputs->ptr[a.rank];
+    const void* partner_input = a.inputs->ptr[partner];
+    // Region s - 1 holds stage s - 1's partial sums (stage 0 reads the inputs instead).
+    const int64_t prev_offset = s > 0 ? (s - 1) * region_floats : 0;
+    const float* own_prev = static_cast<const float*>(a.tmps.tmp[a.rank]) + prev_offset;
+    const float* partner_prev = static_cast<const float*>(a.tmps.tmp[partner]) + prev_offset;
+    float* next = static_cast<float*>(a.tmps.tmp[a.rank]) + s * region_floats;
+    for (int64_t i = tid; i < packs; i += stride) {
+      float acc[E];
+      if (s == 0) {
+        float other[E];
+        Elem<T>::unpack(static_cast<const int4*>(own_input)[i], acc);
+        Elem<T>::unpack(static_cast<const int4*>(partner_input)[i], other);
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[e] += other[e];
+      } else {
+        float4 mine[E / 4], theirs[E / 4];
+#pragma unroll
+        for (int q = 0; q < E / 4; ++q) {
+          mine[q] = reinterpret_cast<const float4*>(own_prev + i * E)[q];
+          theirs[q] = reinterpret_cast<const float4*>(partner_prev + i * E)[q];
+        }
+#pragma unroll
+        for (int q = 0; q < E / 4; ++q) {
+          acc[4 * q + 0] = mine[q].x + theirs[q].x;
+          acc[4 * q + 1] = mine[q].y + theirs[q].y;
+          acc[4 * q + 2] = mine[q].z + theirs[q].z;
+          acc[4 * q + 3] = mine[q].w + theirs[q].w;
+        }
+      }
+      if (s == kStages - 1) {
+        add_residual_pack<T>(residual, i, vector_io, acc);
+        store_pack<T>(out, i, vector_io, acc);
+      } else {
+#pragma unroll
+        for (int q = 0; q < E / 4; ++q) {
+          reinterpret_cast<float4*>(next + i * E)[q] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+        }
+      }
+    }
+  }
+  reduce_tail<T, N>(in, out, residual, packs * E, a.count);
+  if (a.end_barrier) barrier_all<N, false>(a.signals, a.rank);
+}
+
+// ---- one-shot + residual + RMSNorm ---------------------------------------------------------------
+// Rows of `hidden` elements (hidden a multiple of the pack), one block per row at a time; the
+// row stays in registers. residual_out = T(sum + residual_in); norm_out = T(residual_out *
+// rsqrt(mean(residual_out^2) + eps) * weight), the norm computed from the rounded residual as an
+// unfused add-then-norm would.
+
+__device__ __forceinline__ float block_sum(float value, float* shared) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // `shared` may still be read from the previous row
+  if (lane == 0) shared[warp] = value;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) / 32;
+  float total = 0.0f;
+  for (int w = 0; w < warps; ++w) total += shared[w];
+  return total;
+}
+
+struct NormArgs {
+  void* norm_out;
+  const float* weight;  // [hidden]
+  float eps;
+  int64_t rows;
+  int hidden;
+};
+
+template <typename T, int N>
+__global__ void __launch_bounds__(kNormMaxThreads, 1) one_shot_add_rmsnorm_kernel(KernelArgs a, NormArgs n) {
+  constexpr int E = Elem<T>::kPack;
+  __shared__ float partial_sums[32];
+  const RankPtrs in = *a.inputs;
+  T* residual_out = static_cast<T*>(a.out);
+  const T* residual_in = static_cast<const T*>(a.residual);
+  T* norm_out = static_cast<T*>(n.norm_out);
+  const bool vector_io = aligned16(residual_out) && aligned16(residual_in) && aligned16(norm_out) &&
+                         aligned16(n.weight);
+  const int row_packs = n.hidden / E;
+  if (a.copy_from != nullptr) {
+    const T* from = static_cast<const T*>(a.copy_from);
+    void* staging = own_staging(a);
+    const bool aligned = aligned16(from);
+    for (int64_t row = blockIdx.x; row < n.rows; row += gridDim.x) {
+      for (int j = threadIdx.x; j < row_packs; j += blockDim.x) {
+        copy_pack<T>(from, staging, row * row_packs + j, aligned);
+      }
+    }
+  }
+  start_barrier<N>(a);
+  for (int64_t row = blockIdx.x; row < n.rows; row += gridDim.x) {
+    float v[kNormPacksPerThread][E];
+    float w[kNormPacksPerThread][E];
+    float squares = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kNormPacksPerThread; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j >= row_packs) continue;
+      const int64_t pack = row * row_packs + j;
+      reduce_pack<T, N>(in, pack, v[k]);
+      add_residual_pack<T>(residual_in, pack, vector_io, v[k]);
+      // The weights are loaded here, not after the block reduction, so their latency overlaps it.
+      if (vector_io) {
+#pragma unroll
+        for (int q = 0; q < E / 4; ++q) {
+          const float4 w4 = reinterpret_cast<const float4*>(n.weight + j * E)[q];
+          w[k][4 * q] = w4.x;
+          w[k][4 * q + 1] = w4.y;
+          w[k][4 * q + 2] = w4.z;
+          w[k][4 * q + 3] = w4.w;
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e) w[k][e] = n.weight[j * E + e];
+      }
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        v[k][e] = Elem<T>::round(v[k][e]);
+        squares += v[k][e] * v[k][e];
+      }
+      store_pack<T>(residual_out, pack, vector_io, v[k]);
+    }
+    const float scale = rsqrtf(block_sum(squares, partial_sums) / n.hidden + n.eps);
+#pragma unroll
+    for (int k = 0; k < kNormPacksPerThread; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j >= row_packs) continue;
+#pragma unroll
+      for (int e = 0; e < E; ++e) v[k][e] = v[k][e] * scale * w[k][e];
+      store_pack<T>(norm_out, row * row_packs + j, vector_io, v[k]);
+    }
+  }
+  if (a.end_barrier) barrier_all<N, false>(a.signals, a.rank);
+}
+
+}  // namespace splitflow::comm::detail
