@@ -115,6 +115,7 @@ void register_bench(CLI::App& app) {
   latency->add_option("--max-batch-tokens", flags->options.max_batch_tokens, "prefill chunk in tokens")->capture_default_str();
   latency->add_option("--results-dir", flags->results_dir, "where the JSON result goes")->capture_default_str();
   latency->callback([flags] { run_bench_latency(*flags); });
+  register_bench_serving(*bench);
   register_bench_allreduce(*bench);
 }
 

@@ -12,6 +12,8 @@ void register_inspect(CLI::App& app);
 void register_bench(CLI::App& app);
 // `splitflow bench allreduce` (cli/bench_allreduce_command.cpp), added under the bench command.
 void register_bench_allreduce(CLI::App& bench);
+// `splitflow bench serve` and `bench throughput` (cli/bench_serve_command.cpp), under the bench command.
+void register_bench_serving(CLI::App& bench);
 #ifdef SPLITFLOW_HAS_HTTPLIB
 void register_serve(CLI::App& app);
 #endif

@@ -1,0 +1,209 @@
+#include "bench/throughput.h"
+
+#include "bench/latency.h"
+#include "bench/workload.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/generator.h"
+#include "runtime/model_runner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+namespace splitflow::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_between(Clock::time_point start, Clock::time_point end) {
+  return std::chrono::duration<double>(end - start).count();
+}
+
+struct StepRecord {
+  double seconds = 0;
+  int32_t prefill_tokens = 0;
+  int32_t decode_tokens = 0;
+  int32_t preempted = 0;
+  int64_t kv_tokens = 0;  // positions the step's decode attention reads (before the step: num_tokens of each)
+};
+
+}  // namespace
+
+void check_throughput_options(const ThroughputOptions& options, const ModelSpec& spec) {
+  SF_CHECK(options.num_requests >= 1, "--num-requests must be at least 1, not {}", options.num_requests);
+  SF_CHECK(options.input_len >= 1 && options.output_len >= 1, "--input-len and --output-len must be at least 1 ({}, {})",
+           options.input_len, options.output_len);
+  SF_CHECK(options.max_seqs >= 1, "--max-seqs must be at least 1, not {}", options.max_seqs);
+  SF_CHECK(options.max_batch_tokens >= options.max_seqs,
+           "--max-batch-tokens ({}) must be at least --max-seqs ({}) so every running sequence can decode",
+           options.max_batch_tokens, options.max_seqs);
+  SF_CHECK(options.block_size >= 1, "--block-size must be at least 1, not {}", options.block_size);
+  SF_CHECK(std::isfinite(options.kv_cache_gb) && options.kv_cache_gb >= 0, "--kv-cache-gb must not be negative, not {}",
+           options.kv_cache_gb);
+  const int64_t total_len = static_cast<int64_t>(options.input_len) + options.output_len;
+  SF_CHECK(total_len <= spec.max_position, "--input-len + --output-len = {} exceeds the model's context {}", total_len,
+           spec.max_position);
+}
+
+int64_t throughput_kv_blocks(const ThroughputOptions& options, int64_t kv_bytes_per_block) {
+  SF_CHECK(kv_bytes_per_block > 0, "KV block size in bytes must be positive, not {}", kv_bytes_per_block);
+  if (options.kv_cache_gb > 0) {
+    return static_cast<int64_t>(options.kv_cache_gb * double(int64_t{1} << 30) / static_cast<double>(kv_bytes_per_block));
+  }
+  const int64_t total_len = static_cast<int64_t>(options.input_len) + options.output_len;
+  return int64_t{std::min(options.num_requests, options.max_seqs)} * blocks_for_tokens(total_len, options.block_size);
+}
+
+nlohmann::json run_throughput(LoadedModel model, Backend& backend, const ThroughputOptions& options,
+                              double bandwidth_gbps) {
+  check_throughput_options(options, model.spec);
+  const ModelSpec spec = model.spec;
+  const int64_t total_len = static_cast<int64_t>(options.input_len) + options.output_len;
+  const int64_t weight_bytes = weight_stream_bytes(model.weights);
+  const int64_t kv_bytes_per_token = int64_t{2} * spec.num_layers * spec.attention.num_kv_heads *
+                                     spec.attention.head_dim * static_cast<int64_t>(dtype_size(backend.activation_dtype()));
+  const int64_t num_blocks = throughput_kv_blocks(options, kv_bytes_per_token * options.block_size);
+  const int64_t blocks_per_request = blocks_for_tokens(total_len, options.block_size);
+  SF_CHECK(num_blocks >= blocks_per_request && num_blocks <= INT32_MAX,
+           "--kv-cache-gb {} gives {} KV blocks of {} tokens; one request of {} tokens needs {}", options.kv_cache_gb,
+           num_blocks, options.block_size, total_len, blocks_per_request);
+
+  const auto setup_start = Clock::now();
+  ModelRunner runner(spec, std::move(model.weights), backend,
+                     KvCacheConfig{static_cast<int32_t>(num_blocks), options.block_size},
+                     RunnerLimits{options.max_batch_tokens, options.max_seqs});
+  backend.synchronize();
+  const double setup_seconds = seconds_between(setup_start, Clock::now());
+
+  SchedulerConfig config;
+  config.max_batch_tokens = options.max_batch_tokens;
+  config.max_seqs = options.max_seqs;
+  config.max_model_len = static_cast<int32_t>(
+      std::min<int64_t>({runner.context_limit(), num_blocks * options.block_size, INT32_MAX}));
+  config.num_blocks = static_cast<int32_t>(num_blocks);
+  config.block_size = options.block_size;
+  config.splitfuse = options.splitfuse;
+  Engine engine(runner, model.tokenizer.get(), config);
+
+  SamplingParams params;
+  params.temperature = 0;
+  params.max_tokens = options.output_len;
+  params.ignore_eos = true;
+
+  std::vector<StepRecord> steps;
+  int64_t output_tokens = 0;
+  int64_t finished = 0;
+  const auto start = Clock::now();
+  for (int32_t i = 0; i < options.num_requests; ++i) {
+    engine.add_request(prompt_token_ids(options.seed, i, options.input_len, spec.vocab_size), params);
+  }
+  auto last_report = start;
+  while (engine.has_unfinished()) {
+    StepRecord record;
+    for (const Sequence* seq : engine.scheduler().running()) record.kv_tokens += seq->num_tokens();
+    const auto step_start = Clock::now();
+    const EngineStep step = engine.step();
+    const auto step_end = Clock::now();
+    record.seconds = seconds_between(step_start, step_end);
+    record.prefill_tokens = step.num_prefill_tokens;
+    record.decode_tokens = step.num_decode_tokens;
+    record.preempted = step.num_preempted;
+    steps.push_back(record);
+    output_tokens += static_cast<int64_t>(step.outputs.size());
+    finished += static_cast<int64_t>(step.finished_requests.size());
+    if (seconds_between(last_report, step_end) >= 10) {
+      fmt::print(stderr, "  {:.0f} s: {} steps, {} of {} requests finished, {} output tokens\n",
+                 seconds_between(start, step_end), steps.size(), finished, options.num_requests, output_tokens);
+      last_report = step_end;
+    }
+  }
+  const double elapsed = seconds_between(start, Clock::now());
+
+  // Saturation: pure decode steps (no prompt chunk, no preemption) at the largest batch seen. The
+  // first step of a batch size can record a CUDA graph, so it is left out when others follow.
+  int32_t saturated_batch = 0;
+  for (const StepRecord& s : steps) {
+    if (s.prefill_tokens == 0 && s.preempted == 0) saturated_batch = std::max(saturated_batch, s.decode_tokens);
+  }
+  std::vector<const StepRecord*> saturated;
+  for (const StepRecord& s : steps) {
+    if (s.prefill_tokens == 0 && s.preempted == 0 && s.decode_tokens == saturated_batch) saturated.push_back(&s);
+  }
+  if (saturated.size() > 1) saturated.erase(saturated.begin());
+  nlohmann::json saturation = nullptr;
+  if (!saturated.empty() && saturated_batch > 0) {
+    double time_sum = 0, kv_sum = 0, roofline_sum = 0;
+    std::vector<double> times;
+    for (const StepRecord* s : saturated) {
+      const double kv_bytes = static_cast<double>(s->kv_tokens) * static_cast<double>(kv_bytes_per_token);
+      time_sum += s->seconds;
+      kv_sum += kv_bytes;
+      roofline_sum += (static_cast<double>(weight_bytes) + kv_bytes) / (bandwidth_gbps * 1e9);
+      times.push_back(s->seconds);
+    }
+    const double n = static_cast<double>(saturated.size());
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    const double mean_step = time_sum / n, mean_roofline = roofline_sum / n;
+    saturation = {
+        {"batch", saturated_batch},
+        {"steps", saturated.size()},
+        {"mean_step_ms", mean_step * 1e3},
+        {"median_step_ms", times[times.size() / 2] * 1e3},
+        {"mean_kv_bytes", kv_sum / n},
+        {"mean_context_tokens", kv_sum / n / static_cast<double>(kv_bytes_per_token) / saturated_batch},
+        {"roofline_step_ms", mean_roofline * 1e3},
+        {"ratio_to_roofline", mean_step / mean_roofline},
+        {"achieved_gbps", (static_cast<double>(weight_bytes) + kv_sum / n) / mean_step / 1e9},
+        {"decode_tokens_per_s", saturated_batch / mean_step},
+    };
+  }
+
+  int64_t prefill_steps = 0, mixed_steps = 0, decode_steps = 0;
+  double step_time_sum = 0;
+  for (const StepRecord& s : steps) {
+    step_time_sum += s.seconds;
+    if (s.prefill_tokens > 0 && s.decode_tokens > 0) {
+      ++mixed_steps;
+    } else if (s.prefill_tokens > 0) {
+      ++prefill_steps;
+    } else {
+      ++decode_steps;
+    }
+  }
+  const int64_t input_tokens = int64_t{options.num_requests} * options.input_len;
+  return {
+      {"num_requests", options.num_requests},
+      {"input_len", options.input_len},
+      {"output_len", options.output_len},
+      {"max_batch_tokens", options.max_batch_tokens},
+      {"max_seqs", options.max_seqs},
+      {"splitfuse", options.splitfuse},
+      {"block_size", options.block_size},
+      {"kv_cache_blocks", num_blocks},
+      {"kv_cache_gib", static_cast<double>(num_blocks * kv_bytes_per_token * options.block_size) / double(int64_t{1} << 30)},
+      {"weight_bytes", weight_bytes},
+      {"kv_bytes_per_token", kv_bytes_per_token},
+      {"runner_setup_s", setup_seconds},
+      {"elapsed_s", elapsed},
+      {"input_tokens", input_tokens},
+      {"output_tokens", output_tokens},
+      {"expected_output_tokens", int64_t{options.num_requests} * options.output_len},
+      {"output_throughput_tps", static_cast<double>(output_tokens) / elapsed},
+      {"total_token_throughput_tps", static_cast<double>(input_tokens + output_tokens) / elapsed},
+      {"request_throughput_rps", options.num_requests / elapsed},
+      {"steps", steps.size()},
+      {"prefill_only_steps", prefill_steps},
+      {"mixed_steps", mixed_steps},
+      {"decode_only_steps", decode_steps},
+      {"mean_step_ms", steps.empty() ? 0.0 : step_time_sum / static_cast<double>(steps.size()) * 1e3},
+      {"preemptions", engine.scheduler().num_preemptions()},
+      {"bandwidth_gbps", bandwidth_gbps},
+      {"saturation", saturation},
+  };
+}
+
+}  // namespace splitflow::bench

@@ -1,0 +1,42 @@
+// bench/throughput.h — `splitflow bench throughput`: offline serving throughput. N requests of
+// input_len random prompt tokens are added to an in-process Engine at once (greedy, EOS ignored,
+// so each produces exactly output_len tokens) and stepped until all finish. Reports output,
+// total-token and request throughput over the whole run, and the decode step at saturation (pure
+// decode steps at the largest batch seen) against its roofline: (weights + the KV bytes the step
+// reads) / the measured memory bandwidth.
+#pragma once
+
+#include "backend/backend.h"
+#include "engine/model_loader.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+
+namespace splitflow::bench {
+
+struct ThroughputOptions {
+  int32_t num_requests = 1000;
+  int32_t input_len = 1000;
+  int32_t output_len = 1000;
+  int32_t max_batch_tokens = 2048;  // the SplitFuse token budget of one step
+  int32_t max_seqs = 256;
+  bool splitfuse = true;            // false: prefill-first
+  double kv_cache_gb = 0;           // 0: room for min(N, max_seqs) whole requests
+  int32_t block_size = 16;
+  uint64_t seed = 0;                // prompt token ids
+};
+
+// Throws naming the flag at fault (counts, lengths past the model's context, a budget below
+// max_seqs); run_throughput() checks the same.
+void check_throughput_options(const ThroughputOptions& options, const ModelSpec& spec);
+
+// KV cache blocks the options ask for, for a model whose cache takes kv_bytes_per_block per block.
+int64_t throughput_kv_blocks(const ThroughputOptions& options, int64_t kv_bytes_per_block);
+
+// Runs the benchmark; `bandwidth_gbps` is the memory roofline measured in the same process.
+// Returns the result JSON without the device/date/commit header (the caller adds it).
+nlohmann::json run_throughput(LoadedModel model, Backend& backend, const ThroughputOptions& options,
+                              double bandwidth_gbps);
+
+}  // namespace splitflow::bench

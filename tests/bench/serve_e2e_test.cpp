@@ -1,0 +1,355 @@
+// End to end on the CPU: `splitflow serve` on stories260K-hf in a child process, driven by
+// `splitflow bench serve` (Poisson, a sweep, a trace replay); `splitflow bench throughput` on the
+// same model; the commands' bad-input errors. Checks the JSON/CSV files the commands write.
+#include "sim/plots.h"
+#include "test_paths.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace splitflow::test {
+namespace {
+
+using nlohmann::json;
+
+struct CommandResult {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+CommandResult run_splitflow(const std::string& arguments) {
+  CommandResult result;
+  const std::string command = splitflow_binary() + " " + arguments + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// The one file of `extension` in dir.
+std::string only_file(const std::string& dir, const std::string& extension) {
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() == extension) found.push_back(entry.path().string());
+  }
+  EXPECT_EQ(found.size(), 1u) << dir << " " << extension;
+  return found.empty() ? "" : found[0];
+}
+
+#ifdef SPLITFLOW_HAS_HTTPLIB  // without cpp-httplib there is no `splitflow serve` and no client
+
+// `splitflow serve` on stories260K-hf at a free port, stopped (SIGTERM, drained) at destruction.
+class ServerProcess {
+ public:
+  ServerProcess() {
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    const std::string binary = splitflow_binary();
+    const std::string model = shared_path("models/stories260K-hf");
+    std::vector<std::string> args = {binary, "serve", "--model", model, "--port", "0", "--threads", "1",
+                                     "--max-seqs", "8", "--max-batch-tokens", "128", "--served-model-name", "stories"};
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    const int spawned = posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(fds[1]);
+    if (spawned != 0) {
+      ::close(fds[0]);
+      pid_ = -1;
+      return;
+    }
+    stderr_ = ::fdopen(fds[0], "r");
+    // The server names its port once it listens: "... on http://127.0.0.1:PORT".
+    const std::regex listening(R"(on (http://127\.0\.0\.1:[0-9]+))");
+    char line[4096];
+    while (std::fgets(line, sizeof(line), stderr_) != nullptr) {
+      log_ += line;
+      std::cmatch match;
+      if (std::regex_search(line, match, listening)) {
+        url_ = match[1];
+        break;
+      }
+    }
+    // Keep reading its log so the server never blocks on a full pipe.
+    reader_ = std::thread([this] {
+      char rest[4096];
+      while (std::fgets(rest, sizeof(rest), stderr_) != nullptr) {
+      }
+    });
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+    if (reader_.joinable()) reader_.join();
+    if (stderr_ != nullptr) std::fclose(stderr_);
+  }
+  const std::string& url() const { return url_; }
+  const std::string& log() const { return log_; }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* stderr_ = nullptr;
+  std::string url_;
+  std::string log_;
+  std::thread reader_;
+};
+
+void expect_stats(const json& stats, const char* name, bool positive) {
+  for (const char* key : {"count", "mean", "p50", "p90", "p99", "max"}) {
+    ASSERT_TRUE(stats.contains(key)) << name << "." << key;
+  }
+  if (positive) {
+    EXPECT_GT(stats["p50"].get<double>(), 0) << name;
+    EXPECT_LE(stats["p50"].get<double>(), stats["p90"].get<double>()) << name;
+    EXPECT_LE(stats["p90"].get<double>(), stats["p99"].get<double>()) << name;
+    EXPECT_LE(stats["p99"].get<double>(), stats["max"].get<double>()) << name;
+  }
+}
+
+class BenchServeEndToEnd : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new ServerProcess(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_FALSE(server_->url().empty()) << "splitflow serve did not start:\n" << server_->log(); }
+  static ServerProcess* server_;
+};
+ServerProcess* BenchServeEndToEnd::server_ = nullptr;
+
+TEST_F(BenchServeEndToEnd, PoissonRunReportsEveryRequestAndTheNinePercentiles) {
+  const std::string dir = fresh_dir("bench_serve_poisson");
+  const CommandResult run = run_splitflow("bench serve --url " + server_->url() +
+                                          " --rate 20 --num-requests 6 --input-len 24 --output-len 8 --seed 3"
+                                          " --prompt-vocab 512 --per-request --label cpu-test --results-dir " + dir);
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("TTFT p50 / p90 / p99"), std::string::npos) << run.output;
+  const json result = json::parse(read_file(only_file(dir, ".json")));
+  EXPECT_EQ(result["benchmark"], "serve");
+  EXPECT_EQ(result["model"], "stories");  // taken from /v1/models
+  EXPECT_EQ(result["label"], "cpu-test");
+  EXPECT_GT(result["server_max_model_len"].get<int>(), 0);
+  for (const char* key : {"date", "commit", "url", "slo", "runs"}) EXPECT_TRUE(result.contains(key)) << key;
+  EXPECT_EQ(result["slo"]["ttft_ms"], 2000.0);
+  EXPECT_EQ(result["slo"]["itl_ms"], 250.0);
+  ASSERT_EQ(result["runs"].size(), 1u);
+  const json& run0 = result["runs"][0];
+  EXPECT_EQ(run0["rate_rps"], 20.0);
+  const json& s = run0["summary"];
+  EXPECT_EQ(s["num_requests"], 6);
+  EXPECT_EQ(s["num_completed"], 6) << s.dump(2);
+  EXPECT_EQ(s["num_failed"], 0);
+  EXPECT_EQ(s["output_tokens"], 6 * 8);  // ignore_eos: exactly max_tokens each
+  EXPECT_EQ(s["input_tokens"], 6 * 24);
+  EXPECT_GT(s["output_throughput_tps"].get<double>(), 0);
+  EXPECT_GT(s["duration_s"].get<double>(), 0);
+  EXPECT_EQ(s["ttft_ms"]["count"], 6);
+  EXPECT_EQ(s["e2e_ms"]["count"], 6);
+  EXPECT_EQ(s["itl_ms"]["count"].get<int>() + s["merged_tokens"].get<int>(), 6 * 7);
+  expect_stats(s["ttft_ms"], "ttft", true);
+  expect_stats(s["itl_ms"], "itl", true);
+  expect_stats(s["e2e_ms"], "e2e", true);
+  EXPECT_GT(s["e2e_ms"]["p50"].get<double>(), s["ttft_ms"]["p50"].get<double>());
+  for (const char* key : {"goodput_rps", "num_good", "meets_slo", "slo_percentile_ttft_ms", "slo_percentile_itl_ms"}) {
+    EXPECT_TRUE(s.contains(key)) << key;
+  }
+  ASSERT_EQ(run0["requests"].size(), 6u);
+  for (const json& r : run0["requests"]) {
+    EXPECT_TRUE(r["ok"].get<bool>()) << r.dump();
+    EXPECT_EQ(r["output_tokens"], 8);
+    EXPECT_GT(r["ttft_ms"].get<double>(), 0);
+    EXPECT_GE(r["send_s"].get<double>(), r["arrival_s"].get<double>());
+  }
+  // The CSV holds the same run.
+  const std::string csv = read_file(only_file(dir, ".csv"));
+  EXPECT_NE(csv.find("rate_rps,"), std::string::npos);
+  EXPECT_NE(csv.find("\n20,6,6,0,"), std::string::npos) << csv;
+}
+
+TEST_F(BenchServeEndToEnd, SweepWritesTableCsvAndPlot) {
+  const std::string dir = fresh_dir("bench_serve_sweep");
+  const CommandResult run = run_splitflow("bench serve --url " + server_->url() +
+                                          " --sweep 10,40 --num-requests 4 --input-len 16 --output-len 4"
+                                          " --prompt-vocab 512 --results-dir " + dir);
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("highest rate meeting the SLO"), std::string::npos) << run.output;
+  const json result = json::parse(read_file(only_file(dir, ".json")));
+  ASSERT_EQ(result["runs"].size(), 2u);
+  EXPECT_EQ(result["runs"][0]["rate_rps"], 10.0);
+  EXPECT_EQ(result["runs"][1]["rate_rps"], 40.0);
+  for (const json& r : result["runs"]) EXPECT_EQ(r["summary"]["num_completed"], 4) << r.dump(2);
+  EXPECT_TRUE(result.contains("max_rate_meeting_slo"));
+  std::string csv = read_file(only_file(dir, ".csv"));
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3) << csv;
+  if (!sim::find_program("gnuplot").empty()) {
+    EXPECT_NE(read_file(only_file(dir, ".svg")).find("<svg"), std::string::npos) << run.output;
+  } else {
+    EXPECT_NE(run.output.find("plot skipped"), std::string::npos) << run.output;
+  }
+}
+
+TEST_F(BenchServeEndToEnd, SweepStopsAfterTheGivenNumberOfMisses) {
+  const std::string dir = fresh_dir("bench_serve_sweep_stop");
+  // No request can have its first token within a microsecond: every run misses the SLO.
+  const CommandResult run = run_splitflow("bench serve --url " + server_->url() +
+                                          " --sweep 10,20,30 --num-requests 2 --input-len 8 --output-len 2"
+                                          " --slo-ttft-ms 0.001 --stop-after-misses 2 --prompt-vocab 512 --no-plot"
+                                          " --results-dir " + dir);
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("sweep stopped: 2 runs in a row missed the SLO"), std::string::npos) << run.output;
+  const json result = json::parse(read_file(only_file(dir, ".json")));
+  EXPECT_EQ(result["runs"].size(), 2u);
+  EXPECT_EQ(result["rates_requested"].size(), 3u);
+  EXPECT_EQ(result["max_rate_meeting_slo"], 0.0);
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(only_file(dir, ".json")).replace_extension(".svg")));
+}
+
+TEST_F(BenchServeEndToEnd, TraceReplayTakesLengthsFromTheTraceAndFitsTheContext) {
+  const std::string dir = fresh_dir("bench_serve_trace");
+  // The first 5 conversation rows at 100x speed (arrivals within 0.06 s); the 879-token prompt
+  // exceeds stories260K's 512-token context and is shortened.
+  const CommandResult run = run_splitflow("bench serve --url " + server_->url() + " --trace " +
+                                          fixture_path("bench/azure_conv_first10.csv") +
+                                          " --time-scale 0.01 --num-requests 5 --prompt-vocab 512 --results-dir " + dir);
+  ASSERT_EQ(run.status, 0) << run.output;
+  const json result = json::parse(read_file(only_file(dir, ".json")));
+  const json& run0 = result["runs"][0];
+  EXPECT_FALSE(run0["poisson"].get<bool>());
+  EXPECT_EQ(run0["num_clipped_to_context"], 1);
+  const json& s = run0["summary"];
+  EXPECT_EQ(s["num_completed"], 5) << s.dump(2);
+  EXPECT_EQ(s["output_tokens"], 44 + 109 + 55 + 16 + 16);  // the trace's GeneratedTokens
+  EXPECT_EQ(s["input_tokens"], 374 + 396 + (512 - 55) + 91 + 91);
+  // The offered rate: 5 requests over the last (scaled) arrival, 0.01 * 5.8926550 s.
+  EXPECT_NEAR(run0["rate_rps"].get<double>(), 5 / 0.058926550, 1e-4);  // timestamps as epoch seconds: ~1e-7 s steps
+}
+
+TEST_F(BenchServeEndToEnd, AModelTheServerLacksFailsEveryRequestWithItsError) {
+  const std::string dir = fresh_dir("bench_serve_wrong_model");
+  const CommandResult run = run_splitflow("bench serve --url " + server_->url() +
+                                          " --model nope --rate 50 --num-requests 2 --input-len 8 --output-len 2"
+                                          " --results-dir " + dir);
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("2 x HTTP 404: The model 'nope' does not exist"), std::string::npos) << run.output;
+  const json result = json::parse(read_file(only_file(dir, ".json")));
+  EXPECT_EQ(result["runs"][0]["summary"]["num_failed"], 2);
+  EXPECT_FALSE(result["runs"][0]["summary"]["meets_slo"].get<bool>());
+}
+
+TEST(BenchServeCommand, BadInputFailsBeforeAnyRequestWithAClearMessage) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--url http://127.0.0.1:1 --rate 2 --num-requests 3 --input-len 8 --output-len 4",
+       "cannot reach the server at http://127.0.0.1:1"},
+      {"--url localhost:8000 --rate 2 --num-requests 3 --input-len 8 --output-len 4", "expected http://host[:port][/prefix]"},
+      {"--url http://127.0.0.1:1 --rate -1 --num-requests 3 --input-len 8 --output-len 4", "--rate must be a positive number"},
+      {"--url http://127.0.0.1:1 --rate 2 --input-len 8 --output-len 4", "need --duration or --num-requests"},
+      {"--url http://127.0.0.1:1 --sweep 1,0 --num-requests 3 --input-len 8 --output-len 4", "--sweep rates must be positive"},
+      {"--url http://127.0.0.1:1 --rate 2 --num-requests 3", "give --input-len and --output-len"},
+      {"--url http://127.0.0.1:1 --trace /nonexistent/conv.csv", "--trace '/nonexistent/conv.csv': no such file"},
+      {"--url http://127.0.0.1:1 --rate 2 --num-requests 3 --input-len 8 --output-len 4 --slo-percentile 0",
+       "--slo-percentile must be in (0, 100]"},
+      {"--url http://127.0.0.1:1 --rate 2 --num-requests 3 --input-len 8 --output-len 4 --slo-itl-ms 0",
+       "--slo-ttft-ms and --slo-itl-ms must be positive"},
+  };
+  for (const auto& [arguments, expected] : cases) {
+    const CommandResult run = run_splitflow("bench serve " + arguments + " --results-dir " + fresh_dir("bench_bad"));
+    EXPECT_NE(run.status, 0) << arguments;
+    EXPECT_NE(run.output.find(expected), std::string::npos) << arguments << "\n" << run.output;
+  }
+}
+
+#endif
+
+TEST(BenchThroughputCommand, EightRequestsOnStories260K) {
+  const std::string dir = fresh_dir("bench_throughput");
+  const CommandResult run = run_splitflow("bench throughput --model " + shared_path("models/stories260K-hf") +
+                                          " --num-requests 8 --input-len 32 --output-len 16 --max-seqs 4"
+                                          " --max-batch-tokens 64 --threads 1 --results-dir " + dir);
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("output tokens/s"), std::string::npos) << run.output;
+  const json result = json::parse(read_file(only_file(dir, ".json")));
+  EXPECT_EQ(result["benchmark"], "throughput");
+  for (const char* key : {"device", "date", "commit", "backend", "model", "bandwidth_gbps", "load_s"}) {
+    EXPECT_TRUE(result.contains(key)) << key;
+  }
+  EXPECT_EQ(result["backend"], "cpu");
+  EXPECT_EQ(result["output_tokens"], 8 * 16);
+  EXPECT_EQ(result["expected_output_tokens"], 8 * 16);
+  EXPECT_EQ(result["input_tokens"], 8 * 32);
+  const double elapsed = result["elapsed_s"].get<double>();
+  EXPECT_GT(elapsed, 0);
+  EXPECT_NEAR(result["output_throughput_tps"].get<double>(), 128 / elapsed, 1e-6 * 128 / elapsed);
+  EXPECT_NEAR(result["total_token_throughput_tps"].get<double>(), (128 + 256) / elapsed, 1e-6 * 384 / elapsed);
+  EXPECT_NEAR(result["request_throughput_rps"].get<double>(), 8 / elapsed, 1e-6 * 8 / elapsed);
+  // Default cache: room for min(8, 4) requests of 48 tokens = 4 * 3 blocks of 16; no preemption.
+  EXPECT_EQ(result["kv_cache_blocks"], 12);
+  EXPECT_EQ(result["preemptions"], 0);
+  const json& saturation = result["saturation"];
+  ASSERT_TRUE(saturation.is_object()) << result.dump(2);
+  EXPECT_EQ(saturation["batch"], 4);
+  EXPECT_GT(saturation["steps"].get<int>(), 0);
+  EXPECT_GT(saturation["mean_step_ms"].get<double>(), 0);
+  // The roofline: (weights + KV bytes) / bandwidth, from the fields the result reports.
+  const double kv_bytes = saturation["mean_kv_bytes"].get<double>();
+  const double roofline_ms = (result["weight_bytes"].get<double>() + kv_bytes) / (result["bandwidth_gbps"].get<double>() * 1e9) * 1e3;
+  EXPECT_NEAR(saturation["roofline_step_ms"].get<double>(), roofline_ms, 1e-9 * roofline_ms);
+  EXPECT_NEAR(saturation["ratio_to_roofline"].get<double>(), saturation["mean_step_ms"].get<double>() / roofline_ms,
+              1e-6);
+  // A decode step reads every running sequence's context: between 4 x 33 and 4 x 48 positions.
+  const double kv_tokens = kv_bytes / result["kv_bytes_per_token"].get<double>();
+  EXPECT_GE(kv_tokens, 4 * 33);
+  EXPECT_LE(kv_tokens, 4 * 48);
+}
+
+TEST(BenchThroughputCommand, BadOptionsAreNamed) {
+  const std::string model = " --model " + shared_path("models/stories260K-hf") + " --threads 1 --results-dir " +
+                            fresh_dir("bench_throughput_bad");
+  CommandResult run = run_splitflow("bench throughput --num-requests 0" + model);
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.output.find("--num-requests must be at least 1"), std::string::npos) << run.output;
+  run = run_splitflow("bench throughput --max-seqs 64 --max-batch-tokens 32" + model);
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.output.find("--max-batch-tokens (32) must be at least --max-seqs (64)"), std::string::npos) << run.output;
+  run = run_splitflow("bench throughput --input-len 400 --output-len 400" + model);
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.output.find("exceeds the model's context 512"), std::string::npos) << run.output;
+}
+
+}  // namespace
+}  // namespace splitflow::test
