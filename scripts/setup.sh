@@ -11,6 +11,7 @@ DEBIAN_PACKAGES=(
   libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libxxhash-dev
   libgtest-dev libgmock-dev
   libcpp-httplib-dev
+  gnuplot-nox  # splitflow sim draws its plots with it (skipped with a message when absent)
 )
 PYTHON_PACKAGES=(numpy tokenizers safetensors jinja2 openai)
 

@@ -8,6 +8,7 @@
 #include <omp.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -159,14 +160,17 @@ void run_sim_sweep(const SweepFlags& flags) {
   fmt::print("slowdown vs request rate (Poisson, {} s per rate, lengths from {}; {} runs in {:.1f} s)\n",
              flags.workload.duration_s, trace_name(flags.workload.trace), rows.size(), wall_s);
   fmt::print("{}", format_sweep(rows));
-  fmt::print("\n{:<70} {:>8} {:>8} {:>16} {:>14}\n", "design", "cost", "power", "max rate in SLO", "throughput/s");
+  size_t name_width = 6;
+  for (const ClusterConfig& config : configs) name_width = std::max(name_width, config.name.size());
+  fmt::print("\n{:<{}} {:>8} {:>8} {:>16} {:>14}\n", "design", name_width, "cost", "power", "max rate in SLO",
+             "throughput/s");
   nlohmann::json designs = nlohmann::json::array();
   for (const ClusterConfig& config : configs) {
     const double max_rate = max_rate_meeting_slos(rows, config.name);
     double throughput = 0;
     for (const SweepRow& row : rows)
       if (row.design == config.name && row.rate_per_s == max_rate) throughput = row.summary.throughput_per_s;
-    fmt::print("{:<70} {:>8.2f} {:>8.1f} {:>16.1f} {:>14.2f}\n", config.name, config.total_cost(),
+    fmt::print("{:<{}} {:>8.2f} {:>8.1f} {:>16.1f} {:>14.2f}\n", config.name, name_width, config.total_cost(),
                config.total_power(), max_rate, throughput);
     designs.push_back({{"design", config.name}, {"machines", config.total_machines()}, {"cost", config.total_cost()},
                        {"power", config.total_power()}, {"max_rate_meeting_slos", max_rate},

@@ -82,6 +82,7 @@ RunSummary summarize(const ClusterConfig& config, const PerfModel& perf_model, c
   summary.requests = static_cast<int64_t>(result.requests.size());
   summary.finished = result.finished_requests;
   summary.stopped_early = result.stopped_early;
+  summary.stalled = result.stalled_requests;
   summary.events = result.events;
   summary.wall_s = wall_s;
   summary.end_time_s = result.end_time_s;
@@ -103,8 +104,12 @@ RunSummary summarize(const ClusterConfig& config, const PerfModel& perf_model, c
   summary.ttft_s = percentiles(ttft);
   summary.tbt_s = percentiles(tbt);
   summary.e2e_s = percentiles(e2e);
-  summary.slo = check_slos(slowdowns(finished, reference_curves(config, perf_model)), config.slo);
-  summary.slos_met = !result.stopped_early && summary.slo.all_passed();
+  // A stalled request's latency is unbounded: it enters the SLO percentiles as an infinite slowdown.
+  Slowdowns measured = slowdowns(finished, reference_curves(config, perf_model));
+  for (int64_t i = 0; i < summary.stalled; ++i)
+    for (std::vector<double>* values : {&measured.ttft, &measured.tbt, &measured.e2e}) values->push_back(INFINITY);
+  summary.slo = check_slos(measured, config.slo);
+  summary.slos_met = !result.stopped_early && summary.stalled == 0 && summary.slo.all_passed();
   if (summary.window_end_s > summary.window_start_s)
     summary.throughput_per_s = throughput_per_s(finished, summary.window_start_s, summary.window_end_s);
   return summary;
@@ -120,6 +125,9 @@ std::string format_summary(const RunSummary& s, const SloConfig& slo) {
        s.wall_s > 0 ? s.events / s.wall_s / 1e6 : 0.0,
        s.stopped_early ? fmt::format("; stopped early after {} requests (an SLO could no longer be met)", s.finished)
                        : "");
+  if (s.stalled > 0)
+    append_line(text, "stalled:    {} requests never finished: their instance filled with queued decodes holding "
+                "prompt KV and could start none (KV is reserved in full up front); they fail every SLO", s.stalled);
   append_line(text, "");
   append_line(text, "{:<10} {:>10} {:>10} {:>10}", "latency", "p50", "p90", "p99");
   append_line(text, "{:<10} {:>10.4f} {:>10.4f} {:>10.4f}", "TTFT (s)", s.ttft_s.p50, s.ttft_s.p90, s.ttft_s.p99);
@@ -171,6 +179,7 @@ nlohmann::json summary_json(const RunSummary& s, const SloConfig& slo) {
           {"requests", s.requests},
           {"finished", s.finished},
           {"stopped_early", s.stopped_early},
+          {"stalled", s.stalled},
           {"events", s.events},
           {"wall_s", s.wall_s},
           {"simulated_s", s.end_time_s},

@@ -25,6 +25,7 @@ struct RunSummary {
   int64_t requests = 0;
   int64_t finished = 0;        // < requests only when stopped early
   bool stopped_early = false;  // an SLO was certain to fail; latencies cover finished requests only
+  int64_t stalled = 0;         // never finished (SimulationResult::stalled_requests): fail every SLO
   int64_t events = 0;
   double wall_s = 0;
   double end_time_s = 0;       // simulated time at the last event

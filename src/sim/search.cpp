@@ -411,8 +411,17 @@ std::string format_target_search(const TargetSearchResult& result, double rate_p
   const std::string header =
       fmt::format("{:<36} {:>14} {:>9} {:>9} {:>12}\n", "design", "machines", "cost", "power", "throughput/s");
   if (result.min_cost < 0) return text + "no shape within the limits meets all SLOs\n";
-  text += "\noptimum, minimal cost:\n" + header + row(result.points[result.min_cost]);
-  text += "\noptimum, minimal power:\n" + header + row(result.points[result.min_power]);
+  // Shapes as good on both measures (e.g. every 23-machine split of a homogeneous design).
+  auto ties = [&](int best) {
+    const auto count = std::count_if(result.points.begin(), result.points.end(), [&](const SearchPoint& p) {
+      return p.slos_met && p.cost == result.points[best].cost && p.power == result.points[best].power;
+    });
+    return count > 1 ? fmt::format("({} shapes tie on cost and power; listed: the fewest machines, then the first in "
+                                   "design and prompt-count order)\n", count)
+                     : std::string();
+  };
+  text += "\noptimum, minimal cost:\n" + header + row(result.points[result.min_cost]) + ties(result.min_cost);
+  text += "\noptimum, minimal power:\n" + header + row(result.points[result.min_power]) + ties(result.min_power);
   text += "\ncheapest shape per design:\n" + header;
   std::map<std::string, int> cheapest;
   std::vector<std::string> order;
@@ -437,7 +446,7 @@ std::string format_target_search(const TargetSearchResult& result, double rate_p
 }
 
 std::string format_budget_search(const BudgetSearchResult& result, const BudgetSearchOptions& options) {
-  std::string text = fmt::format("maximal throughput at iso-{} ({} <= {}): {} shapes, rates {}..{} req/s\n",
+  std::string text = fmt::format("maximal throughput at iso-{} ({} <= {:.6g}): {} shapes, rates {:g}..{:g} req/s\n",
                                  budget_name(options.kind), budget_name(options.kind), options.budget,
                                  result.points.size(), options.rates.front(), options.rates.back());
   text += fmt::format("{:<36} {:>14} {:>9} {:>9} {:>9} {:>12}\n", "design", "best shape", "max rate", "cost", "power",

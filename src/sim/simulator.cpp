@@ -167,11 +167,24 @@ SimulationResult Simulation::run() {
       case EventKind::TransferEnd: on_transfer_end(event.target, now); break;
     }
   }
-  for (size_t r = 0; r < requests_.size() && !stop_requested_; ++r)
-    SF_CHECK(states_[r].phase == Phase::Done,
-             "simulation of '{}': request {} never finished (prompt {} tokens, output {}); an instance "
-             "may be too small for it", config_.name, requests_[r].id, requests_[r].prompt_tokens,
-             requests_[r].output_tokens);
+  // A request left unfinished with no event pending either never fits its instances (a config
+  // error) or is stalled: KV is reserved in full up front, so queued decodes holding their prompt's
+  // KV can fill an instance that then never has room to start any of them.
+  for (size_t r = 0; r < requests_.size() && !stop_requested_; ++r) {
+    if (states_[r].phase == Phase::Done) continue;
+    const Request& request = requests_[r];
+    const Instance& prompt_instance = cluster_[results_[r].prompt_instance];
+    const Instance& token_instance = cluster_[results_[r].token_instance];
+    const int64_t weights = config_.model.weights_bytes;
+    const bool prompt_fits = kv_bytes(request.prompt_tokens + 1) <= prompt_instance.max_memory_bytes - weights;
+    const bool token_fits =
+        kv_bytes(request.prompt_tokens + request.output_tokens) <= token_instance.max_memory_bytes - weights;
+    SF_CHECK(prompt_fits && token_fits,
+             "simulation of '{}': request {} (prompt {} tokens, output {}) can never fit on {}: its KV exceeds the "
+             "instance's memory after the weights", config_.name, request.id, request.prompt_tokens,
+             request.output_tokens, prompt_fits ? token_instance.name : prompt_instance.name);
+    ++result.stalled_requests;
+  }
   result.requests = std::move(results_);
   result.iterations = std::move(iterations_);
   result.batch_time = std::move(batch_time_);

@@ -224,6 +224,10 @@ struct SimulationResult {
   int64_t events = 0;
   int64_t finished_requests = 0;
   bool stopped_early = false;             // SimulationOptions::stop_when asked to stop
+  // Requests that never finished although they fit their instances: with KV reserved up front,
+  // queued decodes holding their prompts' KV can fill an instance that then cannot start any of
+  // them (SplitwiseSim's model has the same stall). They count as failing every SLO.
+  int64_t stalled_requests = 0;
   double end_time_s = 0;
 };
 

@@ -85,6 +85,56 @@ TEST(SimConfig, RejectsBadConfigs) {
   EXPECT_THROW(load_cluster_config(config_path("no_such_config.json")), Error);
 }
 
+TEST(SimConfig, UnknownFieldsAreErrorsAtEveryLevel) {
+  const std::string good = valid_config();
+  auto message = [](const std::string& text) {
+    try {
+      parse_cluster_config(text, "inline");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(replaced(good, R"("name": "t",)", R"("name": "t", "nmae": "u",)")).find("unknown field 'nmae'"),
+            std::string::npos);
+  EXPECT_NE(message(replaced(good, R"("num_layers": 70)", R"("num_layers": 70, "layers": 70)")).find("model: unknown field 'layers'"),
+            std::string::npos);
+  EXPECT_NE(message(replaced(good, R"("power": 44)", R"("power": 44, "watts": 1)")).find("machine_types[0]: unknown field 'watts'"),
+            std::string::npos);
+  EXPECT_NE(message(replaced(good, R"("count": 2,)", R"("count": 2, "cnt": 2,)")).find("pools[0]: unknown field 'cnt'"),
+            std::string::npos);
+  EXPECT_NE(message(replaced(good, R"("kind": "token_jsq")", R"("kind": "token_jsq", "token_max_pending_batch_tokens": 1)"))
+                .find("scheduler: unknown field 'token_max_pending_batch_tokens'"),
+            std::string::npos);
+  EXPECT_NE(message(replaced(good, R"("scheduler")", R"("instance": {"max_batch_sise": 64}, "scheduler")"))
+                .find("instance: unknown field 'max_batch_sise'"),
+            std::string::npos);
+  EXPECT_NE(message(replaced(good, R"("scheduler")", R"("kv_transfer": {"bandwith_gib_per_s": 1}, "scheduler")"))
+                .find("kv_transfer: unknown field 'bandwith_gib_per_s'"),
+            std::string::npos);
+  EXPECT_NE(message(replaced(good, R"("scheduler")", R"("slo": {"ttft_p50": 2}, "scheduler")")).find("slo: unknown field 'ttft_p50'"),
+            std::string::npos);
+}
+
+TEST(SimConfig, SloSection) {
+  const ClusterConfig defaults = parse_cluster_config(valid_config(), "inline");
+  EXPECT_EQ(defaults.slo.reference_hardware, "a100-80gb");
+  EXPECT_EQ(defaults.slo.reference_tensor_parallel, 8);
+  EXPECT_DOUBLE_EQ(defaults.slo.tbt.p90, 1.5);
+  const ClusterConfig custom = parse_cluster_config(
+      replaced(valid_config(), R"("scheduler")",
+               R"("slo": {"reference_hardware": "h100-80gb", "reference_tensor_parallel": 4, "e2e": [1.1, 1.2, 3]}, "scheduler")"),
+      "inline");
+  EXPECT_EQ(custom.slo.reference_hardware, "h100-80gb");
+  EXPECT_EQ(custom.slo.reference_tensor_parallel, 4);
+  EXPECT_DOUBLE_EQ(custom.slo.e2e.p50, 1.1);
+  EXPECT_DOUBLE_EQ(custom.slo.e2e.p99, 3);
+  EXPECT_DOUBLE_EQ(custom.slo.ttft.p99, 6);  // unchanged default
+  for (const char* bad : {R"("slo": {"ttft": [2, 3]}, "scheduler")", R"("slo": {"tbt": [1, -1, 2]}, "scheduler")",
+                          R"("slo": {"e2e": "tight"}, "scheduler")", R"("slo": {"reference_tensor_parallel": 0}, "scheduler")"})
+    EXPECT_THROW(parse_cluster_config(replaced(valid_config(), R"("scheduler")", bad), "inline"), Error) << bad;
+}
+
 TEST(SimWorkload, SplitwiseTestTrace) {
   const std::vector<Request> requests =
       load_splitwise_trace(test::shared_path("sim-reference/splitwise-sim/traces/test_trace.csv"));

@@ -168,6 +168,21 @@ TEST(SimReport, OverloadedRunStopsEarlyAndFails) {
   EXPECT_DOUBLE_EQ(a.summary.e2e_s.p99, b.summary.e2e_s.p99);
 }
 
+TEST(SimReport, StalledRequestsFailTheSlosInsteadOfAborting) {
+  // Splitwise-HH for the coding trace (35 prompt + 5 token H100) far past its capacity: token
+  // memory runs out, prompt machines are borrowed without a memory check (as SplitwiseSim does),
+  // and one fills with queued decodes holding prompt KV that it can never start, since KV is
+  // reserved in full up front. The run ends; the stalled requests fail every SLO.
+  const std::vector<Request> lengths =
+      load_azure_trace(test::shared_path("traces/azure_llm_2023/AzureLLMInferenceTrace_code.csv"));
+  const Workload workload = poisson_workload_from(lengths, 170, 600, 1, "code");
+  const Evaluation run = evaluate(shipped("splitwise_hh_code.json"), reference_model(), workload);
+  EXPECT_GT(run.summary.stalled, 0);
+  EXPECT_EQ(run.summary.finished + run.summary.stalled, run.summary.requests);
+  EXPECT_FALSE(run.summary.slos_met);
+  EXPECT_NE(format_summary(run.summary, SloConfig{}).find("never finished"), std::string::npos);
+}
+
 TEST(SimReport, WorkloadsFromTraces) {
   const std::vector<Request> trace = load_trace(test::shared_path("sim-reference/splitwise-sim/traces/test_trace.csv"));
   ASSERT_EQ(trace.size(), 3u);
