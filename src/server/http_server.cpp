@@ -219,7 +219,7 @@ void HttpServer::Impl::chat_completions(const httplib::Request& req, httplib::Re
   if (!tokenizer) throw ApiError(400, "this model has no tokenizer, which chat needs", "messages");
   // Rendered from the body parsed again keeping key order: `tojson` in a template prints keys in
   // the client's order, as transformers does.
-  const auto ordered = nlohmann::ordered_json::parse(req.body);
+  const auto ordered = nlohmann::ordered_json::parse(req.body);  // parse_json_body accepted it: depth <= 64
   const auto kwargs = ordered.find("chat_template_kwargs");
   std::string prompt;
   try {

@@ -170,9 +170,16 @@ json error_body(const ApiError& error) {
 }
 
 json parse_json_body(const std::string& body) {
+  // Nothing in a request nests deeply; a cap keeps recursive consumers (the chat template's value
+  // conversion) off deep stacks.
+  static constexpr int kMaxDepth = 64;
+  const json::parser_callback_t depth_check = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxDepth) throw ApiError(400, fmt::format("the request body nests more than {} levels", kMaxDepth));
+    return true;
+  };
   json value;
   try {
-    value = json::parse(body);
+    value = json::parse(body, depth_check);
   } catch (const json::parse_error& e) {
     throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
   }

@@ -37,6 +37,12 @@ TEST(OpenAiApi, InvalidJsonAndNonObjectBodies) {
   }
   EXPECT_NE(std::string(completion_error("{bad").what()).find("not valid JSON"), std::string::npos);
   EXPECT_NE(std::string(completion_error("[1]").what()).find("not array"), std::string::npos);
+  // Deep nesting is refused before anything recurses over it.
+  const std::string deep = R"({"prompt": "a", "chat_template_kwargs": )" + std::string(100000, '[') +
+                           std::string(100000, ']') + "}";
+  const ApiError e = completion_error(deep);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_NE(std::string(e.what()).find("nests more than 64"), std::string::npos) << e.what();
 }
 
 TEST(OpenAiApi, WrongTypesNameTheField) {
