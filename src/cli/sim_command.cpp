@@ -7,11 +7,15 @@
 #include <fmt/format.h>
 #include <omp.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -324,10 +328,43 @@ ClusterConfig scaled(const ClusterConfig& config, int machines) {
   return result;
 }
 
-double peak_rss_mib() {
+// Runs `measure` in a child process, so each row's peak RSS is its own run's, not the largest so
+// far; the child sends its row back as JSON through a pipe.
+nlohmann::json in_child_process(const std::function<nlohmann::json()>& measure) {
+  int fds[2];
+  SF_CHECK(::pipe(fds) == 0, "sim scale: pipe failed");
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  SF_CHECK(pid >= 0, "sim scale: fork failed");
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string text;
+    int status = 0;
+    try {
+      text = measure().dump();
+    } catch (const std::exception& e) {
+      text = nlohmann::json{{"error", e.what()}}.dump();
+      status = 1;
+    }
+    for (size_t done = 0; done < text.size();) {
+      const ssize_t n = ::write(fds[1], text.data() + done, text.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    ::_exit(status);
+  }
+  ::close(fds[1]);
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
   rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+  ::wait4(pid, &status, 0, &usage);
+  nlohmann::json row = text.empty() ? nlohmann::json{{"error", "the measuring process died"}} : nlohmann::json::parse(text);
+  SF_CHECK(!row.contains("error"), "sim scale: {}", row.value("error", std::string()));
+  row["peak_rss_mib"] = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
+  return row;
 }
 
 void run_sim_scale(const ScaleFlags& flags) {
@@ -350,19 +387,22 @@ void run_sim_scale(const ScaleFlags& flags) {
   for (const std::string& path : flags.configs) {
     const ClusterConfig config = load_cluster_config(path);
     for (int machines : sizes) {
-      const ClusterConfig cluster = scaled(config, machines);
       const double rate = flags.load * trace_rate * machines / config.total_machines();
-      const Workload workload = poisson_workload_from(trace, rate, flags.workload.duration_s, flags.workload.seed,
-                                                      trace_name(flags.workload.trace));
-      const auto start = std::chrono::steady_clock::now();
-      const SimulationResult result = Simulation(cluster, perf_model, workload.requests).run();
-      const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const double rss = peak_rss_mib();
+      const nlohmann::json row = in_child_process([&] {
+        const ClusterConfig cluster = scaled(config, machines);
+        const Workload workload = poisson_workload_from(trace, rate, flags.workload.duration_s, flags.workload.seed,
+                                                        trace_name(flags.workload.trace));
+        const auto start = std::chrono::steady_clock::now();
+        const SimulationResult result = Simulation(cluster, perf_model, workload.requests).run();
+        const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return nlohmann::json{{"config", path}, {"machines", machines}, {"rate_per_s", rate},
+                              {"requests", workload.requests.size()}, {"events", result.events},
+                              {"wall_s", wall_s}, {"events_per_s", result.events / wall_s}};
+      });
       fmt::print("{:<40} {:>9} {:>10.1f} {:>10} {:>11} {:>9.3f} {:>10.2f} {:>10.0f}\n", config.name.substr(0, 40),
-                 machines, rate, workload.requests.size(), result.events, wall_s, result.events / wall_s / 1e6, rss);
-      rows.push_back({{"config", path}, {"machines", machines}, {"rate_per_s", rate},
-                      {"requests", workload.requests.size()}, {"events", result.events}, {"wall_s", wall_s},
-                      {"events_per_s", result.events / wall_s}, {"peak_rss_mib", rss}});
+                 machines, rate, row["requests"].get<int64_t>(), row["events"].get<int64_t>(),
+                 row["wall_s"].get<double>(), row["events_per_s"].get<double>() / 1e6, row["peak_rss_mib"].get<double>());
+      rows.push_back(row);
     }
   }
   const std::string dir = prepare_out_dir(flags.workload.out_dir);
@@ -371,7 +411,7 @@ void run_sim_scale(const ScaleFlags& flags) {
              {{"workload", fmt::format("Poisson for {} s at {}x the trace rate per config-sized cluster (trace {})",
                                        flags.workload.duration_s, flags.load, trace_name(flags.workload.trace))},
               {"rows", rows},
-              {"note", "peak_rss_mib is the process peak so far (sizes run in the order given)"},
+              {"note", "each row runs in its own process; peak_rss_mib includes the loaded trace and perf model"},
               {"provenance", provenance()}});
   fmt::print(stderr, "wrote {}/scale.json\n", dir);
 }
