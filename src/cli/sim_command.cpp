@@ -5,7 +5,6 @@
 //           throughput within a cost or power budget
 //   scale   simulation speed and memory vs cluster size
 #include <fmt/format.h>
-#include <omp.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -1,7 +1,6 @@
 #include "sim/search.h"
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +8,6 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <tuple>
 
 #include "core/error.h"
 
@@ -54,6 +52,22 @@ SearchPoint make_point(const ClusterConfig& base, const Design& design, Shape sh
 }
 
 int machines(const SearchPoint& p) { return p.shape.prompt_machines + p.shape.token_machines; }
+
+// Costs and powers are sums of per-machine constants, so equal clusters can differ in the last bit
+// (24 × 4.76 + 3 × 4.76 vs 25 × 4.76 + 2 × 4.76): compare them with a relative tolerance.
+int compare(double a, double b) {
+  const double tolerance = 1e-9 * std::max(std::abs(a), std::abs(b));
+  return a < b - tolerance ? -1 : a > b + tolerance ? 1 : 0;
+}
+
+// Cheaper (or lower-power with by_cost false), then the other measure, then fewer machines.
+bool preferred(const SearchPoint& a, const SearchPoint& b, bool by_cost) {
+  const int first = by_cost ? compare(a.cost, b.cost) : compare(a.power, b.power);
+  if (first != 0) return first < 0;
+  const int second = by_cost ? compare(a.power, b.power) : compare(a.cost, b.cost);
+  if (second != 0) return second < 0;
+  return machines(a) < machines(b);
+}
 
 }  // namespace
 
@@ -280,13 +294,7 @@ TargetSearchResult search_target_rate(const ClusterConfig& base, const PerfModel
     }
   });
 
-  auto better = [&](int a, int b, bool by_cost) {  // is point a preferred over point b?
-    const SearchPoint &pa = result.points[a], &pb = result.points[b];
-    const auto key = [&](const SearchPoint& p) {
-      return by_cost ? std::tuple(p.cost, p.power, machines(p)) : std::tuple(p.power, p.cost, machines(p));
-    };
-    return key(pa) < key(pb);
-  };
+  auto better = [&](int a, int b, bool by_cost) { return preferred(result.points[a], result.points[b], by_cost); };
   std::vector<int> passing;
   for (int i = 0; i < static_cast<int>(result.points.size()); ++i)
     if (result.points[i].slos_met) passing.push_back(i);
@@ -298,13 +306,9 @@ TargetSearchResult search_target_rate(const ClusterConfig& base, const PerfModel
   // strictly below every cheaper point's.
   std::vector<int> by_cost = passing;
   std::stable_sort(by_cost.begin(), by_cost.end(), [&](int a, int b) { return better(a, b, true); });
-  double lowest_power = INFINITY;
-  for (int i : by_cost) {
-    if (result.points[i].power < lowest_power) {
+  for (int i : by_cost)
+    if (result.pareto.empty() || compare(result.points[i].power, result.points[result.pareto.back()].power) < 0)
       result.pareto.push_back(i);
-      lowest_power = result.points[i].power;
-    }
-  }
   return result;
 }
 
@@ -365,8 +369,9 @@ BudgetSearchResult search_budget(const ClusterConfig& base, const PerfModel& per
 
   auto better = [&](int a, int b) {
     const SearchPoint &pa = result.points[a], &pb = result.points[b];
-    return std::tuple(-pa.rate_per_s, -pa.throughput_per_s, pa.cost, pa.power) <
-           std::tuple(-pb.rate_per_s, -pb.throughput_per_s, pb.cost, pb.power);
+    if (pa.rate_per_s != pb.rate_per_s) return pa.rate_per_s > pb.rate_per_s;
+    if (pa.throughput_per_s != pb.throughput_per_s) return pa.throughput_per_s > pb.throughput_per_s;
+    return preferred(pa, pb, true);
   };
   result.best_per_design.assign(designs.size(), -1);
   for (int i = 0; i < static_cast<int>(result.points.size()); ++i) {
@@ -414,7 +419,8 @@ std::string format_target_search(const TargetSearchResult& result, double rate_p
   // Shapes as good on both measures (e.g. every 23-machine split of a homogeneous design).
   auto ties = [&](int best) {
     const auto count = std::count_if(result.points.begin(), result.points.end(), [&](const SearchPoint& p) {
-      return p.slos_met && p.cost == result.points[best].cost && p.power == result.points[best].power;
+      return p.slos_met && compare(p.cost, result.points[best].cost) == 0 &&
+             compare(p.power, result.points[best].power) == 0;
     });
     return count > 1 ? fmt::format("({} shapes tie on cost and power; listed: the fewest machines, then the first in "
                                    "design and prompt-count order)\n", count)
@@ -434,8 +440,7 @@ std::string format_target_search(const TargetSearchResult& result, double rate_p
     }
     if (!p.slos_met) continue;
     int& best = cheapest[name];
-    if (best < 0 || std::tuple(p.cost, p.power, machines(p)) <
-                        std::tuple(result.points[best].cost, result.points[best].power, machines(result.points[best])))
+    if (best < 0 || preferred(p, result.points[best], true))
       best = i;
   }
   for (const std::string& name : order)
