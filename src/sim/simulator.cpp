@@ -354,7 +354,10 @@ void Simulation::on_transfer_try(int r, double now) {
   const double bytes = static_cast<double>(request.prompt_tokens) * static_cast<double>(config_.model.kv_bytes_per_token);
   const double serialized_s = bytes / (config_.kv_transfer.bandwidth_gib_per_s * kGiB);
   double visible_s = serialized_s;
-  if (config_.kv_transfer.mode == KvTransferMode::LayerwiseOverlapped) {
+  // A retried transfer starts after the prefill (the destination had no room): nothing was streamed
+  // during it, so the whole cache moves now.
+  const bool first_try = now == results_[r].prompt_end_s;
+  if (config_.kv_transfer.mode == KvTransferMode::LayerwiseOverlapped && first_try) {
     // Layer l's KV leaves while layer l+1 computes: only what outlasts the prefill, or at least the
     // last layer's share, remains after the prompt iteration ends.
     const double layers = config_.model.num_layers;
