@@ -25,7 +25,7 @@ if(SPLITFLOW_HAS_CUDA)
   find_package(CUDAToolkit REQUIRED)
   file(GLOB_RECURSE SPLITFLOW_CUDA_SOURCES CONFIGURE_DEPENDS
        ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cpp)
-  add_library(splitflow_cuda STATIC ${SPLITFLOW_CUDA_SOURCES})
+  add_library(splitflow_cuda OBJECT ${SPLITFLOW_CUDA_SOURCES})
   target_include_directories(splitflow_cuda PUBLIC ${CMAKE_SOURCE_DIR}/src)
   target_link_libraries(splitflow_cuda PUBLIC CUDA::cudart CUDA::cublasLt fmt::fmt nlohmann_json::nlohmann_json)
   target_compile_options(splitflow_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
@@ -40,13 +40,12 @@ if(SPLITFLOW_HAS_CUDA)
     message(FATAL_ERROR "NCCL not found (nccl.h, libnccl): pass -DSPLITFLOW_NCCL_ROOT=<folder with include/ and lib/>")
   endif()
   file(GLOB SPLITFLOW_COMM_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/comm/*.cu)
-  add_library(splitflow_comm_cuda STATIC ${SPLITFLOW_COMM_CUDA_SOURCES})
+  # Object libraries: their objects go into splitflow_lib itself (CMakeLists.txt), since they call
+  # back into it (core, comm's CPU half); separate static libraries would form a link cycle.
+  add_library(splitflow_comm_cuda OBJECT ${SPLITFLOW_COMM_CUDA_SOURCES})
   target_include_directories(splitflow_comm_cuda PUBLIC ${CMAKE_SOURCE_DIR}/src)
   target_include_directories(splitflow_comm_cuda PRIVATE ${NCCL_INCLUDE_DIR})
   target_link_libraries(splitflow_comm_cuda PUBLIC CUDA::cudart ${NCCL_LIBRARY} fmt::fmt ${CMAKE_DL_LIBS})
-  # comm's CPU half (file store, launch environment, selection) is in splitflow_lib, which links
-  # this library in turn (CMakeLists.txt): a cycle of static libraries, which CMake resolves.
-  target_link_libraries(splitflow_comm_cuda INTERFACE splitflow_lib)
   target_compile_options(splitflow_comm_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
   message(STATUS "splitflow: comm with NCCL (${NCCL_LIBRARY})")
 else()
