@@ -5,6 +5,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 using namespace splitflow;
@@ -125,14 +126,26 @@ TEST_F(CudaKernels, MatmulReadsF16AndBf16Weights) {
   check_matmul(*backend, rng, 5, 128, 64, false, DType::BF16, DType::F16);
   check_matmul(*backend, rng, 5, 128, 64, true, DType::F32, DType::BF16);
 }
-// m <= 8 with k % 8 == 0 runs the GEMV kernel: every row count, k past one unrolled pass
-// (4 x 32 words) with a tail, and k % 8 != 0 (cuBLASLt fallback) next to it.
+// With SPLITFLOW_GEMV_MAX_ROWS=8, m <= 8 with k % 8 == 0 runs the GEMV kernel: every row count,
+// k past one unrolled pass (4 x 32 words) with a tail, and k % 8 != 0 (cuBLASLt fallback) next to
+// it; the default backend (GEMV for at most 2 rows) gives the same answers.
 TEST_F(CudaKernels, MatmulDecodeRowsThroughGemv) {
-  for (int64_t m = 1; m <= 8; ++m) check_matmul(*backend, rng, m, 1032, 72, m % 2 == 0, DType::BF16, DType::F32);
-  check_matmul(*backend, rng, 1, 4096, 300, true, DType::F32, DType::F32);
-  check_matmul(*backend, rng, 2, 11008, 40, false, DType::BF16, DType::F32);
-  check_matmul(*backend, rng, 3, 100, 33, true, DType::BF16, DType::F32);
-  check_matmul(*backend, rng, 9, 1032, 72, false, DType::BF16, DType::F32);
+  ::setenv("SPLITFLOW_GEMV_MAX_ROWS", "8", 1);
+  std::unique_ptr<Backend> gemv = make_test_cuda_backend();
+  ::unsetenv("SPLITFLOW_GEMV_MAX_ROWS");
+  for (Backend* b : {gemv.get(), backend.get()}) {
+    for (int64_t m = 1; m <= 8; ++m) check_matmul(*b, rng, m, 1032, 72, m % 2 == 0, DType::BF16, DType::F32);
+    check_matmul(*b, rng, 1, 4096, 300, true, DType::F32, DType::F32);
+    check_matmul(*b, rng, 2, 11008, 40, false, DType::BF16, DType::F32);
+    check_matmul(*b, rng, 3, 100, 33, true, DType::BF16, DType::F32);
+    check_matmul(*b, rng, 9, 1032, 72, false, DType::BF16, DType::F32);
+  }
+}
+TEST(CudaBackend, RejectsBadGemvRowLimit) {
+  SF_REQUIRE_GPU();
+  ::setenv("SPLITFLOW_GEMV_MAX_ROWS", "9", 1);
+  EXPECT_THROW(make_test_cuda_backend(), Error);
+  ::unsetenv("SPLITFLOW_GEMV_MAX_ROWS");
 }
 TEST_F(CudaKernels, MatmulRejectsF32Activations) {
   DeviceBuffer x = backend->allocate(DType::F32, {2, 8}), w = backend->allocate(DType::BF16, {4, 8}),
