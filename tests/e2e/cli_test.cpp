@@ -3,12 +3,11 @@
 #include "formats/safetensors_writer.h"
 #include "formats/weight_source.h"
 #include "model/config.h"
+#include "splitflow_command.h"
 #include "test_paths.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -18,39 +17,11 @@ using namespace splitflow;
 
 namespace {
 
-struct CommandResult {
-  int exit_code = -1;  // -1: killed by a signal
-  std::string out, err;
-};
-
-std::string quote(const std::string& arg) {
-  std::string quoted = "'";
-  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-CommandResult run_splitflow(const std::vector<std::string>& args) {
-  const std::filesystem::path err_path = std::filesystem::temp_directory_path() / ("sf_cli_err_" + std::to_string(::getpid()));
-  std::string command = quote(test::splitflow_binary());
-  for (const std::string& arg : args) command += " " + quote(arg);
-  command += " 2>" + quote(err_path.string());
-  CommandResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  char buffer[4096];
-  size_t count;
-  while ((count = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.out.append(buffer, count);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.err = test::read_file(err_path.string());
-  std::filesystem::remove(err_path);
-  return result;
-}
+using test::CommandResult;
+using test::run_splitflow;
 
 void expect_error(const std::vector<std::string>& args, const std::string& message_part) {
-  const CommandResult result = run_splitflow(args);
-  EXPECT_EQ(result.exit_code, 1) << "stderr: " << result.err;
-  EXPECT_NE(result.err.find("error: "), std::string::npos) << result.err;
-  EXPECT_NE(result.err.find(message_part), std::string::npos) << "expected '" << message_part << "' in: " << result.err;
+  test::expect_command_error(run_splitflow(args), message_part);
 }
 
 const std::string kStories = test::shared_path("models/stories260K-hf");

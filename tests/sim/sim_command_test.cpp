@@ -12,53 +12,22 @@
 #include <sstream>
 
 #include "sim/plots.h"
+#include "splitflow_command.h"
 #include "test_paths.h"
 
 namespace splitflow::sim {
 namespace {
 
-struct CommandResult {
-  int exit_code = -1;  // -1: killed by a signal
-  std::string out, err;
-};
+using test::CommandResult;
 
-std::string quote(const std::string& arg) {
-  std::string quoted = "'";
-  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-// `env_prefix` is prepended to the shell command (e.g. "PATH=/nonexistent").
 CommandResult run_sim(const std::vector<std::string>& args, const std::string& env_prefix = "") {
-  const std::filesystem::path err_path =
-      std::filesystem::temp_directory_path() / ("sf_sim_cli_err_" + std::to_string(::getpid()));
-  std::string command = env_prefix;
-  if (!command.empty()) command += ' ';
-  command += quote(test::splitflow_binary());
-  command += " sim";
-  for (const std::string& arg : args) {
-    command += ' ';
-    command += quote(arg);
-  }
-  command += " 2>";
-  command += quote(err_path.string());
-  CommandResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  char buffer[4096];
-  size_t count;
-  while ((count = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.out.append(buffer, count);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.err = test::read_file(err_path.string());
-  std::filesystem::remove(err_path);
-  return result;
+  std::vector<std::string> command = {"sim"};
+  command.insert(command.end(), args.begin(), args.end());
+  return test::run_splitflow(command, env_prefix);
 }
 
 void expect_error(const std::vector<std::string>& args, const std::string& message_part) {
-  const CommandResult result = run_sim(args);
-  EXPECT_EQ(result.exit_code, 1) << "stderr: " << result.err;
-  EXPECT_NE(result.err.find("error: "), std::string::npos) << result.err;
-  EXPECT_NE(result.err.find(message_part), std::string::npos) << "expected '" << message_part << "' in: " << result.err;
+  test::expect_command_error(run_sim(args), message_part);
 }
 
 std::string config(const std::string& name) { return test::fixture_path("../../sim/configs/" + name); }
