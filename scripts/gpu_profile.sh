@@ -1,56 +1,62 @@
 #!/usr/bin/env bash
-# scripts/gpu_profile.sh — where a batch-1 decode step's time goes, on the GPU machine. Builds the
-# working tree and, when $BASELINE_KERNELS names an older kernels.cu, a second tree with it (both
-# in parallel); runs the CUDA kernel tests on the working tree; profiles 3 decode steps of the
-# 4-layer Llama-2-7B shape under ncu (one gpu__time_duration per launch, clocks and caches as
-# found); then runs the full bench for each tree. Logs and tables go to $OUT (else ./profile-out).
+# scripts/gpu_profile.sh — where a decode step's time goes, per kernel, on the GPU machine: builds
+# splitflow like scripts/gpu_bench.sh, then runs `bench latency` under Nsight Compute with only
+# the decode steps collected (bench latency marks them with Backend::profile_region) and prints
+# the kernels by total time: name and grid, launches, mean and total µs, share of the profiled time.
+# Each case in $CASES is config:batch:input_len (default llama-3-8b:1:512 llama-3-8b:64:512);
+# $STEPS decode steps are collected per case (default 2). ncu times each kernel alone (serialized,
+# caches flushed between launches: --cache-control all), so the total is above the graph replay's
+# step time; the shares are what to read.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+build=${BUILD_DIR:-build-gpu}
 carry=${CARRY_DIR:-.carry}
-out=${OUT:-$root/profile-out}
-mkdir -p "$out"
+logs=${LOGS:-/tmp/splitflow-gpu-logs}
+cases=${CASES:-"llama-3-8b:1:512 llama-3-8b:64:512"}
+steps=${STEPS:-2}
+mkdir -p "$logs"
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+[[ -x $ncu ]] || { echo "ncu not found"; exit 1; }
+
 args=(-DSPLITFLOW_CUDA=ON)
 [[ -d $carry/include ]] && args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
-[[ -d $carry/shared ]] && { export SPLITFLOW_SHARED_DIR=$root/$carry/shared; args+=("-DSPLITFLOW_SHARED_DIR=$SPLITFLOW_SHARED_DIR"); }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-
-build() {  # tree build-dir log targets...
-  local tree=$1 dir=$2 log=$3; shift 3
-  (cd "$tree" && cmake -S . -B "$dir" -G Ninja "${args[@]}" && cmake --build "$dir" -j8 --target "$@") >"$log" 2>&1 ||
-    { grep -E "error" "$log" | head -20; return 1; }
-}
 start=$SECONDS
-trees=(new)
-build "$root" build-gpu "$out/build-new.log" splitflow test_backend_cuda &
-if [[ -n ${BASELINE_KERNELS:-} ]]; then
-  base=/tmp/splitflow-base
-  rm -rf "$base" && mkdir -p "$base"
-  tar --exclude=./build-gpu --exclude='./build*' -cf - . | tar -xf - -C "$base"
-  cp "$BASELINE_KERNELS" "$base/src/backend/cuda/kernels.cu"
-  build "$base" build-gpu "$out/build-base.log" splitflow &
-  trees=(base new)
-fi
-wait
-echo "builds: $((SECONDS - start)) s"
+cmake -S . -B "$build" -G Ninja "${args[@]}" >"$logs/configure.log" 2>&1 || { tail -40 "$logs/configure.log"; exit 1; }
+cmake --build "$build" -j16 --target splitflow >"$logs/build.log" 2>&1 || { grep -E "error" "$logs/build.log" | head -40; exit 1; }
+echo "configure + build: $((SECONDS - start)) s"
 
-build-gpu/tests/test_backend_cuda >"$out/test_backend_cuda.log" 2>&1
-echo "test_backend_cuda exit $?: $(grep -E '^\[  (PASSED|FAILED)' "$out/test_backend_cuda.log" | tr '\n' ' ')"
-
-steps=3
-for t in "${trees[@]}"; do
-  bin=$root/build-gpu/splitflow; [[ $t == base ]] && bin=$base/build-gpu/splitflow
-  timeout 150 ncu --metrics gpu__time_duration.sum --csv --page raw --clock-control none --cache-control none \
-    --log-file "$out/ncu-$t.csv" "$bin" bench latency --backend cuda --config bench/configs/llama-2-7b-4l.json \
-    --dummy-weights --input-len 512 --output-len $((steps + 1)) --batch 1 --results-dir /tmp/ncu-results-$t \
-    >"$out/ncu-$t.log" 2>&1
-  echo "=== ncu $t (exit $?): 4-layer Llama-2-7B shape, last $steps decode steps, context ~513 ==="
-  python3 scripts/decode_kernel_table.py "$out/ncu-$t.csv" $steps | tee "$out/table-$t.txt"
+rc=0
+for c in $cases; do
+  IFS=: read -r config batch input_len <<<"$c"
+  name=$config-b$batch-in$input_len
+  echo "=== $name: $steps decode steps ==="
+  # The output length leaves one warm-up step (recording the graph) before the collected ones.
+  "$ncu" --profile-from-start off --clock-control none --cache-control all --metrics gpu__time_duration.sum \
+    --csv --page raw "$build/splitflow" bench latency --backend cuda --dummy-weights \
+    --config "bench/configs/$config.json" --batch "$batch" --input-len "$input_len" --output-len $((steps + 1)) \
+    --results-dir "$logs/results" >"$logs/$name.csv" 2>"$logs/$name.err" || { rc=1; tail -5 "$logs/$name.err"; continue; }
+  python3 - "$logs/$name.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if r]
+head = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
+cols = rows[head]
+name_col, time_col = cols.index("Kernel Name"), cols.index("gpu__time_duration.sum")
+grid_col = cols.index("Grid Size") if "Grid Size" in cols else None
+unit = rows[head + 1][time_col]
+scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit, 1.0)
+total, count = collections.Counter(), collections.Counter()
+for r in rows[head + 2:]:
+    if len(r) <= time_col: continue
+    try: t = float(r[time_col].replace(",", "")) * scale
+    except ValueError: continue
+    n = r[name_col].split("(")[0][:44] + (" " + r[grid_col] if grid_col is not None else "")
+    total[n] += t; count[n] += 1
+all_us = sum(total.values())
+print(f"{'kernel':60} {'launches':>8} {'mean us':>9} {'total us':>10} {'share':>6}")
+for n, t in total.most_common(14):
+    print(f"{n:60} {count[n]:8d} {t / count[n]:9.2f} {t:10.1f} {t / all_us:6.1%}")
+print(f"{'all kernels':60} {sum(count.values()):8d} {'':9} {all_us:10.1f}")
+PY
 done
-for t in "${trees[@]}"; do
-  bin=$root/build-gpu/splitflow; [[ $t == base ]] && bin=$base/build-gpu/splitflow
-  mkdir -p "$out/results-$t"
-  "$bin" bench latency --backend cuda --config bench/configs/llama-2-7b.json --dummy-weights --input-len 512 \
-    --output-len 128 --batch 1 --results-dir "$out/results-$t" >"$out/bench-$t.log" 2>&1
-  echo "=== bench $t (exit $?) ==="; grep -h -E '"(tpot_ms|decode_tokens_per_s|fraction_of_bandwidth)"' "$out/results-$t"/*.json
-done
+exit $rc

@@ -145,6 +145,9 @@ class Backend {
   // returns null when the backend cannot record (then the caller issues the work itself).
   virtual std::unique_ptr<RecordedWork> record(const std::function<void()>& issue) { return nullptr; }
   virtual bool can_record() const { return false; }
+  // Marks where an attached profiler (ncu --profile-from-start off) collects: on, then off. No-op
+  // without one, and on backends without a profiler.
+  virtual void profile_region(bool on) {}
 
   // --- kernels (shapes: T tokens, H hidden) ----------------------------------------------------
   // out[t] = table[token_ids[t]] * multiplier, plus pos_table[positions[t]] when pos_table is

@@ -90,7 +90,9 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
   const double ttft_seconds = seconds_since(prefill_start);
 
   // Decode: one token of every sequence per step, greedy on the device (only the tokens come back).
+  // The decode steps are the profiled region (scripts/gpu_profile.sh); free without a profiler.
   const std::vector<SamplingRow> greedy(options.batch);
+  backend.profile_region(true);
   const auto decode_start = Clock::now();
   for (int32_t step = 0; step + 1 < options.output_len; ++step) {
     ForwardBatch batch;
@@ -100,6 +102,7 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
     }
     next = runner.forward_sample(batch, greedy);
   }
+  backend.profile_region(false);
   const int32_t decode_steps = options.output_len - 1;
   const double tpot_seconds = decode_steps > 0 ? seconds_since(decode_start) / decode_steps : 0.0;
 

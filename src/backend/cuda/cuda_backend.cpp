@@ -5,6 +5,7 @@
 #include "core/error.h"
 
 #include <cublasLt.h>
+#include <cuda_profiler_api.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -186,6 +187,11 @@ void CudaBackend::copy_to_host(const DeviceTensor& src, void* host) {
   if (src.nbytes() > 0)
     SF_CUDA_CHECK(cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_), "copy to host");
   synchronize();
+}
+
+void CudaBackend::profile_region(bool on) {
+  synchronize();
+  SF_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop(), "profiler region");
 }
 
 void CudaBackend::synchronize() { SF_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize (a kernel failed)"); }

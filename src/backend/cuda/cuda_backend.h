@@ -41,6 +41,7 @@ class CudaBackend final : public Backend {
   // A CUDA graph of the work `issue` enqueues on the backend's stream (stream capture).
   std::unique_ptr<RecordedWork> record(const std::function<void()>& issue) override;
   bool can_record() const override { return true; }
+  void profile_region(bool on) override;
 
   void embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier, const DeviceTensor& pos_table,
              const DeviceTensor& positions, const DeviceTensor& out) override;
