@@ -162,10 +162,11 @@ class Backend {
   virtual void add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
                         const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) = 0;
 
-  // y = x W^T + bias. x [m, k] activation dtype; w [n, k] F32/F16/BF16; bias [n] F32 or empty;
-  // y [m, n] in the activation dtype or F32 (the logits).
-  virtual void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
-                      const DeviceTensor& y) = 0;
+  // y = x W^T + bias, or with accumulate y += x W^T + bias (a residual add in the epilogue).
+  // x [m, k] activation dtype; w [n, k] F32/F16/BF16; bias [n] F32 or empty; y [m, n] in the
+  // activation dtype or F32 (the logits).
+  virtual void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
+                      bool accumulate) = 0;
 
   // Rotates, in place, the first rotary_dim dims of every q and k head of qkv [T, ...].
   // cos_sin [R, 2, rotary_dim / 2]: row r holds cos(angle_i) * a then sin(angle_i) * a for pair i
@@ -198,9 +199,6 @@ class Backend {
   // gated: out[t, j] = act(x[t, j]) * x[t, I + j] with x [T, 2I] (gate columns, then up columns);
   // else out = act(x) with x [T, I]. out [T, I]. GELU is the erf form; GELUTanh the tanh form.
   virtual void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) = 0;
-
-  // out = a + b, all the same shape; out may alias a or b.
-  virtual void add(const DeviceTensor& a, const DeviceTensor& b, const DeviceTensor& out) = 0;
 
   // out[i] = x[rows[i]]. x [T, C]; rows [R] I32; out [R, C].
   virtual void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) = 0;

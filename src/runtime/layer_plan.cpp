@@ -12,10 +12,8 @@ std::string_view slot_name(Slot slot) {
     case Slot::MlpIn: return "mlp_in";
     case Slot::Qkv: return "qkv";
     case Slot::AttnOut: return "attn_out";
-    case Slot::AttnProj: return "attn_proj";
     case Slot::MlpUp: return "mlp_up";
     case Slot::MlpAct: return "mlp_act";
-    case Slot::MlpOut: return "mlp_out";
   }
   return "?";
 }
@@ -43,7 +41,6 @@ std::string_view step_name(StepKind kind) {
     case StepKind::WriteKv: return "write_kv";
     case StepKind::Attention: return "attention";
     case StepKind::Activation: return "activation";
-    case StepKind::AddResidual: return "add_residual";
   }
   return "?";
 }
@@ -66,7 +63,7 @@ std::string LayerPlan::describe() const {
       out += slot_name(step.delta);
     }
     if (step.output != Slot::None && step.output != step.input) {
-      out += " -> ";
+      out += step.accumulate ? " ->+ " : " -> ";
       out += slot_name(step.output);
     }
     out += '\n';
@@ -90,18 +87,19 @@ LayerPlan build_layer_plan(const ModelSpec& spec) {
   steps.push_back({StepKind::Linear, Slot::AttnIn, Slot::Qkv, Slot::None, LayerWeight::Qkv, qkv_bias});
   steps.push_back({spec.position == PositionType::Rope ? StepKind::RopeWriteKv : StepKind::WriteKv, Slot::Qkv});
   steps.push_back({StepKind::Attention, Slot::Qkv, Slot::AttnOut});
-  steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::AttnProj, Slot::None, LayerWeight::Output, attention.o_bias});
+  // With a parallel residual both norms were taken before this add, as the architecture wants.
+  steps.push_back(
+      {StepKind::Linear, Slot::AttnOut, Slot::Hidden, Slot::None, LayerWeight::Output, attention.o_bias, true});
 
   Slot mlp_in = Slot::MlpIn;
   if (!spec.parallel_residual)
-    steps.push_back({StepKind::Norm, Slot::Hidden, Slot::MlpIn, Slot::AttnProj, LayerWeight::FfnNorm, norm_bias});
+    steps.push_back({StepKind::Norm, Slot::Hidden, Slot::MlpIn, Slot::None, LayerWeight::FfnNorm, norm_bias});
   else if (spec.shared_layer_norm)
     mlp_in = Slot::AttnIn;
   steps.push_back({StepKind::Linear, mlp_in, Slot::MlpUp, Slot::None, LayerWeight::GateUp, spec.mlp.up_bias});
   steps.push_back({StepKind::Activation, Slot::MlpUp, Slot::MlpAct});
-  steps.push_back({StepKind::Linear, Slot::MlpAct, Slot::MlpOut, Slot::None, LayerWeight::Down, spec.mlp.down_bias});
-  if (spec.parallel_residual) steps.push_back({StepKind::AddResidual, Slot::AttnProj, Slot::Hidden});
-  steps.push_back({StepKind::AddResidual, Slot::MlpOut, Slot::Hidden});
+  steps.push_back(
+      {StepKind::Linear, Slot::MlpAct, Slot::Hidden, Slot::None, LayerWeight::Down, spec.mlp.down_bias, true});
   return plan;
 }
 

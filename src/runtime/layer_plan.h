@@ -4,10 +4,12 @@
 //
 // Sequential residual (Llama, Mistral, Qwen2, GPT-2, Phi-3):
 //   attn_in = norm(hidden); qkv = attn_in Wqkv^T; rope; write kv; attn_out = attention(qkv)
-//   attn_proj = attn_out Wo^T; hidden += attn_proj and mlp_in = norm(hidden) (one fused step)
-//   mlp_up = mlp_in Wgu^T; mlp_act = act(mlp_up); mlp_out = mlp_act Wd^T; hidden += mlp_out
+//   hidden += attn_out Wo^T; mlp_in = norm(hidden)
+//   mlp_up = mlp_in Wgu^T; mlp_act = act(mlp_up); hidden += mlp_act Wd^T
 // Parallel residual (GPT-NeoX, Falcon): hidden += attention(norm1(hidden)) + mlp(norm2(hidden)),
 // with norm2 = norm1 when shared_layer_norm.
+// The residual adds are the output projections' epilogues (Linear with accumulate): no separate
+// add over the residual stream.
 #pragma once
 
 #include "model/spec.h"
@@ -26,22 +28,19 @@ enum class Slot : uint8_t {
   MlpIn,     // [T, hidden] normed input of the MLP
   Qkv,       // [T, q_dim + 2 kv_dim]
   AttnOut,   // [T, q_dim]
-  AttnProj,  // [T, hidden]
   MlpUp,     // [T, 2 * inter] gated (gate columns, then up), [T, inter] otherwise
   MlpAct,    // [T, inter]
-  MlpOut,    // [T, hidden]
 };
 
 enum class LayerWeight : uint8_t { None, AttnNorm, FfnNorm, Qkv, Output, GateUp, Down };
 
 enum class StepKind : uint8_t {
   Norm,        // output = norm(input) with weight; when delta != None, input += delta first
-  Linear,      // output = input W^T (+ bias)
+  Linear,      // output = input W^T (+ bias); with accumulate, output += input W^T (+ bias)
   RopeWriteKv, // rotate the q and k heads of input in place, then store its k and v heads in the cache
   WriteKv,     // store input's k and v heads in this layer's paged cache (no RoPE)
   Attention,   // output = paged attention of input's q heads
   Activation,  // output = act(input) (gated: act(gate) * up)
-  AddResidual, // output += input
 };
 
 struct PlanStep {
@@ -51,11 +50,12 @@ struct PlanStep {
   Slot delta = Slot::None;
   LayerWeight weight = LayerWeight::None;
   bool bias = false;  // the weight has a bias (LayerNorm bias, projection bias)
+  bool accumulate = false;  // Linear: add the product to the output (the residual add)
 };
 
 struct LayerPlan {
   std::vector<PlanStep> steps;
-  // One step per line, e.g. "linear qkv+bias: attn_in -> qkv".
+  // One step per line, e.g. "linear qkv+bias: attn_in -> qkv"; "->+" marks an accumulating output.
   std::string describe() const;
 };
 

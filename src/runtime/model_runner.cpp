@@ -100,7 +100,7 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
       default: return hidden;
     }
   };
-  slots_.resize(static_cast<size_t>(Slot::MlpOut) + 1);
+  slots_.resize(static_cast<size_t>(Slot::MlpAct) + 1);
   for (size_t s = static_cast<size_t>(Slot::Hidden); s < slots_.size(); ++s)
     slots_[s] = backend.allocate(act, {max_tokens, width(static_cast<Slot>(s))});
   // Logits rows are computed in chunks so All mode does not need [max_batch_tokens, vocab].
@@ -359,7 +359,7 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
       }
       case StepKind::Linear: {
         const auto [w, b] = layer_weight(weights, step.weight);
-        backend_.matmul(input, w->view(), b->view(), output);
+        backend_.matmul(input, w->view(), b->view(), output, step.accumulate);
         break;
       }
       case StepKind::RopeWriteKv:
@@ -373,7 +373,6 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
         backend_.attention(input, k_cache, v_cache, attention_batch_, attention_params_, output);
         break;
       case StepKind::Activation: backend_.activation(input, spec_.mlp.activation, spec_.mlp.gated, output); break;
-      case StepKind::AddResidual: backend_.add(output, input, output); break;
     }
   }
 }
@@ -390,7 +389,7 @@ void ModelRunner::issue_head(int64_t begin, int64_t count, bool sample) {
   const DeviceTensor logits = logits_.view().rows(0, count);
   backend_.gather_rows(slot(Slot::Hidden), step_view(kLogitRows, begin + count).rows(begin, count), selected);
   backend_.add_norm(selected, {}, final_norm_.view(), final_norm_bias_.view(), norm_params_, normed);
-  backend_.matmul(normed, lm_head_.view(), {}, logits);
+  backend_.matmul(normed, lm_head_.view(), {}, logits, false);
   if (sample) {
     const int64_t words = step_sections_[kSamplingRows].offset + begin * kSamplingRowWords;
     backend_.sample(logits, d_step_.view().rows(words, count * kSamplingRowWords).reshape({count, kSamplingRowWords}),

@@ -34,24 +34,27 @@ void expect_close(double got, double want, double magnitude, double tol, const s
 
 using MatmulFn = void (*)(const float*, int64_t, int64_t, const void*, DType, int64_t, const float*, float*, int);
 
+// accumulate (backend path only): y starts as a random residual that the product adds to.
 void check_matmul(Backend& backend, std::mt19937_64& rng, int64_t m, int64_t k, int64_t n, DType dtype, bool with_bias,
-                  MatmulFn path) {
+                  MatmulFn path, bool accumulate = false) {
   const std::vector<float> x = random_floats(rng, m * k);
   StoredMatrix w = store_matrix(backend, random_floats(rng, n * k), {n, k}, dtype);
   const std::vector<float> bias = random_floats(rng, n);
+  const std::vector<float> residual = accumulate ? random_floats(rng, m * n) : std::vector<float>(m * n, 0.0f);
   std::vector<float> y(m * n, -7.0f);
   if (path != nullptr) {
     path(x.data(), m, k, w.buffer.view().data, dtype, n, with_bias ? bias.data() : nullptr, y.data(), 2);
   } else {
     DeviceBuffer dx = to_device(backend, x, {m, k});
     DeviceBuffer db = to_device(backend, bias, {n});
-    DeviceBuffer dy = backend.allocate(DType::F32, {m, n});
-    backend.matmul(dx.view(), w.buffer.view(), with_bias ? db.view() : DeviceTensor{}, dy.view());
+    DeviceBuffer dy = to_device(backend, accumulate ? residual : y, {m, n});
+    backend.matmul(dx.view(), w.buffer.view(), with_bias ? db.view() : DeviceTensor{}, dy.view(), accumulate);
     y = to_host(backend, dy.view());
   }
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      double want = with_bias ? bias[j] : 0.0, magnitude = with_bias ? std::abs(bias[j]) : 0.0;
+      double want = (with_bias ? bias[j] : 0.0) + residual[i * n + j];
+      double magnitude = (with_bias ? std::abs(bias[j]) : 0.0) + std::abs(residual[i * n + j]);
       for (int64_t p = 0; p < k; ++p) {
         want += static_cast<double>(x[i * k + p]) * w.values[j * k + p];
         magnitude += std::abs(static_cast<double>(x[i * k + p]) * w.values[j * k + p]);
@@ -66,6 +69,14 @@ TEST_F(CpuKernels, MatmulMatchesReferenceForEveryDtypeAndOddShapes) {
     for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 13, 33})
       for (int64_t k : {1, 7, 17, 64, 259})
         for (int64_t n : {1, 5, 19, 40, 131}) check_matmul(*backend, rng, m, k, n, dtype, (m + k + n) % 2 == 0, nullptr);
+}
+
+// accumulate adds the product to y (the residual add of an output projection), both paths.
+TEST_F(CpuKernels, MatmulAccumulatesIntoOutput) {
+  for (int64_t m : {1, 4, 12, 40}) {
+    check_matmul(*backend, rng, m, 70, 33, DType::F16, true, nullptr, true);
+    check_matmul(*backend, rng, m, 64, 48, DType::BF16, false, nullptr, true);
+  }
 }
 
 // Both CPU paths on every m, so neither is only exercised on the sizes the dispatch picks.
@@ -85,12 +96,12 @@ TEST_F(CpuKernels, MatmulRejectsMismatchedShapes) {
   DeviceBuffer x = backend->allocate(DType::F32, {2, 8});
   DeviceBuffer w = backend->allocate(DType::F16, {4, 9});
   DeviceBuffer y = backend->allocate(DType::F32, {2, 4});
-  EXPECT_THROW(backend->matmul(x.view(), w.view(), {}, y.view()), Error);
+  EXPECT_THROW(backend->matmul(x.view(), w.view(), {}, y.view(), false), Error);
   DeviceBuffer w_ok = backend->allocate(DType::F16, {4, 8});
   DeviceBuffer y_bad = backend->allocate(DType::F32, {2, 5});
-  EXPECT_THROW(backend->matmul(x.view(), w_ok.view(), {}, y_bad.view()), Error);
+  EXPECT_THROW(backend->matmul(x.view(), w_ok.view(), {}, y_bad.view(), true), Error);
   DeviceBuffer w_int = backend->allocate(DType::I32, {4, 8});
-  EXPECT_THROW(backend->matmul(x.view(), w_int.view(), {}, y.view()), Error);
+  EXPECT_THROW(backend->matmul(x.view(), w_int.view(), {}, y.view(), false), Error);
 }
 
 // ---- embedding -------------------------------------------------------------------------------
@@ -261,22 +272,18 @@ TEST_F(CpuKernels, ActivationsGatedAndPlain) {
     }
 }
 
-// ---- add, gather, write_kv -------------------------------------------------------------------
+// ---- gather, write_kv ------------------------------------------------------------------------
 
-TEST_F(CpuKernels, AddAndGatherRows) {
-  const std::vector<float> a = random_floats(rng, 7 * 13), b = random_floats(rng, 7 * 13);
-  DeviceBuffer da = to_device(*backend, a, {7, 13});
-  DeviceBuffer db = to_device(*backend, b, {7, 13});
-  backend->add(da.view(), db.view(), da.view());
-  const std::vector<float> sum = to_host(*backend, da.view());
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(sum[i], a[i] + b[i]);
+TEST_F(CpuKernels, GatherRows) {
+  const std::vector<float> x = random_floats(rng, 7 * 13);
+  DeviceBuffer da = to_device(*backend, x, {7, 13});
   const std::vector<int32_t> rows = {6, 0, 6, 2};
   DeviceBuffer d_rows = to_device(*backend, rows, {4});
   DeviceBuffer out = backend->allocate(DType::F32, {4, 13});
   backend->gather_rows(da.view(), d_rows.view(), out.view());
   const std::vector<float> got = to_host(*backend, out.view());
   for (int i = 0; i < 4; ++i)
-    for (int c = 0; c < 13; ++c) ASSERT_EQ(got[i * 13 + c], sum[rows[i] * 13 + c]);
+    for (int c = 0; c < 13; ++c) ASSERT_EQ(got[i * 13 + c], x[rows[i] * 13 + c]);
   const std::vector<int32_t> bad_rows = {7};
   DeviceBuffer d_bad = to_device(*backend, bad_rows, {1});
   DeviceBuffer one = backend->allocate(DType::F32, {1, 13});

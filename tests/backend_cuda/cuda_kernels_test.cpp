@@ -88,8 +88,9 @@ TEST_F(CudaKernels, AddNormVectorizedRows) {
     }
 }
 
+// accumulate: y starts as a random residual that the product adds to (in the epilogue).
 void check_matmul(Backend& backend, std::mt19937_64& rng, int64_t m, int64_t k, int64_t n, bool bias, DType out_dtype,
-                  DType weight_dtype) {
+                  DType weight_dtype, bool accumulate = false) {
   std::vector<float> x = random_values(rng, m * k);
   const std::vector<float> w = random_values(rng, n * k), b = random_values(rng, n);
   DeviceBuffer d_x = to_device_bf16(backend, x, {m, k});
@@ -97,15 +98,18 @@ void check_matmul(Backend& backend, std::mt19937_64& rng, int64_t m, int64_t k, 
   convert_from_f32(w.data(), weight_dtype, host_w.data, w.size());
   DeviceBuffer d_w = backend.upload(host_w);
   DeviceBuffer d_b = to_device_f32(backend, b, {n});
-  DeviceBuffer y = backend.allocate(out_dtype, {m, n});
-  if (out_dtype == DType::BF16) poison_bf16(backend, y.view());
-  backend.matmul(d_x.view(), d_w.view(), bias ? d_b.view() : DeviceTensor{}, y.view());
+  std::vector<float> residual = random_values(rng, m * n);
+  if (out_dtype == DType::BF16)
+    for (float& v : residual) v = bf16_round(v);
+  DeviceBuffer y = out_dtype == DType::BF16 ? to_device_bf16(backend, residual, {m, n}) : to_device_f32(backend, residual, {m, n});
+  if (!accumulate && out_dtype == DType::BF16) poison_bf16(backend, y.view());
+  backend.matmul(d_x.view(), d_w.view(), bias ? d_b.view() : DeviceTensor{}, y.view(), accumulate);
   std::vector<float> stored(w.size());
   convert_to_f32(weight_dtype, host_w.data, stored.data(), w.size());
   std::vector<double> ref(m * n);
   for (int64_t r = 0; r < m; ++r)
     for (int64_t c = 0; c < n; ++c) {
-      double sum = bias ? b[c] : 0.0;
+      double sum = (bias ? b[c] : 0.0) + (accumulate ? residual[r * n + c] : 0.0);
       for (int64_t i = 0; i < k; ++i) sum += static_cast<double>(x[r * k + i]) * bf16_round(stored[c * k + i]);
       ref[r * n + c] = sum;
     }
@@ -122,6 +126,13 @@ TEST_F(CudaKernels, MatmulWithBiasAndF32Output) {
     check_matmul(*backend, rng, m, 64, 257, true, DType::BF16, DType::F32);
   }
 }
+// The residual add in the epilogue: cuBLASLt with beta = 1 and the GEMV, bf16 and f32 outputs.
+TEST_F(CudaKernels, MatmulAccumulatesIntoOutput) {
+  for (int64_t m : {1, 2, 5, 64}) {
+    check_matmul(*backend, rng, m, 256, 130, m % 2 == 1, DType::BF16, DType::F32, true);
+    check_matmul(*backend, rng, m, 64, 72, true, DType::F32, DType::F32, true);
+  }
+}
 TEST_F(CudaKernels, MatmulReadsF16AndBf16Weights) {
   check_matmul(*backend, rng, 5, 128, 64, false, DType::BF16, DType::F16);
   check_matmul(*backend, rng, 5, 128, 64, true, DType::F32, DType::BF16);
@@ -134,7 +145,7 @@ TEST_F(CudaKernels, MatmulDecodeRowsThroughGemv) {
   std::unique_ptr<Backend> gemv = make_test_cuda_backend();
   ::unsetenv("SPLITFLOW_GEMV_MAX_ROWS");
   for (Backend* b : {gemv.get(), backend.get()}) {
-    for (int64_t m = 1; m <= 8; ++m) check_matmul(*b, rng, m, 1032, 72, m % 2 == 0, DType::BF16, DType::F32);
+    for (int64_t m = 1; m <= 8; ++m) check_matmul(*b, rng, m, 1032, 72, m % 2 == 0, DType::BF16, DType::F32, m % 3 == 0);
     check_matmul(*b, rng, 1, 4096, 300, true, DType::F32, DType::F32);
     check_matmul(*b, rng, 2, 11008, 40, false, DType::BF16, DType::F32);
     check_matmul(*b, rng, 3, 100, 33, true, DType::BF16, DType::F32);
@@ -150,7 +161,7 @@ TEST(CudaBackend, RejectsBadGemvRowLimit) {
 TEST_F(CudaKernels, MatmulRejectsF32Activations) {
   DeviceBuffer x = backend->allocate(DType::F32, {2, 8}), w = backend->allocate(DType::BF16, {4, 8}),
                y = backend->allocate(DType::BF16, {2, 4});
-  EXPECT_THROW(backend->matmul(x.view(), w.view(), {}, y.view()), Error);
+  EXPECT_THROW(backend->matmul(x.view(), w.view(), {}, y.view(), false), Error);
 }
 
 void check_rope(Backend& backend, std::mt19937_64& rng, RopeStyle style, int rotary_dim) {
@@ -361,12 +372,14 @@ TEST_F(CudaKernels, AttentionPrefillTensorCores) {
   check_attention(*backend, rng, {2, 2, 128, 16, 0, {512}, {1024}});
 }
 
-// Decode batches (one new token per sequence) with head_dim 64/128/256 run the decode kernel:
-// contexts shorter than a warp's chunk, GQA, windows, odd block sizes, many sequences (no split).
+// Decode batches (one new token per sequence) with head_dim 64/80/96/128 run the tensor-core
+// decode kernel (256 the split-KV kernel): contexts shorter than a tile, GQA groups 1-16 (odd ones
+// too), windows, odd block sizes, many sequences (no split).
 TEST_F(CudaKernels, AttentionDecodeKernel) {
-  for (int head_dim : {64, 128, 256})
+  for (int head_dim : {64, 80, 96, 128, 256})
     for (int kv_heads : {8, 2, 1})
       check_attention(*backend, rng, {8, kv_heads, head_dim, 16, 0, {1, 1, 1, 1}, {1, 5, 33, 700}});
+  for (int heads : {16, 14, 5, 3}) check_attention(*backend, rng, {heads, heads == 14 ? 2 : 1, 128, 16, 0, {1, 1, 1}, {64, 65, 1000}});
   check_attention(*backend, rng, {4, 4, 128, 7, 0, {1, 1}, {129, 1500}});
   for (int window : {1, 30, 200}) check_attention(*backend, rng, {4, 1, 128, 16, window, {1, 1}, {10, 900}});
   check_attention(*backend, rng, {32, 8, 128, 16, 0, std::vector<int>(80, 1), std::vector<int>(80, 300)});
@@ -463,16 +476,6 @@ TEST_F(CudaKernels, ActivationsPlainAndGated) {
       EXPECT_LE(relative_error(to_host(*backend, out.view()), ref), kOneRounding)
           << "act " << static_cast<int>(act) << " gated " << gated;
     }
-}
-
-TEST_F(CudaKernels, AddInPlace) {
-  const int64_t n = 1000;
-  std::vector<float> a = random_values(rng, n), b = random_values(rng, n);
-  DeviceBuffer d_a = to_device_bf16(*backend, a, {10, 100}), d_b = to_device_bf16(*backend, b, {10, 100});
-  backend->add(d_a.view(), d_b.view(), d_a.view());
-  std::vector<double> ref(n);
-  for (int64_t i = 0; i < n; ++i) ref[i] = double{a[i]} + b[i];
-  EXPECT_LE(relative_error(to_host(*backend, d_a.view()), ref), kOneRounding);
 }
 
 TEST_F(CudaKernels, GatherRowsBf16AndF32) {

@@ -412,12 +412,11 @@ TEST(LayerPlan, SequentialRopeLayer) {
             "linear qkv: attn_in -> qkv\n"
             "rope_write_kv: qkv\n"
             "attention: qkv -> attn_out\n"
-            "linear o: attn_out -> attn_proj\n"
-            "norm ffn_norm: hidden += attn_proj -> mlp_in\n"
+            "linear o: attn_out ->+ hidden\n"
+            "norm ffn_norm: hidden -> mlp_in\n"
             "linear gate_up: mlp_in -> mlp_up\n"
             "activation: mlp_up -> mlp_act\n"
-            "linear down: mlp_act -> mlp_out\n"
-            "add_residual: mlp_out -> hidden\n");
+            "linear down: mlp_act ->+ hidden\n");
 }
 
 TEST(LayerPlan, ParallelResidualSharedNormLearnedPositions) {
@@ -432,12 +431,10 @@ TEST(LayerPlan, ParallelResidualSharedNormLearnedPositions) {
             "linear qkv+bias: attn_in -> qkv\n"
             "write_kv: qkv\n"
             "attention: qkv -> attn_out\n"
-            "linear o: attn_out -> attn_proj\n"
+            "linear o: attn_out ->+ hidden\n"
             "linear gate_up+bias: attn_in -> mlp_up\n"
             "activation: mlp_up -> mlp_act\n"
-            "linear down: mlp_act -> mlp_out\n"
-            "add_residual: attn_proj -> hidden\n"
-            "add_residual: mlp_out -> hidden\n");
+            "linear down: mlp_act ->+ hidden\n");
   spec.shared_layer_norm = false;
   const std::string two_norms = build_layer_plan(spec).describe();
   EXPECT_NE(two_norms.find("norm ffn_norm+bias: hidden -> mlp_in\n"), std::string::npos) << two_norms;

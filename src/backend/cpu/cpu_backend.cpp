@@ -234,7 +234,8 @@ void CpuBackend::add_norm(const DeviceTensor& residual, const DeviceTensor& delt
   }
 }
 
-void CpuBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y) {
+void CpuBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
+                        bool accumulate) {
   check_f32(x, "matmul", "x");
   check_matrix_dtype(w, "matmul", "w");
   check_f32(y, "matmul", "y");
@@ -248,8 +249,13 @@ void CpuBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Devi
     check_shape(bias, {n}, "matmul", "bias");
   }
   if (m == 0 || n == 0) return;
-  cpu::matmul(x.as<float>(), m, k, w.data, w.dtype, n, bias.empty() ? nullptr : bias.as<float>(), y.as<float>(),
-              num_threads_);
+  float* out = y.as<float>();
+  std::vector<float> residual;
+  if (accumulate) residual.assign(out, out + m * n);
+  cpu::matmul(x.as<float>(), m, k, w.data, w.dtype, n, bias.empty() ? nullptr : bias.as<float>(), out, num_threads_);
+  if (!accumulate) return;
+#pragma omp parallel for num_threads(num_threads_) if (m * n >= 4 * kMinParallelWork)
+  for (int64_t i = 0; i < m * n; ++i) out[i] += residual[static_cast<size_t>(i)];
 }
 
 void CpuBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
@@ -335,20 +341,6 @@ void CpuBackend::activation(const DeviceTensor& x, Activation act, bool gated, c
       const float* row = x.as<float>() + t * stride;
       activate_row(row + begin, gated ? row + inner + begin : nullptr, act, out.as<float>() + t * inner + begin, count);
     }
-}
-
-void CpuBackend::add(const DeviceTensor& a, const DeviceTensor& b, const DeviceTensor& out) {
-  check_f32(a, "add", "a");
-  check_f32(b, "add", "b");
-  check_f32(out, "add", "out");
-  check_shape(b, a.shape, "add", "b");
-  check_shape(out, a.shape, "add", "out");
-  const float* pa = a.as<float>();
-  const float* pb = b.as<float>();
-  float* po = out.as<float>();
-  const int64_t n = a.numel();
-#pragma omp parallel for num_threads(num_threads_) if (n >= 4 * kMinParallelWork)
-  for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
 }
 
 void CpuBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {

@@ -25,7 +25,8 @@ class CpuBackend final : public Backend {
              const DeviceTensor& positions, const DeviceTensor& out) override;
   void add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
                 const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) override;
-  void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y) override;
+  void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
+              bool accumulate) override;
   void rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
             const RopeParams& params) override;
   void write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
@@ -33,7 +34,6 @@ class CpuBackend final : public Backend {
   void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                  const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override;
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override;
-  void add(const DeviceTensor& a, const DeviceTensor& b, const DeviceTensor& out) override;
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
   void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override;
 

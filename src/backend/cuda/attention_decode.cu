@@ -1,13 +1,17 @@
 // backend/cuda/attention_decode.cu — paged attention for decode steps (one new token per
-// sequence) with head_dim 64, 128 or 256 and GQA groups of 1, 2, 4 or 8 query heads: one block of
-// 4 warps per (sequence, kv head, KV partition) serves the kv head's whole group, so K and V are
-// read once for all its query heads. Every warp works: warp w takes key chunks w, w + 4, ... of
-// 32 keys. Scores: lane j reads key j's whole row (head_dim / 8 16-byte loads, all issued before
-// use) and dots it with each query head's q in shared memory. Values: D / 8 lanes share a key,
-// 8 dims (one 16-byte load) per lane, so a warp covers 32 / (D / 8) keys per pass. The warps'
-// online-softmax states merge in shared memory; with several partitions the result goes to the
-// split-KV partials that attention_combine_kernel merges (the layout of kernels.cu's
-// attention_kernel).
+// sequence) on tensor cores, head_dim 64/80/96/128 and GQA groups of 1 to 16 query heads.
+//
+// One block of 4 warps per (sequence, kv head, KV partition) serves the kv head's whole group,
+// so K and V are read once for all its query heads: the group's G query rows are the M rows of
+// an m16n8k16 MMA (rows past G are zeros). Decode attention is bound by reading the cache, and
+// this layout keeps the reads coalesced and deep: key tiles of 64 rows are gathered through the
+// block table with cp.async (16 bytes per thread, consecutive threads on consecutive bytes of a
+// row), three stages in flight, into padded shared rows that ldmatrix reads without conflicts.
+// Warp w takes keys 16w..16w+15 of every tile: S = Q K^T, an online softmax per row in
+// registers (log2 units), O += P V with P in bf16 straight from the S accumulators. The four
+// warps' states merge through shared memory at the end; with several partitions the result goes
+// to the split-KV partials that attention_combine_kernel merges (kernels.cu's layout, natural-log
+// maxima).
 #include "backend/cuda/kernels.h"
 
 #include <cuda_bf16.h>
@@ -19,217 +23,267 @@ namespace splitflow::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kChunk = 32;                   // keys per warp step
-constexpr int kMinKeys = kWarps * kChunk;    // smallest partition: one chunk per warp
+constexpr int kThreads = kWarps * 32;
+constexpr int kTileKeys = 16 * kWarps;  // keys per shared-memory tile
+constexpr int kStages = 3;
+constexpr int kMaxGroup = 16;           // query heads per kv head: the MMA's M
+constexpr int kBlocksPerSm = 2;         // resident blocks at head_dim 128 (shared memory bound)
 
-__device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 pair = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
-    f[2 * i] = pair.x;
-    f[2 * i + 1] = pair.y;
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16 bytes global -> shared; src_bytes 0 writes zeros.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+// c += a (16x16, row) * b (16x8, col), bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <int D>
+struct Layout {
+  static constexpr int kStride = D + 8;  // bf16 per shared row: a 16-byte pad, conflict-free ldmatrix
+  static constexpr int kStageElems = 2 * kTileKeys * kStride;  // K tile, then V tile
+  static constexpr size_t kBytes = sizeof(bf16_bits) * (kMaxGroup * kStride + kStages * kStageElems);
+};
+
+// Issues the cp.async gather of keys [k0, k0 + kTileKeys) into a stage (zeros past `end`).
+template <int D>
+__device__ __forceinline__ void load_tile(const AttentionLaunch& a, const int32_t* table, int64_t head_offset, int k0,
+                                          int end, bf16_bits* stage) {
+  constexpr int kChunks = D / 8;
+  const int64_t kv_dim = static_cast<int64_t>(a.kv_heads) * D;
+  for (int i = threadIdx.x; i < kTileKeys * kChunks; i += kThreads) {
+    const int j = i / kChunks, c = (i % kChunks) * 8, p = k0 + j;
+    const bool valid = p < end;
+    int64_t src = 0;
+    if (valid) src = (static_cast<int64_t>(__ldg(table + p / a.block_size)) * a.block_size + p % a.block_size) * kv_dim +
+                     head_offset + c;
+    cp_async16(stage + j * Layout<D>::kStride + c, a.k_cache + src, valid ? 16 : 0);
+    cp_async16(stage + (kTileKeys + j) * Layout<D>::kStride + c, a.v_cache + src, valid ? 16 : 0);
   }
 }
 
-template <int D, int G>
-__global__ void __launch_bounds__(kWarps * 32) attention_decode_kernel(AttentionLaunch a, float* partials) {
-  constexpr int kWords = D / 8;               // 16-byte words per row
-  constexpr int kLanesPerKey = D / 8;         // value phase
-  constexpr int kKeysPerPass = 32 / kLanesPerKey;
-  constexpr int kWordGroup = kWords < 16 ? kWords : 16;  // key words in flight per lane
-  __shared__ __align__(16) float q_s[G][D];
-  __shared__ float warp_m[kWarps][G], warp_l[kWarps][G];
-  __shared__ __align__(16) float warp_acc[kWarps][G][D];
+template <int D>
+__global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLaunch a, float* partials) {
+  extern __shared__ __align__(16) bf16_bits smem[];
+  constexpr int kStride = Layout<D>::kStride;
+  bf16_bits* q_s = smem;                           // [kMaxGroup, kStride]
+  bf16_bits* stages = smem + kMaxGroup * kStride;  // kStages x (K [kTileKeys], V [kTileKeys])
 
-  // The block serves the G query heads of one kv head: K and V are read once for all of them.
-  const int s = blockIdx.x, kv_head = blockIdx.y, head0 = kv_head * G;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int s = blockIdx.x, kv_head = blockIdx.y;
+  const int group_size = a.heads / a.kv_heads, head0 = kv_head * group_size;
   const int q_row = a.query_start[s];
-  if (a.query_start[s + 1] - q_row < 1) return;
+  if (a.query_start[s + 1] - q_row < 1) return;  // the whole block leaves, before any barrier
   const int pos = a.context_lens[s] - 1;
   const int first_visible = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
   const int visible = pos + 1 - first_visible;
+  // Partitions split this sequence's own visible keys (read on the device, so a recorded launch
+  // replays for any context); those past the keys are empty and write m = -inf, l = 0.
   const int parts = static_cast<int>(gridDim.z);
   const int partition_keys =
-      parts == 1 ? visible : max(kMinKeys, (visible + parts * kChunk - 1) / (parts * kChunk) * kChunk);
+      parts == 1 ? visible : (visible + parts * kTileKeys - 1) / (parts * kTileKeys) * kTileKeys;
   const int begin = first_visible + static_cast<int>(blockIdx.z) * partition_keys;
   const int end = min(pos + 1, begin + partition_keys);
-  const int64_t width = static_cast<int64_t>(a.heads + 2 * a.kv_heads) * D;
-  const int64_t kv_dim = static_cast<int64_t>(a.kv_heads) * D;
+  const int tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.table_width;
-  const bf16_bits* k_base = a.k_cache + static_cast<int64_t>(kv_head) * D;
-  const bf16_bits* v_base = a.v_cache + static_cast<int64_t>(kv_head) * D;
+  const int64_t head_offset = static_cast<int64_t>(kv_head) * D;
+  const int64_t width = static_cast<int64_t>(a.heads + 2 * a.kv_heads) * D;
 
-  for (int i = threadIdx.x; i < G * D; i += blockDim.x)
-    q_s[i / D][i % D] =
-        __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(a.qkv)[q_row * width + head0 * D + i]) * a.scale;
+  // Q rows: the group's heads, zeros past it.
+  for (int i = threadIdx.x; i < kMaxGroup * (D / 8); i += kThreads) {
+    const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+    const bool valid = r < group_size;
+    cp_async16(q_s + r * kStride + c, a.qkv + (valid ? q_row * width + static_cast<int64_t>(head0 + r) * D + c : 0),
+               valid ? 16 : 0);
+  }
+  // Prologue: the first kStages - 1 tiles in flight (a group per stage, empty ones too, so the
+  // wait count below holds).
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (t < tiles) load_tile<D>(a, table, head_offset, begin + t * kTileKeys, end, stages + t * Layout<D>::kStageElems);
+    cp_async_commit();
+  }
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, quad = lane % 4;
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+  uint32_t q_frag[D / 16][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};  // rows lane / 4 and lane / 4 + 8
+
+  for (int t = 0; t < tiles; ++t) {
+    const int next = t + kStages - 1;
+    if (next < tiles)
+      load_tile<D>(a, table, head_offset, begin + next * kTileKeys, end, stages + (next % kStages) * Layout<D>::kStageElems);
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();  // tile t (and Q) have landed
+    __syncthreads();
+    if (t == 0) {
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc) ldmatrix_x4(q_frag[kc], q_s + (lane % 16) * kStride + kc * 16 + (lane / 16) * 8);
+    }
+    const bf16_bits* k_s = stages + (t % kStages) * Layout<D>::kStageElems;
+    const bf16_bits* v_s = k_s + kTileKeys * kStride;
+
+    // S for the warp's 16 keys: two n-tiles of 8.
+    float sc[2][4] = {};
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc) {
+      uint32_t b[4];
+      ldmatrix_x4(b, k_s + (warp * 16 + (lane % 8) + (lane / 16) * 8) * kStride + kc * 16 + ((lane / 8) % 2) * 8);
+      mma_bf16(sc[0], q_frag[kc], b[0], b[1]);
+      mma_bf16(sc[1], q_frag[kc], b[2], b[3]);
+    }
+    const int k0 = begin + t * kTileKeys + warp * 16;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        sc[j][e] = k0 + j * 8 + quad * 2 + (e % 2) < end ? sc[j][e] * scale_log2 : -INFINITY;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], sc[j][e]);
+      }
+    float correction[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float new_max = fmaxf(row_max[r], tile_max[r]);
+      const float base = new_max == -INFINITY ? 0.0f : new_max;  // no key yet: exp2 gives 0, not NaN
+      correction[r] = exp2f(row_max[r] - base);
+      row_max[r] = new_max;
+      row_sum[r] *= correction[r];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        sc[j][2 * r] = exp2f(sc[j][2 * r] - base);
+        sc[j][2 * r + 1] = exp2f(sc[j][2 * r + 1] - base);
+        row_sum[r] += sc[j][2 * r] + sc[j][2 * r + 1];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      o[i][0] *= correction[0];
+      o[i][1] *= correction[0];
+      o[i][2] *= correction[1];
+      o[i][3] *= correction[1];
+    }
+    // O += P V over the warp's 16 keys.
+    const uint32_t p[4] = {pack_bf16(sc[0][0], sc[0][1]), pack_bf16(sc[0][2], sc[0][3]), pack_bf16(sc[1][0], sc[1][1]),
+                           pack_bf16(sc[1][2], sc[1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, v_s + (warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride + dp * 16 + (lane / 16) * 8);
+      mma_bf16(o[2 * dp], p, b[0], b[1]);
+      mma_bf16(o[2 * dp + 1], p, b[2], b[3]);
+    }
+    __syncthreads();  // this stage is refilled kStages - 1 tiles later
+  }
+  cp_async_wait<0>();
   __syncthreads();
 
-  float m[G], l[G], acc[G][8];
+  // Merge the warps' states per row through shared memory (over the stages, now free).
+  float* warp_m = reinterpret_cast<float*>(stages);      // [kWarps][kMaxGroup]
+  float* warp_l = warp_m + kWarps * kMaxGroup;           // [kWarps][kMaxGroup]
+  float* warp_o = warp_l + kWarps * kMaxGroup;           // [kWarps][group_size][D]
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
-  }
-  for (int chunk0 = begin + warp * kChunk; chunk0 < end; chunk0 += kWarps * kChunk) {
-    const int count = min(kChunk, end - chunk0);
-    // Scores: lane j takes key chunk0 + j; its row's words load in groups of 16, all before use.
-    float score[G];
-#pragma unroll
-    for (int g = 0; g < G; ++g) score[g] = lane < count ? 0.0f : -INFINITY;
-    if (lane < count) {
-      const int p = chunk0 + lane;
-      const int64_t slot = static_cast<int64_t>(__ldg(table + p / a.block_size)) * a.block_size + p % a.block_size;
-      const uint4* row = reinterpret_cast<const uint4*>(k_base + slot * kv_dim);
-#pragma unroll
-      for (int w0 = 0; w0 < kWords; w0 += kWordGroup) {
-        uint4 words[kWordGroup];
-#pragma unroll
-        for (int w = 0; w < kWordGroup; ++w) words[w] = __ldg(row + w0 + w);
-#pragma unroll
-        for (int w = 0; w < kWordGroup; ++w) {
-          float k[8];
-          bf16x8_to_float(words[w], k);
-#pragma unroll
-          for (int g = 0; g < G; ++g) {
-            const float4 q0 = *reinterpret_cast<const float4*>(&q_s[g][(w0 + w) * 8]);
-            const float4 q1 = *reinterpret_cast<const float4*>(&q_s[g][(w0 + w) * 8 + 4]);
-            score[g] += q0.x * k[0] + q0.y * k[1] + q0.z * k[2] + q0.w * k[3] + q1.x * k[4] + q1.y * k[5] +
-                        q1.z * k[6] + q1.w * k[7];
-          }
-        }
-      }
+  for (int r = 0; r < 2; ++r) {
+    const int row = lane / 4 + 8 * r;
+    float sum = row_sum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (row >= group_size) continue;
+    if (quad == 0) {
+      warp_m[warp * kMaxGroup + row] = row_max[r];
+      warp_l[warp * kMaxGroup + row] = sum;
     }
-    float weight[G];
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float chunk_max = score[g];
-      for (int offset = 16; offset > 0; offset >>= 1)
-        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, offset));
-      const float new_m = fmaxf(m[g], chunk_max);
-      const float correction = __expf(m[g] - new_m);
-      weight[g] = lane < count ? __expf(score[g] - new_m) : 0.0f;
-      float weight_sum = weight[g];
-      for (int offset = 16; offset > 0; offset >>= 1) weight_sum += __shfl_xor_sync(0xffffffffu, weight_sum, offset);
-      l[g] = l[g] * correction + weight_sum;
-      m[g] = new_m;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[g][e] *= correction;
-    }
-
-    // Values: kKeysPerPass keys per pass, 8 dims per lane; a group of passes loads before use.
-    const int my_key = lane / kLanesPerKey, my_dims = (lane % kLanesPerKey) * 8;
-    constexpr int kPasses = kChunk / kKeysPerPass, kPassGroup = kPasses < 8 ? kPasses : 8;
-#pragma unroll
-    for (int pg = 0; pg < kPasses; pg += kPassGroup) {
-      uint4 words[kPassGroup];
-#pragma unroll
-      for (int i = 0; i < kPassGroup; ++i) {
-        const int j = (pg + i) * kKeysPerPass + my_key;
-        words[i] = make_uint4(0, 0, 0, 0);
-        if (j < count) {
-          const int p = chunk0 + j;
-          const int64_t slot = static_cast<int64_t>(__ldg(table + p / a.block_size)) * a.block_size + p % a.block_size;
-          words[i] = __ldg(reinterpret_cast<const uint4*>(v_base + slot * kv_dim + my_dims));
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kPassGroup; ++i) {
-        float v[8];
-        bf16x8_to_float(words[i], v);
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          const float w = __shfl_sync(0xffffffffu, weight[g], (pg + i) * kKeysPerPass + my_key);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[g][e] += w * v[e];
-        }
-      }
+    for (int i = 0; i < D / 8; ++i) {
+      float* dst = warp_o + (static_cast<int64_t>(warp) * group_size + row) * D + i * 8 + quad * 2;
+      dst[0] = o[i][2 * r];
+      dst[1] = o[i][2 * r + 1];
     }
   }
-  // Lanes sharing dims (lane % kLanesPerKey) hold different keys' sums: add them up.
-#pragma unroll
-  for (int offset = kLanesPerKey; offset < 32; offset <<= 1)
-#pragma unroll
-    for (int g = 0; g < G; ++g)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], offset);
-  if (lane == 0)
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      warp_m[warp][g] = m[g];
-      warp_l[warp][g] = l[g];
-    }
-  if (lane < kLanesPerKey)
-#pragma unroll
-    for (int g = 0; g < G; ++g)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) warp_acc[warp][g][lane * 8 + e] = acc[g][e];
   __syncthreads();
-
-  // Merge the warps per head (a warp with no key has m = -inf and weighs 0).
-  for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+  for (int i = threadIdx.x; i < group_size * D; i += kThreads) {
     const int g = i / D, d = i % D;
     float top = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) top = fmaxf(top, warp_m[w][g]);
-    float total = 0.0f, sum = 0.0f;
+    for (int w = 0; w < kWarps; ++w) top = fmaxf(top, warp_m[w * kMaxGroup + g]);
+    float total = 0.0f, acc = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      const float scale = top == -INFINITY ? 0.0f : __expf(warp_m[w][g] - top);
-      total += scale * warp_l[w][g];
-      sum += scale * warp_acc[w][g][d];
+      const float weight = top == -INFINITY ? 0.0f : exp2f(warp_m[w * kMaxGroup + g] - top);
+      total += weight * warp_l[w * kMaxGroup + g];
+      acc += weight * warp_o[(static_cast<int64_t>(w) * group_size + g) * D + d];
     }
     const int head = head0 + g;
     if (partials != nullptr) {
       float* dst = partials + ((static_cast<int64_t>(q_row) * a.heads + head) * gridDim.z + blockIdx.z) * (D + 2);
       if (d == 0) {
-        dst[0] = top;
+        dst[0] = top * 0.6931471805599453f;  // log2 -> natural-log units (-inf stays -inf)
         dst[1] = total;
       }
-      dst[2 + d] = sum;
+      dst[2 + d] = acc;
     } else {
       reinterpret_cast<__nv_bfloat16*>(a.out)[(static_cast<int64_t>(q_row) * a.heads + head) * D + d] =
-          __float2bfloat16(sum / total);
+          __float2bfloat16(acc / total);
     }
   }
 }
 
-template <int D, int G>
-cudaError_t launch_dg(const AttentionLaunch& a, int partitions, float* partials, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(a.seqs), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(partitions));
-  attention_decode_kernel<D, G><<<grid, kWarps * 32, 0, stream>>>(a, partials);
-  return cudaGetLastError();
-}
-
 template <int D>
 cudaError_t launch_d(const AttentionLaunch& a, int partitions, float* partials, cudaStream_t stream) {
-  switch (a.heads / a.kv_heads) {
-    case 1: return launch_dg<D, 1>(a, partitions, partials, stream);
-    case 2: return launch_dg<D, 2>(a, partitions, partials, stream);
-    case 4: return launch_dg<D, 4>(a, partitions, partials, stream);
-    case 8: return launch_dg<D, 8>(a, partitions, partials, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  constexpr size_t smem = Layout<D>::kBytes;
+  // Past the default 48 KB of shared memory; the attribute is per device, so set it every launch
+  // (about a microsecond; recorded steps replay without it).
+  const cudaError_t opt_in =
+      cudaFuncSetAttribute(attention_decode_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (opt_in != cudaSuccess) return opt_in;
+  const dim3 grid(static_cast<unsigned>(a.seqs), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(partitions));
+  attention_decode_kernel<D><<<grid, kThreads, smem, stream>>>(a, partials);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 bool attention_decode_supported(const AttentionLaunch& a) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const int group = a.heads / a.kv_heads;
-  const bool group_ok = group == 1 || group == 2 || group == 4 || (group == 8 && a.head_dim <= 128);
-  return a.max_query_len == 1 && (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256) && group_ok &&
+  const bool head_dim = a.head_dim == 64 || a.head_dim == 80 || a.head_dim == 96 || a.head_dim == 128;
+  return a.max_query_len == 1 && head_dim && a.heads / a.kv_heads <= kMaxGroup && aligned(a.qkv) &&
          aligned(a.k_cache) && aligned(a.v_cache);
 }
 
 int attention_decode_partitions(const AttentionLaunch& a) {
-  const int64_t blocks = int64_t{a.seqs} * a.kv_heads;
-  if (a.partials == nullptr || blocks >= 2 * int64_t{a.sm_count} || a.max_context_len <= kMinKeys) return 1;
-  const int64_t wanted = (2 * int64_t{a.sm_count} + blocks - 1) / blocks;
-  const int64_t parts = std::min<int64_t>(wanted, (a.max_context_len + kMinKeys - 1) / kMinKeys);
+  // Enough partitions for about two waves of resident blocks, none shorter than a tile.
+  const int64_t blocks = int64_t{a.seqs} * a.kv_heads, wave = int64_t{kBlocksPerSm} * a.sm_count;
+  if (a.partials == nullptr || blocks >= 2 * wave || a.max_context_len <= kTileKeys) return 1;
+  const int64_t wanted = (2 * wave + blocks - 1) / blocks;
+  const int64_t parts = std::min<int64_t>(wanted, (a.max_context_len + kTileKeys - 1) / kTileKeys);
   const int64_t floats = int64_t{a.tokens} * a.heads * parts * (a.head_dim + 2);
   return parts > 1 && floats <= a.partials_floats ? static_cast<int>(parts) : 1;
 }
@@ -238,8 +292,9 @@ cudaError_t launch_attention_decode(const AttentionLaunch& a, int partitions, cu
   float* partials = partitions > 1 ? a.partials : nullptr;
   switch (a.head_dim) {
     case 64: return launch_d<64>(a, partitions, partials, stream);
+    case 80: return launch_d<80>(a, partitions, partials, stream);
+    case 96: return launch_d<96>(a, partitions, partials, stream);
     case 128: return launch_d<128>(a, partitions, partials, stream);
-    case 256: return launch_d<256>(a, partitions, partials, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -326,7 +326,7 @@ const CudaBackend::GemmPlan& CudaBackend::gemm_plan(const GemmKey& key) {
 }
 
 void CudaBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
-                         const DeviceTensor& y) {
+                         const DeviceTensor& y, bool accumulate) {
   check_dtype(x, DType::BF16, "matmul", "x");
   SF_CHECK(w.dtype == DType::BF16, "cuda matmul: w has dtype {}, expected bf16 (upload() stores matrices as bf16)",
            dtype_name(w.dtype));
@@ -346,12 +346,13 @@ void CudaBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Dev
   const float* bias_f32 = bias.empty() ? nullptr : bias.as<float>();
   if (m <= gemv_max_rows_ && gemv_supported(x.data, w.data, m, k)) {
     SF_CUDA_CHECK(launch_gemv(bf16_ptr(x), bf16_ptr(w), bias_f32, f32_out ? nullptr : bf16_ptr(y),
-                              f32_out ? y.as<float>() : nullptr, m, n, k, stream_),
+                              f32_out ? y.as<float>() : nullptr, m, n, k, accumulate, stream_),
                   "matmul (gemv)");
     return;
   }
   const GemmPlan& plan = gemm_plan({m, n, k, f32_out, common_alignment({x.data, w.data, y.data})});
-  const float alpha = 1.0f, beta = 0.0f;
+  // beta = 1 reads y as C: the residual add happens in cuBLASLt's epilogue, in fp32.
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   SF_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_handle_), plan.op, &alpha, w.data, plan.w, x.data,
                                  plan.x, &beta, y.data, plan.y, y.data, plan.y, &plan.algo, workspace_,
                                  workspace_bytes_, stream_),
@@ -469,15 +470,6 @@ void CudaBackend::activation(const DeviceTensor& x, Activation act, bool gated, 
     case Activation::ReLU: code = 3; break;
   }
   SF_CUDA_CHECK(launch_activation(bf16_ptr(x), code, gated, bf16_ptr(out), tokens, inner, stream_), "activation");
-}
-
-void CudaBackend::add(const DeviceTensor& a, const DeviceTensor& b, const DeviceTensor& out) {
-  check_dtype(a, DType::BF16, "add", "a");
-  check_dtype(b, DType::BF16, "add", "b");
-  check_dtype(out, DType::BF16, "add", "out");
-  check_shape(b, a.shape, "add", "b");
-  check_shape(out, a.shape, "add", "out");
-  SF_CUDA_CHECK(launch_add(bf16_ptr(a), bf16_ptr(b), bf16_ptr(out), a.numel(), stream_), "add");
 }
 
 void CudaBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {

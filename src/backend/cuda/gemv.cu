@@ -1,4 +1,4 @@
-// backend/cuda/gemv.cu — y = x W^T (+ bias) for a few rows of x: the decode-time matmul, where
+// backend/cuda/gemv.cu — y = x W^T (+ bias) (+ y, accumulating) for a few rows of x: the decode-time matmul, where
 // the time is the weight stream (each weight is used m <= 8 times). cuBLASLt's GEMV-shaped
 // kernels reach ~85 % of the copy bandwidth on H100; this kernel keeps more bytes in flight:
 // one warp per output row, each lane issuing kUnroll independent 16-byte weight loads (non-
@@ -54,7 +54,7 @@ __device__ __forceinline__ void fma_word(float (&acc)[M], const uint4& w, const 
 template <int M>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w, const float* __restrict__ bias,
-                bf16_bits* y_bf16, float* y_f32, int64_t n, int64_t k) {
+                bf16_bits* y_bf16, float* y_f32, int64_t n, int64_t k, bool accumulate) {
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= n) return;
@@ -85,18 +85,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     if (y_f32 != nullptr) {
-      y_f32[r * n + row] = acc[r] + b;
+      y_f32[r * n + row] = acc[r] + b + (accumulate ? y_f32[r * n + row] : 0.0f);
     } else {
-      reinterpret_cast<__nv_bfloat16*>(y_bf16)[r * n + row] = __float2bfloat16(acc[r] + b);
+      __nv_bfloat16* y = reinterpret_cast<__nv_bfloat16*>(y_bf16) + r * n + row;
+      *y = __float2bfloat16(acc[r] + b + (accumulate ? __bfloat162float(*y) : 0.0f));
     }
   }
 }
 
 template <int M>
 void launch(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32, int64_t n,
-            int64_t k, cudaStream_t stream) {
+            int64_t k, bool accumulate, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  gemv_kernel<M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, bias, y_bf16, y_f32, n, k);
+  gemv_kernel<M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, bias, y_bf16, y_f32, n, k, accumulate);
 }
 
 }  // namespace
@@ -107,17 +108,17 @@ bool gemv_supported(const void* x, const void* w, int64_t m, int64_t k) {
 }
 
 cudaError_t launch_gemv(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32,
-                        int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+                        int64_t m, int64_t n, int64_t k, bool accumulate, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   switch (m) {
-    case 1: launch<1>(x, w, bias, y_bf16, y_f32, n, k, stream); break;
-    case 2: launch<2>(x, w, bias, y_bf16, y_f32, n, k, stream); break;
-    case 3: launch<3>(x, w, bias, y_bf16, y_f32, n, k, stream); break;
-    case 4: launch<4>(x, w, bias, y_bf16, y_f32, n, k, stream); break;
-    case 5: launch<5>(x, w, bias, y_bf16, y_f32, n, k, stream); break;
-    case 6: launch<6>(x, w, bias, y_bf16, y_f32, n, k, stream); break;
-    case 7: launch<7>(x, w, bias, y_bf16, y_f32, n, k, stream); break;
-    case 8: launch<8>(x, w, bias, y_bf16, y_f32, n, k, stream); break;
+    case 1: launch<1>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
+    case 2: launch<2>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
+    case 3: launch<3>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
+    case 4: launch<4>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
+    case 5: launch<5>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
+    case 6: launch<6>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
+    case 7: launch<7>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
+    case 8: launch<8>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -446,11 +446,6 @@ __global__ void activation_kernel(const bf16_bits* x, int act, bool gated, bf16_
   store(out, i, v);
 }
 
-__global__ void add_kernel(const bf16_bits* a, const bf16_bits* b, bf16_bits* out, int64_t n) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) store(out, i, load(a, i) + load(b, i));
-}
-
 __global__ void gather_rows_kernel(const uint16_t* x, const int32_t* rows, uint16_t* out, int64_t row_elems) {
   const int64_t r = blockIdx.x;
   const uint16_t* src = x + static_cast<int64_t>(rows[r]) * row_elems;
@@ -575,12 +570,6 @@ cudaError_t launch_activation(const bf16_bits* x, int act, bool gated, bf16_bits
                               cudaStream_t stream) {
   if (tokens * inner == 0) return cudaSuccess;
   activation_kernel<<<grid_for(tokens * inner), kThreads, 0, stream>>>(x, act, gated, out, tokens, inner);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_add(const bf16_bits* a, const bf16_bits* b, bf16_bits* out, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(a, b, out, n);
   return cudaGetLastError();
 }
 

@@ -29,13 +29,14 @@ cudaError_t launch_add_norm(bf16_bits* residual, const bf16_bits* delta, const f
                             bool layer_norm, float eps, float weight_offset, bf16_bits* out, int64_t tokens,
                             int64_t hidden, cudaStream_t stream);
 
-// Decode-sized matmul (backend/cuda/gemv.cu): y[m, n] = x[m, k] w[n, k]^T + bias for m <= kMaxGemvRows,
-// fp32 accumulation, y bf16 (y_f32 null) or f32 (y_bf16 null); bias may be null. Needs k % 8 == 0
+// Decode-sized matmul (backend/cuda/gemv.cu): y[m, n] = x[m, k] w[n, k]^T + bias for m <= kMaxGemvRows
+// (accumulate: y += ...), fp32 accumulation, y bf16 (y_f32 null) or f32 (y_bf16 null); bias may be
+// null. Needs k % 8 == 0
 // and 16-byte aligned x and w (gemv_supported); the caller falls back to cuBLASLt otherwise.
 constexpr int64_t kMaxGemvRows = 8;
 bool gemv_supported(const void* x, const void* w, int64_t m, int64_t k);
 cudaError_t launch_gemv(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32,
-                        int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+                        int64_t m, int64_t n, int64_t k, bool accumulate, cudaStream_t stream);
 
 // y[r, c] += bias[c] for y [rows, cols], bf16 (y_f32 null) or f32 (y_bf16 null).
 cudaError_t launch_add_bias(bf16_bits* y_bf16, float* y_f32, const float* bias, int64_t rows, int64_t cols,
@@ -81,13 +82,14 @@ constexpr int64_t attention_partials_floats(int sm_count) {
   return int64_t{16} * sm_count * (kMaxHeadDim + 2);
 }
 // Prompt chunks (max_query_len >= kFlashMinQueryLen) with head_dim 64/80/96/128 and 16-byte
-// aligned tensors run on tensor cores (backend/cuda/flash_prefill.cu); the rest, and decode, on
-// the split-KV kernel.
+// aligned tensors run on tensor cores (backend/cuda/flash_prefill.cu), decode steps on the decode
+// kernel below, the rest (other head dims, unaligned tensors) on the split-KV kernel.
 cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream);
 constexpr int kFlashMinQueryLen = 16;
-// Decode steps (max_query_len 1) with head_dim 64/128/256 (backend/cuda/attention_decode.cu):
-// the KV split (partitions) is chosen from the grid size and max_context_len, the partition
-// length from each sequence's context in the kernel; partitions > 1 leave partials to combine.
+// Decode steps (max_query_len 1) with head_dim 64/80/96/128 and up to 16 query heads per kv head
+// run on tensor cores (backend/cuda/attention_decode.cu): the KV split (partitions) is chosen from
+// the grid size and max_context_len, the partition length from each sequence's context in the
+// kernel; partitions > 1 leave partials to combine.
 bool attention_decode_supported(const AttentionLaunch& a);
 int attention_decode_partitions(const AttentionLaunch& a);
 cudaError_t launch_attention_decode(const AttentionLaunch& a, int partitions, cudaStream_t stream);
@@ -97,9 +99,6 @@ cudaError_t launch_flash_prefill(const AttentionLaunch& a, cudaStream_t stream);
 // act: 0 SiLU, 1 GELU (erf), 2 GELU (tanh), 3 ReLU. gated: out = act(x[:, :inner]) * x[:, inner:].
 cudaError_t launch_activation(const bf16_bits* x, int act, bool gated, bf16_bits* out, int64_t tokens, int64_t inner,
                               cudaStream_t stream);
-
-// out = a + b over n bf16 elements (out may alias a or b).
-cudaError_t launch_add(const bf16_bits* a, const bf16_bits* b, bf16_bits* out, int64_t n, cudaStream_t stream);
 
 // out[i] = x[rows[i]] for rows of row_bytes bytes (a multiple of 2).
 cudaError_t launch_gather_rows(const void* x, const int32_t* rows, void* out, int64_t count, int64_t row_bytes,
