@@ -9,9 +9,9 @@
 // row), three stages in flight, into padded shared rows that ldmatrix reads without conflicts.
 // Warp w takes keys 16w..16w+15 of every tile: S = Q K^T, an online softmax per row in
 // registers (log2 units), O += P V with P in bf16 straight from the S accumulators. The four
-// warps' states merge through shared memory at the end. With several partitions each block writes
-// its partial (m, l, acc) rows and counts itself done; the last block of the (sequence, kv head)
-// merges them, so a decode step needs no combine launch (the counter resets itself, graph-safe).
+// warps' states merge through shared memory at the end; with several partitions the result goes
+// to the split-KV partials that attention_combine_kernel merges (kernels.cu's layout, natural-log
+// maxima).
 #include "backend/cuda/kernels.h"
 
 #include <cuda_bf16.h>
@@ -241,45 +241,18 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLau
       total += weight * warp_l[w * kMaxGroup + g];
       acc += weight * warp_o[(static_cast<int64_t>(w) * group_size + g) * D + d];
     }
-    const int64_t row = static_cast<int64_t>(q_row) * a.heads + head0 + g;
+    const int head = head0 + g;
     if (partials != nullptr) {
-      float* dst = partials + (row * parts + blockIdx.z) * (D + 2);
+      float* dst = partials + ((static_cast<int64_t>(q_row) * a.heads + head) * gridDim.z + blockIdx.z) * (D + 2);
       if (d == 0) {
-        dst[0] = top;  // log2 units (-inf for an empty partition)
+        dst[0] = top * 0.6931471805599453f;  // log2 -> natural-log units (-inf stays -inf)
         dst[1] = total;
       }
       dst[2 + d] = acc;
     } else {
-      reinterpret_cast<__nv_bfloat16*>(a.out)[row * D + d] = __float2bfloat16(acc / total);
+      reinterpret_cast<__nv_bfloat16*>(a.out)[(static_cast<int64_t>(q_row) * a.heads + head) * D + d] =
+          __float2bfloat16(acc / total);
     }
-  }
-  if (partials == nullptr) return;
-
-  // Split KV: the last partition block to finish merges every partition's rows (read from L2).
-  __shared__ bool last;
-  __threadfence();  // this block's partials are visible device-wide before it counts itself
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* counter = a.partition_counters + static_cast<int64_t>(s) * a.kv_heads + kv_head;
-    last = atomicAdd(counter, 1) == parts - 1;
-    if (last) *counter = 0;  // ready for the next launch
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int i = threadIdx.x; i < group_size * D; i += kThreads) {
-    const int g = i / D, d = i % D;
-    const float* rows = partials + (static_cast<int64_t>(q_row) * a.heads + head0 + g) * parts * (D + 2);
-    float top = -INFINITY;
-    for (int p = 0; p < parts; ++p) top = fmaxf(top, __ldcg(rows + p * (D + 2)));
-    float total = 0.0f, acc = 0.0f;
-    for (int p = 0; p < parts; ++p) {
-      const float weight = exp2f(__ldcg(rows + p * (D + 2)) - top);
-      total += weight * __ldcg(rows + p * (D + 2) + 1);
-      acc += weight * __ldcg(rows + p * (D + 2) + 2 + d);
-    }
-    reinterpret_cast<__nv_bfloat16*>(a.out)[(static_cast<int64_t>(q_row) * a.heads + head0 + g) * D + d] =
-        __float2bfloat16(acc / total);
   }
 }
 
@@ -308,9 +281,7 @@ bool attention_decode_supported(const AttentionLaunch& a) {
 int attention_decode_partitions(const AttentionLaunch& a) {
   // Enough partitions for about two waves of resident blocks, none shorter than a tile.
   const int64_t blocks = int64_t{a.seqs} * a.kv_heads, wave = int64_t{kBlocksPerSm} * a.sm_count;
-  if (a.partials == nullptr || a.partition_counters == nullptr || blocks >= 2 * wave ||
-      blocks > decode_counter_slots(a.sm_count) || a.max_context_len <= kTileKeys)
-    return 1;
+  if (a.partials == nullptr || blocks >= 2 * wave || a.max_context_len <= kTileKeys) return 1;
   const int64_t wanted = (2 * wave + blocks - 1) / blocks;
   const int64_t parts = std::min<int64_t>(wanted, (a.max_context_len + kTileKeys - 1) / kTileKeys);
   const int64_t floats = int64_t{a.tokens} * a.heads * parts * (a.head_dim + 2);

@@ -126,10 +126,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   }
   SF_CUDA_CHECK(cudaMalloc(&attention_partials_, attention_partials_floats(sm_count_) * sizeof(float)),
                 "allocate the split-KV attention scratch");
-  SF_CUDA_CHECK(cudaMalloc(&partition_counters_, decode_counter_slots(sm_count_) * sizeof(int)),
-                "allocate the decode attention counters");
-  SF_CUDA_CHECK(cudaMemset(partition_counters_, 0, decode_counter_slots(sm_count_) * sizeof(int)),
-                "zero the decode attention counters");
 }
 
 CudaBackend::~CudaBackend() {
@@ -137,7 +133,6 @@ CudaBackend::~CudaBackend() {
   gemm_plans_.clear();
   if (workspace_) cudaFree(workspace_);
   if (attention_partials_) cudaFree(attention_partials_);
-  if (partition_counters_) cudaFree(partition_counters_);
   if (lt_handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_handle_));
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -457,8 +452,7 @@ void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache
                          batch.max_context_len,
                          sm_count_,
                          attention_partials_,
-                         attention_partials_floats(sm_count_),
-                         partition_counters_};
+                         attention_partials_floats(sm_count_)};
   SF_CUDA_CHECK(launch_attention(launch, stream_), "attention");
 }
 

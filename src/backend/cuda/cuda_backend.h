@@ -82,7 +82,6 @@ class CudaBackend final : public Backend {
   // 0.746, 8 rows 0.564 vs 0.736.
   int gemv_max_rows_ = 2;
   float* attention_partials_ = nullptr;  // split-KV attention scratch, attention_partials_floats(sm_count_)
-  int* partition_counters_ = nullptr;    // decode_counter_slots(sm_count_), zero between launches
   std::map<GemmKey, std::unique_ptr<GemmPlan>> gemm_plans_;
 };
 

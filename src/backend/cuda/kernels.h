@@ -74,11 +74,7 @@ struct AttentionLaunch {
   int sm_count;                  // the device's multiprocessors, to size the KV split
   float* partials;               // fp32 scratch for split-KV partial results (null: never split)
   int64_t partials_floats;       // its size; a launch that would need more does not split
-  int* partition_counters;       // [decode_counter_slots(sm_count)] zeros: decode blocks done per (seq, kv head)
 };
-
-// Counters the decode kernel needs: it splits only grids of fewer (seq, kv head) pairs.
-constexpr int64_t decode_counter_slots(int sm_count) { return int64_t{4} * sm_count; }
 
 // Scratch attention() needs to split the KV length whenever it chooses to: at most 4 sm_count
 // blocks, kQueryTile rows each, (m, l, head_dim accumulators) per row.
@@ -93,7 +89,7 @@ constexpr int kFlashMinQueryLen = 16;
 // Decode steps (max_query_len 1) with head_dim 64/80/96/128 and up to 16 query heads per kv head
 // run on tensor cores (backend/cuda/attention_decode.cu): the KV split (partitions) is chosen from
 // the grid size and max_context_len, the partition length from each sequence's context in the
-// kernel; with partitions > 1 the last block of each (sequence, kv head) merges the partials.
+// kernel; partitions > 1 leave partials to combine.
 bool attention_decode_supported(const AttentionLaunch& a);
 int attention_decode_partitions(const AttentionLaunch& a);
 cudaError_t launch_attention_decode(const AttentionLaunch& a, int partitions, cudaStream_t stream);
