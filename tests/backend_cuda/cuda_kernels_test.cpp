@@ -370,6 +370,10 @@ TEST_F(CudaKernels, AttentionPrefillTensorCores) {
   for (int window : {1, 20, 64, 100})
     check_attention(*backend, rng, {4, 2, 64, 16, window, {130, 17}, {130, 400}});
   check_attention(*backend, rng, {2, 2, 128, 16, 0, {512}, {1024}});
+  // A SplitFuse step: prompt chunks next to decode rows over long contexts (those go to the decode
+  // kernel), GQA group 4.
+  check_attention(*backend, rng, {32, 8, 128, 16, 0, {300, 1, 1, 1, 64, 1}, {300, 1500, 40, 700, 2000, 64}});
+  for (int window : {50, 400}) check_attention(*backend, rng, {8, 2, 64, 16, window, {1, 40, 1}, {900, 40, 30}});
 }
 
 // Decode batches (one new token per sequence) with head_dim 64/80/96/128 run the tensor-core

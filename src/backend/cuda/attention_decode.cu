@@ -96,7 +96,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLau
   const int s = blockIdx.x, kv_head = blockIdx.y;
   const int group_size = a.heads / a.kv_heads, head0 = kv_head * group_size;
   const int q_row = a.query_start[s];
-  if (a.query_start[s + 1] - q_row < 1) return;  // the whole block leaves, before any barrier
+  // Only one-token spans: padding spans (none) and, in a mixed batch, prompt chunks (the prefill
+  // kernel's) are skipped; the whole block leaves, before any barrier.
+  if (a.query_start[s + 1] - q_row != 1) return;
   const int pos = a.context_lens[s] - 1;
   const int first_visible = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
   const int visible = pos + 1 - first_visible;
@@ -274,8 +276,7 @@ cudaError_t launch_d(const AttentionLaunch& a, int partitions, float* partials, 
 bool attention_decode_supported(const AttentionLaunch& a) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool head_dim = a.head_dim == 64 || a.head_dim == 80 || a.head_dim == 96 || a.head_dim == 128;
-  return a.max_query_len == 1 && head_dim && a.heads / a.kv_heads <= kMaxGroup && aligned(a.qkv) &&
-         aligned(a.k_cache) && aligned(a.v_cache);
+  return head_dim && a.heads / a.kv_heads <= kMaxGroup && aligned(a.qkv) && aligned(a.k_cache) && aligned(a.v_cache);
 }
 
 int attention_decode_partitions(const AttentionLaunch& a) {

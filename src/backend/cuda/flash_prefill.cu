@@ -82,7 +82,7 @@ __device__ __forceinline__ void load_kv_tile(const AttentionLaunch& a, const int
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch a, int tiles_per_seq) {
+__global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch a, int tiles_per_seq, bool skip_single) {
   extern __shared__ __align__(16) bf16_bits smem[];
   constexpr int kStride = Smem<D>::kStride;
   bf16_bits* q_s = smem;
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
   const int head = blockIdx.y, kv_head = head / (a.heads / a.kv_heads);
   const int q0 = a.query_start[s], n = a.query_start[s + 1] - q0;
   const int t_begin = tile * kRows;
-  if (t_begin >= n) return;
+  if (t_begin >= n || (skip_single && n == 1)) return;  // the whole block leaves, before any barrier
   const int context = a.context_lens[s];
   const int pos0 = context - n + t_begin;                  // position of the tile's first row
   const int last_pos = min(context, pos0 + kRows) - 1;     // of its last real row
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
 }
 
 template <int D>
-cudaError_t launch_d(const AttentionLaunch& a, cudaStream_t stream) {
+cudaError_t launch_d(const AttentionLaunch& a, bool skip_single, cudaStream_t stream) {
   const int tiles_per_seq = (a.max_query_len + kRows - 1) / kRows;
   const size_t smem = Smem<D>::kBytes;
   // More than the default 48 KB of shared memory; the attribute is per device, so set it on every
@@ -239,7 +239,7 @@ cudaError_t launch_d(const AttentionLaunch& a, cudaStream_t stream) {
       cudaFuncSetAttribute(flash_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (opt_in != cudaSuccess) return opt_in;
   const dim3 grid(static_cast<unsigned>(a.seqs * tiles_per_seq), static_cast<unsigned>(a.heads));
-  flash_prefill_kernel<D><<<grid, kThreads, smem, stream>>>(a, tiles_per_seq);
+  flash_prefill_kernel<D><<<grid, kThreads, smem, stream>>>(a, tiles_per_seq, skip_single);
   return cudaGetLastError();
 }
 
@@ -251,12 +251,12 @@ bool flash_prefill_supported(const AttentionLaunch& a) {
   return head_dim && aligned(a.qkv) && aligned(a.k_cache) && aligned(a.v_cache) && aligned(a.out);
 }
 
-cudaError_t launch_flash_prefill(const AttentionLaunch& a, cudaStream_t stream) {
+cudaError_t launch_flash_prefill(const AttentionLaunch& a, bool skip_single, cudaStream_t stream) {
   switch (a.head_dim) {
-    case 64: return launch_d<64>(a, stream);
-    case 80: return launch_d<80>(a, stream);
-    case 96: return launch_d<96>(a, stream);
-    case 128: return launch_d<128>(a, stream);
+    case 64: return launch_d<64>(a, skip_single, stream);
+    case 80: return launch_d<80>(a, skip_single, stream);
+    case 96: return launch_d<96>(a, skip_single, stream);
+    case 128: return launch_d<128>(a, skip_single, stream);
     default: return cudaErrorInvalidValue;
   }
 }

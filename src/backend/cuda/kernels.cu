@@ -530,8 +530,16 @@ cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, bf16_bit
 
 cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   if (a.seqs == 0 || a.max_query_len == 0) return cudaSuccess;
-  if (a.max_query_len >= kFlashMinQueryLen && flash_prefill_supported(a)) return launch_flash_prefill(a, stream);
-  if (attention_decode_supported(a)) {
+  if (a.max_query_len >= kFlashMinQueryLen && flash_prefill_supported(a)) {
+    // A mixed (SplitFuse) batch: the decode kernel takes the one-token spans, reading each kv
+    // head once for its whole GQA group instead of a 64-row tile per query head. Unsplit, so no
+    // combine pass touches the prompt rows.
+    const bool split_decodes = attention_decode_supported(a);
+    const cudaError_t err = launch_flash_prefill(a, split_decodes, stream);
+    if (err != cudaSuccess || !split_decodes) return err;
+    return launch_attention_decode(a, 1, stream);
+  }
+  if (a.max_query_len == 1 && attention_decode_supported(a)) {
     const int parts = attention_decode_partitions(a);
     const cudaError_t err = launch_attention_decode(a, parts, stream);
     if (err != cudaSuccess || parts == 1) return err;

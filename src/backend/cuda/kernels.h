@@ -86,15 +86,16 @@ constexpr int64_t attention_partials_floats(int sm_count) {
 // kernel below, the rest (other head dims, unaligned tensors) on the split-KV kernel.
 cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream);
 constexpr int kFlashMinQueryLen = 16;
-// Decode steps (max_query_len 1) with head_dim 64/80/96/128 and up to 16 query heads per kv head
-// run on tensor cores (backend/cuda/attention_decode.cu): the KV split (partitions) is chosen from
+// Decode steps (max_query_len 1), and the one-token spans of mixed batches next to the prefill
+// kernel, with head_dim 64/80/96/128 and up to 16 query heads per kv head run on tensor cores (backend/cuda/attention_decode.cu): the KV split (partitions) is chosen from
 // the grid size and max_context_len, the partition length from each sequence's context in the
 // kernel; partitions > 1 leave partials to combine.
-bool attention_decode_supported(const AttentionLaunch& a);
+bool attention_decode_supported(const AttentionLaunch& a);  // the shapes; spans of one token only
 int attention_decode_partitions(const AttentionLaunch& a);
 cudaError_t launch_attention_decode(const AttentionLaunch& a, int partitions, cudaStream_t stream);
 bool flash_prefill_supported(const AttentionLaunch& a);
-cudaError_t launch_flash_prefill(const AttentionLaunch& a, cudaStream_t stream);
+// skip_single: leave one-token spans to the decode kernel.
+cudaError_t launch_flash_prefill(const AttentionLaunch& a, bool skip_single, cudaStream_t stream);
 
 // act: 0 SiLU, 1 GELU (erf), 2 GELU (tanh), 3 ReLU. gated: out = act(x[:, :inner]) * x[:, inner:].
 cudaError_t launch_activation(const bf16_bits* x, int act, bool gated, bf16_bits* out, int64_t tokens, int64_t inner,
