@@ -72,6 +72,9 @@ struct HttpServer::Impl {
   httplib::Server server;
   std::atomic<bool> draining{false};
   std::atomic<bool> serve_entered{false}, serve_finished{false};
+  // Streaming responses whose provider has not finished: stopping httplib ends their writes, so
+  // shutdown waits for them after the engine is idle (their last chunks are still unsent).
+  std::atomic<int32_t> open_streams{0};
 
   void install_routes();
   void completions(const httplib::Request& req, httplib::Response& res);
@@ -311,6 +314,7 @@ void HttpServer::Impl::respond_stream(const std::shared_ptr<RequestStream>& stre
   state->shape = std::move(shape);
 
   res.set_header("Cache-Control", "no-cache");
+  ++open_streams;
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, state](size_t, httplib::DataSink& sink) {
@@ -379,6 +383,7 @@ void HttpServer::Impl::respond_stream(const std::shared_ptr<RequestStream>& stre
       },
       [this, state](bool success) {
         if (!success) engine.cancel(state->stream);
+        --open_streams;
       });
 }
 
@@ -413,9 +418,13 @@ void HttpServer::serve() {
 }
 
 void HttpServer::shutdown(std::chrono::milliseconds drain_timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + drain_timeout;
   impl_->draining = true;
   impl_->engine.begin_drain();
   if (!impl_->engine.wait_until_idle(drain_timeout)) impl_->engine.stop();
+  while (impl_->open_streams > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   // httplib's stop() only acts on a running accept loop: wait for serve() to reach it (or return).
   while (impl_->serve_entered && !impl_->serve_finished && !impl_->server.is_running()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
