@@ -15,7 +15,7 @@
 # Only result files go to $OUT (at most 8: throughput JSON; JSON + CSV per sweep and for the
 # trace; the SplitFuse vs prefill-first plot when gnuplot is there); logs go to $LOGS. Without
 # $OUT the results go to bench/results/serve/.
-# Knobs: CONFIG (bench/configs/llama-3-8b.json), KV_CACHE_GB (54), MAX_SEQS (256),
+# Knobs: CONFIG (bench/configs/llama-3-8b.json), KV_CACHE_GB (54), MAX_SEQS (224: 1000+1000 tokens each fit the 54 GiB),
 # MAX_BATCH_TOKENS (2048, the SplitFuse budget), RATES (2,4,6,8,10,12,14,16), DURATION (30 s of
 # arrivals per rate), TRACE (.carry/shared/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv),
 # TRACE_DURATION (300 s of the trace), PORT (8391).
@@ -33,7 +33,7 @@ work=$logs/results
 parts=${PARTS:-"throughput splitfuse nosplitfuse trace"}
 config=${CONFIG:-bench/configs/llama-3-8b.json}
 kv_cache_gb=${KV_CACHE_GB:-54}
-max_seqs=${MAX_SEQS:-256}
+max_seqs=${MAX_SEQS:-224}
 max_batch_tokens=${MAX_BATCH_TOKENS:-2048}
 rates=${RATES:-2,4,6,8,10,12,14,16}
 duration=${DURATION:-30}
