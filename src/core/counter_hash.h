@@ -1,6 +1,6 @@
 // core/counter_hash.h — counter-based random numbers: a value is a pure function of (key, index),
 // so any thread order, and the CPU and the GPU, produce the same numbers. Used by the seeded
-// dummy weights (model/weights.cpp) and by the sampling rule's Gumbel noise
+// dummy weights (core/tensor.h GeneratedNormal, filled on the host or the GPU) and by the sampling rule's Gumbel noise
 // (backend/sampling_rule.h, on the CPU and the GPU). Compiles as C++17 under nvcc (host and device).
 #pragma once
 
@@ -39,6 +39,16 @@ SF_HOST_DEVICE float unit_normal(uint32_t key, uint32_t index) {
   const uint32_t a = hash32(key ^ (2 * index)), b = hash32(key ^ (2 * index + 1));
   const uint32_t sum = (a & 0xffffu) + (a >> 16) + (b & 0xffffu) + (b >> 16);
   return (static_cast<float>(sum) - 131070.0f) * (1.0f / 37837.23f);
+}
+
+// Element `index` of a tensor of seeded normal values (the dummy weights, core/tensor.h
+// GeneratedNormal): stddev * unit_normal, each block of 2^31 elements under its own 32-bit key so
+// the index fits the 32-bit hash. The host fill and the CUDA fill both call this.
+SF_HOST_DEVICE float generated_normal_value(uint64_t key, float stddev, int64_t index) {
+  constexpr int64_t kBlock = int64_t{1} << 31;
+  const int64_t block_start = index & ~(kBlock - 1);
+  const auto block_key = static_cast<uint32_t>(mix64(key + static_cast<uint64_t>(block_start)));
+  return stddev * unit_normal(block_key, static_cast<uint32_t>(index - block_start));
 }
 
 // Uniform in (0, 1), 24 bits, never 0 or 1.

@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include "core/counter_hash.h"
 #include "core/error.h"
 
 #include <cstdlib>
@@ -44,7 +45,55 @@ Tensor Tensor::view(DType dtype, Shape shape, const void* data, std::shared_ptr<
   return tensor;
 }
 
+Tensor Tensor::generated_normal(DType dtype, Shape shape, GeneratedNormal values) {
+  SF_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
+           "generated tensor {}: dtype {} is not f32, f16 or bf16", shape_str(shape), dtype_name(dtype));
+  Tensor tensor;
+  tensor.dtype = dtype;
+  tensor.shape = std::move(shape);
+  tensor.generated = values;
+  return tensor;
+}
+
+namespace {
+
+template <typename Store>
+void fill_generated(const GeneratedNormal& values, int64_t count, Store store) {
+#pragma omp parallel for schedule(static) if (count > (1 << 16))
+  for (int64_t i = 0; i < count; ++i) store(i, generated_normal_value(values.key, values.stddev, i));
+}
+
+}  // namespace
+
+Tensor materialize(const Tensor& tensor) {
+  if (!tensor.generated) return tensor;
+  const size_t bytes = (tensor.nbytes() + 63) / 64 * 64;
+  void* memory = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);  // not zeroed: every element is written
+  SF_CHECK(memory != nullptr, "out of host memory allocating {} bytes for a {} tensor", bytes, shape_str(tensor.shape));
+  Tensor out = Tensor::view(tensor.dtype, tensor.shape, memory, std::shared_ptr<void>(memory, std::free));
+  const int64_t count = tensor.numel();
+  switch (tensor.dtype) {
+    case DType::F32: {
+      float* data = out.as<float>();
+      fill_generated(*tensor.generated, count, [data](int64_t i, float value) { data[i] = value; });
+      break;
+    }
+    case DType::BF16: {
+      uint16_t* data = out.as<uint16_t>();
+      fill_generated(*tensor.generated, count, [data](int64_t i, float value) { data[i] = f32_to_bf16(value); });
+      break;
+    }
+    default: {
+      uint16_t* data = out.as<uint16_t>();
+      fill_generated(*tensor.generated, count, [data](int64_t i, float value) { data[i] = f32_to_f16(value); });
+      break;
+    }
+  }
+  return out;
+}
+
 Tensor to_dtype(const Tensor& src, DType dtype) {
+  if (src.generated) return to_dtype(materialize(src), dtype);
   Tensor out = Tensor::zeros(dtype, src.shape);
   if (src.dtype == dtype) {
     std::memcpy(out.data, src.data, src.nbytes());

@@ -328,54 +328,14 @@ class Binder {
   std::unordered_set<std::string> used_;
 };
 
-// Element i of tensor t is a pure function of (seed, t, i) (core/counter_hash.h): any thread
-// order gives the same weights.
-template <typename Store>
-void fill_normal(uint64_t key, int64_t count, float stddev, Store store) {
-  // Each block of 2^31 elements gets its own 32-bit key, so indices fit the 32-bit hash.
-  constexpr int64_t kBlock = int64_t{1} << 31;
-  for (int64_t block_start = 0; block_start < count; block_start += kBlock) {
-    const auto block_key = static_cast<uint32_t>(mix64(key + static_cast<uint64_t>(block_start)));
-    const int64_t block_end = std::min(count, block_start + kBlock);
-#pragma omp parallel for schedule(static) if (block_end - block_start > (1 << 16))
-    for (int64_t i = block_start; i < block_end; ++i)
-      store(i, stddev * unit_normal(block_key, static_cast<uint32_t>(i - block_start)));
-  }
-}
-
-// Owned, 64-byte aligned and not zeroed: every element is written right after.
-Tensor uninitialized(DType dtype, Shape shape) {
-  const size_t bytes = (static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype) + 63) / 64 * 64;
-  void* memory = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
-  SF_CHECK(memory != nullptr, "out of host memory allocating {} bytes for a {} tensor", bytes, shape_str(shape));
-  return Tensor::view(dtype, std::move(shape), memory, std::shared_ptr<void>(memory, std::free));
-}
-
 class DummyFiller {
  public:
   DummyFiller(DType matrix_dtype, uint64_t seed) : matrix_dtype_(matrix_dtype), seed_(seed) {}
 
+  // Tensor t's element i is a pure function of (seed, t, i): any thread order, and the GPU, give
+  // the same weights.
   Tensor normal(Shape shape, float stddev, DType dtype) {
-    Tensor out = uninitialized(dtype, std::move(shape));
-    const uint64_t key = mix64(seed_ ^ mix64(++tensor_counter_));
-    switch (dtype) {
-      case DType::F32: {
-        float* data = out.as<float>();
-        fill_normal(key, out.numel(), stddev, [data](int64_t i, float value) { data[i] = value; });
-        break;
-      }
-      case DType::BF16: {
-        uint16_t* data = out.as<uint16_t>();
-        fill_normal(key, out.numel(), stddev, [data](int64_t i, float value) { data[i] = f32_to_bf16(value); });
-        break;
-      }
-      default: {
-        uint16_t* data = out.as<uint16_t>();
-        fill_normal(key, out.numel(), stddev, [data](int64_t i, float value) { data[i] = f32_to_f16(value); });
-        break;
-      }
-    }
-    return out;
+    return Tensor::generated_normal(dtype, std::move(shape), {mix64(seed_ ^ mix64(++tensor_counter_)), stddev});
   }
   Tensor matrix(int64_t rows, int64_t cols) { return normal({rows, cols}, 0.02f, matrix_dtype_); }
   Tensor bias(int64_t size) { return normal({size}, 0.02f, DType::F32); }

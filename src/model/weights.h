@@ -42,8 +42,10 @@ struct ModelWeights {
 ModelWeights bind_weights(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype);
 
 // Seeded random weights of the spec's shapes (close to normal, std 0.02, biases too; norms 1,
-// norm biases 0), so any shape can be run and timed without a checkpoint. Deterministic for a
-// given seed whatever the thread count; a 1B-parameter model takes a few seconds on 2 cores.
+// norm biases 0), so any shape can be run and timed without a checkpoint. Matrices and biases are
+// generated tensors (core/tensor.h): a backend's upload() fills them where they live (the CUDA
+// backend on the GPU, in milliseconds), materialize() gives them on the host. Deterministic for a
+// given seed, whatever the thread count or device.
 ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint64_t seed);
 
 }  // namespace splitflow

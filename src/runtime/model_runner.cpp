@@ -145,7 +145,10 @@ void ModelRunner::upload_weights(ModelWeights& weights) {
   final_norm_bias_ = upload_or_empty(backend_, checked(weights.final_norm_bias, "final_norm_bias", {hidden}, norm_bias, false));
   // A tied head shares the embedding's buffer rather than uploading the matrix twice.
   const Tensor lm_head = checked(weights.lm_head, "lm_head", {vocab, hidden}, true, true);
-  lm_head_ = lm_head.data == weights.embed.data && lm_head.dtype == weights.embed.dtype ? embed_ : backend_.upload(lm_head);
+  const bool tied = lm_head.dtype == weights.embed.dtype &&
+                    (lm_head.generated ? weights.embed.generated && lm_head.generated->key == weights.embed.generated->key
+                                       : lm_head.data == weights.embed.data);
+  lm_head_ = tied ? embed_ : backend_.upload(lm_head);
 
   SF_CHECK(static_cast<int>(weights.layers.size()) == spec.num_layers, "weights: {} layers, the spec has num_layers {}",
            weights.layers.size(), spec.num_layers);

@@ -45,6 +45,20 @@ TEST_F(CudaKernels, EmbedGathersScalesAndAddsPositions) {
   EXPECT_LE(relative_error(to_host(*backend, out.view()), ref), kOneRounding);
 }
 
+// --dummy-weights are generated in device memory; the host fill (materialize) is the reference:
+// bf16 matrices bit for bit, f32 vectors exactly.
+TEST_F(CudaKernels, GeneratedWeightsEqualTheHostFill) {
+  const Tensor matrix = Tensor::generated_normal(DType::BF16, {333, 72}, {0x5eedULL, 0.02f});
+  const Tensor vector = Tensor::generated_normal(DType::F32, {1001}, {0xb1a5ULL, 0.5f});
+  for (const Tensor* tensor : {&matrix, &vector}) {
+    const DeviceBuffer on_device = backend->upload(*tensor);
+    const Tensor host = materialize(*tensor);
+    std::vector<float> expected(static_cast<size_t>(host.numel()));
+    convert_to_f32(host.dtype, host.data, expected.data(), expected.size());
+    EXPECT_EQ(to_host(*backend, on_device.view()), expected) << shape_str(tensor->shape);
+  }
+}
+
 // hidden 300: not a multiple of 8 (the scalar kernel); multiples of 8: 16-byte words, one or two per thread.
 void check_add_norm(Backend& backend, std::mt19937_64& rng, NormType type, bool with_delta, bool with_bias,
                     int64_t tokens = 5, int64_t hidden = 300) {

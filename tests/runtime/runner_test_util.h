@@ -70,7 +70,7 @@ inline ModelWeights random_weights(const ModelSpec& spec, DType dtype, uint64_t 
     fill(t, 0.0f, std);
     t = to_dtype(t, dtype);
   };
-  const bool tied = weights.lm_head.data == weights.embed.data;
+  const bool tied = shapes.tie_embeddings;
   matrix(weights.embed, 0.5f);
   weights.lm_head = tied ? weights.embed : weights.lm_head;
   if (!tied) matrix(weights.lm_head, 1.5f / std::sqrt(static_cast<float>(spec.hidden_size)));

@@ -135,8 +135,9 @@ DeviceBuffer CpuBackend::allocate(DType dtype, Shape shape) {
   return DeviceBuffer(DeviceTensor{host.data, host.dtype, host.shape}, host.storage);
 }
 
-DeviceBuffer CpuBackend::upload(const Tensor& host) {
-  SF_CHECK(!host.empty(), "cpu upload: tensor {} has no data", shape_str(host.shape));
+DeviceBuffer CpuBackend::upload(const Tensor& tensor) {
+  SF_CHECK(!tensor.empty(), "cpu upload: tensor {} has no data", shape_str(tensor.shape));
+  const Tensor host = materialize(tensor);
   if (host.storage) return DeviceBuffer(DeviceTensor{host.data, host.dtype, host.shape}, host.storage);
   // A view without a keepalive may die with its caller: keep a copy.
   Tensor copy = Tensor::zeros(host.dtype, host.shape);

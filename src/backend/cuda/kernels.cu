@@ -4,6 +4,8 @@
 // partition) for attention, plus a combine kernel when the KV length is split.
 #include "backend/cuda/kernels.h"
 
+#include "core/counter_hash.h"
+
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -52,6 +54,19 @@ __device__ float block_sum(float v) {
 constexpr int kThreads = 256;
 
 unsigned grid_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+__global__ void fill_generated_normal_kernel(uint64_t key, float stddev, bf16_bits* out_bf16, float* out_f32,
+                                             int64_t count) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count; i += stride) {
+    const float value = generated_normal_value(key, stddev, i);
+    if (out_bf16) {
+      store(out_bf16, i, value);
+    } else {
+      out_f32[i] = value;
+    }
+  }
+}
 
 __global__ void embed_kernel(const bf16_bits* table, const int32_t* ids, float multiplier, const bf16_bits* pos_table,
                              const int32_t* positions, bf16_bits* out, int64_t hidden) {
@@ -453,6 +468,15 @@ __global__ void gather_rows_kernel(const uint16_t* x, const int32_t* rows, uint1
 }
 
 }  // namespace
+
+cudaError_t launch_fill_generated_normal(uint64_t key, float stddev, bf16_bits* out_bf16, float* out_f32, int64_t count,
+                                         cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  const int64_t blocks = std::min<int64_t>((count + kThreads - 1) / kThreads, 65536);
+  fill_generated_normal_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(key, stddev, out_bf16, out_f32,
+                                                                                       count);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_embed(const bf16_bits* table, const int32_t* ids, float multiplier, const bf16_bits* pos_table,
                          const int32_t* positions, bf16_bits* out, int64_t tokens, int64_t hidden, cudaStream_t stream) {

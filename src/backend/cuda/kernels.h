@@ -23,6 +23,11 @@ constexpr int kMaxHeadDim = 256;
 cudaError_t launch_embed(const bf16_bits* table, const int32_t* ids, float multiplier, const bf16_bits* pos_table,
                          const int32_t* positions, bf16_bits* out, int64_t tokens, int64_t hidden, cudaStream_t stream);
 
+// out[i] = generated_normal_value(key, stddev, i) (core/counter_hash.h) for i < count, into bf16
+// (out_f32 null) or f32 (out_bf16 null): the seeded dummy weights, generated in device memory.
+cudaError_t launch_fill_generated_normal(uint64_t key, float stddev, bf16_bits* out_bf16, float* out_f32, int64_t count,
+                                         cudaStream_t stream);
+
 // residual += delta (delta may be null), then out = norm(residual) * (offset + weight) + bias.
 // layer_norm: subtract the mean first (LayerNorm), else RMSNorm. bias may be null.
 cudaError_t launch_add_norm(bf16_bits* residual, const bf16_bits* delta, const float* weight, const float* bias,
