@@ -2,8 +2,11 @@
 // the time is the weight stream (each weight is used m <= 8 times). cuBLASLt's GEMV-shaped
 // kernels reach ~85 % of the copy bandwidth on H100; this kernel keeps more bytes in flight:
 // one warp per output row, each lane issuing kUnroll independent 16-byte weight loads (non-
-// caching: a weight is read once per step) before using any of them.
+// caching: a weight is read once per step) before using any of them. Launched overlapped
+// (launch.cuh): the first kUnroll loads, weights only, are issued before waiting for the kernel
+// that produces x, so they overlap its tail.
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 #include <cuda_bf16.h>
 
@@ -55,6 +58,7 @@ template <int M>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w, const float* __restrict__ bias,
                 bf16_bits* y_bf16, float* y_f32, int64_t n, int64_t k, bool accumulate) {
+  allow_next_kernel();
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= n) return;
@@ -65,10 +69,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   for (int r = 0; r < M; ++r) acc[r] = 0.0f;
 
   int64_t word = lane;
-  for (; word + (kUnroll - 1) * 32 < words; word += kUnroll * 32) {
-    uint4 wv[kUnroll];
+  uint4 wv[kUnroll];
+  const bool first_full = word + (kUnroll - 1) * 32 < words;
+  if (first_full) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) wv[u] = load_streaming(w_row + (word + u * 32) * 8);
+  }
+  wait_for_previous_kernel();
+  for (; word + (kUnroll - 1) * 32 < words; word += kUnroll * 32) {
+    if (word != lane) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) wv[u] = load_streaming(w_row + (word + u * 32) * 8);
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) fma_word<M>(acc, wv[u], x, k, word + u * 32);
   }
@@ -94,10 +106,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 }
 
 template <int M>
-void launch(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32, int64_t n,
-            int64_t k, bool accumulate, cudaStream_t stream) {
+cudaError_t launch(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32, int64_t n,
+                   int64_t k, bool accumulate, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  gemv_kernel<M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, bias, y_bf16, y_f32, n, k, accumulate);
+  return launch_overlapped(gemv_kernel<M>, blocks, kWarpsPerBlock * 32, 0, stream, x, w, bias, y_bf16, y_f32, n, k,
+                           accumulate);
 }
 
 }  // namespace
@@ -111,17 +124,16 @@ cudaError_t launch_gemv(const bf16_bits* x, const bf16_bits* w, const float* bia
                         int64_t m, int64_t n, int64_t k, bool accumulate, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   switch (m) {
-    case 1: launch<1>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
-    case 2: launch<2>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
-    case 3: launch<3>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
-    case 4: launch<4>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
-    case 5: launch<5>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
-    case 6: launch<6>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
-    case 7: launch<7>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
-    case 8: launch<8>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); break;
+    case 1: return launch<1>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    case 2: return launch<2>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    case 3: return launch<3>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    case 4: return launch<4>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    case 5: return launch<5>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    case 6: return launch<6>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    case 7: return launch<7>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    case 8: return launch<8>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
     default: return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace splitflow::cuda
