@@ -27,6 +27,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 namespace splitflow {
@@ -75,6 +76,19 @@ class DeviceBuffer {
   DeviceTensor view_;
   std::shared_ptr<void> owner_;
 };
+
+// One KV block moved between a paged cache on the device and a swap area in host memory.
+struct BlockCopy {
+  int32_t device_block = 0;  // index along the cache's num_blocks dim
+  int32_t host_block = 0;    // index along the host area's num_host_blocks dim
+};
+
+enum class CopyDirection : int8_t { DeviceToHost, HostToDevice };
+
+// The checks every backend's copy_blocks() makes (shapes, dtypes, block indices); returns the
+// bytes of one block of one layer. `backend` prefixes the messages.
+size_t checked_block_copy_bytes(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
+                                const char* backend);
 
 struct NormParams {
   NormType type = NormType::RMSNorm;
@@ -141,6 +155,16 @@ class Backend {
   // 64-byte aligned. A copy_to_device from it may still be in flight when the call returns: the
   // caller rewrites it only after a copy_to_host or synchronize().
   virtual std::shared_ptr<void> allocate_host(size_t bytes) = 0;
+  // Copies whole KV blocks between one paged cache (K or V) and a swap area in host memory
+  // (allocate_host), in issue order with the kernels (asynchronous on CUDA: the host area is
+  // read or written once the work before it is done).
+  // cache [num_layers, num_blocks, block_size, num_kv_heads, head_dim]; host: a view of host
+  // memory, [num_host_blocks, num_layers, block_size, num_kv_heads, head_dim] in the cache's
+  // dtype, so a host block holds the block of every layer contiguously while a cache block is
+  // strided by the layer. Each copy moves cache block device_block of every layer to or from host
+  // block host_block. Throws on a block index outside either area or mismatched shapes.
+  virtual void copy_blocks(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
+                           CopyDirection direction) = 0;
   // Records the kernels `issue` enqueues (no copies, no synchronization inside) for replay, or
   // returns null when the backend cannot record (then the caller issues the work itself).
   virtual std::unique_ptr<RecordedWork> record(const std::function<void()>& issue) { return nullptr; }

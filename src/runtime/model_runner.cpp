@@ -62,6 +62,8 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
   SF_CHECK(spec.mlp.intermediate_size > 0, "mlp.intermediate_size: must be > 0, got {}", spec.mlp.intermediate_size);
   SF_CHECK(kv_config.num_blocks > 0 && kv_config.block_size > 0,
            "kv cache: num_blocks ({}) and block_size ({}) must be > 0", kv_config.num_blocks, kv_config.block_size);
+  SF_CHECK(kv_config.num_host_blocks >= 0, "kv cache: num_host_blocks must not be negative, got {}",
+           kv_config.num_host_blocks);
   SF_CHECK(limits.max_batch_tokens > 0 && limits.max_seqs > 0,
            "runner limits: max_batch_tokens ({}) and max_seqs ({}) must be > 0", limits.max_batch_tokens,
            limits.max_seqs);
@@ -90,6 +92,15 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
   const DType act = backend.activation_dtype();
   k_cache_ = backend.allocate(act, cache_shape);
   v_cache_ = backend.allocate(act, cache_shape);
+  if (kv_config.num_host_blocks > 0) {
+    const Shape host_shape = {kv_config.num_host_blocks, spec.num_layers, kv_config.block_size, attention.num_kv_heads,
+                              attention.head_dim};
+    const size_t host_bytes = static_cast<size_t>(shape_numel(host_shape)) * dtype_size(act);
+    k_host_ = backend.allocate_host(host_bytes);
+    v_host_ = backend.allocate_host(host_bytes);
+    k_host_view_ = DeviceTensor{k_host_.get(), act, host_shape};
+    v_host_view_ = DeviceTensor{v_host_.get(), act, host_shape};
+  }
 
   const auto width = [&](Slot s) -> int64_t {
     switch (s) {
@@ -110,6 +121,14 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
   logits_ = backend.allocate(DType::F32, {logit_rows_capacity_, spec.vocab_size});
 
   allocate_step_buffers();
+}
+
+void ModelRunner::swap_blocks(std::span<const BlockCopy> copies, CopyDirection direction) {
+  if (copies.empty()) return;
+  SF_CHECK(kv_config_.num_host_blocks > 0, "swap_blocks: {} block copies, but the runner has no host swap area",
+           copies.size());
+  backend_.copy_blocks(k_cache_.view(), k_host_view_, copies, direction);
+  backend_.copy_blocks(v_cache_.view(), v_host_view_, copies, direction);
 }
 
 void ModelRunner::allocate_step_buffers() {

@@ -10,6 +10,10 @@
 //   [num_layers, num_blocks, block_size, num_kv_heads, head_dim] each for K and V.
 // Position p of a sequence lives in block block_table[p / block_size], slot p % block_size.
 // The runner never decides which blocks a sequence owns: spans bring their block tables.
+//
+// Host swap area (num_host_blocks > 0), for preemption by swapping: pinned host memory of
+// [num_host_blocks, num_layers, block_size, num_kv_heads, head_dim] each for K and V (a host
+// block holds one cache block of every layer). swap_blocks() runs the scheduler's copies.
 #pragma once
 
 #include "backend/backend.h"
@@ -30,7 +34,8 @@ namespace splitflow {
 
 struct KvCacheConfig {
   int32_t num_blocks = 0;
-  int32_t block_size = 16;  // tokens per block
+  int32_t block_size = 16;      // tokens per block
+  int32_t num_host_blocks = 0;  // blocks of the host swap area (0: none)
 };
 
 struct RunnerLimits {
@@ -58,6 +63,10 @@ class ModelRunner {
   // sampling rule, backend/sampling_rule.h): only the tokens come back to the host. rows: one per
   // logits row. Throws when the counts differ.
   std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows);
+  // Copies whole KV blocks (K and V, every layer) between the cache and the host swap area, in
+  // order with the forwards issued before and after it. Throws naming the copy whose block is
+  // outside the cache or the host area.
+  void swap_blocks(std::span<const BlockCopy> copies, CopyDirection direction);
 
   const ModelSpec& spec() const { return spec_; }
   const LayerPlan& plan() const { return plan_; }
@@ -109,6 +118,9 @@ class ModelRunner {
 
   // KV cache: [num_layers, num_blocks, block_size, num_kv_heads, head_dim].
   DeviceBuffer k_cache_, v_cache_;
+  // Host swap area, allocate_host: [num_host_blocks, num_layers, block_size, num_kv_heads, head_dim].
+  std::shared_ptr<void> k_host_, v_host_;
+  DeviceTensor k_host_view_, v_host_view_;
 
   // Activations, indexed by Slot; each [max_batch_tokens, width], in the backend's activation_dtype().
   std::vector<DeviceBuffer> slots_;

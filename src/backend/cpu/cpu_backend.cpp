@@ -153,6 +153,25 @@ void CpuBackend::copy_to_host(const DeviceTensor& src, void* host) {
   if (src.nbytes() > 0) std::memcpy(host, src.data, src.nbytes());
 }
 
+void CpuBackend::copy_blocks(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
+                             CopyDirection direction) {
+  const size_t block_bytes = checked_block_copy_bytes(cache, host, copies, "cpu");
+  const int64_t num_layers = cache.dim(0), num_blocks = cache.dim(1);
+  char* const cache_bytes = static_cast<char*>(cache.data);
+  char* const host_bytes = static_cast<char*>(host.data);
+  for (const BlockCopy& copy : copies) {
+    for (int64_t layer = 0; layer < num_layers; ++layer) {
+      char* const on_device = cache_bytes + static_cast<size_t>(layer * num_blocks + copy.device_block) * block_bytes;
+      char* const on_host = host_bytes + static_cast<size_t>(copy.host_block * num_layers + layer) * block_bytes;
+      if (direction == CopyDirection::DeviceToHost) {
+        std::memcpy(on_host, on_device, block_bytes);
+      } else {
+        std::memcpy(on_device, on_host, block_bytes);
+      }
+    }
+  }
+}
+
 void CpuBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier,
                        const DeviceTensor& pos_table, const DeviceTensor& positions, const DeviceTensor& out) {
   check_matrix_dtype(table, "embed", "table");

@@ -20,6 +20,8 @@ class CpuBackend final : public Backend {
   void copy_to_host(const DeviceTensor& src, void* host) override;
   void synchronize() override {}
   std::shared_ptr<void> allocate_host(size_t bytes) override;
+  void copy_blocks(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
+                   CopyDirection direction) override;
 
   void embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier, const DeviceTensor& pos_table,
              const DeviceTensor& positions, const DeviceTensor& out) override;

@@ -38,6 +38,9 @@ class CudaBackend final : public Backend {
   void copy_to_host(const DeviceTensor& src, void* host) override;
   void synchronize() override;
   std::shared_ptr<void> allocate_host(size_t bytes) override;
+  // backend/cuda/kv_swap.cpp
+  void copy_blocks(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
+                   CopyDirection direction) override;
   // A CUDA graph of the work `issue` enqueues on the backend's stream (stream capture).
   std::unique_ptr<RecordedWork> record(const std::function<void()>& issue) override;
   bool can_record() const override { return true; }
