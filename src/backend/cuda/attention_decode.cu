@@ -250,13 +250,26 @@ bool attention_decode_supported(const AttentionLaunch& a) {
 }
 
 int attention_decode_partitions(const AttentionLaunch& a) {
-  // Enough partitions for about two waves of resident blocks, none shorter than a tile.
+  // A block's time is about its tiles plus a fixed cost (Q load, pipeline fill, merge, launch)
+  // worth kBlockOverheadTiles tiles, and blocks run in waves of kBlocksPerSm per SM; splitting
+  // also costs the combine launch (about one more tile). Take the partition count with the
+  // least estimated time: short blocks at batch 1, few partitions once the grid fills the GPU
+  // (batch 64, context 512: 1, where a two-wave rule split in 2 and ran at 35 % of the copy rate).
+  constexpr int64_t kBlockOverheadTiles = 2;
   const int64_t blocks = int64_t{a.seqs} * a.kv_heads, wave = int64_t{kBlocksPerSm} * a.sm_count;
-  if (a.partials == nullptr || blocks >= 2 * wave || a.max_context_len <= kTileKeys) return 1;
-  const int64_t wanted = (2 * wave + blocks - 1) / blocks;
-  const int64_t parts = std::min<int64_t>(wanted, (a.max_context_len + kTileKeys - 1) / kTileKeys);
-  const int64_t floats = int64_t{a.tokens} * a.heads * parts * (a.head_dim + 2);
-  return parts > 1 && floats <= a.partials_floats ? static_cast<int>(parts) : 1;
+  const int64_t tiles = (a.max_context_len + kTileKeys - 1) / kTileKeys;
+  if (a.partials == nullptr || tiles <= 1) return 1;
+  const auto cost = [&](int64_t parts) {
+    const int64_t waves = (blocks * parts + wave - 1) / wave;
+    return waves * ((tiles + parts - 1) / parts + kBlockOverheadTiles) + (parts > 1 ? 1 : 0);
+  };
+  int64_t best = 1;
+  for (int64_t parts = 2; parts <= tiles; ++parts) {
+    const int64_t floats = int64_t{a.tokens} * a.heads * parts * (a.head_dim + 2);
+    if (floats > a.partials_floats) break;
+    if (cost(parts) < cost(best)) best = parts;
+  }
+  return static_cast<int>(best);
 }
 
 cudaError_t launch_attention_decode(const AttentionLaunch& a, int partitions, cudaStream_t stream) {

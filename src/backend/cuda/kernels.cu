@@ -483,6 +483,28 @@ __global__ void activation_kernel(const bf16_bits* x, int act, bool gated, bf16_
   store(out, i, v);
 }
 
+// activation_kernel for inner % 8 == 0 and 16-byte aligned rows: 8 outputs per thread from
+// 16-byte loads (the scalar kernel ran at a third of the copy rate at batch 64).
+__global__ void activation_vec_kernel(const uint4* x, int act, bool gated, uint4* out, int64_t tokens, int64_t inner_vecs) {
+  allow_next_kernel();
+  wait_for_previous_kernel();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= tokens * inner_vecs) return;
+  const int64_t t = i / inner_vecs, j = i % inner_vecs;
+  const int64_t stride = gated ? 2 * inner_vecs : inner_vecs;
+  float v[8];
+  unpack8(x[t * stride + j], v);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) v[e] = activate(v[e], act);
+  if (gated) {
+    float up[8];
+    unpack8(x[t * stride + inner_vecs + j], up);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] *= up[e];
+  }
+  out[i] = pack8(v);
+}
+
 __global__ void gather_rows_kernel(const uint16_t* x, const int32_t* rows, uint16_t* out, int64_t row_elems) {
   allow_next_kernel();
   wait_for_previous_kernel();
@@ -615,6 +637,11 @@ cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
 cudaError_t launch_activation(const bf16_bits* x, int act, bool gated, bf16_bits* out, int64_t tokens, int64_t inner,
                               cudaStream_t stream) {
   if (tokens * inner == 0) return cudaSuccess;
+  if (inner % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+    const int64_t vecs = tokens * inner / 8;
+    return launch_overlapped(activation_vec_kernel, grid_for(vecs), kThreads, 0, stream, reinterpret_cast<const uint4*>(x),
+                             act, gated, reinterpret_cast<uint4*>(out), tokens, inner / 8);
+  }
   return launch_overlapped(activation_kernel, grid_for(tokens * inner), kThreads, 0, stream, x, act, gated, out, tokens,
                            inner);
 }
