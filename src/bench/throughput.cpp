@@ -27,7 +27,7 @@ struct StepRecord {
   double seconds = 0;
   int32_t prefill_tokens = 0;
   int32_t decode_tokens = 0;
-  int32_t preempted = 0;
+  int32_t preempted = 0;  // sequences preempted or swapped in: the step also ran block copies
   int64_t kv_tokens = 0;  // positions the step's decode attention reads (before the step: num_tokens of each)
 };
 
@@ -44,6 +44,8 @@ void check_throughput_options(const ThroughputOptions& options, const ModelSpec&
   SF_CHECK(options.block_size >= 1, "--block-size must be at least 1, not {}", options.block_size);
   SF_CHECK(std::isfinite(options.kv_cache_gb) && options.kv_cache_gb >= 0, "--kv-cache-gb must not be negative, not {}",
            options.kv_cache_gb);
+  SF_CHECK(std::isfinite(options.swap_space_gb) && options.swap_space_gb >= 0, "--swap-space must not be negative, not {}",
+           options.swap_space_gb);
   const int64_t total_len = static_cast<int64_t>(options.input_len) + options.output_len;
   SF_CHECK(total_len <= spec.max_position, "--input-len + --output-len = {} exceeds the model's context {}", total_len,
            spec.max_position);
@@ -68,13 +70,18 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
                                      spec.attention.head_dim * static_cast<int64_t>(dtype_size(backend.activation_dtype()));
   const int64_t num_blocks = throughput_kv_blocks(options, kv_bytes_per_token * options.block_size);
   const int64_t blocks_per_request = blocks_for_tokens(total_len, options.block_size);
+  const int64_t num_host_blocks =
+      std::min<int64_t>(static_cast<int64_t>(options.swap_space_gb * double(int64_t{1} << 30) /
+                                             static_cast<double>(kv_bytes_per_token * options.block_size)),
+                        INT32_MAX);
   SF_CHECK(num_blocks >= blocks_per_request && num_blocks <= INT32_MAX,
            "--kv-cache-gb {} gives {} KV blocks of {} tokens; one request of {} tokens needs {}", options.kv_cache_gb,
            num_blocks, options.block_size, total_len, blocks_per_request);
 
   const auto setup_start = Clock::now();
   ModelRunner runner(spec, std::move(model.weights), backend,
-                     KvCacheConfig{static_cast<int32_t>(num_blocks), options.block_size},
+                     KvCacheConfig{static_cast<int32_t>(num_blocks), options.block_size,
+                                   static_cast<int32_t>(num_host_blocks)},
                      RunnerLimits{options.max_batch_tokens, options.max_seqs});
   backend.synchronize();
   const double setup_seconds = seconds_between(setup_start, Clock::now());
@@ -86,6 +93,7 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
       std::min<int64_t>({runner.context_limit(), num_blocks * options.block_size, INT32_MAX}));
   config.num_blocks = static_cast<int32_t>(num_blocks);
   config.block_size = options.block_size;
+  config.num_host_blocks = static_cast<int32_t>(num_host_blocks);
   config.splitfuse = options.splitfuse;
   Engine engine(runner, model.tokenizer.get(), config);
 
@@ -111,7 +119,7 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
     record.seconds = seconds_between(step_start, step_end);
     record.prefill_tokens = step.num_prefill_tokens;
     record.decode_tokens = step.num_decode_tokens;
-    record.preempted = step.num_preempted;
+    record.preempted = step.num_preempted + step.num_swapped_in;
     steps.push_back(record);
     output_tokens += static_cast<int64_t>(step.outputs.size());
     finished += static_cast<int64_t>(step.finished_requests.size());
@@ -185,6 +193,7 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
       {"block_size", options.block_size},
       {"kv_cache_blocks", num_blocks},
       {"kv_cache_gib", static_cast<double>(num_blocks * kv_bytes_per_token * options.block_size) / double(int64_t{1} << 30)},
+      {"swap_space_blocks", num_host_blocks},
       {"weight_bytes", weight_bytes},
       {"kv_bytes_per_token", kv_bytes_per_token},
       {"runner_setup_s", setup_seconds},
@@ -201,6 +210,7 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
       {"decode_only_steps", decode_steps},
       {"mean_step_ms", steps.empty() ? 0.0 : step_time_sum / static_cast<double>(steps.size()) * 1e3},
       {"preemptions", engine.scheduler().num_preemptions()},
+      {"swap_outs", engine.scheduler().num_swap_outs()},
       {"bandwidth_gbps", bandwidth_gbps},
       {"saturation", saturation},
   };

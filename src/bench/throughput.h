@@ -23,6 +23,7 @@ struct ThroughputOptions {
   int32_t max_seqs = 256;
   bool splitfuse = true;            // false: prefill-first
   double kv_cache_gb = 0;           // 0: room for min(N, max_seqs) whole requests
+  double swap_space_gb = 4;         // host memory for KV swapped out by preemption (0: recompute only)
   int32_t block_size = 16;
   uint64_t seed = 0;                // prompt token ids
 };

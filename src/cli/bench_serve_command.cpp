@@ -237,7 +237,8 @@ void run_bench_throughput(const ThroughputFlags& flags) {
   row("output tokens/s", fmt::format("{:.1f}", result["output_throughput_tps"].get<double>()));
   row("total tokens/s", fmt::format("{:.1f}", result["total_token_throughput_tps"].get<double>()));
   row("requests/s", fmt::format("{:.3f}", result["request_throughput_rps"].get<double>()));
-  row("preemptions", fmt::format("{}", result["preemptions"].get<int64_t>()));
+  row("preemptions (swapped)", fmt::format("{} ({})", result["preemptions"].get<int64_t>(),
+                                            result["swap_outs"].get<int64_t>()));
   const nlohmann::json& saturation = result["saturation"];
   if (!saturation.is_null()) {
     row("saturated decode batch", fmt::format("{}", saturation["batch"].get<int64_t>()));
@@ -299,6 +300,9 @@ void register_bench_serving(CLI::App& bench) {
   throughput->add_flag("--no-splitfuse", t.no_splitfuse, "prefill-first scheduling");
   throughput->add_option("--kv-cache-gb", t.options.kv_cache_gb,
                          "KV cache in GiB (default: room for min(N, max-seqs) whole requests)");
+  throughput->add_option("--swap-space", t.options.swap_space_gb,
+                         "host memory in GiB for KV swapped out by preemption (0: recompute only)")
+      ->capture_default_str();
   throughput->add_option("--block-size", t.options.block_size, "tokens per KV block")->capture_default_str();
   throughput->add_option("--seed", t.options.seed, "prompt token ids")->capture_default_str();
   throughput->add_option("--results-dir", t.results_dir, "where the JSON result goes")->capture_default_str();

@@ -13,6 +13,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <memory>
@@ -31,6 +32,7 @@ struct ServeFlags {
   int max_model_len = 0;
   int num_blocks = 0;
   double kv_cache_gb = 0;
+  double swap_space_gb = 4;
   int block_size = 16;
   bool no_splitfuse = false;
   bool no_device_sampling = false;
@@ -65,6 +67,8 @@ void run_serve(const ServeFlags& flags) {
   SF_CHECK(flags.block_size > 0, "--block-size must be positive, not {}", flags.block_size);
   SF_CHECK(flags.num_blocks >= 0 && flags.kv_cache_gb >= 0, "--num-blocks and --kv-cache-gb must not be negative");
   SF_CHECK(flags.num_blocks == 0 || flags.kv_cache_gb == 0, "give --num-blocks or --kv-cache-gb, not both");
+  SF_CHECK(std::isfinite(flags.swap_space_gb) && flags.swap_space_gb >= 0, "--swap-space must not be negative, not {}",
+           flags.swap_space_gb);
   SF_CHECK(flags.max_queue >= 0, "--max-queue must not be negative, not {}", flags.max_queue);
   SF_CHECK(flags.max_model_len >= 0, "--max-model-len must not be negative, not {}", flags.max_model_len);
   SF_CHECK(flags.drain_timeout_s >= 0, "--drain-timeout must not be negative, not {}", flags.drain_timeout_s);
@@ -99,11 +103,13 @@ void run_serve(const ServeFlags& flags) {
   }
   SF_CHECK(num_blocks > 0 && num_blocks <= INT32_MAX, "the KV cache would have {} blocks: give --num-blocks or --kv-cache-gb",
            num_blocks);
+  const int64_t num_host_blocks = std::min<int64_t>(
+      static_cast<int64_t>(flags.swap_space_gb * double(1 << 30) / static_cast<double>(kv_bytes_per_block)), INT32_MAX);
   // A cache smaller than one full-length sequence shortens the context rather than failing.
   if (flags.max_model_len == 0) max_model_len = std::min<int64_t>(max_model_len, num_blocks * flags.block_size);
 
   ModelRunner runner(spec, std::move(model.weights), *backend,
-                     KvCacheConfig{static_cast<int32_t>(num_blocks), flags.block_size},
+                     KvCacheConfig{static_cast<int32_t>(num_blocks), flags.block_size, static_cast<int32_t>(num_host_blocks)},
                      RunnerLimits{flags.max_batch_tokens, flags.max_seqs});
   max_model_len = std::min<int64_t>(max_model_len, runner.context_limit());
 
@@ -113,6 +119,7 @@ void run_serve(const ServeFlags& flags) {
   scheduler.max_model_len = static_cast<int32_t>(max_model_len);
   scheduler.num_blocks = static_cast<int32_t>(num_blocks);
   scheduler.block_size = flags.block_size;
+  scheduler.num_host_blocks = static_cast<int32_t>(num_host_blocks);
   scheduler.splitfuse = !flags.no_splitfuse;
   Engine engine(runner, model.tokenizer.get(), scheduler, EngineOptions{.device_sampling = !flags.no_device_sampling});
   AsyncEngine async_engine(engine, AsyncEngineConfig{flags.max_queue});
@@ -129,9 +136,10 @@ void run_serve(const ServeFlags& flags) {
 
   fmt::print(stderr,
              "splitflow serve: {} as '{}' on http://{}:{}\n  context {} tokens; KV cache {} blocks of {} tokens ({:.2f} "
-             "GiB); batch {} tokens, {} sequences; {}; queue {} sequences; chat template: {}\n",
+             "GiB), swap space {} blocks ({:.2f} GiB); batch {} tokens, {} sequences; {}; queue {} sequences; chat template: {}\n",
              model.description, http.served_model_name, flags.host, port, max_model_len, num_blocks, flags.block_size,
-             static_cast<double>(num_blocks * kv_bytes_per_block) / double(1 << 30), flags.max_batch_tokens,
+             static_cast<double>(num_blocks * kv_bytes_per_block) / double(1 << 30), num_host_blocks,
+             static_cast<double>(num_host_blocks * kv_bytes_per_block) / double(1 << 30), flags.max_batch_tokens,
              flags.max_seqs, flags.no_splitfuse ? "prefill-first" : "Dynamic SplitFuse", flags.max_queue,
              has_chat ? "yes" : "none (/v1/chat/completions answers 400)");
 
@@ -165,6 +173,9 @@ void register_serve(CLI::App& app) {
   command->add_option("--max-model-len", flags->max_model_len, "tokens a sequence may reach (0: the model's context)");
   command->add_option("--num-blocks", flags->num_blocks, "KV cache blocks");
   command->add_option("--kv-cache-gb", flags->kv_cache_gb, "KV cache size in GiB (instead of --num-blocks)");
+  command->add_option("--swap-space", flags->swap_space_gb,
+                      "host memory in GiB for KV swapped out by preemption (0: preemption by recompute only)")
+      ->capture_default_str();
   command->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
   command->add_flag("--no-splitfuse", flags->no_splitfuse, "prefill-first scheduling (decode pauses while prompts run)");
   command->add_flag("--no-device-sampling", flags->no_device_sampling, "sample every token on the host");

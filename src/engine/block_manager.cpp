@@ -14,13 +14,17 @@ namespace {
 constexpr uint64_t kRootHash = 0x9e3779b97f4a7c15ull;
 }  // namespace
 
-BlockManager::BlockManager(int32_t num_blocks, int32_t block_size) : block_size_(block_size) {
+BlockManager::BlockManager(int32_t num_blocks, int32_t block_size, int32_t num_host_blocks)
+    : block_size_(block_size), num_host_blocks_(num_host_blocks) {
   SF_CHECK(num_blocks > 0, "block manager: num_blocks must be positive, got {}", num_blocks);
   SF_CHECK(block_size > 0, "block manager: block_size must be positive, got {}", block_size);
+  SF_CHECK(num_host_blocks >= 0, "block manager: num_host_blocks must not be negative, got {}", num_host_blocks);
   blocks_.resize(static_cast<size_t>(num_blocks));
-  // A stack popped from the back: block 0 is handed out first.
+  // Stacks popped from the back: block 0 is handed out first.
   uncached_free_.reserve(blocks_.size());
   for (int32_t b = num_blocks - 1; b >= 0; --b) uncached_free_.push_back(b);
+  free_host_blocks_.reserve(static_cast<size_t>(num_host_blocks));
+  for (int32_t b = num_host_blocks - 1; b >= 0; --b) free_host_blocks_.push_back(b);
 }
 
 uint64_t BlockManager::hash_block(uint64_t parent_hash, std::span<const int32_t> tokens) const {
@@ -159,7 +163,61 @@ void BlockManager::release(int32_t b) {
 void BlockManager::free(Sequence& seq) {
   for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) release(*it);
   seq.block_table.clear();
+  free_host_blocks_.insert(free_host_blocks_.end(), seq.host_block_table.rbegin(), seq.host_block_table.rend());
+  seq.host_block_table.clear();
   seq.num_computed_tokens = 0;
+}
+
+int32_t BlockManager::num_recompute_tokens(const Sequence& seq) const {
+  const auto shared = std::count_if(seq.block_table.begin(), seq.block_table.end(),
+                                    [&](int32_t b) { return blocks_[static_cast<size_t>(b)].ref_count > 1; });
+  // A shared block is a prefix-cache hit: full and computed.
+  return std::max(0, seq.num_computed_tokens - static_cast<int32_t>(shared) * block_size_);
+}
+
+bool BlockManager::can_swap_out(const Sequence& seq) const {
+  return blocks_for_tokens(seq.num_computed_tokens) <= num_free_host_blocks();
+}
+
+std::vector<BlockCopy> BlockManager::swap_out(Sequence& seq) {
+  SF_CHECK(!seq.block_table.empty() && seq.host_block_table.empty() && seq.num_computed_tokens > 0,
+           "block manager: swap_out of sequence {}, which holds {} device and {} host blocks and {} computed tokens",
+           seq.id, seq.block_table.size(), seq.host_block_table.size(), seq.num_computed_tokens);
+  const int32_t computed_blocks = blocks_for_tokens(seq.num_computed_tokens);
+  SF_CHECK(can_swap_out(seq), "block manager: sequence {} needs {} host blocks for {} computed tokens but {} of {} are free",
+           seq.id, computed_blocks, seq.num_computed_tokens, num_free_host_blocks(), num_host_blocks_);
+  std::vector<BlockCopy> copies;
+  for (int32_t b = 0; b < computed_blocks; ++b) {
+    const int32_t host = free_host_blocks_.back();
+    free_host_blocks_.pop_back();
+    seq.host_block_table.push_back(host);
+    copies.push_back({seq.block_table[static_cast<size_t>(b)], host});
+  }
+  for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) release(*it);
+  seq.block_table.clear();
+  return copies;
+}
+
+bool BlockManager::can_swap_in(const Sequence& seq, int32_t num_reserved_blocks) const {
+  return blocks_for_tokens(seq.num_tokens()) + num_reserved_blocks <= num_free_blocks();
+}
+
+std::vector<BlockCopy> BlockManager::swap_in(Sequence& seq) {
+  SF_CHECK(seq.block_table.empty() && !seq.host_block_table.empty(),
+           "block manager: swap_in of sequence {}, which holds {} device and {} host blocks", seq.id,
+           seq.block_table.size(), seq.host_block_table.size());
+  const int32_t needed = blocks_for_tokens(seq.num_tokens());
+  SF_CHECK(can_swap_in(seq, 0), "block manager: sequence {} needs {} blocks for {} tokens but only {} of {} are free",
+           seq.id, needed, seq.num_tokens(), num_free_blocks(), num_blocks());
+  std::vector<BlockCopy> copies;
+  for (const int32_t host : seq.host_block_table) {
+    seq.block_table.push_back(take_fresh_block());
+    copies.push_back({seq.block_table.back(), host});
+  }
+  while (static_cast<int32_t>(seq.block_table.size()) < needed) seq.block_table.push_back(take_fresh_block());
+  free_host_blocks_.insert(free_host_blocks_.end(), seq.host_block_table.rbegin(), seq.host_block_table.rend());
+  seq.host_block_table.clear();
+  return copies;
 }
 
 }  // namespace splitflow

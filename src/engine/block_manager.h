@@ -13,8 +13,18 @@
 // blocks are append-only, so a shared block is never written and needs no copy-on-write.
 // A block whose reference count drops to zero keeps its KV and its key while it is free; fresh
 // allocations take never-cached free blocks first, then evict cached ones least recently used.
+//
+// Swap space: a pool of num_host_blocks host blocks (the ModelRunner's host swap area). swap_out
+// moves a sequence's computed KV to host blocks and drops all its device references; swap_in
+// gives it fresh device blocks back. Both return the block copies the engine must run (the
+// manager only does the bookkeeping). A block the sequence shares with others (prefix cache,
+// ref_count > 1) is copied like a private one: shared blocks are never written, so the copy is
+// exact; the sequence drops its reference (the others keep the block) and comes back with
+// private blocks. So swapping needs no pinned device blocks and no special case, at the price of
+// copying a shared prefix (recompute would find it in the cache: num_recompute_tokens()).
 #pragma once
 
+#include "backend/backend.h"
 #include "engine/sequence.h"
 
 #include <cstdint>
@@ -34,7 +44,7 @@ struct PrefixCacheStats {
 
 class BlockManager {
  public:
-  BlockManager(int32_t num_blocks, int32_t block_size);
+  BlockManager(int32_t num_blocks, int32_t block_size, int32_t num_host_blocks = 0);
 
   // Whether allocate(seq) would succeed now, prefix-cache hits counted.
   bool can_allocate(const Sequence& seq) const;
@@ -51,9 +61,25 @@ class BlockManager {
   // that computed them). A block whose key is already cached by another block stays private.
   void cache_computed_blocks(const Sequence& seq);
   // Drops the sequence's references (last block first, so a prefix outlives its tails in the
-  // LRU order); clears its block table and num_computed_tokens (num_cached_tokens stays, for
-  // usage reports).
+  // LRU order) and its host blocks; clears its block tables and num_computed_tokens
+  // (num_cached_tokens stays, for usage reports).
   void free(Sequence& seq);
+
+  // Computed tokens a preemption by recompute would run again: those outside blocks another
+  // sequence shares (readmission finds those in the prefix cache).
+  int32_t num_recompute_tokens(const Sequence& seq) const;
+  // Whether the free host blocks hold the sequence's computed KV.
+  bool can_swap_out(const Sequence& seq) const;
+  // Copies the blocks holding computed tokens to fresh host blocks (host_block_table) and drops
+  // every device reference (block_table cleared, num_computed_tokens kept). Returns the
+  // device-to-host copies. Throws when the sequence holds no blocks or host blocks run out.
+  std::vector<BlockCopy> swap_out(Sequence& seq);
+  // Whether swap_in(seq) would succeed and leave num_reserved_blocks free blocks.
+  bool can_swap_in(const Sequence& seq, int32_t num_reserved_blocks) const;
+  // Gives a swapped sequence fresh device blocks for all its tokens, the leading ones filled from
+  // its host blocks, which are freed. Returns the host-to-device copies. Throws when the sequence
+  // is not swapped out or the free blocks do not suffice.
+  std::vector<BlockCopy> swap_in(Sequence& seq);
 
   int32_t num_blocks() const { return static_cast<int32_t>(blocks_.size()); }
   int32_t block_size() const { return block_size_; }
@@ -61,6 +87,8 @@ class BlockManager {
   int32_t num_free_blocks() const { return static_cast<int32_t>(uncached_free_.size() + evictable_.size()); }
   int32_t num_cached_free_blocks() const { return static_cast<int32_t>(evictable_.size()); }
   int32_t ref_count(int32_t block) const;
+  int32_t num_host_blocks() const { return num_host_blocks_; }
+  int32_t num_free_host_blocks() const { return static_cast<int32_t>(free_host_blocks_.size()); }
   int32_t blocks_for_tokens(int64_t num_tokens) const {
     return static_cast<int32_t>((num_tokens + block_size_ - 1) / block_size_);
   }
@@ -88,6 +116,8 @@ class BlockManager {
   std::unordered_map<uint64_t, int32_t> cached_blocks_;  // prefix hash -> block
   std::vector<int32_t> uncached_free_;  // a stack
   std::list<int32_t> evictable_;        // free cached blocks, least recently used first
+  int32_t num_host_blocks_;
+  std::vector<int32_t> free_host_blocks_;  // a stack
   PrefixCacheStats stats_;
 };
 

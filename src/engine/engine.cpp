@@ -83,6 +83,9 @@ Engine::Engine(ModelRunner& runner, const Tokenizer* tokenizer, SchedulerConfig 
   SF_CHECK(c.num_blocks == runner.kv_config().num_blocks && c.block_size == runner.kv_config().block_size,
            "engine: the scheduler's KV cache ({} blocks of {} tokens) is not the runner's ({} blocks of {})",
            c.num_blocks, c.block_size, runner.kv_config().num_blocks, runner.kv_config().block_size);
+  SF_CHECK(c.num_host_blocks == runner.kv_config().num_host_blocks,
+           "engine: the scheduler's swap space ({} host blocks) is not the runner's ({} host blocks)", c.num_host_blocks,
+           runner.kv_config().num_host_blocks);
   SF_CHECK(c.max_model_len <= runner.context_limit(), "engine: max_model_len {} exceeds the model's context {}",
            c.max_model_len, runner.context_limit());
 }
@@ -218,7 +221,13 @@ void Engine::forward_and_sample(const StepPlan& plan, const std::vector<Sequence
 EngineStep Engine::step() {
   EngineStep result;
   const StepPlan plan = scheduler_.schedule();
-  result.num_preempted = static_cast<int32_t>(plan.preempted.size());
+  // In this order (scheduler.h): a swap-out may reuse a host block a swap-in frees, and the
+  // forward may write a device block a swap-out frees.
+  runner_.swap_blocks(plan.swap_in_copies, CopyDirection::HostToDevice);
+  runner_.swap_blocks(plan.swap_out_copies, CopyDirection::DeviceToHost);
+  result.num_swapped_out = static_cast<int32_t>(plan.swapped_out.size());
+  result.num_swapped_in = static_cast<int32_t>(plan.swapped_in.size());
+  result.num_preempted = static_cast<int32_t>(plan.preempted.size()) + result.num_swapped_out;
   if (plan.empty()) return result;
   result.num_prefill_tokens = plan.num_prefill_tokens;
   result.num_decode_tokens = plan.num_decode_tokens;

@@ -3,7 +3,8 @@
 // the StreamDecoder and the StopChecker. One step() is: the scheduler plans a batch, the runner
 // runs it, each sampled span gets a token, the scheduler appends them, stop strings are checked
 // on the released text. Single-threaded and synchronous: server/async_engine.h runs it on its
-// own thread. It never touches sockets, JSON or clocks.
+// own thread. It never touches sockets, JSON or clocks. A step that preempts by swapping (or
+// readmits a swapped sequence) runs the scheduler's block copies on the runner before the forward.
 //
 // A request with n > 1 is n sequences over one prompt: the first is queued alone, the other n-1
 // join at the front of the queue once the first has computed the prompt, so the prefix cache
@@ -62,7 +63,9 @@ struct EngineStep {
   std::vector<SequenceOutput> outputs;  // in span order of the batch
   int32_t num_prefill_tokens = 0;       // prompt chunks and recomputed tokens run this step
   int32_t num_decode_tokens = 0;
-  int32_t num_preempted = 0;            // sequences sent back to waiting while planning it
+  int32_t num_preempted = 0;            // sequences preempted while planning it (recompute or swap)
+  int32_t num_swapped_out = 0;          // of those, swapped to host memory
+  int32_t num_swapped_in = 0;           // sequences readmitted from host memory
   std::vector<int64_t> finished_requests;  // requests whose every choice finished this step
 };
 
@@ -78,7 +81,7 @@ class Engine {
  public:
   // config.eos_token_ids is filled from the tokenizer (or the spec without one) when empty.
   // config.max_batch_tokens / max_seqs must not exceed the runner's limits, and num_blocks /
-  // block_size must be the runner's KV cache. tokenizer may be null: ids in, ids out, no text.
+  // block_size / num_host_blocks must be the runner's KV cache and swap area. tokenizer may be null: ids in, ids out, no text.
   Engine(ModelRunner& runner, const Tokenizer* tokenizer, SchedulerConfig config, EngineOptions options = {});
   ~Engine();
   Engine(const Engine&) = delete;
@@ -104,6 +107,7 @@ class Engine {
   // Sequences the scheduler holds, plus the later choices of n > 1 requests not queued yet.
   int32_t num_waiting_sequences() const;
   int32_t num_running_sequences() const { return static_cast<int32_t>(scheduler_.running().size()); }
+  int32_t num_swapped_sequences() const { return static_cast<int32_t>(scheduler_.swapped().size()); }
   const Scheduler& scheduler() const { return scheduler_; }
   const SchedulerConfig& config() const { return scheduler_.config(); }
   const ModelRunner& runner() const { return runner_; }

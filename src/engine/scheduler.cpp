@@ -12,12 +12,13 @@ int32_t StepPlan::num_sampled() const {
 }
 
 Scheduler::Scheduler(SchedulerConfig config)
-    : config_(std::move(config)), block_manager_(config_.num_blocks, config_.block_size) {
+    : config_(std::move(config)), block_manager_(config_.num_blocks, config_.block_size, config_.num_host_blocks) {
   SF_CHECK(config_.max_seqs > 0, "scheduler: max_seqs must be positive, got {}", config_.max_seqs);
   SF_CHECK(config_.max_batch_tokens >= config_.max_seqs,
            "scheduler: max_batch_tokens ({}) must be at least max_seqs ({}) so every running sequence can decode",
            config_.max_batch_tokens, config_.max_seqs);
   SF_CHECK(config_.max_model_len > 0, "scheduler: max_model_len must be positive, got {}", config_.max_model_len);
+  SF_CHECK(config_.swap_min_tokens > 0, "scheduler: swap_min_tokens must be positive, got {}", config_.swap_min_tokens);
   SF_CHECK(block_manager_.blocks_for_tokens(config_.max_model_len) <= config_.num_blocks,
            "scheduler: a sequence of max_model_len = {} tokens needs {} KV blocks of {} tokens but the cache has {}",
            config_.max_model_len, block_manager_.blocks_for_tokens(config_.max_model_len), config_.block_size,
@@ -25,7 +26,8 @@ Scheduler::Scheduler(SchedulerConfig config)
 }
 
 void Scheduler::add(Sequence& seq, bool at_front) {
-  SF_CHECK(seq.status == SequenceStatus::Waiting && seq.block_table.empty() && seq.num_computed_tokens == 0,
+  SF_CHECK(seq.status == SequenceStatus::Waiting && seq.block_table.empty() && seq.host_block_table.empty() &&
+               seq.num_computed_tokens == 0,
            "scheduler: sequence {} was already scheduled", seq.id);
   SF_CHECK(seq.num_tokens() <= config_.max_model_len,
            "scheduler: sequence {} has {} tokens but the model's context holds {}", seq.id, seq.num_tokens(),
@@ -39,6 +41,7 @@ void Scheduler::add(Sequence& seq, bool at_front) {
 
 StepPlan Scheduler::schedule() {
   StepPlan plan;
+  schedule_swap_in(plan);
   if (config_.splitfuse) {
     schedule_splitfuse(plan);
   } else {
@@ -61,13 +64,44 @@ void Scheduler::add_span(StepPlan& plan, Sequence& seq, int32_t num_tokens, bool
   (decode ? plan.num_decode_tokens : plan.num_prefill_tokens) += num_tokens;
 }
 
+void Scheduler::schedule_swap_in(StepPlan& plan) {
+  int32_t reserved = 0;  // blocks the running decodes take this step
+  for (const Sequence* seq : running_) {
+    if (seq->is_decoding()) {
+      reserved += std::max(0, block_manager_.blocks_for_tokens(seq->num_tokens()) -
+                                  static_cast<int32_t>(seq->block_table.size()));
+    }
+  }
+  while (!swapped_.empty() && static_cast<int32_t>(running_.size()) < config_.max_seqs) {
+    Sequence& seq = *swapped_.front();
+    if (!block_manager_.can_swap_in(seq, reserved)) break;
+    const std::vector<BlockCopy> copies = block_manager_.swap_in(seq);
+    plan.swap_in_copies.insert(plan.swap_in_copies.end(), copies.begin(), copies.end());
+    swapped_.pop_front();
+    running_.push_back(&seq);
+    seq.status = SequenceStatus::Running;
+    plan.swapped_in.push_back(&seq);
+  }
+}
+
 void Scheduler::preempt(Sequence& seq, StepPlan& plan) {
   running_.erase(std::find(running_.begin(), running_.end(), &seq));
+  ++num_preemptions_;
+  if (config_.num_host_blocks > 0 && block_manager_.num_recompute_tokens(seq) >= config_.swap_min_tokens &&
+      block_manager_.can_swap_out(seq)) {
+    const std::vector<BlockCopy> copies = block_manager_.swap_out(seq);
+    plan.swap_out_copies.insert(plan.swap_out_copies.end(), copies.begin(), copies.end());
+    seq.status = SequenceStatus::Swapped;
+    // Victims go newest first, and nothing is admitted while one is swapped: the front stays the oldest.
+    swapped_.push_front(&seq);
+    plan.swapped_out.push_back(&seq);
+    ++num_swap_outs_;
+    return;
+  }
   block_manager_.free(seq);
   seq.status = SequenceStatus::Waiting;
   waiting_.push_front(&seq);
   plan.preempted.push_back(&seq);
-  ++num_preemptions_;
 }
 
 void Scheduler::schedule_decodes(StepPlan& plan) {
@@ -91,8 +125,9 @@ void Scheduler::schedule_decodes(StepPlan& plan) {
 }
 
 void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget, bool chunk) {
-  // A step that preempted is short of blocks: readmitting now would only thrash.
-  if (!plan.preempted.empty()) return;
+  // A step that preempted is short of blocks: readmitting now would only thrash. A swapped
+  // sequence goes before every waiting one.
+  if (!plan.preempted.empty() || !plan.swapped_out.empty() || !swapped_.empty()) return;
   while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_seqs) {
     Sequence& seq = *waiting_.front();
     // Without chunking a prompt runs whole, unless it alone exceeds the budget.
@@ -177,6 +212,7 @@ void Scheduler::finish(Sequence& seq, FinishReason reason) {
   SF_CHECK(!seq.is_finished(), "scheduler: sequence {} is already finished", seq.id);
   if (const auto it = std::find(running_.begin(), running_.end(), &seq); it != running_.end()) running_.erase(it);
   if (const auto it = std::find(waiting_.begin(), waiting_.end(), &seq); it != waiting_.end()) waiting_.erase(it);
+  if (const auto it = std::find(swapped_.begin(), swapped_.end(), &seq); it != swapped_.end()) swapped_.erase(it);
   block_manager_.free(seq);
   seq.status = SequenceStatus::Finished;
   seq.finish_reason = reason;

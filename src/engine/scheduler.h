@@ -13,12 +13,29 @@
 // prompts as fit the budget; a prompt longer than the budget alone, in chunks) or, when no
 // prompt is pending, one decode token of every running sequence; decode pauses while prompts run.
 //
-// Preemption by recompute: when a decode token needs a new block and none is free, the newest
-// running sequence releases its blocks and returns to the front of the waiting queue, to be
-// recomputed (prompt and generated tokens) when readmitted. The oldest sequence is preempted
-// last, so it always progresses as long as one sequence of max_model_len tokens fits the cache
-// (checked at construction). Swapping KV to host memory instead is not implemented yet
-// (SequenceStatus::Swapped is reserved for it).
+// Preemption: when a decode token needs a new block and none is free, the newest running
+// sequence is preempted, by swapping when it pays and the host swap space allows, else by
+// recompute. The oldest sequence is preempted last, so it always progresses as long as one
+// sequence of max_model_len tokens fits the cache (checked at construction).
+//  - Recompute: the victim releases its blocks and returns to the front of the waiting queue, to
+//    be recomputed (prompt and generated tokens; the prefix cache may still hold some) when
+//    readmitted.
+//  - Swap (num_host_blocks > 0): the victim's computed KV is copied to host blocks, its device
+//    blocks are released, and it joins the swapped queue (SequenceStatus::Swapped). The rule: swap
+//    when a recompute would run at least swap_min_tokens tokens again (BlockManager::
+//    num_recompute_tokens: computed tokens outside blocks other sequences share) and the free
+//    host blocks hold its computed KV. Swapping costs the KV bytes twice over the host link;
+//    recomputing costs the prefill FLOPs and a share of later steps' token budgets, which a short
+//    sequence hardly dents (it rides along in a SplitFuse step) but a long one does.
+// Readmission, at the start of each step: swapped sequences first, oldest first (the swapped
+// queue keeps admission order), each when the free blocks cover all its tokens plus the blocks
+// the running decodes take this step (so a swap-in never causes a preemption in the same step).
+// Waiting sequences are admitted only while nothing is swapped and in a step that preempted
+// nothing. New requests never pass a preempted one, and every step runs the oldest running
+// sequence, so every sequence finishes (no starvation).
+// A step's copies run before its forward: swap_in_copies first (a host block freed by a swap-in
+// may be reused by a swap-out of the same step), then swap_out_copies (a device block freed by a
+// swap-out may be written by the forward).
 #pragma once
 
 #include "engine/block_manager.h"
@@ -38,6 +55,8 @@ struct SchedulerConfig {
   int32_t max_model_len = 2048;    // tokens a sequence may reach (the model's context)
   int32_t num_blocks = 0;          // KV cache blocks
   int32_t block_size = 16;         // tokens per block
+  int32_t num_host_blocks = 0;     // host swap space in blocks (0: preemption by recompute only)
+  int32_t swap_min_tokens = 256;   // swap a victim whose recompute would run at least this many tokens
   bool splitfuse = true;
   std::vector<int32_t> eos_token_ids;  // finish a sequence ("stop") unless its params.ignore_eos
 };
@@ -49,7 +68,11 @@ struct StepPlan {
   ForwardBatch batch;
   int32_t num_decode_tokens = 0;
   int32_t num_prefill_tokens = 0;  // prompt chunks and recomputed tokens
-  std::vector<Sequence*> preempted;  // sent back to waiting while planning this step
+  std::vector<Sequence*> preempted;    // sent back to waiting (recompute) while planning this step
+  std::vector<Sequence*> swapped_out;  // moved to the swapped queue while planning this step
+  std::vector<Sequence*> swapped_in;   // readmitted from the swapped queue this step
+  std::vector<BlockCopy> swap_in_copies;   // host -> device, run first
+  std::vector<BlockCopy> swap_out_copies;  // device -> host, run next, before the forward
   bool empty() const { return seqs.empty(); }
   int32_t num_sampled() const;
 };
@@ -69,15 +92,17 @@ class Scheduler {
   // Returns the sequences finished by this step; their blocks are released.
   std::vector<Sequence*> postprocess(const StepPlan& plan, std::span<const int32_t> sampled_tokens);
   // Ends a sequence for a reason found outside (a stop string the engine's StopChecker matched):
-  // removes it from the queues and releases its blocks.
+  // removes it from the queues and releases its blocks (device and host).
   void finish(Sequence& seq, FinishReason reason);
 
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty(); }
   const std::deque<Sequence*>& waiting() const { return waiting_; }
   const std::deque<Sequence*>& running() const { return running_; }
+  const std::deque<Sequence*>& swapped() const { return swapped_; }
   const BlockManager& block_manager() const { return block_manager_; }
   const SchedulerConfig& config() const { return config_; }
-  int64_t num_preemptions() const { return num_preemptions_; }
+  int64_t num_preemptions() const { return num_preemptions_; }  // by recompute and by swap
+  int64_t num_swap_outs() const { return num_swap_outs_; }
 
  private:
   void schedule_splitfuse(StepPlan& plan);
@@ -89,6 +114,9 @@ class Scheduler {
   // decode: a running sequence's one new token (a readmitted sequence whose cached prefix leaves
   // one token to recompute is still prefill work).
   void add_span(StepPlan& plan, Sequence& seq, int32_t num_tokens, bool decode);
+  // Readmits swapped sequences, oldest first, while the blocks allow (see above).
+  void schedule_swap_in(StepPlan& plan);
+  // Swaps the sequence out when that pays and the host blocks allow, else sends it to waiting.
   void preempt(Sequence& seq, StepPlan& plan);
   bool reached_stop(const Sequence& seq, int32_t token) const;
 
@@ -96,7 +124,9 @@ class Scheduler {
   BlockManager block_manager_;
   std::deque<Sequence*> waiting_;
   std::deque<Sequence*> running_;  // in admission order: the newest is preempted first
+  std::deque<Sequence*> swapped_;  // in admission order: the oldest is readmitted first
   int64_t num_preemptions_ = 0;
+  int64_t num_swap_outs_ = 0;
 };
 
 }  // namespace splitflow

@@ -3,9 +3,9 @@
 // where it is in its lifecycle. Plain data: the Scheduler moves it between states, the
 // BlockManager fills its block_table; it never samples, detokenizes or touches the model.
 //
-// Token accounting: positions [0, num_computed_tokens) have KV in the cache; the rest of
-// [0, num_tokens()) must still be fed to the model (a prompt chunk, or the last sampled token
-// when decoding, or everything again after a preemption by recompute).
+// Token accounting: positions [0, num_computed_tokens) have KV in the cache (in host memory while
+// Swapped); the rest of [0, num_tokens()) must still be fed to the model (a prompt chunk, or the
+// last sampled token when decoding, or everything again after a preemption by recompute).
 #pragma once
 
 #include "engine/sampling_params.h"
@@ -20,7 +20,7 @@ namespace splitflow {
 enum class SequenceStatus : int8_t {
   Waiting,   // queued; holds no KV blocks
   Running,   // holds KV blocks; scheduled every step until it finishes or is preempted
-  Swapped,   // KV copied to host memory (not produced yet: preemption is by recompute only)
+  Swapped,   // preempted with its computed KV copied to host blocks; holds no device blocks
   Finished,  // done; its blocks are released
 };
 
@@ -34,6 +34,7 @@ struct Sequence {
   int32_t num_computed_tokens = 0;  // tokens whose KV is in the cache
   int32_t num_cached_tokens = 0;    // of those, found in the prefix cache at the latest allocation
   std::vector<int32_t> block_table;  // KV blocks; block b holds positions [b*block_size, (b+1)*block_size)
+  std::vector<int32_t> host_block_table;  // while Swapped: host block b holds what block b held
   SamplingParams params;
   double arrival_time_s;
   FinishReason finish_reason = FinishReason::None;

@@ -228,12 +228,14 @@ void AsyncEngine::publish_gauges() {
   gauges.requests_in_engine = engine_.num_unfinished_requests();
   gauges.sequences_waiting = engine_.num_waiting_sequences();
   gauges.sequences_running = engine_.num_running_sequences();
+  gauges.sequences_swapped = engine_.num_swapped_sequences();
   gauges.kv_blocks_total = blocks.num_blocks();
   gauges.kv_blocks_free = blocks.num_free_blocks();
   gauges.kv_blocks_cached_free = blocks.num_cached_free_blocks();
   gauges.prefix_cache_queried_blocks = blocks.stats().queried_blocks;
   gauges.prefix_cache_hit_blocks = blocks.stats().hit_blocks;
   gauges.preemptions = scheduler.num_preemptions();
+  gauges.swap_outs = scheduler.num_swap_outs();
   {
     std::lock_guard lock(mutex_);
     waiting_sequences_ = gauges.sequences_waiting;

@@ -143,8 +143,10 @@ std::string ServingMetrics::render(double now_s) const {
                  prefill_tokens_computed_);
   render_counter(out, "splitflow_generation_tokens_total", "Tokens sampled.", generation_tokens_);
   render_counter(out, "splitflow_engine_steps_total", "Engine steps run.", steps_);
-  render_counter(out, "splitflow_preemptions_total", "Sequences preempted (by recompute).",
+  render_counter(out, "splitflow_preemptions_total", "Sequences preempted (by recompute or by swap).",
                  gauges_.preemptions);
+  render_counter(out, "splitflow_swap_outs_total", "Sequences preempted by swapping their KV to host memory.",
+                 gauges_.swap_outs);
   render_labelled_counter(out, "splitflow_request_finished_total", "Finished sequences by finish reason.",
                           "finished_reason", finished_);
   render_labelled_counter(out, "splitflow_requests_rejected_total", "Requests refused before reaching the engine.",
@@ -165,7 +167,7 @@ std::string ServingMetrics::render(double now_s) const {
   render_gauge(out, "splitflow_num_sequences_waiting", "Sequences waiting for admission (preempted ones included).",
                gauges_.sequences_waiting);
   render_gauge(out, "splitflow_num_sequences_running", "Sequences holding KV blocks.", gauges_.sequences_running);
-  render_gauge(out, "splitflow_num_sequences_swapped", "Sequences whose KV is in host memory (swapping is not implemented).",
+  render_gauge(out, "splitflow_num_sequences_swapped", "Preempted sequences whose KV is in host memory.",
                gauges_.sequences_swapped);
   render_gauge(out, "splitflow_kv_cache_blocks_total", "KV cache blocks.", gauges_.kv_blocks_total);
   render_gauge(out, "splitflow_kv_cache_blocks_free", "KV cache blocks no sequence references (cached ones included).",

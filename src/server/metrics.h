@@ -43,13 +43,14 @@ struct EngineGauges {
   int32_t requests_in_engine = 0;  // unfinished requests the engine holds
   int32_t sequences_waiting = 0;
   int32_t sequences_running = 0;
-  int32_t sequences_swapped = 0;   // always 0: preemption is by recompute
+  int32_t sequences_swapped = 0;   // preempted with their KV in host memory
   int32_t kv_blocks_total = 0;
   int32_t kv_blocks_free = 0;          // unreferenced, cached ones included
   int32_t kv_blocks_cached_free = 0;   // unreferenced but holding a prefix-cache entry
   int64_t prefix_cache_queried_blocks = 0;
   int64_t prefix_cache_hit_blocks = 0;
-  int64_t preemptions = 0;
+  int64_t preemptions = 0;  // by recompute and by swap
+  int64_t swap_outs = 0;    // preemptions by swap
 };
 
 class ServingMetrics {

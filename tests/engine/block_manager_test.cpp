@@ -221,5 +221,126 @@ TEST(BlockManager, RejectsMisuse) {
   EXPECT_THROW(manager.ref_count(-1), Error);
 }
 
+TEST(BlockManager, SwapOutCopiesTheComputedBlocksToHostAndFreesTheDevice) {
+  BlockManager manager(8, kBlockSize, 4);
+  EXPECT_EQ(manager.num_host_blocks(), 4);
+  EXPECT_EQ(manager.num_free_host_blocks(), 4);
+  Sequence seq = make_seq(1, iota_tokens(10, 0));  // 3 blocks
+  manager.allocate(seq);
+  seq.num_computed_tokens = 6;  // blocks 0 and 1 hold computed KV; block 2 none yet
+  const std::vector<int32_t> device = seq.block_table;
+  ASSERT_TRUE(manager.can_swap_out(seq));
+  const std::vector<BlockCopy> out = manager.swap_out(seq);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].device_block, device[0]);
+  EXPECT_EQ(out[1].device_block, device[1]);
+  EXPECT_NE(out[0].host_block, out[1].host_block);
+  EXPECT_EQ(seq.host_block_table, (std::vector<int32_t>{out[0].host_block, out[1].host_block}));
+  EXPECT_TRUE(seq.block_table.empty());
+  EXPECT_EQ(seq.num_computed_tokens, 6);
+  EXPECT_EQ(manager.num_free_blocks(), 8);
+  EXPECT_EQ(manager.num_free_host_blocks(), 2);
+
+  seq.token_ids.push_back(77);  // 11 tokens: swap-in needs 3 blocks
+  EXPECT_TRUE(manager.can_swap_in(seq, 5));
+  EXPECT_FALSE(manager.can_swap_in(seq, 6));
+  const std::vector<BlockCopy> in = manager.swap_in(seq);
+  ASSERT_EQ(in.size(), 2u);
+  ASSERT_EQ(seq.block_table.size(), 3u);
+  EXPECT_EQ(in[0].host_block, out[0].host_block);
+  EXPECT_EQ(in[1].host_block, out[1].host_block);
+  EXPECT_EQ(in[0].device_block, seq.block_table[0]);
+  EXPECT_EQ(in[1].device_block, seq.block_table[1]);
+  EXPECT_TRUE(seq.host_block_table.empty());
+  EXPECT_EQ(manager.num_free_host_blocks(), 4);
+  EXPECT_EQ(manager.num_free_blocks(), 5);
+  for (int32_t b : seq.block_table) EXPECT_EQ(manager.ref_count(b), 1);
+  manager.free(seq);
+  EXPECT_EQ(manager.num_free_blocks(), 8);
+}
+
+TEST(BlockManager, SharedBlocksAreCopiedAndStayWithTheirOtherHolder) {
+  BlockManager manager(8, kBlockSize, 8);
+  Sequence a = make_seq(1, iota_tokens(9, 0));
+  manager.allocate(a);
+  compute_all(manager, a);
+  std::vector<int32_t> tokens = iota_tokens(8, 0);  // a's two full blocks, then its own
+  tokens.push_back(500);
+  tokens.push_back(501);
+  Sequence b = make_seq(2, tokens);
+  manager.allocate(b);
+  ASSERT_EQ(b.num_cached_tokens, 8);
+  compute_all(manager, b);
+  EXPECT_EQ(manager.ref_count(b.block_table[0]), 2);
+  // Recompute would find the two shared blocks in the cache: only b's 2 own tokens run again.
+  EXPECT_EQ(manager.num_recompute_tokens(b), 2);
+  EXPECT_EQ(manager.num_recompute_tokens(a), 1);  // a's 9th token; its shared blocks count for b too
+  const std::vector<int32_t> shared = {b.block_table[0], b.block_table[1]};
+  const std::vector<BlockCopy> out = manager.swap_out(b);
+  ASSERT_EQ(out.size(), 3u);  // the shared blocks are copied like private ones
+  EXPECT_EQ(out[0].device_block, shared[0]);
+  EXPECT_EQ(out[1].device_block, shared[1]);
+  for (int32_t block : shared) EXPECT_EQ(manager.ref_count(block), 1);  // a keeps them
+  EXPECT_EQ(a.block_table[0], shared[0]);
+  const std::vector<BlockCopy> in = manager.swap_in(b);
+  ASSERT_EQ(in.size(), 3u);
+  for (int32_t block : b.block_table) {
+    EXPECT_EQ(manager.ref_count(block), 1);  // b comes back with private blocks
+    EXPECT_NE(block, shared[0]);
+    EXPECT_NE(block, shared[1]);
+  }
+  manager.free(a);
+  manager.free(b);
+  EXPECT_EQ(manager.num_free_blocks(), 8);
+  EXPECT_EQ(manager.num_free_host_blocks(), 8);
+}
+
+TEST(BlockManager, FreeingASwappedSequenceReturnsItsHostBlocks) {
+  BlockManager manager(4, kBlockSize, 2);
+  Sequence seq = make_seq(1, iota_tokens(8, 0));
+  manager.allocate(seq);
+  compute_all(manager, seq);
+  manager.swap_out(seq);
+  EXPECT_EQ(manager.num_free_host_blocks(), 0);
+  manager.free(seq);
+  EXPECT_TRUE(seq.host_block_table.empty());
+  EXPECT_EQ(seq.num_computed_tokens, 0);
+  EXPECT_EQ(manager.num_free_host_blocks(), 2);
+  EXPECT_EQ(manager.num_free_blocks(), 4);
+}
+
+TEST(BlockManager, RejectsSwapMisuse) {
+  EXPECT_THROW(BlockManager(4, kBlockSize, -1), Error);
+  BlockManager manager(4, kBlockSize, 1);
+  Sequence seq = make_seq(1, iota_tokens(8, 0));
+  EXPECT_THROW(manager.swap_out(seq), Error);  // holds no blocks
+  EXPECT_THROW(manager.swap_in(seq), Error);   // not swapped out
+  manager.allocate(seq);
+  EXPECT_THROW(manager.swap_out(seq), Error);  // nothing computed to keep
+  compute_all(manager, seq);
+  EXPECT_FALSE(manager.can_swap_out(seq));     // 2 blocks, 1 host block
+  try {
+    manager.swap_out(seq);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs 2 host blocks for 8 computed tokens but 1 of 1 are free"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(seq.block_table.size(), 2u);  // unchanged by the failed call
+  EXPECT_EQ(manager.num_free_host_blocks(), 1);
+
+  BlockManager roomy(4, kBlockSize, 4);
+  Sequence big = make_seq(2, iota_tokens(12, 0));
+  roomy.allocate(big);
+  compute_all(roomy, big);
+  roomy.swap_out(big);
+  Sequence other = make_seq(3, iota_tokens(8, 100));
+  roomy.allocate(other);
+  EXPECT_FALSE(roomy.can_swap_in(big, 0));  // 3 blocks needed, 2 free
+  EXPECT_THROW(roomy.swap_in(big), Error);
+  EXPECT_EQ(big.host_block_table.size(), 3u);
+}
+
 }  // namespace
 }  // namespace splitflow

@@ -39,10 +39,10 @@ class EngineTest : public ::testing::Test {
   }
 
   static std::unique_ptr<ModelRunner> make_runner(int32_t num_blocks, int32_t max_batch_tokens = 64,
-                                                  int32_t max_seqs = 8) {
+                                                  int32_t max_seqs = 8, int32_t num_host_blocks = 0) {
     LoadedModel model = load();
     return std::make_unique<ModelRunner>(model.spec, std::move(model.weights), *backend_,
-                                         KvCacheConfig{num_blocks, kBlockSize},
+                                         KvCacheConfig{num_blocks, kBlockSize, num_host_blocks},
                                          RunnerLimits{max_batch_tokens, max_seqs});
   }
 
@@ -52,6 +52,7 @@ class EngineTest : public ::testing::Test {
     config.max_seqs = runner.limits().max_seqs;
     config.num_blocks = runner.kv_config().num_blocks;
     config.block_size = runner.kv_config().block_size;
+    config.num_host_blocks = runner.kv_config().num_host_blocks;
     config.max_model_len = max_model_len;
     config.splitfuse = splitfuse;
     return config;
@@ -76,13 +77,14 @@ struct Choice {
 
 using Choices = std::map<std::pair<int64_t, int32_t>, Choice>;  // (request, choice index)
 
-// Steps until nothing is left, gathering every output; counts preemptions.
-Choices run_to_completion(Engine& engine, int64_t* preemptions = nullptr) {
+// Steps until nothing is left, gathering every output; counts preemptions and swap-outs.
+Choices run_to_completion(Engine& engine, int64_t* preemptions = nullptr, int64_t* swap_outs = nullptr) {
   Choices choices;
   for (int steps = 0; engine.has_unfinished(); ++steps) {
     SF_CHECK(steps < 20000, "the engine made no progress");
     EngineStep step = engine.step();
     if (preemptions) *preemptions += step.num_preempted;
+    if (swap_outs) *swap_outs += step.num_swapped_out;
     for (SequenceOutput& out : step.outputs) {
       Choice& choice = choices[{out.request_id, out.index}];
       if (choice.finish_reason != FinishReason::None) ++choice.outputs_after_finish;
@@ -165,6 +167,77 @@ TEST_F(EngineTest, ManyRequestsWithPreemptionMatchOneAtATime) {
     }
     EXPECT_EQ(engine.scheduler().block_manager().num_free_blocks(), 10);
   }
+}
+
+// The KV of swapped sequences goes to the runner's host area and back through the CPU backend's
+// copy_blocks: the greedy outputs must be those of the same requests on a cache large enough that
+// nothing is preempted.
+TEST_F(EngineTest, SwappingUnderATinyCacheGivesTheOutputsOfAnAmpleCache) {
+  SamplingParams params;
+  params.temperature = 0;
+  params.max_tokens = 48;
+  params.ignore_eos = true;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int round = 0; round < 3; ++round) {
+    for (const std::string& prompt : kPrompts) prompts.push_back(encode(prompt));
+  }
+  auto ample_runner = make_runner(128, 32, 6);
+  auto tight_runner = make_runner(10, 32, 6, 64);
+  for (const bool splitfuse : {true, false}) {
+    SCOPED_TRACE(splitfuse ? "splitfuse" : "prefill-first");
+    Engine ample(*ample_runner, tokenizer_, config_for(*ample_runner, 128, splitfuse));
+    std::vector<int64_t> ample_ids;
+    for (const auto& prompt : prompts) ample_ids.push_back(ample.add_request(prompt, params));
+    int64_t ample_preemptions = 0;
+    const Choices expected = run_to_completion(ample, &ample_preemptions);
+    ASSERT_EQ(ample_preemptions, 0) << "the reference must run without preemption";
+
+    // Victims with 16 tokens or more to recompute are swapped (one block of stories260K's KV is
+    // 20 KiB; 64 host blocks hold any victim here).
+    SchedulerConfig config = config_for(*tight_runner, 128, splitfuse);
+    config.swap_min_tokens = 16;
+    Engine engine(*tight_runner, tokenizer_, config);
+    std::vector<int64_t> ids;
+    for (const auto& prompt : prompts) ids.push_back(engine.add_request(prompt, params));
+    int64_t preemptions = 0, swap_outs = 0;
+    const Choices choices = run_to_completion(engine, &preemptions, &swap_outs);
+    EXPECT_GT(swap_outs, 0) << "the cache was meant to force swapping";
+    EXPECT_EQ(engine.scheduler().num_swap_outs(), swap_outs);
+    EXPECT_GE(preemptions, swap_outs);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(choices.at({ids[i], 0}).ids, expected.at({ample_ids[i], 0}).ids) << "request " << i;
+      EXPECT_EQ(choices.at({ids[i], 0}).ids.size(), 48u);
+    }
+    EXPECT_EQ(engine.scheduler().block_manager().num_free_blocks(), 10);
+    EXPECT_EQ(engine.scheduler().block_manager().num_free_host_blocks(), 64);
+    EXPECT_EQ(engine.num_swapped_sequences(), 0);
+  }
+}
+
+TEST_F(EngineTest, AbortOfASwappedRequestFreesItsHostBlocks) {
+  auto runner = make_runner(10, 32, 6, 64);
+  SchedulerConfig config = config_for(*runner, 128);
+  config.swap_min_tokens = 16;
+  Engine engine(*runner, tokenizer_, config);
+  SamplingParams params;
+  params.temperature = 0;
+  params.max_tokens = 48;
+  params.ignore_eos = true;
+  std::vector<int64_t> ids;
+  for (const std::string& prompt : kPrompts) ids.push_back(engine.add_request(prompt, params));
+  for (int steps = 0; engine.num_swapped_sequences() == 0; ++steps) {
+    ASSERT_LT(steps, 1000) << "nothing was swapped";
+    engine.step();
+  }
+  const Sequence* swapped = engine.scheduler().swapped().front();
+  ASSERT_FALSE(swapped->host_block_table.empty());
+  EXPECT_LT(engine.scheduler().block_manager().num_free_host_blocks(), 64);
+  // Requests are numbered from 0 and hold one sequence each here, so the sequence id is the request's.
+  EXPECT_TRUE(engine.abort(swapped->id));
+  EXPECT_EQ(engine.num_swapped_sequences(), 0);
+  EXPECT_EQ(engine.scheduler().block_manager().num_free_host_blocks(), 64);
+  run_to_completion(engine);
+  EXPECT_EQ(engine.scheduler().block_manager().num_free_blocks(), 10);
 }
 
 TEST_F(EngineTest, SeededChoicesEqualTheGeneratorWithSeedPlusIndex) {
@@ -440,6 +513,9 @@ TEST_F(EngineTest, RejectsBadRequests) {
   EXPECT_THROW(Engine(*runner, tokenizer_, config), Error);
   config = config_for(*runner, 100);
   config.max_batch_tokens = 65;
+  EXPECT_THROW(Engine(*runner, tokenizer_, config), Error);
+  config = config_for(*runner, 100);
+  config.num_host_blocks = 8;  // the runner has no swap area
   EXPECT_THROW(Engine(*runner, tokenizer_, config), Error);
   EXPECT_THROW(Engine(*runner, nullptr, config_for(*runner, 100)).add_request("text", params), Error);
 }

@@ -75,12 +75,19 @@ std::vector<int32_t> expected_output(const Sequence& seq, int32_t max_model_len)
 // Checks one step against the block tables, with a simulated KV cache holding the token id each
 // slot was written with: every span writes its new tokens, then reads its whole prefix, which
 // must be exactly the sequence's tokens (a clobbered shared block or a bad table shows here).
+// The host swap area is simulated alike: the plan's copies run first, in the engine's order
+// (swap-ins, swap-outs, then the forward), and a swapped sequence's host blocks must hold exactly
+// its computed tokens.
 class KvSimulator {
  public:
   explicit KvSimulator(const SchedulerConfig& config)
-      : config_(config), kv_(static_cast<size_t>(config.num_blocks), std::vector<int32_t>(config.block_size, -1)) {}
+      : config_(config),
+        kv_(static_cast<size_t>(config.num_blocks), std::vector<int32_t>(config.block_size, -1)),
+        host_(static_cast<size_t>(config.num_host_blocks), std::vector<int32_t>(config.block_size, -1)) {}
 
   void check_step(const StepPlan& plan, const Scheduler& scheduler) {
+    for (const BlockCopy& copy : plan.swap_in_copies) kv_[copy.device_block] = host_[copy.host_block];
+    for (const BlockCopy& copy : plan.swap_out_copies) host_[copy.host_block] = kv_[copy.device_block];
     const ForwardBatch& batch = plan.batch;
     ASSERT_LE(batch.num_tokens(), config_.max_batch_tokens);
     ASSERT_LE(static_cast<int32_t>(batch.spans.size()), config_.max_seqs);
@@ -126,18 +133,43 @@ class KvSimulator {
     for (const Sequence* seq : scheduler.running()) {
       for (int32_t b : seq->block_table) ++holders_[b];
     }
-    for (const Sequence* seq : scheduler.waiting()) ASSERT_TRUE(seq->block_table.empty());
+    for (const Sequence* seq : scheduler.waiting()) {
+      ASSERT_TRUE(seq->block_table.empty());
+      ASSERT_TRUE(seq->host_block_table.empty());
+    }
     int32_t free_blocks = 0;
     for (int32_t b = 0; b < config_.num_blocks; ++b) {
       ASSERT_EQ(scheduler.block_manager().ref_count(b), holders_[b]) << "block " << b;
       free_blocks += holders_[b] == 0;
     }
     ASSERT_EQ(scheduler.block_manager().num_free_blocks(), free_blocks);
+
+    std::vector<int32_t> host_holders(static_cast<size_t>(config_.num_host_blocks), 0);
+    for (const Sequence* seq : scheduler.running()) ASSERT_TRUE(seq->host_block_table.empty());
+    for (const Sequence* seq : scheduler.swapped()) {
+      ASSERT_EQ(seq->status, SequenceStatus::Swapped);
+      ASSERT_TRUE(seq->block_table.empty());
+      ASSERT_EQ(static_cast<int32_t>(seq->host_block_table.size()),
+                (seq->num_computed_tokens + config_.block_size - 1) / config_.block_size);
+      for (int32_t h : seq->host_block_table) ++host_holders[h];
+      for (int32_t p = 0; p < seq->num_computed_tokens; ++p) {
+        const int32_t h = seq->host_block_table[static_cast<size_t>(p / config_.block_size)];
+        ASSERT_EQ(host_[h][p % config_.block_size], seq->token_ids[p])
+            << "swapped sequence " << seq->id << " position " << p << " host block " << h;
+      }
+    }
+    int32_t free_host_blocks = 0;
+    for (int32_t h : host_holders) {
+      ASSERT_LE(h, 1);
+      free_host_blocks += h == 0;
+    }
+    ASSERT_EQ(scheduler.block_manager().num_free_host_blocks(), free_host_blocks);
   }
 
  private:
   SchedulerConfig config_;
-  std::vector<std::vector<int32_t>> kv_;  // [num_blocks][block_size] token id written there
+  std::vector<std::vector<int32_t>> kv_;    // [num_blocks][block_size] token id written there
+  std::vector<std::vector<int32_t>> host_;  // [num_host_blocks][block_size] likewise
   std::vector<int32_t> holders_;
 };
 
@@ -327,6 +359,209 @@ TEST(Scheduler, PreemptsTheNewestByRecomputeAndResumesIt) {
   EXPECT_EQ(scheduler.block_manager().num_free_blocks(), config.num_blocks);
 }
 
+// Two 8-token prompts over 6 blocks of 4 (config of PreemptsTheNewestByRecompute...): at 13
+// tokens each, a's fourth block is the last one, so b (12 computed tokens) is preempted.
+SchedulerConfig swap_config(int32_t num_host_blocks, int32_t swap_min_tokens) {
+  SchedulerConfig config = small_config(16, 6);
+  config.max_model_len = 24;
+  config.num_host_blocks = num_host_blocks;
+  config.swap_min_tokens = swap_min_tokens;
+  return config;
+}
+
+TEST(Scheduler, SwapsOutTheNewestAndSwapsItBackInWhenBlocksFree) {
+  const SchedulerConfig config = swap_config(8, 8);
+  Scheduler scheduler(config);
+  KvSimulator kv(config);
+  auto a = make_seq(1, iota_tokens(8, 0), 12);
+  auto b = make_seq(2, iota_tokens(8, 100), 12);
+  scheduler.add(*a);
+  scheduler.add(*b);
+  int swap_outs = 0, swap_ins = 0, steps = 0;
+  std::vector<int32_t> host_table;
+  while (scheduler.has_unfinished()) {
+    ASSERT_LT(++steps, 200);
+    const std::vector<int32_t> b_table = b->block_table;
+    StepPlan plan = scheduler.schedule();
+    kv.check_step(plan, scheduler);
+    EXPECT_TRUE(plan.preempted.empty()) << "b was meant to be swapped, not recomputed";
+    if (!plan.swapped_out.empty()) {
+      ++swap_outs;
+      ASSERT_EQ(plan.swapped_out, std::vector<Sequence*>{b.get()});  // the newest goes
+      EXPECT_EQ(b->status, SequenceStatus::Swapped);
+      EXPECT_TRUE(b->block_table.empty());
+      EXPECT_EQ(b->num_computed_tokens, 12);  // kept: its KV is on the host
+      ASSERT_EQ(b->host_block_table.size(), 3u);
+      ASSERT_EQ(plan.swap_out_copies.size(), 3u);
+      for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(plan.swap_out_copies[i].device_block, b_table[i]);
+        EXPECT_EQ(plan.swap_out_copies[i].host_block, b->host_block_table[i]);
+      }
+      EXPECT_EQ(scheduler.swapped().front(), b.get());
+      EXPECT_EQ(std::find(plan.seqs.begin(), plan.seqs.end(), b.get()), plan.seqs.end());
+      host_table = b->host_block_table;
+    }
+    if (!plan.swapped_in.empty()) {
+      ++swap_ins;
+      ASSERT_EQ(plan.swapped_in, std::vector<Sequence*>{b.get()});
+      EXPECT_TRUE(a->is_finished()) << "b needs 4 blocks: it returns once a is done";
+      EXPECT_EQ(b->status, SequenceStatus::Running);
+      ASSERT_EQ(plan.swap_in_copies.size(), 3u);
+      ASSERT_EQ(b->block_table.size(), 4u);  // 13 tokens
+      for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(plan.swap_in_copies[i].host_block, host_table[i]);
+        EXPECT_EQ(plan.swap_in_copies[i].device_block, b->block_table[i]);
+      }
+      // It decodes in the same step, from where it stopped.
+      const auto it = std::find(plan.seqs.begin(), plan.seqs.end(), b.get());
+      ASSERT_NE(it, plan.seqs.end());
+      EXPECT_EQ(plan.batch.spans[static_cast<size_t>(it - plan.seqs.begin())].start_position, 12);
+    }
+    if (!a->is_finished()) {
+      EXPECT_NE(std::find(plan.seqs.begin(), plan.seqs.end(), a.get()), plan.seqs.end());
+    }
+    scheduler.postprocess(plan, sample(plan));
+  }
+  EXPECT_EQ(swap_outs, 1);
+  EXPECT_EQ(swap_ins, 1);
+  EXPECT_EQ(scheduler.num_swap_outs(), 1);
+  EXPECT_EQ(scheduler.num_preemptions(), 1);
+  EXPECT_EQ(std::vector<int32_t>(a->output_ids().begin(), a->output_ids().end()),
+            expected_output(*a, config.max_model_len));
+  EXPECT_EQ(std::vector<int32_t>(b->output_ids().begin(), b->output_ids().end()),
+            expected_output(*b, config.max_model_len));
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), config.num_blocks);
+  EXPECT_EQ(scheduler.block_manager().num_free_host_blocks(), config.num_host_blocks);
+}
+
+// Runs the two-sequence scenario to its first preemption; returns whether it swapped.
+bool first_preemption_swaps(const SchedulerConfig& config) {
+  Scheduler scheduler(config);
+  KvSimulator kv(config);
+  auto a = make_seq(1, iota_tokens(8, 0), 12);
+  auto b = make_seq(2, iota_tokens(8, 100), 12);
+  scheduler.add(*a);
+  scheduler.add(*b);
+  for (int steps = 0; steps < 100; ++steps) {
+    StepPlan plan = scheduler.schedule();
+    kv.check_step(plan, scheduler);
+    if (!plan.preempted.empty() || !plan.swapped_out.empty()) {
+      const bool swapped = !plan.swapped_out.empty();
+      EXPECT_EQ(swapped ? plan.swapped_out : plan.preempted, std::vector<Sequence*>{b.get()});
+      EXPECT_EQ(b->status, swapped ? SequenceStatus::Swapped : SequenceStatus::Waiting);
+      EXPECT_EQ(b->num_computed_tokens, swapped ? 12 : 0);  // a swapped sequence keeps its KV
+      return swapped;
+    }
+    scheduler.postprocess(plan, sample(plan));
+  }
+  ADD_FAILURE() << "no preemption";
+  return false;
+}
+
+TEST(Scheduler, SwapsOnlyWhenRecomputeWouldRunSwapMinTokensAndTheHostHasRoom) {
+  EXPECT_TRUE(first_preemption_swaps(swap_config(8, 12)));    // 12 computed tokens >= 12
+  EXPECT_FALSE(first_preemption_swaps(swap_config(8, 13)));   // < 13: recompute is cheap enough
+  EXPECT_TRUE(first_preemption_swaps(swap_config(3, 1)));     // 3 host blocks hold its 12 tokens
+  EXPECT_FALSE(first_preemption_swaps(swap_config(2, 1)));    // 2 do not: recompute
+  EXPECT_FALSE(first_preemption_swaps(swap_config(0, 1)));    // no swap space: recompute always
+}
+
+TEST(Scheduler, SharedPrefixBlocksAreCopiedAndDoNotCountAsRecomputeWork) {
+  // a and b share an 8-token prefix (2 blocks, cached by a's first step) then one own token each;
+  // 7 blocks of 4. At 17 tokens, b (16 computed, 8 of them in the shared blocks) is preempted.
+  for (const int32_t swap_min_tokens : {8, 9}) {
+    SCOPED_TRACE(swap_min_tokens);
+    SchedulerConfig config = small_config(16, 7);
+    config.max_model_len = 24;
+    config.num_host_blocks = 8;
+    config.swap_min_tokens = swap_min_tokens;
+    Scheduler scheduler(config);
+    KvSimulator kv(config);
+    std::vector<int32_t> a_prompt = iota_tokens(8, 0), b_prompt = iota_tokens(8, 0);
+    a_prompt.push_back(500);
+    b_prompt.push_back(600);
+    auto a = make_seq(1, a_prompt, 12);
+    auto b = make_seq(2, b_prompt, 12);
+    scheduler.add(*a);
+    step(scheduler, kv);
+    scheduler.add(*b);
+    bool preempted = false;
+    for (int steps = 0; scheduler.has_unfinished(); ++steps) {
+      ASSERT_LT(steps, 200);
+      const std::vector<int32_t> b_table = b->block_table;
+      StepPlan plan = scheduler.schedule();
+      ASSERT_NO_FATAL_FAILURE(kv.check_step(plan, scheduler));
+      if (!plan.preempted.empty() || !plan.swapped_out.empty()) {
+        ASSERT_FALSE(preempted) << "one preemption expected";
+        preempted = true;
+        EXPECT_EQ(b->num_cached_tokens, 8);
+        ASSERT_EQ(b_table.size(), 4u);  // 16 tokens; the 17th needs a fifth block
+        EXPECT_EQ(b_table[0], a->block_table[0]);
+        EXPECT_EQ(b_table[1], a->block_table[1]);
+        if (swap_min_tokens == 8) {  // 16 - 8 shared = 8 tokens to recompute: swap
+          ASSERT_EQ(plan.swapped_out, std::vector<Sequence*>{b.get()});
+          ASSERT_EQ(plan.swap_out_copies.size(), 4u);  // the shared blocks are copied too
+          EXPECT_EQ(plan.swap_out_copies[0].device_block, b_table[0]);
+          EXPECT_EQ(plan.swap_out_copies[1].device_block, b_table[1]);
+          EXPECT_EQ(scheduler.block_manager().ref_count(b_table[0]), 1);  // a keeps them
+          EXPECT_EQ(scheduler.block_manager().ref_count(b_table[1]), 1);
+        } else {
+          EXPECT_EQ(plan.preempted, std::vector<Sequence*>{b.get()});
+          EXPECT_TRUE(plan.swap_out_copies.empty());
+        }
+      }
+      if (!plan.swapped_in.empty()) {
+        for (int32_t block : b->block_table) EXPECT_EQ(scheduler.block_manager().ref_count(block), 1);
+      }
+      scheduler.postprocess(plan, sample(plan));
+    }
+    EXPECT_TRUE(preempted);
+    EXPECT_EQ(std::vector<int32_t>(b->output_ids().begin(), b->output_ids().end()),
+              expected_output(*b, config.max_model_len));
+    EXPECT_EQ(scheduler.block_manager().num_free_blocks(), config.num_blocks);
+    EXPECT_EQ(scheduler.block_manager().num_free_host_blocks(), config.num_host_blocks);
+  }
+}
+
+TEST(Scheduler, SwappedSequencesAreReadmittedBeforeWaitingOnes) {
+  for (const bool splitfuse : {true, false}) {
+    SCOPED_TRACE(splitfuse ? "splitfuse" : "prefill-first");
+    SchedulerConfig config = swap_config(8, 8);
+    config.splitfuse = splitfuse;
+    Scheduler scheduler(config);
+    KvSimulator kv(config);
+    auto a = make_seq(1, iota_tokens(8, 0), 12);
+    auto b = make_seq(2, iota_tokens(8, 100), 12);
+    auto c = make_seq(3, iota_tokens(2, 200), 2);  // one block: fits beside a, but b is first
+    scheduler.add(*a);
+    scheduler.add(*b);
+    int b_back_step = -1, c_first_step = -1;
+    bool c_fit_while_b_swapped = false;
+    for (int steps = 0; scheduler.has_unfinished(); ++steps) {
+      ASSERT_LT(steps, 200);
+      StepPlan plan = scheduler.schedule();
+      ASSERT_NO_FATAL_FAILURE(kv.check_step(plan, scheduler));
+      if (!plan.swapped_out.empty()) scheduler.add(*c);
+      if (!plan.swapped_in.empty()) b_back_step = steps;
+      if (c_first_step < 0 && std::find(plan.seqs.begin(), plan.seqs.end(), c.get()) != plan.seqs.end()) {
+        c_first_step = steps;
+      }
+      if (!scheduler.swapped().empty() && c->status == SequenceStatus::Waiting &&
+          scheduler.block_manager().can_allocate(*c)) {
+        c_fit_while_b_swapped = true;
+      }
+      scheduler.postprocess(plan, sample(plan));
+    }
+    ASSERT_GE(b_back_step, 0) << "b was never swapped out and back";
+    ASSERT_GE(c_first_step, b_back_step) << "c overtook the swapped b";
+    EXPECT_TRUE(c_fit_while_b_swapped) << "the scenario was meant to leave room for c, not for b";
+    EXPECT_EQ(std::vector<int32_t>(c->output_ids().begin(), c->output_ids().end()),
+              expected_output(*c, config.max_model_len));
+    EXPECT_EQ(scheduler.block_manager().num_free_blocks(), config.num_blocks);
+    EXPECT_EQ(scheduler.block_manager().num_free_host_blocks(), config.num_host_blocks);
+  }
+}
+
 TEST(Scheduler, PrefillFirstPausesDecodesWhilePromptsRun) {
   const SchedulerConfig config = small_config(8, 32, /*splitfuse=*/false);
   Scheduler scheduler(config);
@@ -416,6 +651,12 @@ TEST(Scheduler, RejectsBadConfigAndRequests) {
   config = small_config(8, 16);
   config.max_model_len = 0;
   EXPECT_THROW(Scheduler{config}, Error);
+  config = small_config(8, 16);
+  config.swap_min_tokens = 0;
+  EXPECT_THROW(Scheduler{config}, Error);
+  config = small_config(8, 16);
+  config.num_host_blocks = -1;
+  EXPECT_THROW(Scheduler{config}, Error);
 
   Scheduler scheduler(small_config(8, 32));
   auto too_long = make_seq(1, iota_tokens(65, 0), 1);
@@ -433,9 +674,12 @@ TEST(Scheduler, RejectsBadConfigAndRequests) {
 
 // Random arrivals, prompt lengths and output lengths (sharing prompt prefixes) on a cache small
 // enough to force preemptions; every step is checked against the block tables and the simulated
-// KV cache, the oldest unfinished request must be in every SplitFuse step, every output must be
-// the model's, and no block may stay referenced at the end.
-void run_random_simulation(bool splitfuse, uint32_t seed) {
+// KV cache (and host swap area), every output must be the model's, and no block (device or host)
+// may stay referenced at the end. No starvation: every request finishes; the oldest running
+// sequence is in every SplitFuse step; without swapping, even the oldest unfinished request is
+// (with it, a recomputed victim may wait behind a younger swapped one: swapped sequences are
+// readmitted first).
+void run_random_simulation(bool splitfuse, uint32_t seed, int32_t num_host_blocks = 0, int32_t swap_min_tokens = 256) {
   SchedulerConfig config;
   config.max_batch_tokens = 32;
   config.max_seqs = 8;
@@ -444,6 +688,8 @@ void run_random_simulation(bool splitfuse, uint32_t seed) {
   config.block_size = 4;
   config.splitfuse = splitfuse;
   config.eos_token_ids = {kEos};
+  config.num_host_blocks = num_host_blocks;
+  config.swap_min_tokens = swap_min_tokens;
   Scheduler scheduler(config);
   KvSimulator kv(config);
   std::mt19937 rng(seed);
@@ -452,7 +698,7 @@ void run_random_simulation(bool splitfuse, uint32_t seed) {
   constexpr int kRequests = 120;
   std::vector<std::unique_ptr<Sequence>> seqs;
   int64_t steps = 0;
-  int32_t preemptions_seen = 0;
+  int32_t preemptions_seen = 0, swap_outs_seen = 0, swap_ins_seen = 0;
   while (static_cast<int>(seqs.size()) < kRequests || scheduler.has_unfinished()) {
     ASSERT_LT(++steps, 20000) << "no progress";
     if (static_cast<int>(seqs.size()) < kRequests && rng() % 3 == 0) {
@@ -466,11 +712,17 @@ void run_random_simulation(bool splitfuse, uint32_t seed) {
     StepPlan plan = scheduler.schedule();
     ASSERT_NO_FATAL_FAILURE(kv.check_step(plan, scheduler));
     preemptions_seen += static_cast<int32_t>(plan.preempted.size());
+    swap_outs_seen += static_cast<int32_t>(plan.swapped_out.size());
+    swap_ins_seen += static_cast<int32_t>(plan.swapped_in.size());
     if (splitfuse) {
       const auto oldest = std::find_if(seqs.begin(), seqs.end(), [](const auto& s) { return !s->is_finished(); });
-      if (oldest != seqs.end()) {
+      if (oldest != seqs.end() && num_host_blocks == 0) {
         ASSERT_NE(std::find(plan.seqs.begin(), plan.seqs.end(), oldest->get()), plan.seqs.end())
             << "step " << steps << ": the oldest request " << (*oldest)->id << " made no progress";
+      }
+      if (!scheduler.running().empty()) {
+        ASSERT_NE(std::find(plan.seqs.begin(), plan.seqs.end(), scheduler.running().front()), plan.seqs.end())
+            << "step " << steps << ": the oldest running sequence made no progress";
       }
     } else {
       ASSERT_TRUE(plan.num_decode_tokens == 0 || plan.num_prefill_tokens == 0) << "step " << steps;
@@ -478,6 +730,12 @@ void run_random_simulation(bool splitfuse, uint32_t seed) {
     scheduler.postprocess(plan, sample(plan));
   }
   EXPECT_GT(preemptions_seen, 0) << "the cache was meant to be too small to avoid preemption";
+  if (num_host_blocks > 0) {
+    EXPECT_GT(swap_outs_seen, 0) << "long victims were meant to be swapped";
+    EXPECT_EQ(swap_ins_seen, swap_outs_seen);
+    EXPECT_EQ(scheduler.num_swap_outs(), swap_outs_seen);
+  }
+  EXPECT_EQ(scheduler.num_preemptions(), preemptions_seen + swap_outs_seen);
   EXPECT_GT(scheduler.block_manager().stats().hit_blocks, 0);
   for (const auto& seq : seqs) {
     ASSERT_TRUE(seq->is_finished());
@@ -487,6 +745,8 @@ void run_random_simulation(bool splitfuse, uint32_t seed) {
   }
   EXPECT_EQ(scheduler.block_manager().num_free_blocks(), config.num_blocks);
   for (int32_t b = 0; b < config.num_blocks; ++b) EXPECT_EQ(scheduler.block_manager().ref_count(b), 0);
+  EXPECT_EQ(scheduler.block_manager().num_free_host_blocks(), num_host_blocks);
+  EXPECT_TRUE(scheduler.swapped().empty());
 }
 
 TEST(Scheduler, RandomizedSimulationSplitFuse) {
@@ -500,6 +760,22 @@ TEST(Scheduler, RandomizedSimulationPrefillFirst) {
   for (uint32_t seed : {1u, 2u, 3u}) {
     SCOPED_TRACE(seed);
     run_random_simulation(false, seed);
+  }
+}
+
+// Swapping sequences of 12 computed tokens or more (others recompute) into 30 host blocks,
+// which at times cannot hold a victim (then it recomputes too).
+TEST(Scheduler, RandomizedSimulationWithSwapSplitFuse) {
+  for (uint32_t seed : {1u, 2u, 3u, 4u}) {
+    SCOPED_TRACE(seed);
+    run_random_simulation(true, seed, 30, 12);
+  }
+}
+
+TEST(Scheduler, RandomizedSimulationWithSwapPrefillFirst) {
+  for (uint32_t seed : {1u, 2u, 3u, 4u}) {
+    SCOPED_TRACE(seed);
+    run_random_simulation(false, seed, 30, 12);
   }
 }
 

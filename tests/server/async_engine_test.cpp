@@ -88,6 +88,34 @@ TEST(AsyncEngine, ConcurrentClientsGetTheGreedyOutputsOfOneAtATime) {
   async.stop();
 }
 
+TEST(AsyncEngine, SwappingClientsGetTheGreedyOutputsAndTheSwapMetricsCount) {
+  // As above, with 64 host blocks: victims with 16 tokens or more to recompute are swapped.
+  test::StoriesEngine stories(12, 4, 32, 128, /*num_host_blocks=*/64, /*swap_min_tokens=*/16);
+  AsyncEngine async(*stories.engine, AsyncEngineConfig{});
+  async.start();
+  std::vector<Collected> results(kPrompts.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    clients.emplace_back([&, i] {
+      auto stream = async.submit(stories.tokenizer->encode(kPrompts[i], true), greedy(40), 1);
+      results[i] = collect(*stream);
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    SCOPED_TRACE(kPrompts[i]);
+    const GenerationResult expected = stories.reference(stories.tokenizer->encode(kPrompts[i], true), 40);
+    EXPECT_EQ(results[i].ids[0], expected.output_ids);
+    EXPECT_TRUE(results[i].error.empty());
+  }
+  const std::string metrics = async.render_metrics();
+  EXPECT_EQ(metrics.find("splitflow_swap_outs_total 0\n"), std::string::npos) << "meant to swap";
+  EXPECT_NE(metrics.find("splitflow_swap_outs_total "), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("splitflow_num_sequences_swapped 0\n"), std::string::npos) << "all swapped back";
+  async.stop();
+  EXPECT_EQ(stories.engine->scheduler().block_manager().num_free_host_blocks(), 64);
+}
+
 TEST(AsyncEngine, QueueLimitRefusesOnlyWhileSequencesWait) {
   test::StoriesEngine stories;
   AsyncEngine async(*stories.engine, AsyncEngineConfig{.max_queued_sequences = 3});

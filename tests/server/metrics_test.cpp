@@ -64,6 +64,8 @@ TEST(ServingMetrics, RendersCountersGaugesAndRates) {
   gauges.prefix_cache_queried_blocks = 40;
   gauges.prefix_cache_hit_blocks = 10;
   gauges.preemptions = 4;
+  gauges.swap_outs = 3;
+  gauges.sequences_swapped = 1;
   metrics.set_gauges(gauges);
 
   const std::string text = metrics.render(20.0);
@@ -75,6 +77,7 @@ TEST(ServingMetrics, RendersCountersGaugesAndRates) {
   EXPECT_TRUE(has_line(text, "splitflow_prefill_tokens_computed_total 1000"));
   EXPECT_TRUE(has_line(text, "splitflow_generation_tokens_total 200"));
   EXPECT_TRUE(has_line(text, "splitflow_preemptions_total 4"));
+  EXPECT_TRUE(has_line(text, "splitflow_swap_outs_total 3"));
   EXPECT_TRUE(has_line(text, "splitflow_request_finished_total{finished_reason=\"stop\"} 2"));
   EXPECT_TRUE(has_line(text, "splitflow_request_finished_total{finished_reason=\"abort\"} 1"));
   EXPECT_TRUE(has_line(text, "splitflow_requests_rejected_total{reason=\"queue_full\"} 1"));
@@ -82,7 +85,7 @@ TEST(ServingMetrics, RendersCountersGaugesAndRates) {
   EXPECT_TRUE(has_line(text, "splitflow_prefix_cache_hit_rate 0.25"));
   EXPECT_TRUE(has_line(text, "splitflow_num_sequences_running 3"));
   EXPECT_TRUE(has_line(text, "splitflow_num_sequences_waiting 2"));
-  EXPECT_TRUE(has_line(text, "splitflow_num_sequences_swapped 0"));
+  EXPECT_TRUE(has_line(text, "splitflow_num_sequences_swapped 1"));
   // Over the 10 s window (baseline: the sample at t = 10): 10 steps of 50 and 10 tokens.
   EXPECT_TRUE(has_line(text, "splitflow_prompt_throughput_tokens_per_second 50"));
   EXPECT_TRUE(has_line(text, "splitflow_generation_throughput_tokens_per_second 10"));

@@ -15,19 +15,22 @@ namespace splitflow::test {
 
 struct StoriesEngine {
   explicit StoriesEngine(int32_t num_blocks = 64, int32_t max_seqs = 8, int32_t max_batch_tokens = 64,
-                         int32_t max_model_len = 512) {
+                         int32_t max_model_len = 512, int32_t num_host_blocks = 0, int32_t swap_min_tokens = 256) {
     ModelLoadOptions options;
     options.model_path = shared_path("models/stories260K-hf");
     LoadedModel model = load_model(options);
     tokenizer = std::move(model.tokenizer);
     backend = make_cpu_backend(1);
     runner = std::make_unique<ModelRunner>(model.spec, std::move(model.weights), *backend,
-                                           KvCacheConfig{num_blocks, 16}, RunnerLimits{max_batch_tokens, max_seqs});
+                                           KvCacheConfig{num_blocks, 16, num_host_blocks},
+                                           RunnerLimits{max_batch_tokens, max_seqs});
     SchedulerConfig config;
     config.max_batch_tokens = max_batch_tokens;
     config.max_seqs = max_seqs;
     config.num_blocks = num_blocks;
     config.block_size = 16;
+    config.num_host_blocks = num_host_blocks;
+    config.swap_min_tokens = swap_min_tokens;
     config.max_model_len = max_model_len;
     engine = std::make_unique<Engine>(*runner, tokenizer.get(), config);
   }
