@@ -1,0 +1,135 @@
+// CudaBackend::copy_blocks (backend/cuda/kv_swap.cpp) against the layouts written out by hand:
+// cache [num_layers, num_blocks, block_size, num_kv_heads, head_dim] on the device, host area
+// [num_host_blocks, num_layers, ...] in pinned memory. The copy is byte-exact, so elements hold
+// bf16 bit patterns naming where they came from. Also a cache whose layer stride exceeds the
+// 2D-copy pitch limit (the per-layer fallback), and the copy bandwidth. Skips without a GPU.
+#include "backend_cuda/cuda_test_util.h"
+
+#include "core/error.h"
+
+#include <chrono>
+#include <cstring>
+
+using namespace splitflow;
+using namespace splitflow::test;
+
+namespace {
+
+// A bit pattern naming (layer, block, element); distinct for the sizes below.
+uint16_t tag(int64_t layer, int64_t block, int64_t element) {
+  return static_cast<uint16_t>((layer * 7919 + block * 104729 + element * 31) & 0xffff);
+}
+
+struct Layout {
+  int64_t layers, blocks, block_size, kv_heads, head_dim, host_blocks;
+  int64_t block_elems() const { return block_size * kv_heads * head_dim; }
+  Shape cache_shape() const { return {layers, blocks, block_size, kv_heads, head_dim}; }
+  Shape host_shape() const { return {host_blocks, layers, block_size, kv_heads, head_dim}; }
+};
+
+// Writes tag(l, b, e) into block b of every layer.
+void fill_block(Backend& backend, const DeviceTensor& cache, const Layout& layout, int64_t block) {
+  std::vector<uint16_t> bits(static_cast<size_t>(layout.block_elems()));
+  for (int64_t l = 0; l < layout.layers; ++l) {
+    for (int64_t e = 0; e < layout.block_elems(); ++e) bits[e] = tag(l, block, e);
+    const size_t offset = static_cast<size_t>((l * layout.blocks + block) * layout.block_elems()) * 2;
+    backend.copy_to_device(bits.data(), DeviceTensor{static_cast<char*>(cache.data) + offset, DType::BF16,
+                                                     {layout.block_elems()}});
+  }
+}
+
+std::vector<uint16_t> read_block(Backend& backend, const DeviceTensor& cache, const Layout& layout, int64_t layer,
+                                 int64_t block) {
+  std::vector<uint16_t> bits(static_cast<size_t>(layout.block_elems()));
+  const size_t offset = static_cast<size_t>((layer * layout.blocks + block) * layout.block_elems()) * 2;
+  backend.copy_to_host(DeviceTensor{static_cast<char*>(cache.data) + offset, DType::BF16, {layout.block_elems()}},
+                       bits.data());
+  return bits;
+}
+
+void check_round_trip(const Layout& layout, int64_t out_block, int64_t in_block) {
+  auto backend = make_test_cuda_backend();
+  DeviceBuffer cache = backend->allocate(DType::BF16, layout.cache_shape());
+  fill_block(*backend, cache.view(), layout, 1);
+  fill_block(*backend, cache.view(), layout, out_block);
+  const size_t host_bytes = static_cast<size_t>(shape_numel(layout.host_shape())) * 2;
+  std::shared_ptr<void> host_memory = backend->allocate_host(host_bytes);
+  std::memset(host_memory.get(), 0xff, host_bytes);
+  const DeviceTensor host{host_memory.get(), DType::BF16, layout.host_shape()};
+
+  const std::vector<BlockCopy> out = {{static_cast<int32_t>(out_block), 2}, {1, 0}};
+  backend->copy_blocks(cache.view(), host, out, CopyDirection::DeviceToHost);
+  backend->synchronize();
+  const auto* host_bits = static_cast<const uint16_t*>(host_memory.get());
+  for (int64_t l = 0; l < layout.layers; ++l) {
+    for (int64_t e = 0; e < layout.block_elems(); ++e) {
+      ASSERT_EQ(host_bits[(2 * layout.layers + l) * layout.block_elems() + e], tag(l, out_block, e))
+          << "layer " << l << " element " << e;
+      ASSERT_EQ(host_bits[(0 * layout.layers + l) * layout.block_elems() + e], tag(l, 1, e));
+      ASSERT_EQ(host_bits[(1 * layout.layers + l) * layout.block_elems() + e], 0xffff) << "host block 1 was written";
+    }
+  }
+
+  const std::vector<BlockCopy> in = {{static_cast<int32_t>(in_block), 2}};
+  backend->copy_blocks(cache.view(), host, in, CopyDirection::HostToDevice);
+  for (int64_t l = 0; l < layout.layers; ++l) {
+    const std::vector<uint16_t> bits = read_block(*backend, cache.view(), layout, l, in_block);
+    for (int64_t e = 0; e < layout.block_elems(); ++e) ASSERT_EQ(bits[e], tag(l, out_block, e)) << "layer " << l;
+    const std::vector<uint16_t> untouched = read_block(*backend, cache.view(), layout, l, 1);
+    for (int64_t e = 0; e < layout.block_elems(); ++e) ASSERT_EQ(untouched[e], tag(l, 1, e));
+  }
+}
+
+TEST(CudaKvSwap, BlocksGoToHostLayerContiguousAndBack) {
+  SF_REQUIRE_GPU();
+  check_round_trip({4, 9, 16, 2, 64, 3}, 7, 5);
+}
+
+TEST(CudaKvSwap, LayerStridePastThePitchLimitCopiesPerLayer) {
+  SF_REQUIRE_GPU();
+  // 2 layers of 65,537 blocks of 32 KiB: a layer stride just over 2 GiB (4 GiB of device memory).
+  check_round_trip({2, 65537, 16, 8, 128, 3}, 65536, 3);
+}
+
+TEST(CudaKvSwap, RejectsBlocksOutsideEitherArea) {
+  SF_REQUIRE_GPU();
+  auto backend = make_test_cuda_backend();
+  const Layout layout{2, 4, 16, 2, 64, 2};
+  DeviceBuffer cache = backend->allocate(DType::BF16, layout.cache_shape());
+  std::shared_ptr<void> host_memory = backend->allocate_host(static_cast<size_t>(shape_numel(layout.host_shape())) * 2);
+  const DeviceTensor host{host_memory.get(), DType::BF16, layout.host_shape()};
+  const std::vector<BlockCopy> bad_device = {{4, 0}};
+  const std::vector<BlockCopy> bad_host = {{0, 2}};
+  EXPECT_THROW(backend->copy_blocks(cache.view(), host, bad_device, CopyDirection::DeviceToHost), Error);
+  EXPECT_THROW(backend->copy_blocks(cache.view(), host, bad_host, CopyDirection::HostToDevice), Error);
+}
+
+// Llama-3-8B's blocks (32 layers, 8 KV heads of 128, 16 tokens: 1 MiB of K per block): the rate
+// the swap path reaches for a preempted sequence of 128 blocks (2,048 tokens). Printed, with a
+// floor far below PCIe rates so only a broken path fails.
+TEST(CudaKvSwap, Llama3BlocksCopyAtHostLinkRates) {
+  SF_REQUIRE_GPU();
+  auto backend = make_test_cuda_backend();
+  const Layout layout{32, 1024, 16, 8, 128, 128};
+  DeviceBuffer cache = backend->allocate(DType::BF16, layout.cache_shape());
+  std::shared_ptr<void> host_memory = backend->allocate_host(static_cast<size_t>(shape_numel(layout.host_shape())) * 2);
+  const DeviceTensor host{host_memory.get(), DType::BF16, layout.host_shape()};
+  std::vector<BlockCopy> copies;
+  for (int32_t b = 0; b < 128; ++b) copies.push_back({b * 7 % 1024, b});
+  const double bytes = 128.0 * 32 * layout.block_elems() * 2;
+  for (const CopyDirection direction : {CopyDirection::DeviceToHost, CopyDirection::HostToDevice}) {
+    backend->copy_blocks(cache.view(), host, copies, direction);  // warm-up
+    backend->synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    constexpr int kRepeats = 5;
+    for (int r = 0; r < kRepeats; ++r) backend->copy_blocks(cache.view(), host, copies, direction);
+    backend->synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kRepeats;
+    const double gbps = bytes / seconds / 1e9;
+    std::printf("  copy_blocks %s: 128 blocks of 1 MiB (K of Llama-3-8B) in %.3f ms, %.1f GB/s\n",
+                direction == CopyDirection::DeviceToHost ? "to host  " : "to device", seconds * 1e3, gbps);
+    EXPECT_GT(gbps, 2.0);
+  }
+}
+
+}  // namespace
