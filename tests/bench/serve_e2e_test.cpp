@@ -320,6 +320,10 @@ TEST(BenchThroughputCommand, EightRequestsOnStories260K) {
   // Default cache: room for min(8, 4) requests of 48 tokens = 4 * 3 blocks of 16; no preemption.
   EXPECT_EQ(result["kv_cache_blocks"], 12);
   EXPECT_EQ(result["preemptions"], 0);
+  EXPECT_EQ(result["swap_outs"], 0);
+  // Default swap space: 4 GiB of blocks of 16 tokens.
+  EXPECT_EQ(result["swap_space_blocks"].get<int64_t>(),
+            (int64_t{4} << 30) / (result["kv_bytes_per_token"].get<int64_t>() * 16));
   const json& saturation = result["saturation"];
   ASSERT_TRUE(saturation.is_object()) << result.dump(2);
   EXPECT_EQ(saturation["batch"], 4);
@@ -349,6 +353,33 @@ TEST(BenchThroughputCommand, BadOptionsAreNamed) {
   run = run_splitflow("bench throughput --input-len 400 --output-len 400" + model);
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.output.find("exceeds the model's context 512"), std::string::npos) << run.output;
+  run = run_splitflow("bench throughput --swap-space -1" + model);
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.output.find("--swap-space must not be negative"), std::string::npos) << run.output;
+}
+
+// 16 requests of 300 + 200 tokens in 78 blocks: victims mostly hold more than 256 computed
+// tokens, so with swap space they are swapped, without it recomputed; every request still gets
+// its tokens.
+TEST(BenchThroughputCommand, SwapSpaceTurnsPreemptionsIntoSwaps) {
+  for (const char* swap_space : {"4", "0"}) {
+    SCOPED_TRACE(swap_space);
+    const std::string dir = fresh_dir(std::string("bench_throughput_swap") + swap_space);
+    const CommandResult run = run_splitflow(
+        "bench throughput --model " + shared_path("models/stories260K-hf") +
+        " --num-requests 16 --input-len 300 --output-len 200 --max-seqs 8 --max-batch-tokens 256 --kv-cache-gb 0.0015"
+        " --threads 1 --swap-space " + swap_space + " --results-dir " + dir);
+    ASSERT_EQ(run.status, 0) << run.output;
+    const json result = json::parse(read_file(only_file(dir, ".json")));
+    EXPECT_EQ(result["output_tokens"], 16 * 200);
+    EXPECT_GT(result["preemptions"].get<int64_t>(), 0);
+    if (std::string(swap_space) == "0") {
+      EXPECT_EQ(result["swap_outs"], 0);
+    } else {
+      EXPECT_GT(result["swap_outs"].get<int64_t>(), 0);
+      EXPECT_LE(result["swap_outs"].get<int64_t>(), result["preemptions"].get<int64_t>());
+    }
+  }
 }
 
 }  // namespace
