@@ -224,6 +224,15 @@ class Backend {
   // else out = act(x) with x [T, I]. out [T, I]. GELU is the erf form; GELUTanh the tanh form.
   virtual void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) = 0;
 
+  // The MLP's up projection and activation: out = activation(x W^T + bias) through `product`
+  // [m, n] (matmul, then activation). A backend may fuse the two and leave `product` unwritten
+  // (CUDA at decode-sized m: one GEMV computes the gate and up rows and applies the activation).
+  virtual void matmul_activation(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
+                                 Activation act, bool gated, const DeviceTensor& product, const DeviceTensor& out) {
+    matmul(x, w, bias, product, false);
+    activation(product, act, gated, out);
+  }
+
   // out[i] = x[rows[i]]. x [T, C]; rows [R] I32; out [R, C].
   virtual void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) = 0;
 

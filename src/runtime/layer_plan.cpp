@@ -40,7 +40,7 @@ std::string_view step_name(StepKind kind) {
     case StepKind::RopeWriteKv: return "rope_write_kv";
     case StepKind::WriteKv: return "write_kv";
     case StepKind::Attention: return "attention";
-    case StepKind::Activation: return "activation";
+    case StepKind::LinearActivation: return "linear+activation";
   }
   return "?";
 }
@@ -65,6 +65,10 @@ std::string LayerPlan::describe() const {
     if (step.output != Slot::None && step.output != step.input) {
       out += step.accumulate ? " ->+ " : " -> ";
       out += slot_name(step.output);
+    }
+    if (step.product != Slot::None) {
+      out += " via ";
+      out += slot_name(step.product);
     }
     out += '\n';
   }
@@ -96,8 +100,9 @@ LayerPlan build_layer_plan(const ModelSpec& spec) {
     steps.push_back({StepKind::Norm, Slot::Hidden, Slot::MlpIn, Slot::None, LayerWeight::FfnNorm, norm_bias});
   else if (spec.shared_layer_norm)
     mlp_in = Slot::AttnIn;
-  steps.push_back({StepKind::Linear, mlp_in, Slot::MlpUp, Slot::None, LayerWeight::GateUp, spec.mlp.up_bias});
-  steps.push_back({StepKind::Activation, Slot::MlpUp, Slot::MlpAct});
+  PlanStep up{StepKind::LinearActivation, mlp_in, Slot::MlpAct, Slot::None, LayerWeight::GateUp, spec.mlp.up_bias};
+  up.product = Slot::MlpUp;
+  steps.push_back(up);
   steps.push_back(
       {StepKind::Linear, Slot::MlpAct, Slot::Hidden, Slot::None, LayerWeight::Down, spec.mlp.down_bias, true});
   return plan;

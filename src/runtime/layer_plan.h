@@ -5,7 +5,7 @@
 // Sequential residual (Llama, Mistral, Qwen2, GPT-2, Phi-3):
 //   attn_in = norm(hidden); qkv = attn_in Wqkv^T; rope; write kv; attn_out = attention(qkv)
 //   hidden += attn_out Wo^T; mlp_in = norm(hidden)
-//   mlp_up = mlp_in Wgu^T; mlp_act = act(mlp_up); hidden += mlp_act Wd^T
+//   mlp_act = act(mlp_in Wgu^T) (through mlp_up); hidden += mlp_act Wd^T
 // Parallel residual (GPT-NeoX, Falcon): hidden += attention(norm1(hidden)) + mlp(norm2(hidden)),
 // with norm2 = norm1 when shared_layer_norm.
 // The residual adds are the output projections' epilogues (Linear with accumulate): no separate
@@ -40,7 +40,7 @@ enum class StepKind : uint8_t {
   RopeWriteKv, // rotate the q and k heads of input in place, then store its k and v heads in the cache
   WriteKv,     // store input's k and v heads in this layer's paged cache (no RoPE)
   Attention,   // output = paged attention of input's q heads
-  Activation,  // output = act(input) (gated: act(gate) * up)
+  LinearActivation,  // product = input W^T (+ bias); output = act(product) (gated: act(gate) * up)
 };
 
 struct PlanStep {
@@ -51,6 +51,7 @@ struct PlanStep {
   LayerWeight weight = LayerWeight::None;
   bool bias = false;  // the weight has a bias (LayerNorm bias, projection bias)
   bool accumulate = false;  // Linear: add the product to the output (the residual add)
+  Slot product = Slot::None;  // LinearActivation: the product before the activation (a fusing backend skips it)
 };
 
 struct LayerPlan {

@@ -338,9 +338,12 @@ int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const Samp
     backend_.copy_to_device(step_rope_rows_.data(), rope_table_.view().rows(static_rope_rows_, step_rope_count_));
   const DeviceTensor tables = step_view(kBlockTables, staged_seqs * table_width).reshape({staged_seqs, table_width});
   // A recording sizes its attention split for any context it may replay at: the cache's bound.
+  // Eager decode steps on a recording backend use the bound too, so they split the KV (and round)
+  // exactly as a replay of the same step would.
   const int32_t context_bound = static_cast<int32_t>(std::min<int64_t>(context_limit_, cache_tokens));
+  const bool bound_context = bucket > 0 || (max_query_len == 1 && backend_.can_record());
   attention_batch_ = {step_view(kQueryStart, staged_seqs + 1), step_view(kContextLens, staged_seqs), tables,
-                      max_query_len, bucket > 0 ? context_bound : max_context_len};
+                      max_query_len, bound_context ? context_bound : max_context_len};
   return bucket;
 }
 
@@ -394,7 +397,12 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
       case StepKind::Attention:
         backend_.attention(input, k_cache, v_cache, attention_batch_, attention_params_, output);
         break;
-      case StepKind::Activation: backend_.activation(input, spec_.mlp.activation, spec_.mlp.gated, output); break;
+      case StepKind::LinearActivation: {
+        const auto [w, b] = layer_weight(weights, step.weight);
+        backend_.matmul_activation(input, w->view(), b->view(), spec_.mlp.activation, spec_.mlp.gated,
+                                   slot_rows(step.product, tokens), output);
+        break;
+      }
     }
   }
 }

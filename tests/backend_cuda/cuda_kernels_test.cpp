@@ -499,6 +499,38 @@ TEST_F(CudaKernels, ActivationsPlainAndGated) {
   }
 }
 
+// The MLP's up projection + activation: fused in one GEMV for decode rows (m <= the GEMV limit,
+// gated), matmul then activation otherwise; both against the fp64 product of the bf16 inputs.
+TEST_F(CudaKernels, MatmulActivationFusedAndNot) {
+  const int64_t k = 264, inner = 72;
+  for (int64_t m : {1, 2, 5})
+    for (Activation act : {Activation::SiLU, Activation::GELUTanh})
+      for (bool with_bias : {false, true}) {
+        std::vector<float> x = random_values(rng, m * k), w = random_values(rng, 2 * inner * k, -0.2f, 0.2f);
+        const std::vector<float> b = random_values(rng, 2 * inner);
+        DeviceBuffer d_x = to_device_bf16(*backend, x, {m, k}), d_w = to_device_bf16(*backend, w, {2 * inner, k});
+        DeviceBuffer d_b = to_device_f32(*backend, b, {2 * inner});
+        DeviceBuffer product = backend->allocate(DType::BF16, {m, 2 * inner}), out = backend->allocate(DType::BF16, {m, inner});
+        poison_bf16(*backend, out.view());
+        backend->matmul_activation(d_x.view(), d_w.view(), with_bias ? d_b.view() : DeviceTensor{}, act, true,
+                                   product.view(), out.view());
+        std::vector<double> ref(m * inner);
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t j = 0; j < inner; ++j) {
+            double gate = with_bias ? b[j] : 0.0, up = with_bias ? b[inner + j] : 0.0;
+            for (int64_t c = 0; c < k; ++c) {
+              gate += double{x[r * k + c]} * w[j * k + c];
+              up += double{x[r * k + c]} * w[(inner + j) * k + c];
+            }
+            // Unfused, the product is stored in bf16 before the activation reads it.
+            if (m > 2) gate = bf16_round(static_cast<float>(gate)), up = bf16_round(static_cast<float>(up));
+            ref[r * inner + j] = activate_ref(gate, act) * up;
+          }
+        EXPECT_LE(relative_error(to_host(*backend, out.view()), ref), kBf16Compute)
+            << "m " << m << " act " << static_cast<int>(act) << " bias " << with_bias;
+      }
+}
+
 TEST_F(CudaKernels, GatherRowsBf16AndF32) {
   const int64_t rows = 9, cols = 33;
   std::vector<float> x = random_values(rng, rows * cols);

@@ -414,8 +414,7 @@ TEST(LayerPlan, SequentialRopeLayer) {
             "attention: qkv -> attn_out\n"
             "linear o: attn_out ->+ hidden\n"
             "norm ffn_norm: hidden -> mlp_in\n"
-            "linear gate_up: mlp_in -> mlp_up\n"
-            "activation: mlp_up -> mlp_act\n"
+            "linear+activation gate_up: mlp_in -> mlp_act via mlp_up\n"
             "linear down: mlp_act ->+ hidden\n");
 }
 
@@ -432,13 +431,12 @@ TEST(LayerPlan, ParallelResidualSharedNormLearnedPositions) {
             "write_kv: qkv\n"
             "attention: qkv -> attn_out\n"
             "linear o: attn_out ->+ hidden\n"
-            "linear gate_up+bias: attn_in -> mlp_up\n"
-            "activation: mlp_up -> mlp_act\n"
+            "linear+activation gate_up+bias: attn_in -> mlp_act via mlp_up\n"
             "linear down: mlp_act ->+ hidden\n");
   spec.shared_layer_norm = false;
   const std::string two_norms = build_layer_plan(spec).describe();
   EXPECT_NE(two_norms.find("norm ffn_norm+bias: hidden -> mlp_in\n"), std::string::npos) << two_norms;
-  EXPECT_NE(two_norms.find("linear gate_up+bias: mlp_in -> mlp_up\n"), std::string::npos) << two_norms;
+  EXPECT_NE(two_norms.find("linear+activation gate_up+bias: mlp_in -> mlp_act via mlp_up\n"), std::string::npos) << two_norms;
 }
 
 }  // namespace

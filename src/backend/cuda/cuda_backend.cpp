@@ -469,20 +469,49 @@ void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache
   SF_CUDA_CHECK(launch_attention(launch, stream_), "attention");
 }
 
+namespace {
+
+int activation_code(Activation act) {
+  switch (act) {
+    case Activation::SiLU: return 0;
+    case Activation::GELU: return 1;
+    case Activation::GELUTanh: return 2;
+    case Activation::ReLU: return 3;
+  }
+  return 0;
+}
+
+}  // namespace
+
 void CudaBackend::activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) {
   check_dtype(x, DType::BF16, "activation", "x");
   check_dtype(out, DType::BF16, "activation", "out");
   SF_CHECK(out.shape.size() == 2, "cuda activation: out has shape {}, expected [tokens, inner]", shape_str(out.shape));
   const int64_t tokens = out.dim(0), inner = out.dim(1);
   check_shape(x, {tokens, gated ? 2 * inner : inner}, "activation", "x");
-  int code = 0;
-  switch (act) {
-    case Activation::SiLU: code = 0; break;
-    case Activation::GELU: code = 1; break;
-    case Activation::GELUTanh: code = 2; break;
-    case Activation::ReLU: code = 3; break;
+  SF_CUDA_CHECK(launch_activation(bf16_ptr(x), activation_code(act), gated, bf16_ptr(out), tokens, inner, stream_),
+                "activation");
+}
+
+void CudaBackend::matmul_activation(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
+                                    Activation act, bool gated, const DeviceTensor& product, const DeviceTensor& out) {
+  const int64_t m = x.shape.size() == 2 ? x.dim(0) : 0, k = x.shape.size() == 2 ? x.dim(1) : 0;
+  const bool fused = gated && m >= 1 && m <= gemv_max_rows_ && x.dtype == DType::BF16 && w.dtype == DType::BF16 &&
+                     out.dtype == DType::BF16 && w.shape.size() == 2 && w.dim(1) == k && w.dim(0) % 2 == 0 &&
+                     gemv_supported(x.data, w.data, m, k);
+  if (!fused) {
+    Backend::matmul_activation(x, w, bias, act, gated, product, out);
+    return;
   }
-  SF_CUDA_CHECK(launch_activation(bf16_ptr(x), code, gated, bf16_ptr(out), tokens, inner, stream_), "activation");
+  const int64_t inner = w.dim(0) / 2;
+  check_shape(out, {m, inner}, "matmul_activation", "out");
+  if (!bias.empty()) {
+    check_dtype(bias, DType::F32, "matmul_activation", "bias");
+    check_shape(bias, {2 * inner}, "matmul_activation", "bias");
+  }
+  SF_CUDA_CHECK(launch_gemv_gated(bf16_ptr(x), bf16_ptr(w), bias.empty() ? nullptr : bias.as<float>(),
+                                  activation_code(act), bf16_ptr(out), m, inner, k, stream_),
+                "matmul_activation (gated gemv)");
 }
 
 void CudaBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {

@@ -6,6 +6,7 @@
 // (launch.cuh): the first kUnroll loads, weights only, are issued before waiting for the kernel
 // that produces x, so they overlap its tail.
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/activation.cuh"
 #include "backend/cuda/launch.cuh"
 
 #include <cuda_bf16.h>
@@ -53,21 +54,16 @@ __device__ __forceinline__ void fma_word(float (&acc)[M], const uint4& w, const 
   }
 }
 
-// x [M, k], w [n, k] bf16 with k % 8 == 0 and 16-byte aligned rows; y [M, n] bf16 or f32.
+// acc[r] = dot(w_row, x row r) for r < M, the total in every lane. x [M, k], k % 8 == 0, 16-byte
+// aligned rows. wait: the first call of a kernel launched overlapped waits for x's producer here,
+// after issuing its first weight loads.
 template <int M>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    gemv_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w, const float* __restrict__ bias,
-                bf16_bits* y_bf16, float* y_f32, int64_t n, int64_t k, bool accumulate) {
-  allow_next_kernel();
+__device__ __forceinline__ void warp_dot(const bf16_bits* w_row, const bf16_bits* x, int64_t k, bool wait,
+                                         float (&acc)[M]) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (row >= n) return;
-  const bf16_bits* w_row = w + row * k;
   const int64_t words = k / 8;
-  float acc[M];
 #pragma unroll
   for (int r = 0; r < M; ++r) acc[r] = 0.0f;
-
   int64_t word = lane;
   uint4 wv[kUnroll];
   const bool first_full = word + (kUnroll - 1) * 32 < words;
@@ -75,7 +71,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) wv[u] = load_streaming(w_row + (word + u * 32) * 8);
   }
-  wait_for_previous_kernel();
+  if (wait) wait_for_previous_kernel();
   for (; word + (kUnroll - 1) * 32 < words; word += kUnroll * 32) {
     if (word != lane) {
 #pragma unroll
@@ -85,14 +81,25 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     for (int u = 0; u < kUnroll; ++u) fma_word<M>(acc, wv[u], x, k, word + u * 32);
   }
   for (; word < words; word += 32) fma_word<M>(acc, load_streaming(w_row + word * 8), x, k, word);
-
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     float v = acc[r];
     for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
     acc[r] = v;
   }
-  if (lane != 0) return;
+}
+
+// One warp per output row. x [M, k], w [n, k] bf16; y [M, n] bf16 or f32.
+template <int M>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    gemv_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w, const float* __restrict__ bias,
+                bf16_bits* y_bf16, float* y_f32, int64_t n, int64_t k, bool accumulate) {
+  allow_next_kernel();
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= n) return;
+  float acc[M];
+  warp_dot<M>(w + row * k, x, k, true, acc);
+  if (threadIdx.x % 32 != 0) return;
   const float b = bias != nullptr ? bias[row] : 0.0f;
 #pragma unroll
   for (int r = 0; r < M; ++r) {
@@ -105,12 +112,39 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
+// One warp per output column j of a gated MLP: gate row j and up row inner + j of w [2 inner, k],
+// y[r, j] = act(gate + bias) * (up + bias) from the fp32 sums (no bf16 round trip of the product).
+template <int M>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    gemv_gated_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w, const float* __restrict__ bias,
+                      int act, bf16_bits* y, int64_t inner, int64_t k) {
+  allow_next_kernel();
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (j >= inner) return;
+  float gate[M], up[M];
+  warp_dot<M>(w + j * k, x, k, true, gate);
+  warp_dot<M>(w + (inner + j) * k, x, k, false, up);
+  if (threadIdx.x % 32 != 0) return;
+  const float gate_bias = bias != nullptr ? bias[j] : 0.0f, up_bias = bias != nullptr ? bias[inner + j] : 0.0f;
+#pragma unroll
+  for (int r = 0; r < M; ++r)
+    reinterpret_cast<__nv_bfloat16*>(y)[r * inner + j] =
+        __float2bfloat16(activate(gate[r] + gate_bias, act) * (up[r] + up_bias));
+}
+
 template <int M>
 cudaError_t launch(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32, int64_t n,
                    int64_t k, bool accumulate, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
   return launch_overlapped(gemv_kernel<M>, blocks, kWarpsPerBlock * 32, 0, stream, x, w, bias, y_bf16, y_f32, n, k,
                            accumulate);
+}
+
+template <int M>
+cudaError_t launch_gated(const bf16_bits* x, const bf16_bits* w, const float* bias, int act, bf16_bits* y,
+                         int64_t inner, int64_t k, cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((inner + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  return launch_overlapped(gemv_gated_kernel<M>, blocks, kWarpsPerBlock * 32, 0, stream, x, w, bias, act, y, inner, k);
 }
 
 }  // namespace
@@ -132,6 +166,22 @@ cudaError_t launch_gemv(const bf16_bits* x, const bf16_bits* w, const float* bia
     case 6: return launch<6>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
     case 7: return launch<7>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
     case 8: return launch<8>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launch_gemv_gated(const bf16_bits* x, const bf16_bits* w, const float* bias, int act, bf16_bits* y,
+                              int64_t m, int64_t inner, int64_t k, cudaStream_t stream) {
+  if (inner == 0) return cudaSuccess;
+  switch (m) {
+    case 1: return launch_gated<1>(x, w, bias, act, y, inner, k, stream);
+    case 2: return launch_gated<2>(x, w, bias, act, y, inner, k, stream);
+    case 3: return launch_gated<3>(x, w, bias, act, y, inner, k, stream);
+    case 4: return launch_gated<4>(x, w, bias, act, y, inner, k, stream);
+    case 5: return launch_gated<5>(x, w, bias, act, y, inner, k, stream);
+    case 6: return launch_gated<6>(x, w, bias, act, y, inner, k, stream);
+    case 7: return launch_gated<7>(x, w, bias, act, y, inner, k, stream);
+    case 8: return launch_gated<8>(x, w, bias, act, y, inner, k, stream);
     default: return cudaErrorInvalidValue;
   }
 }

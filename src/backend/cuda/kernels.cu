@@ -4,6 +4,7 @@
 // partition) for attention, plus a combine kernel when the KV length is split.
 #include "backend/cuda/kernels.h"
 
+#include "backend/cuda/activation.cuh"
 #include "backend/cuda/launch.cuh"
 
 #include "core/counter_hash.h"
@@ -455,18 +456,6 @@ __global__ void attention_combine_kernel(const float* partials, int partitions, 
     float acc = 0.0f;
     for (int p = 0; p < partitions; ++p) acc += __expf(rows[p * (hd + 2)] - top) * rows[p * (hd + 2) + 2 + d];
     store(out, token_head * hd + d, acc * inv);
-  }
-}
-
-__device__ __forceinline__ float activate(float x, int act) {
-  switch (act) {
-    case 0: return x / (1.0f + expf(-x));
-    case 1: return 0.5f * x * erfcf(-x * 0.70710678118654752f);
-    case 2: {
-      const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-      return x / (1.0f + expf(-2.0f * inner));
-    }
-    default: return x > 0.0f ? x : 0.0f;
   }
 }
 

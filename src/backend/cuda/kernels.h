@@ -43,6 +43,12 @@ bool gemv_supported(const void* x, const void* w, int64_t m, int64_t k);
 cudaError_t launch_gemv(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32,
                         int64_t m, int64_t n, int64_t k, bool accumulate, cudaStream_t stream);
 
+// The gated MLP's up projection and activation in one pass, m <= kMaxGemvRows: w [2 inner, k]
+// (gate rows, then up rows), bias [2 inner] f32 or null, y [m, inner] = act(x W_gate^T + b) *
+// (x W_up^T + b) from fp32 sums; act as launch_activation's. Same requirements as launch_gemv.
+cudaError_t launch_gemv_gated(const bf16_bits* x, const bf16_bits* w, const float* bias, int act, bf16_bits* y,
+                              int64_t m, int64_t inner, int64_t k, cudaStream_t stream);
+
 // y[r, c] += bias[c] for y [rows, cols], bf16 (y_f32 null) or f32 (y_bf16 null).
 cudaError_t launch_add_bias(bf16_bits* y_bf16, float* y_f32, const float* bias, int64_t rows, int64_t cols,
                             cudaStream_t stream);
