@@ -13,7 +13,6 @@
 // to the split-KV partials that attention_combine_kernel merges (kernels.cu's layout, natural-log
 // maxima).
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/launch.cuh"
 #include "backend/cuda/tensor_core.cuh"
 
 #include <cuda_bf16.h>
@@ -57,8 +56,6 @@ __device__ __forceinline__ void load_tile(const AttentionLaunch& a, const int32_
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLaunch a, float* partials) {
-  allow_next_kernel();
-  wait_for_previous_kernel();
   extern __shared__ __align__(16) bf16_bits smem[];
   constexpr int kStride = Layout<D>::kStride;
   bf16_bits* q_s = smem;                           // [kMaxGroup, kStride]
@@ -238,7 +235,8 @@ cudaError_t launch_d(const AttentionLaunch& a, int partitions, float* partials, 
       cudaFuncSetAttribute(attention_decode_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (opt_in != cudaSuccess) return opt_in;
   const dim3 grid(static_cast<unsigned>(a.seqs), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(partitions));
-  return launch_overlapped(attention_decode_kernel<D>, grid, kThreads, smem, stream, a, partials);
+  attention_decode_kernel<D><<<grid, kThreads, smem, stream>>>(a, partials);
+  return cudaGetLastError();
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 // online softmax per row in registers. Q fragments stay in registers for the whole key loop; P
 // goes from the S accumulators to A fragments without shared memory.
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/launch.cuh"
 #include "backend/cuda/tensor_core.cuh"
 
 #include <cuda_bf16.h>
@@ -48,8 +47,6 @@ __device__ __forceinline__ void load_kv_tile(const AttentionLaunch& a, const int
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch a, int tiles_per_seq, bool skip_single) {
-  allow_next_kernel();
-  wait_for_previous_kernel();
   extern __shared__ __align__(16) bf16_bits smem[];
   constexpr int kStride = Smem<D>::kStride;
   bf16_bits* q_s = smem;
@@ -206,7 +203,8 @@ cudaError_t launch_d(const AttentionLaunch& a, bool skip_single, cudaStream_t st
       cudaFuncSetAttribute(flash_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (opt_in != cudaSuccess) return opt_in;
   const dim3 grid(static_cast<unsigned>(a.seqs * tiles_per_seq), static_cast<unsigned>(a.heads));
-  return launch_overlapped(flash_prefill_kernel<D>, grid, kThreads, smem, stream, a, tiles_per_seq, skip_single);
+  flash_prefill_kernel<D><<<grid, kThreads, smem, stream>>>(a, tiles_per_seq, skip_single);
+  return cudaGetLastError();
 }
 
 }  // namespace

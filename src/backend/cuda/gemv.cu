@@ -2,12 +2,10 @@
 // the time is the weight stream (each weight is used m <= 8 times). cuBLASLt's GEMV-shaped
 // kernels reach ~85 % of the copy bandwidth on H100; this kernel keeps more bytes in flight:
 // one warp per output row, each lane issuing kUnroll independent 16-byte weight loads (non-
-// caching: a weight is read once per step) before using any of them. Launched overlapped
-// (launch.cuh): the first kUnroll loads, weights only, are issued before waiting for the kernel
-// that produces x, so they overlap its tail.
+// caching: a weight is read once per step) before using any of them. The gated variant also
+// applies the MLP activation, so the up projection's product never goes to memory.
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/activation.cuh"
-#include "backend/cuda/launch.cuh"
 
 #include <cuda_bf16.h>
 
@@ -55,28 +53,18 @@ __device__ __forceinline__ void fma_word(float (&acc)[M], const uint4& w, const 
 }
 
 // acc[r] = dot(w_row, x row r) for r < M, the total in every lane. x [M, k], k % 8 == 0, 16-byte
-// aligned rows. wait: the first call of a kernel launched overlapped waits for x's producer here,
-// after issuing its first weight loads.
+// aligned rows.
 template <int M>
-__device__ __forceinline__ void warp_dot(const bf16_bits* w_row, const bf16_bits* x, int64_t k, bool wait,
-                                         float (&acc)[M]) {
+__device__ __forceinline__ void warp_dot(const bf16_bits* w_row, const bf16_bits* x, int64_t k, float (&acc)[M]) {
   const int lane = threadIdx.x % 32;
   const int64_t words = k / 8;
 #pragma unroll
   for (int r = 0; r < M; ++r) acc[r] = 0.0f;
   int64_t word = lane;
-  uint4 wv[kUnroll];
-  const bool first_full = word + (kUnroll - 1) * 32 < words;
-  if (first_full) {
+  for (; word + (kUnroll - 1) * 32 < words; word += kUnroll * 32) {
+    uint4 wv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) wv[u] = load_streaming(w_row + (word + u * 32) * 8);
-  }
-  if (wait) wait_for_previous_kernel();
-  for (; word + (kUnroll - 1) * 32 < words; word += kUnroll * 32) {
-    if (word != lane) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) wv[u] = load_streaming(w_row + (word + u * 32) * 8);
-    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) fma_word<M>(acc, wv[u], x, k, word + u * 32);
   }
@@ -94,11 +82,10 @@ template <int M>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w, const float* __restrict__ bias,
                 bf16_bits* y_bf16, float* y_f32, int64_t n, int64_t k, bool accumulate) {
-  allow_next_kernel();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= n) return;
   float acc[M];
-  warp_dot<M>(w + row * k, x, k, true, acc);
+  warp_dot<M>(w + row * k, x, k, acc);
   if (threadIdx.x % 32 != 0) return;
   const float b = bias != nullptr ? bias[row] : 0.0f;
 #pragma unroll
@@ -118,12 +105,11 @@ template <int M>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_gated_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w, const float* __restrict__ bias,
                       int act, bf16_bits* y, int64_t inner, int64_t k) {
-  allow_next_kernel();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (j >= inner) return;
   float gate[M], up[M];
-  warp_dot<M>(w + j * k, x, k, true, gate);
-  warp_dot<M>(w + (inner + j) * k, x, k, false, up);
+  warp_dot<M>(w + j * k, x, k, gate);
+  warp_dot<M>(w + (inner + j) * k, x, k, up);
   if (threadIdx.x % 32 != 0) return;
   const float gate_bias = bias != nullptr ? bias[j] : 0.0f, up_bias = bias != nullptr ? bias[inner + j] : 0.0f;
 #pragma unroll
@@ -136,15 +122,16 @@ template <int M>
 cudaError_t launch(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32, int64_t n,
                    int64_t k, bool accumulate, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  return launch_overlapped(gemv_kernel<M>, blocks, kWarpsPerBlock * 32, 0, stream, x, w, bias, y_bf16, y_f32, n, k,
-                           accumulate);
+  gemv_kernel<M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, bias, y_bf16, y_f32, n, k, accumulate);
+  return cudaGetLastError();
 }
 
 template <int M>
 cudaError_t launch_gated(const bf16_bits* x, const bf16_bits* w, const float* bias, int act, bf16_bits* y,
                          int64_t inner, int64_t k, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((inner + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  return launch_overlapped(gemv_gated_kernel<M>, blocks, kWarpsPerBlock * 32, 0, stream, x, w, bias, act, y, inner, k);
+  gemv_gated_kernel<M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, bias, act, y, inner, k);
+  return cudaGetLastError();
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include "backend/cuda/kernels.h"
 
 #include "backend/cuda/activation.cuh"
-#include "backend/cuda/launch.cuh"
 
 #include "core/counter_hash.h"
 
@@ -73,8 +72,6 @@ __global__ void fill_generated_normal_kernel(uint64_t key, float stddev, bf16_bi
 
 __global__ void embed_kernel(const bf16_bits* table, const int32_t* ids, float multiplier, const bf16_bits* pos_table,
                              const int32_t* positions, bf16_bits* out, int64_t hidden) {
-  allow_next_kernel();
-  wait_for_previous_kernel();
   const int64_t t = blockIdx.x;
   const int64_t row = ids[t];
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
@@ -88,8 +85,6 @@ __global__ void embed_kernel(const bf16_bits* table, const int32_t* ids, float m
 // are taken over the stored (rounded) values in fp32.
 __global__ void add_norm_kernel(bf16_bits* residual, const bf16_bits* delta, const float* weight, const float* bias,
                                 bool layer_norm, float eps, float weight_offset, bf16_bits* out, int64_t hidden) {
-  allow_next_kernel();
-  wait_for_previous_kernel();
   bf16_bits* x = residual + blockIdx.x * hidden;
   bf16_bits* y = out + blockIdx.x * hidden;
   float sum = 0.0f;
@@ -140,8 +135,6 @@ __device__ __forceinline__ uint4 pack8(const float* v) {
 constexpr int kNormVecs = 4;
 __global__ void __launch_bounds__(1024) add_norm_vec_kernel(bf16_bits* residual, const bf16_bits* delta, const float* weight, const float* bias,
                                     bool layer_norm, float eps, float weight_offset, bf16_bits* out, int64_t hidden) {
-  allow_next_kernel();
-  wait_for_previous_kernel();
   const int vecs = static_cast<int>(hidden / 8);
   uint4* x = reinterpret_cast<uint4*>(residual + blockIdx.x * hidden);
   const uint4* dx = delta != nullptr ? reinterpret_cast<const uint4*>(delta + blockIdx.x * hidden) : nullptr;
@@ -194,8 +187,6 @@ __global__ void __launch_bounds__(1024) add_norm_vec_kernel(bf16_bits* residual,
 }
 
 __global__ void add_bias_kernel(bf16_bits* y_bf16, float* y_f32, const float* bias, int64_t rows, int64_t cols) {
-  allow_next_kernel();
-  wait_for_previous_kernel();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * cols) return;
   if (y_f32 != nullptr)
@@ -207,8 +198,6 @@ __global__ void add_bias_kernel(bf16_bits* y_bf16, float* y_f32, const float* bi
 // One thread per (token, rotated head, pair).
 __global__ void rope_kernel(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows, int64_t tokens,
                             int rotated_heads, int width, int head_dim, int half, bool interleaved) {
-  allow_next_kernel();
-  wait_for_previous_kernel();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= tokens * rotated_heads * half) return;
   const int pair = static_cast<int>(i % half);
@@ -230,8 +219,6 @@ __global__ void rope_kernel(bf16_bits* qkv, const float* cos_sin, const int32_t*
 __global__ void rope_write_kv_kernel(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows,
                                      const int32_t* slots, bf16_bits* k_cache, bf16_bits* v_cache, int heads,
                                      int kv_heads, int head_dim, int half, bool interleaved, int64_t capacity_slots) {
-  allow_next_kernel();
-  wait_for_previous_kernel();
   const int64_t t = blockIdx.x;
   const int head = blockIdx.y;  // [0, heads): q heads; [heads, heads + kv_heads): kv heads
   const int64_t width = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim;
@@ -266,8 +253,6 @@ __global__ void rope_write_kv_kernel(bf16_bits* qkv, const float* cos_sin, const
 // even one token spreads over several blocks.
 __global__ void write_kv_kernel(const bf16_bits* qkv, const int32_t* slots, bf16_bits* k_cache, bf16_bits* v_cache,
                                 int64_t width, int64_t q_dim, int64_t kv_dim, int64_t capacity_slots, int unit) {
-  allow_next_kernel();
-  wait_for_previous_kernel();
   const int64_t t = blockIdx.x;
   const int64_t slot = slots[t];
   if (slot < 0 || slot >= capacity_slots) return;
@@ -305,8 +290,6 @@ size_t attention_smem_bytes(int head_dim) {
 // vector_kv: head_dim % 8 == 0 and both caches 16-byte aligned, so a head row is whole 16-byte words.
 // partials: [tokens, heads, partitions] rows of (m, l, acc[head_dim]) floats.
 __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vector_kv, float* partials) {
-  allow_next_kernel();
-  wait_for_previous_kernel();
   extern __shared__ __align__(16) float smem[];
   const int hd = a.head_dim, key_stride = hd + 2;  // +2 bf16: odd word stride, no bank conflicts
   float* q_s = smem;                                                            // [kQueryTile, hd]
@@ -443,8 +426,6 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
 // One block per (token, head): out = sum_p exp(m_p - M) acc_p / sum_p exp(m_p - M) l_p over the
 // partitions p, M = max_p m_p (finite: the token's own key is visible to it).
 __global__ void attention_combine_kernel(const float* partials, int partitions, int heads, int hd, bf16_bits* out) {
-  allow_next_kernel();
-  wait_for_previous_kernel();
   const int64_t token_head = static_cast<int64_t>(blockIdx.x) * heads + blockIdx.y;
   const float* rows = partials + token_head * partitions * (hd + 2);
   float top = -INFINITY;
@@ -461,8 +442,6 @@ __global__ void attention_combine_kernel(const float* partials, int partitions, 
 
 __global__ void activation_kernel(const bf16_bits* x, int act, bool gated, bf16_bits* out, int64_t tokens,
                                   int64_t inner) {
-  allow_next_kernel();
-  wait_for_previous_kernel();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= tokens * inner) return;
   const int64_t t = i / inner, j = i % inner;
@@ -475,8 +454,6 @@ __global__ void activation_kernel(const bf16_bits* x, int act, bool gated, bf16_
 // activation_kernel for inner % 8 == 0 and 16-byte aligned rows: 8 outputs per thread from
 // 16-byte loads (the scalar kernel ran at a third of the copy rate at batch 64).
 __global__ void activation_vec_kernel(const uint4* x, int act, bool gated, uint4* out, int64_t tokens, int64_t inner_vecs) {
-  allow_next_kernel();
-  wait_for_previous_kernel();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= tokens * inner_vecs) return;
   const int64_t t = i / inner_vecs, j = i % inner_vecs;
@@ -495,8 +472,6 @@ __global__ void activation_vec_kernel(const uint4* x, int act, bool gated, uint4
 }
 
 __global__ void gather_rows_kernel(const uint16_t* x, const int32_t* rows, uint16_t* out, int64_t row_elems) {
-  allow_next_kernel();
-  wait_for_previous_kernel();
   const int64_t r = blockIdx.x;
   const uint16_t* src = x + static_cast<int64_t>(rows[r]) * row_elems;
   for (int64_t i = threadIdx.x; i < row_elems; i += blockDim.x) out[r * row_elems + i] = src[i];
@@ -516,8 +491,9 @@ cudaError_t launch_fill_generated_normal(uint64_t key, float stddev, bf16_bits* 
 cudaError_t launch_embed(const bf16_bits* table, const int32_t* ids, float multiplier, const bf16_bits* pos_table,
                          const int32_t* positions, bf16_bits* out, int64_t tokens, int64_t hidden, cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
-  return launch_overlapped(embed_kernel, static_cast<unsigned>(tokens), kThreads, 0, stream, table, ids, multiplier,
-                           pos_table, positions, out, hidden);
+  embed_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(table, ids, multiplier, pos_table, positions,
+      out, hidden);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_add_norm(bf16_bits* residual, const bf16_bits* delta, const float* weight, const float* bias,
@@ -531,17 +507,20 @@ cudaError_t launch_add_norm(bf16_bits* residual, const bf16_bits* delta, const f
   if (hidden % 8 == 0 && aligned && vecs <= int64_t{1024} * kNormVecs) {
     // Enough threads for one word each up to 1024 threads, then up to kNormVecs words per thread.
     const int64_t threads = std::min<int64_t>(1024, (vecs + 31) / 32 * 32);
-    return launch_overlapped(add_norm_vec_kernel, static_cast<unsigned>(tokens), static_cast<unsigned>(threads), 0,
-                             stream, residual, delta, weight, bias, layer_norm, eps, weight_offset, out, hidden);
+    add_norm_vec_kernel<<<static_cast<unsigned>(tokens), static_cast<unsigned>(threads), 0, stream>>>(residual, delta,
+        weight, bias, layer_norm, eps, weight_offset, out, hidden);
+    return cudaGetLastError();
   }
-  return launch_overlapped(add_norm_kernel, static_cast<unsigned>(tokens), kThreads, 0, stream, residual, delta, weight,
-                           bias, layer_norm, eps, weight_offset, out, hidden);
+  add_norm_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(residual, delta, weight, bias, layer_norm,
+      eps, weight_offset, out, hidden);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_add_bias(bf16_bits* y_bf16, float* y_f32, const float* bias, int64_t rows, int64_t cols,
                             cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
-  return launch_overlapped(add_bias_kernel, grid_for(rows * cols), kThreads, 0, stream, y_bf16, y_f32, bias, rows, cols);
+  add_bias_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(y_bf16, y_f32, bias, rows, cols);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_rope(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows, int64_t tokens, int heads,
@@ -549,8 +528,9 @@ cudaError_t launch_rope(bf16_bits* qkv, const float* cos_sin, const int32_t* tab
   const int half = rotary_dim / 2, rotated = heads + kv_heads;
   const int64_t n = tokens * rotated * half;
   if (n == 0) return cudaSuccess;
-  return launch_overlapped(rope_kernel, grid_for(n), kThreads, 0, stream, qkv, cos_sin, table_rows, tokens, rotated,
-                           (heads + 2 * kv_heads) * head_dim, head_dim, half, interleaved);
+  rope_kernel<<<grid_for(n), kThreads, 0, stream>>>(qkv, cos_sin, table_rows, tokens, rotated,
+      (heads + 2 * kv_heads) * head_dim, head_dim, half, interleaved);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_rope_write_kv(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows, const int32_t* slots,
@@ -559,9 +539,10 @@ cudaError_t launch_rope_write_kv(bf16_bits* qkv, const float* cos_sin, const int
                                  cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
   const int threads = std::max(32, std::min(256, (head_dim / 2 + 31) / 32 * 32));
-  return launch_overlapped(rope_write_kv_kernel, dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads + kv_heads)),
-                           threads, 0, stream, qkv, cos_sin, table_rows, slots, k_cache, v_cache, heads, kv_heads,
-                           head_dim, rotary_dim / 2, interleaved, capacity_slots);
+  rope_write_kv_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads + kv_heads)), threads, 0, stream>>>(
+      qkv, cos_sin, table_rows, slots, k_cache, v_cache, heads, kv_heads, head_dim, rotary_dim / 2, interleaved,
+      capacity_slots);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, bf16_bits* k_cache, bf16_bits* v_cache,
@@ -576,9 +557,9 @@ cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, bf16_bit
                        : 1;
   constexpr int kCopyThreads = 128;
   const int64_t pieces = (kv_dim / unit + kCopyThreads - 1) / kCopyThreads;
-  return launch_overlapped(write_kv_kernel, dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(pieces)),
-                           kCopyThreads, 0, stream, qkv, slots, k_cache, v_cache, q_dim + 2 * kv_dim, q_dim, kv_dim,
-                           capacity_slots, unit);
+  write_kv_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(pieces)), kCopyThreads, 0, stream>>>(qkv,
+      slots, k_cache, v_cache, q_dim + 2 * kv_dim, q_dim, kv_dim, capacity_slots, unit);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
@@ -596,8 +577,9 @@ cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
     const int parts = attention_decode_partitions(a);
     const cudaError_t err = launch_attention_decode(a, parts, stream);
     if (err != cudaSuccess || parts == 1) return err;
-    return launch_overlapped(attention_combine_kernel, dim3(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.heads)),
-                             128, 0, stream, a.partials, parts, a.heads, a.head_dim, a.out);
+    attention_combine_kernel<<<dim3(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.heads)), 128, 0, stream>>>(
+        a.partials, parts, a.heads, a.head_dim, a.out);
+    return cudaGetLastError();
   }
   const int tiles_per_seq = (a.max_query_len + kQueryTile - 1) / kQueryTile;
   const int64_t base_blocks = int64_t{a.seqs} * tiles_per_seq * a.heads;
@@ -616,11 +598,13 @@ cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   const bool vector_kv = a.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
   float* partials = partitions > 1 ? a.partials : nullptr;
-  const cudaError_t err = launch_overlapped(attention_kernel, grid, kQueryTile * 32, attention_smem_bytes(a.head_dim),
-                                            stream, a, tiles_per_seq, vector_kv, partials);
+  attention_kernel<<<grid, kQueryTile * 32, attention_smem_bytes(a.head_dim), stream>>>(a, tiles_per_seq, vector_kv,
+      partials);
+  const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || partitions == 1) return err;
-  return launch_overlapped(attention_combine_kernel, dim3(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.heads)),
-                           128, 0, stream, partials, partitions, a.heads, a.head_dim, a.out);
+  attention_combine_kernel<<<dim3(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.heads)), 128, 0, stream>>>(
+      partials, partitions, a.heads, a.head_dim, a.out);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_activation(const bf16_bits* x, int act, bool gated, bf16_bits* out, int64_t tokens, int64_t inner,
@@ -628,18 +612,20 @@ cudaError_t launch_activation(const bf16_bits* x, int act, bool gated, bf16_bits
   if (tokens * inner == 0) return cudaSuccess;
   if (inner % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
     const int64_t vecs = tokens * inner / 8;
-    return launch_overlapped(activation_vec_kernel, grid_for(vecs), kThreads, 0, stream, reinterpret_cast<const uint4*>(x),
-                             act, gated, reinterpret_cast<uint4*>(out), tokens, inner / 8);
+    activation_vec_kernel<<<grid_for(vecs), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(x), act, gated,
+        reinterpret_cast<uint4*>(out), tokens, inner / 8);
+    return cudaGetLastError();
   }
-  return launch_overlapped(activation_kernel, grid_for(tokens * inner), kThreads, 0, stream, x, act, gated, out, tokens,
-                           inner);
+  activation_kernel<<<grid_for(tokens * inner), kThreads, 0, stream>>>(x, act, gated, out, tokens, inner);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_gather_rows(const void* x, const int32_t* rows, void* out, int64_t count, int64_t row_bytes,
                                cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  return launch_overlapped(gather_rows_kernel, static_cast<unsigned>(count), kThreads, 0, stream,
-                           static_cast<const uint16_t*>(x), rows, static_cast<uint16_t*>(out), row_bytes / 2);
+  gather_rows_kernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(static_cast<const uint16_t*>(x), rows,
+      static_cast<uint16_t*>(out), row_bytes / 2);
+  return cudaGetLastError();
 }
 
 }  // namespace splitflow::cuda
