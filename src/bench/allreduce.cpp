@@ -207,6 +207,24 @@ json run_worker(comm::CommGroup& group, const AllreduceBenchOptions& options) {
     custom->set_max_blocks(default_blocks);
   }
 
+  // One-shot's two protocols at the sizes LL may take (graph): pushed packs with flags (LL) vs
+  // reading the peers' buffers between barriers; the LL limit comes from this table.
+  json protocols = json::array();
+  if (comm::CustomAllreduce* custom = group.custom()) {
+    const size_t ll_default = custom->ll_max_bytes(), ll_capacity = custom->ll_capacity_bytes();
+    for (size_t bytes = options.min_bytes; bytes <= std::min(ll_capacity, options.max_bytes); bytes *= 2) {
+      const size_t count = bytes / element;
+      json row = {{"bytes", bytes}};
+      for (const char* protocol : {"ll_us", "read_us"}) {
+        custom->set_ll_max_bytes(std::string(protocol) == "ll_us" ? ll_capacity : 0);
+        row[protocol] = worker.time_graph(
+            [&] { custom->allreduce(AllreduceAlgorithm::OneShot, in, out, count, dtype, stream); }, calls_for(bytes));
+      }
+      protocols.push_back(row);
+    }
+    custom->set_ll_max_bytes(ll_default);
+  }
+
   // allreduce + residual + RMSNorm: one kernel vs three launches (custom or NCCL allreduce, add, norm).
   json fused = json::array();
   const size_t rows_n = options.fused_rows, hidden = options.fused_hidden, fused_count = rows_n * hidden;
@@ -270,6 +288,8 @@ json run_worker(comm::CommGroup& group, const AllreduceBenchOptions& options) {
                  {"custom_max_blocks", group.custom() ? group.custom()->max_blocks() : 0},
                  {"rows", rows},
                  {"sweep", sweep},
+                 {"one_shot_protocols", protocols},
+                 {"one_shot_ll_max_bytes", group.custom() ? group.custom()->ll_max_bytes() : 0},
                  {"fused", fused},
                  {"fused_shape", {rows_n, hidden}}};
   return result;
@@ -354,6 +374,15 @@ void print_tables(const json& result, const AllreduceBenchOptions& options) {
       fmt::print("| {} | {} |", size_label(key.first), key.second);
       for (double us : table[key]) fmt::print(" {:.1f} |", us);
       fmt::print("\n");
+    }
+  }
+
+  if (!result["one_shot_protocols"].empty()) {
+    fmt::print("\none-shot protocol (graph, us; LL by default up to {})\n| size | LL | read |\n|---|---|---|\n",
+               size_label(result["one_shot_ll_max_bytes"].get<size_t>()));
+    for (const json& row : result["one_shot_protocols"]) {
+      fmt::print("| {} | {:.1f} | {:.1f} |\n", size_label(row["bytes"].get<size_t>()), row["ll_us"].get<double>(),
+                 row["read_us"].get<double>());
     }
   }
 

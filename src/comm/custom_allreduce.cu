@@ -25,6 +25,10 @@ constexpr int kGraphStagingSlot = 2;   // slot 2: the captured-call staging buff
 constexpr int kFirstGraphSlot = 3;
 constexpr size_t kGraphSlots = 8192;   // captured calls over the communicator's lifetime
 constexpr size_t kSignalBytes = (sizeof(detail::Signal) + 255) / 256 * 256;
+// The LL protocol's buffers hold messages up to kLLCapacityBytes; one-shot calls up to
+// kLLDefaultMaxBytes use it (custom_allreduce_kernels.cuh; the limit is measured: docs/comm.md).
+constexpr size_t kLLCapacityBytes = size_t{256} << 10;
+constexpr size_t kLLDefaultMaxBytes = size_t{64} << 10;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
@@ -82,6 +86,27 @@ std::string export_buffer(const void* ptr) {
 }
 
 using KernelFn = void (*)(KernelArgs);
+using LLKernelFn = void (*)(KernelArgs, detail::LLArgs);
+
+template <typename T>
+LLKernelFn ll_kernel_for(int world_size) {
+  switch (world_size) {
+    case 2: return detail::one_shot_ll_kernel<T, 2>;
+    case 4: return detail::one_shot_ll_kernel<T, 4>;
+    case 6: return detail::one_shot_ll_kernel<T, 6>;
+    case 8: return detail::one_shot_ll_kernel<T, 8>;
+  }
+  return nullptr;
+}
+
+LLKernelFn ll_kernel_for(int world_size, DType dtype) {
+  switch (dtype) {
+    case DType::F32: return ll_kernel_for<float>(world_size);
+    case DType::F16: return ll_kernel_for<__half>(world_size);
+    case DType::BF16: return ll_kernel_for<__nv_bfloat16>(world_size);
+    default: return nullptr;
+  }
+}
 using NormKernelFn = void (*)(KernelArgs, detail::NormArgs);
 
 template <typename T, int N>
@@ -149,6 +174,11 @@ struct CustomAllreduce::State {
 
   char* meta = nullptr;     // [Signal | tmp]
   char* staging = nullptr;  // 3 x max_bytes
+  char* ll = nullptr;       // LL receive buffers: [2][world_size][ll_sender_lines] 16-byte lines
+  size_t ll_max_bytes = 0;      // the LL buffers' capacity
+  size_t ll_use_max_bytes = 0;  // one-shot calls up to this size use LL
+  int64_t ll_sender_lines = 0;
+  detail::LLArgs ll_args{};
   RankPtrs* slots = nullptr;
   detail::PeerSignals signals{};
   detail::PeerTmps tmps{};
@@ -246,15 +276,26 @@ CustomAllreduce::CustomAllreduce(FileStore& store, int device, size_t max_bytes,
   SF_CUDA_CHECK(cudaMemset(s.meta, 0, kSignalBytes));
   SF_CUDA_CHECK(cudaMalloc(&s.staging, 3 * s.max_bytes));
   SF_CUDA_CHECK(cudaMalloc(&s.slots, (kFirstGraphSlot + kGraphSlots) * sizeof(RankPtrs)));
+  // LL lines carry 8 bytes of data in 16: two lines per 16-byte pack, zeroed (flag 0: no call).
+  s.ll_max_bytes = std::min(s.max_bytes, kLLCapacityBytes);
+  s.ll_use_max_bytes = std::min(s.ll_max_bytes, kLLDefaultMaxBytes);
+  s.ll_sender_lines = static_cast<int64_t>(2 * ((s.ll_max_bytes + 15) / 16));
+  const size_t ll_bytes = 2 * static_cast<size_t>(s.world_size) * static_cast<size_t>(s.ll_sender_lines) * 16;
+  SF_CUDA_CHECK(cudaMalloc(&s.ll, ll_bytes));
+  SF_CUDA_CHECK(cudaMemset(s.ll, 0, ll_bytes));
   SF_CUDA_CHECK(cudaDeviceSynchronize());
 
-  const std::vector<std::string> records = store.allgather("custom_ipc", export_buffer(s.meta) + export_buffer(s.staging));
+  const std::vector<std::string> records =
+      store.allgather("custom_ipc", export_buffer(s.meta) + export_buffer(s.staging) + export_buffer(s.ll));
   const size_t record_size = sizeof(ExportedBuffer);
   RankPtrs fixed[kFirstGraphSlot] = {};
+  s.ll_args.sender_lines = s.ll_sender_lines;
   for (int r = 0; r < s.world_size; ++r) {
-    SF_CHECK(records[r].size() == 2 * record_size, "custom allreduce: rank {} published malformed buffer records", r);
+    SF_CHECK(records[r].size() == 3 * record_size, "custom allreduce: rank {} published malformed buffer records", r);
     char* meta = r == s.rank ? s.meta : s.import_buffer(r, records[r].substr(0, record_size));
     char* staging = r == s.rank ? s.staging : s.import_buffer(r, records[r].substr(record_size, record_size));
+    char* ll = r == s.rank ? s.ll : s.import_buffer(r, records[r].substr(2 * record_size, record_size));
+    s.ll_args.recv[r] = reinterpret_cast<uint4*>(ll);
     s.signals.signal[r] = reinterpret_cast<detail::Signal*>(meta);
     s.tmps.tmp[r] = meta + kSignalBytes;
     for (int slot = 0; slot < kFirstGraphSlot; ++slot) fixed[slot].ptr[r] = staging + slot * s.max_bytes;
@@ -277,6 +318,7 @@ CustomAllreduce::~CustomAllreduce() {
     // A peer that died cannot read our memory any more; free it anyway.
   }
   cudaFree(s.slots);
+  cudaFree(s.ll);
   cudaFree(s.staging);
   cudaFree(s.meta);
 }
@@ -292,6 +334,15 @@ void CustomAllreduce::set_max_blocks(int max_blocks) {
   state_->max_blocks = max_blocks;
 }
 
+size_t CustomAllreduce::ll_max_bytes() const { return state_->ll_use_max_bytes; }
+size_t CustomAllreduce::ll_capacity_bytes() const { return state_->ll_max_bytes; }
+
+void CustomAllreduce::set_ll_max_bytes(size_t bytes) {
+  SF_CHECK(bytes <= state_->ll_max_bytes, "custom allreduce: LL up to {} bytes, its buffers hold {}", bytes,
+           state_->ll_max_bytes);
+  state_->ll_use_max_bytes = bytes;
+}
+
 void CustomAllreduce::allreduce(AllreduceAlgorithm algorithm, const void* in, void* out, size_t count, DType dtype,
                                 cudaStream_t stream, const void* residual) {
   State& s = *state_;
@@ -301,6 +352,15 @@ void CustomAllreduce::allreduce(AllreduceAlgorithm algorithm, const void* in, vo
   SF_CHECK(count > 0 && bytes <= s.max_bytes, "custom allreduce: {} bytes (1 to {})", bytes, s.max_bytes);
   const KernelFn kernel = kernel_for(algorithm, s.world_size, dtype);
   SF_CHECK(kernel != nullptr, "custom allreduce: no {} kernel for {} GPUs", algorithm_name(algorithm), s.world_size);
+  if (algorithm == AllreduceAlgorithm::OneShot && bytes <= s.ll_use_max_bytes) {
+    // Small one-shot calls push their input (LL protocol): nothing to stage or register.
+    detail::LLArgs ll = s.ll_args;
+    ll.in = in;
+    const KernelArgs args{nullptr, nullptr, s.signals, s.tmps, s.rank, false, out, residual, static_cast<int64_t>(count)};
+    ll_kernel_for(s.world_size, dtype)<<<detail::kLLBlocks, detail::kLLThreads, 0, stream>>>(args, ll);
+    SF_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
 
   bool end_barrier = false;
   const void* copy_from = nullptr;

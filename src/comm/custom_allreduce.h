@@ -46,6 +46,12 @@ class CustomAllreduce {
   int max_blocks() const;
   // For the benchmark's sweep; every rank must set the same value between the same calls.
   void set_max_blocks(int max_blocks);
+  // One-shot calls up to this many bytes use the LL protocol (pushed packs with flags, no
+  // barriers); set (for the benchmark's comparison) up to ll_capacity_bytes(), the same on every
+  // rank.
+  size_t ll_max_bytes() const;
+  size_t ll_capacity_bytes() const;
+  void set_ll_max_bytes(size_t bytes);
 
   // out = sum over ranks of `in` (+ `residual` when not null; tensor parallelism keeps it identical
   // on every rank, as two-shot adds it where each partition is reduced). `count` elements of F32,

@@ -47,6 +47,7 @@ constexpr int kNormPacksPerThread = 2;  // fused RMSNorm keeps a row in register
 struct Signal {
   uint32_t arrived[kMaxBlocks][kMaxRanks];
   uint32_t counter[kMaxBlocks];
+  uint32_t ll_calls[kMaxBlocks];  // the last flag block b used in an LL one-shot call
 };
 
 // One call's input pointers, in every rank's address space (device memory, read by the kernel so a
@@ -61,6 +62,13 @@ struct PeerSignals {
 
 struct PeerTmps {
   void* tmp[kMaxRanks];
+};
+
+// The LL one-shot's receive buffers, one per rank: [2 parities][N senders][2 * max packs] lines.
+struct LLArgs {
+  uint4* recv[kMaxRanks];
+  const void* in;           // this rank's input, read in place
+  int64_t sender_lines;     // lines per (parity, sender) region
 };
 
 struct KernelArgs {
@@ -359,6 +367,119 @@ __global__ void __launch_bounds__(kThreads, 1) one_shot_kernel(KernelArgs a) {
   }
   reduce_tail<T, N>(in, out, residual, packs * E, a.count);
   if (a.end_barrier) barrier_all<N, false>(a.signals, a.rank);
+}
+
+// ---- one-shot, LL protocol (small messages) ------------------------------------------------------
+// No barriers: every rank pushes each 16-byte pack of its input to every peer as two 16-byte lines
+// {data word, flag, data word, flag} (NCCL's LL format: a line's 8-byte halves land whole), and
+// reads its peers' packs from its own receive buffer once their flags show this call's value.
+// One NVLink write latency instead of three (start flag, remote reads, end flag), for twice the
+// bytes on the wire. The flag is block b's call count (ll_calls[b], never 0, the same on every
+// rank since they run the same calls); the grid is fixed (kLLBlocks), so pack i always belongs to
+// the same block and its flags and parities advance by one per call. Two parities of buffers: a
+// rank writes a parity again two calls later, when every peer has started the call in between,
+// so has finished reading the earlier one. Sums in rank order as the other kernels.
+
+constexpr int kLLBlocks = 16;
+constexpr int kLLThreads = 256;
+
+__device__ __forceinline__ void store_line(uint4* address, uint4 line) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(address), "r"(line.x), "r"(line.y),
+               "r"(line.z), "r"(line.w)
+               : "memory");
+}
+__device__ __forceinline__ uint4 load_line(const uint4* address) {
+  uint4 line;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(line.x), "=r"(line.y), "=r"(line.z), "=r"(line.w)
+               : "l"(address)
+               : "memory");
+  return line;
+}
+
+// The 16-byte pack `index` of `in` (elements past `count` are zero).
+template <typename T>
+__device__ __forceinline__ int4 load_pack_padded(const T* in, int64_t index, int64_t count, bool aligned) {
+  constexpr int E = Elem<T>::kPack;
+  if (aligned && (index + 1) * E <= count) return reinterpret_cast<const int4*>(in)[index];
+  float values[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) values[e] = index * E + e < count ? Elem<T>::load(in + index * E + e) : 0.0f;
+  return Elem<T>::pack(values);
+}
+
+__device__ __forceinline__ int4 wait_pack(const uint4* lines, uint32_t flag) {
+  const uint64_t start = global_time_ns();
+  while (true) {
+    const uint4 lo = load_line(lines), hi = load_line(lines + 1);
+    if (lo.y == flag && lo.w == flag && hi.y == flag && hi.w == flag)
+      return make_int4(static_cast<int>(lo.x), static_cast<int>(lo.z), static_cast<int>(hi.x), static_cast<int>(hi.z));
+    if (global_time_ns() - start > kHangNs) {
+      printf("splitflow custom allreduce (LL): block %d waited %llu s for a peer's pack with flag %u; trapping\n",
+             blockIdx.x, static_cast<unsigned long long>(kHangNs / 1000000000ull), flag);
+      __trap();
+    }
+  }
+}
+
+template <typename T, int N>
+__global__ void __launch_bounds__(kLLThreads) one_shot_ll_kernel(KernelArgs a, LLArgs ll) {
+  constexpr int E = Elem<T>::kPack;
+  // Every thread reads the block's last flag (its latency overlaps the first input loads below);
+  // thread 0 stores the new one once all have read it.
+  uint32_t* calls = &a.signals.signal[a.rank]->ll_calls[blockIdx.x];
+  uint32_t flag = *reinterpret_cast<volatile uint32_t*>(calls) + 1;
+  if (flag == 0) flag = 2;  // 0 is the zeroed buffers' flag; 2 keeps the parity alternating
+  const int64_t parity_lines = static_cast<int64_t>(N) * ll.sender_lines;
+  const int64_t region = (flag & 1u) * parity_lines + a.rank * ll.sender_lines;  // where peers keep ours
+  const T* in = static_cast<const T*>(ll.in);
+  T* out = static_cast<T*>(a.out);
+  const T* residual = static_cast<const T*>(a.residual);
+  const bool in_aligned = aligned16(in);
+  const bool vector_io = aligned16(out) && aligned16(residual);
+  const int64_t packs = (a.count + E - 1) / E;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  __syncthreads();
+  if (threadIdx.x == 0) *calls = flag;
+
+  for (int64_t i = first; i < packs; i += stride) {
+    const int4 mine = load_pack_padded<T>(in, i, a.count, in_aligned);
+    const uint4 lo = make_uint4(mine.x, flag, mine.y, flag), hi = make_uint4(mine.z, flag, mine.w, flag);
+#pragma unroll
+    for (int step = 1; step < N; ++step) {
+      uint4* lines = ll.recv[(a.rank + step) % N] + region + 2 * i;
+      store_line(lines, lo);
+      store_line(lines + 1, hi);
+    }
+  }
+  const uint4* received = ll.recv[a.rank] + (flag & 1u) * parity_lines;
+  for (int64_t i = first; i < packs; i += stride) {
+    int4 loaded[N];
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+      loaded[r] = r == a.rank ? load_pack_padded<T>(in, i, a.count, in_aligned)
+                              : wait_pack(received + r * ll.sender_lines + 2 * i, flag);
+    }
+    float acc[E];
+    Elem<T>::unpack(loaded[0], acc);
+#pragma unroll
+    for (int r = 1; r < N; ++r) {
+      float values[E];
+      Elem<T>::unpack(loaded[r], values);
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[e] += values[e];
+    }
+    if ((i + 1) * E <= a.count) {
+      add_residual_pack<T>(residual, i, vector_io, acc);
+      store_pack<T>(out, i, vector_io, acc);
+    } else {  // the last, partial pack
+      for (int64_t e = 0; i * E + e < a.count; ++e) {
+        const float sum = acc[e] + (residual != nullptr ? Elem<T>::load(residual + i * E + e) : 0.0f);
+        Elem<T>::store(out + i * E + e, sum);
+      }
+    }
+  }
 }
 
 // ---- two-shot ----------------------------------------------------------------------------------
