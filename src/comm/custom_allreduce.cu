@@ -25,10 +25,19 @@ constexpr int kGraphStagingSlot = 2;   // slot 2: the captured-call staging buff
 constexpr int kFirstGraphSlot = 3;
 constexpr size_t kGraphSlots = 8192;   // captured calls over the communicator's lifetime
 constexpr size_t kSignalBytes = (sizeof(detail::Signal) + 255) / 256 * 256;
-// The LL protocol's buffers hold messages up to kLLCapacityBytes; one-shot calls up to
-// kLLDefaultMaxBytes use it (custom_allreduce_kernels.cuh; the limit is measured: docs/comm.md).
+// The LL protocol's buffers hold messages up to kLLCapacityBytes.
 constexpr size_t kLLCapacityBytes = size_t{256} << 10;
-constexpr size_t kLLDefaultMaxBytes = size_t{64} << 10;
+
+// One-shot calls up to this size use LL (custom_allreduce_kernels.cuh). Measured over NVLink on
+// H200 (bench allreduce's protocol table, docs/comm.md): N = 2 LL wins to 64 KB (ties at 128 KB);
+// N = 4 it pushes three copies and wins only to 2 KB. N = 6 and 8 were not measured: no LL.
+size_t ll_default_max_bytes(int world_size) {
+  switch (world_size) {
+    case 2: return size_t{64} << 10;
+    case 4: return size_t{2} << 10;
+    default: return 0;
+  }
+}
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
@@ -278,7 +287,7 @@ CustomAllreduce::CustomAllreduce(FileStore& store, int device, size_t max_bytes,
   SF_CUDA_CHECK(cudaMalloc(&s.slots, (kFirstGraphSlot + kGraphSlots) * sizeof(RankPtrs)));
   // LL lines carry 8 bytes of data in 16: two lines per 16-byte pack, zeroed (flag 0: no call).
   s.ll_max_bytes = std::min(s.max_bytes, kLLCapacityBytes);
-  s.ll_use_max_bytes = std::min(s.ll_max_bytes, kLLDefaultMaxBytes);
+  s.ll_use_max_bytes = std::min(s.ll_max_bytes, ll_default_max_bytes(s.world_size));
   s.ll_sender_lines = static_cast<int64_t>(2 * ((s.ll_max_bytes + 15) / 16));
   const size_t ll_bytes = 2 * static_cast<size_t>(s.world_size) * static_cast<size_t>(s.ll_sender_lines) * 16;
   SF_CUDA_CHECK(cudaMalloc(&s.ll, ll_bytes));
