@@ -46,6 +46,7 @@ void check_throughput_options(const ThroughputOptions& options, const ModelSpec&
            options.kv_cache_gb);
   SF_CHECK(std::isfinite(options.swap_space_gb) && options.swap_space_gb >= 0, "--swap-space must not be negative, not {}",
            options.swap_space_gb);
+  SF_CHECK(options.swap_min_tokens >= 1, "--swap-min-tokens must be at least 1, not {}", options.swap_min_tokens);
   const int64_t total_len = static_cast<int64_t>(options.input_len) + options.output_len;
   SF_CHECK(total_len <= spec.max_position, "--input-len + --output-len = {} exceeds the model's context {}", total_len,
            spec.max_position);
@@ -94,8 +95,10 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
   config.num_blocks = static_cast<int32_t>(num_blocks);
   config.block_size = options.block_size;
   config.num_host_blocks = static_cast<int32_t>(num_host_blocks);
+  config.swap_min_tokens = options.swap_min_tokens;
   config.splitfuse = options.splitfuse;
   Engine engine(runner, model.tokenizer.get(), config);
+  const WarmupReport warmup = engine.warm_up();
 
   SamplingParams params;
   params.temperature = 0;
@@ -131,8 +134,7 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
   }
   const double elapsed = seconds_between(start, Clock::now());
 
-  // Saturation: pure decode steps (no prompt chunk, no preemption) at the largest batch seen. The
-  // first step of a batch size can record a CUDA graph, so it is left out when others follow.
+  // Saturation: pure decode steps (no prompt chunk, no preemption) at the largest batch seen.
   int32_t saturated_batch = 0;
   for (const StepRecord& s : steps) {
     if (s.prefill_tokens == 0 && s.preempted == 0) saturated_batch = std::max(saturated_batch, s.decode_tokens);
@@ -141,7 +143,6 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
   for (const StepRecord& s : steps) {
     if (s.prefill_tokens == 0 && s.preempted == 0 && s.decode_tokens == saturated_batch) saturated.push_back(&s);
   }
-  if (saturated.size() > 1) saturated.erase(saturated.begin());
   nlohmann::json saturation = nullptr;
   if (!saturated.empty() && saturated_batch > 0) {
     double time_sum = 0, kv_sum = 0, roofline_sum = 0;
@@ -197,6 +198,8 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
       {"weight_bytes", weight_bytes},
       {"kv_bytes_per_token", kv_bytes_per_token},
       {"runner_setup_s", setup_seconds},
+      {"warmup_s", warmup.seconds},
+      {"swap_min_tokens", options.swap_min_tokens},
       {"elapsed_s", elapsed},
       {"input_tokens", input_tokens},
       {"output_tokens", output_tokens},

@@ -3,11 +3,13 @@
 // so each produces exactly output_len tokens) and stepped until all finish. Reports output,
 // total-token and request throughput over the whole run, and the decode step at saturation (pure
 // decode steps at the largest batch seen) against its roofline: (weights + the KV bytes the step
-// reads) / the measured memory bandwidth.
+// reads) / the measured memory bandwidth. The engine warms up (Engine::warm_up) before the clock
+// starts, so no step pays for recording a decode graph.
 #pragma once
 
 #include "backend/backend.h"
 #include "engine/model_loader.h"
+#include "engine/scheduler.h"
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +26,7 @@ struct ThroughputOptions {
   bool splitfuse = true;            // false: prefill-first
   double kv_cache_gb = 0;           // 0: room for min(N, max_seqs) whole requests
   double swap_space_gb = 4;         // host memory for KV swapped out by preemption (0: recompute only)
+  int32_t swap_min_tokens = SchedulerConfig{}.swap_min_tokens;  // swap a victim whose recompute reruns >= this
   int32_t block_size = 16;
   uint64_t seed = 0;                // prompt token ids
 };

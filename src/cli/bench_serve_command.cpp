@@ -303,6 +303,9 @@ void register_bench_serving(CLI::App& bench) {
   throughput->add_option("--swap-space", t.options.swap_space_gb,
                          "host memory in GiB for KV swapped out by preemption (0: recompute only)")
       ->capture_default_str();
+  throughput->add_option("--swap-min-tokens", t.options.swap_min_tokens,
+                         "preempt by swap (not recompute) when the recompute would rerun at least this many tokens")
+      ->capture_default_str();
   throughput->add_option("--block-size", t.options.block_size, "tokens per KV block")->capture_default_str();
   throughput->add_option("--seed", t.options.seed, "prompt token ids")->capture_default_str();
   throughput->add_option("--results-dir", t.results_dir, "where the JSON result goes")->capture_default_str();

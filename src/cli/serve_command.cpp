@@ -1,6 +1,7 @@
 // `splitflow serve`: the OpenAI-compatible HTTP server (server/http_server.h) over the
 // continuous-batching engine. SIGINT / SIGTERM drain: new requests get 503, in-flight ones finish
-// (at most --drain-timeout seconds), then the process exits.
+// (at most --drain-timeout seconds), then the process exits. The engine warms up (decode graphs
+// recorded, kernels loaded: Engine::warm_up) before the port opens, unless --no-warmup.
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -33,9 +34,11 @@ struct ServeFlags {
   int num_blocks = 0;
   double kv_cache_gb = 0;
   double swap_space_gb = 4;
+  int swap_min_tokens = SchedulerConfig{}.swap_min_tokens;
   int block_size = 16;
   bool no_splitfuse = false;
   bool no_device_sampling = false;
+  bool no_warmup = false;
   std::string chat_template;
   std::string served_model_name;
   int max_queue = 1024;
@@ -69,6 +72,7 @@ void run_serve(const ServeFlags& flags) {
   SF_CHECK(flags.num_blocks == 0 || flags.kv_cache_gb == 0, "give --num-blocks or --kv-cache-gb, not both");
   SF_CHECK(std::isfinite(flags.swap_space_gb) && flags.swap_space_gb >= 0, "--swap-space must not be negative, not {}",
            flags.swap_space_gb);
+  SF_CHECK(flags.swap_min_tokens >= 1, "--swap-min-tokens must be at least 1, not {}", flags.swap_min_tokens);
   SF_CHECK(flags.max_queue >= 0, "--max-queue must not be negative, not {}", flags.max_queue);
   SF_CHECK(flags.max_model_len >= 0, "--max-model-len must not be negative, not {}", flags.max_model_len);
   SF_CHECK(flags.drain_timeout_s >= 0, "--drain-timeout must not be negative, not {}", flags.drain_timeout_s);
@@ -120,8 +124,11 @@ void run_serve(const ServeFlags& flags) {
   scheduler.num_blocks = static_cast<int32_t>(num_blocks);
   scheduler.block_size = flags.block_size;
   scheduler.num_host_blocks = static_cast<int32_t>(num_host_blocks);
+  scheduler.swap_min_tokens = flags.swap_min_tokens;
   scheduler.splitfuse = !flags.no_splitfuse;
   Engine engine(runner, model.tokenizer.get(), scheduler, EngineOptions{.device_sampling = !flags.no_device_sampling});
+  // Before the port opens: the first requests' TTFT must not pay for graph recording and plans.
+  if (!flags.no_warmup) engine.warm_up();
   AsyncEngine async_engine(engine, AsyncEngineConfig{flags.max_queue});
 
   HttpServerConfig http;
@@ -136,10 +143,11 @@ void run_serve(const ServeFlags& flags) {
 
   fmt::print(stderr,
              "splitflow serve: {} as '{}' on http://{}:{}\n  context {} tokens; KV cache {} blocks of {} tokens ({:.2f} "
-             "GiB), swap space {} blocks ({:.2f} GiB); batch {} tokens, {} sequences; {}; queue {} sequences; chat template: {}\n",
+             "GiB), swap space {} blocks ({:.2f} GiB, for victims of >= {} tokens); batch {} tokens, {} sequences; {}; queue {} sequences; chat template: {}\n",
              model.description, http.served_model_name, flags.host, port, max_model_len, num_blocks, flags.block_size,
              static_cast<double>(num_blocks * kv_bytes_per_block) / double(1 << 30), num_host_blocks,
-             static_cast<double>(num_host_blocks * kv_bytes_per_block) / double(1 << 30), flags.max_batch_tokens,
+             static_cast<double>(num_host_blocks * kv_bytes_per_block) / double(1 << 30), flags.swap_min_tokens,
+             flags.max_batch_tokens,
              flags.max_seqs, flags.no_splitfuse ? "prefill-first" : "Dynamic SplitFuse", flags.max_queue,
              has_chat ? "yes" : "none (/v1/chat/completions answers 400)");
 
@@ -176,9 +184,14 @@ void register_serve(CLI::App& app) {
   command->add_option("--swap-space", flags->swap_space_gb,
                       "host memory in GiB for KV swapped out by preemption (0: preemption by recompute only)")
       ->capture_default_str();
+  command->add_option("--swap-min-tokens", flags->swap_min_tokens,
+                      "preempt by swap (not recompute) when the recompute would rerun at least this many tokens")
+      ->capture_default_str();
   command->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
   command->add_flag("--no-splitfuse", flags->no_splitfuse, "prefill-first scheduling (decode pauses while prompts run)");
   command->add_flag("--no-device-sampling", flags->no_device_sampling, "sample every token on the host");
+  command->add_flag("--no-warmup", flags->no_warmup,
+                    "skip the start-up warm-up (decode graphs recorded, kernels loaded at the first requests instead)");
   command->add_option("--chat-template", flags->chat_template,
                       "chat template: a tokenizer_config.json, chat_template.json or .jinja file "
                       "(default: the model directory's)");

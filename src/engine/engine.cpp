@@ -92,6 +92,8 @@ Engine::Engine(ModelRunner& runner, const Tokenizer* tokenizer, SchedulerConfig 
 
 Engine::~Engine() = default;
 
+WarmupReport Engine::warm_up() { return runner_.warm_up(options_.device_sampling); }
+
 void Engine::check_request(std::span<const int32_t> prompt_ids, const SamplingParams& params, int32_t n) const {
   const int32_t vocab_size = runner_.spec().vocab_size;
   params.validate();

@@ -101,6 +101,9 @@ class Engine {
 
   // One forward over the scheduled batch; an empty step when nothing is pending.
   EngineStep step();
+  // ModelRunner::warm_up() for the steps this engine issues (with device sampling, the sampled
+  // decode recordings too). Call before the first request: no sequence or cache state changes.
+  WarmupReport warm_up();
 
   bool has_unfinished() const { return !requests_.empty(); }
   int32_t num_unfinished_requests() const { return static_cast<int32_t>(requests_.size()); }

@@ -3,7 +3,11 @@
 #include "core/error.h"
 #include "runtime/rope.h"
 
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 namespace splitflow {
@@ -229,7 +233,17 @@ int32_t decode_bucket(int64_t seqs, int32_t max_seqs) {
 
 }  // namespace
 
-int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const SamplingRow> sampling) {
+std::vector<int32_t> ModelRunner::decode_buckets() const {
+  const int32_t cap = std::min(limits_.max_seqs, limits_.max_batch_tokens);
+  std::vector<int32_t> buckets;
+  for (int32_t seqs = 1; seqs <= cap; ++seqs) {
+    const int32_t bucket = decode_bucket(seqs, cap);
+    if (buckets.empty() || buckets.back() != bucket) buckets.push_back(bucket);
+  }
+  return buckets;
+}
+
+int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const SamplingRow> sampling, bool write_kv) {
   const int64_t tokens = batch.num_tokens(), seqs = static_cast<int64_t>(batch.spans.size());
   const int32_t block_size = kv_config_.block_size;
   const int64_t cache_tokens = int64_t{kv_config_.num_blocks} * block_size;
@@ -290,7 +304,7 @@ int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const Samp
                spec_.vocab_size);
       token_ids[t] = token;
       positions[t] = position;
-      slot_ids[t] = span.block_table[position / block_size] * block_size + position % block_size;
+      slot_ids[t] = write_kv ? span.block_table[position / block_size] * block_size + position % block_size : -1;
       if (length_specific_rope) {
         fill_rope_row(freqs, position, step_rope_rows_.data() + step_rope_count_ * rotary_dim);
         rope_rows[t] = static_cast<int32_t>(static_rope_rows_ + step_rope_count_++);
@@ -441,6 +455,60 @@ void ModelRunner::replay_decode(int32_t bucket, bool sample) {
   }
   issue_layers(bucket);  // the backend cannot record: issue the same work eagerly
   issue_head(0, bucket, sample);
+}
+
+bool ModelRunner::issue_warmup_step(const ForwardBatch& batch, bool sample) {
+  const std::vector<SamplingRow> greedy(sample ? batch.spans.size() : 0);
+  const int32_t bucket = stage_batch(batch, greedy, /*write_kv=*/false);
+  const bool records = bucket > 0 && !decode_recordings_.contains({bucket, sample});
+  if (bucket > 0) {
+    replay_decode(bucket, sample);
+  } else {
+    issue_layers(batch.num_tokens());
+    const int64_t rows = static_cast<int64_t>(logit_rows_.size());
+    for (int64_t begin = 0; begin < rows; begin += logit_rows_capacity_)
+      issue_head(begin, std::min(logit_rows_capacity_, rows - begin), sample);
+  }
+  backend_.synchronize();
+  return records && decode_recordings_.at({bucket, sample}) != nullptr;
+}
+
+WarmupReport ModelRunner::warm_up(bool device_sampling) {
+  WarmupReport report;
+  if (!backend_.can_record()) {
+    spdlog::info("warm-up: nothing to prepare on the {} backend", backend_.name());
+    return report;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  // Decode: every bucket, each span one token at position 0 of block 0.
+  report.decode_buckets = decode_buckets();
+  for (const int32_t bucket : report.decode_buckets) {
+    ForwardBatch batch;
+    batch.token_ids.assign(bucket, 0);
+    batch.spans.assign(bucket, SequenceSpan{1, 0, {0}, true});
+    for (const bool sample : {false, true}) {
+      if (sample && !device_sampling) continue;
+      report.decode_recordings += issue_warmup_step(batch, sample) ? 1 : 0;
+    }
+  }
+  // Prefill-shaped: the longest span one step and the context allow, its block table all block 0.
+  const int64_t cache_tokens = int64_t{kv_config_.num_blocks} * kv_config_.block_size;
+  const int32_t tokens =
+      static_cast<int32_t>(std::min<int64_t>({limits_.max_batch_tokens, context_limit_, cache_tokens}));
+  const bool mixed = tokens >= 2 && limits_.max_seqs >= 2;
+  const int32_t long_span = mixed ? tokens - 1 : tokens;
+  const int32_t long_span_blocks = (long_span + kv_config_.block_size - 1) / kv_config_.block_size;
+  ForwardBatch prefill;
+  prefill.token_ids.assign(tokens, 0);
+  prefill.spans.push_back(SequenceSpan{long_span, 0, std::vector<int32_t>(long_span_blocks, 0), true});
+  if (mixed) prefill.spans.push_back(SequenceSpan{1, 0, {0}, true});
+  issue_warmup_step(prefill, false);
+  report.prefill_tokens = tokens;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  spdlog::info("warm-up: decode batch sizes {} ({} recordings), prefill-shaped step of {} tokens: {:.2f} s",
+               fmt::join(report.decode_buckets, ","), report.decode_recordings, report.prefill_tokens, report.seconds);
+  return report;
 }
 
 Tensor ModelRunner::forward(const ForwardBatch& batch) {

@@ -14,6 +14,10 @@
 // Host swap area (num_host_blocks > 0), for preemption by swapping: pinned host memory of
 // [num_host_blocks, num_layers, block_size, num_kv_heads, head_dim] each for K and V (a host
 // block holds one cache block of every layer). swap_blocks() runs the scheduler's copies.
+//
+// Warm-up: warm_up() pays, before the first request, the one-time costs a device backend charges
+// to the first step of each shape (recording a decode bucket, loading kernels, creating GEMM
+// plans), so they stay out of the first requests' latency.
 #pragma once
 
 #include "backend/backend.h"
@@ -46,6 +50,14 @@ struct RunnerLimits {
   bool record_decode = true;
 };
 
+// What warm_up() ran.
+struct WarmupReport {
+  std::vector<int32_t> decode_buckets;  // decode batch sizes run (every bucket the runner can use)
+  int32_t decode_recordings = 0;        // recordings made (bucket x with / without sampling)
+  int32_t prefill_tokens = 0;           // tokens of the prefill-shaped forward (0: none ran)
+  double seconds = 0;
+};
+
 class ModelRunner {
  public:
   // Checks every weight against the spec (presence, shape, dtype) and uploads it; the error names
@@ -67,6 +79,14 @@ class ModelRunner {
   // order with the forwards issued before and after it. Throws naming the copy whose block is
   // outside the cache or the host area.
   void swap_blocks(std::span<const BlockCopy> copies, CopyDirection direction);
+  // Runs, on dummy spans, the decode step of every bucket (recording it when record_decode; with
+  // and without sampling when `device_sampling`, else without) and one prefill-shaped forward of
+  // min(max_batch_tokens, context) tokens in a long span and, with max_seqs >= 2, a one-token
+  // span (the SplitFuse mix). Dummy tokens write no KV (slot -1) and read block 0: no cache
+  // content and no later output changes. On a backend that cannot record (CPU: nothing to record,
+  // no plans, no lazy kernel loading) it runs nothing and returns an empty report. Logs the
+  // duration (spdlog::info).
+  WarmupReport warm_up(bool device_sampling = true);
 
   const ModelSpec& spec() const { return spec_; }
   const LayerPlan& plan() const { return plan_; }
@@ -88,7 +108,14 @@ class ModelRunner {
   void allocate_step_buffers();
   // Validates the batch, fills the pinned staging buffer and copies it to the device in one go.
   // Returns the decode bucket (spans padded to it) when the step can replay a recording, else 0.
-  int32_t stage_batch(const ForwardBatch& batch, std::span<const SamplingRow> sampling);
+  // write_kv false: every token gets slot -1 (warm-up's dummy spans).
+  int32_t stage_batch(const ForwardBatch& batch, std::span<const SamplingRow> sampling, bool write_kv = true);
+  // Decode buckets up to min(max_seqs, max_batch_tokens), ascending.
+  std::vector<int32_t> decode_buckets() const;
+  // One warm-up step over dummy spans: staged without KV writes, issued like forward() /
+  // forward_sample(), then synchronized (the next step rewrites the staging area). Returns
+  // whether it made a recording.
+  bool issue_warmup_step(const ForwardBatch& batch, bool sample);
   // Embedding and every layer over the first `tokens` rows.
   void issue_layers(int64_t tokens);
   // Final norm, lm_head (and sampling) of logits rows [begin, begin + count).

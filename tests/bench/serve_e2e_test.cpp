@@ -65,10 +65,11 @@ std::string only_file(const std::string& dir, const std::string& extension) {
 
 #ifdef SPLITFLOW_HAS_HTTPLIB  // without cpp-httplib there is no `splitflow serve` and no client
 
-// `splitflow serve` on stories260K-hf at a free port, stopped (SIGTERM, drained) at destruction.
+// `splitflow serve` on stories260K-hf at a free port (with extra_args after the usual ones),
+// stopped (SIGTERM, drained) at destruction.
 class ServerProcess {
  public:
-  ServerProcess() {
+  explicit ServerProcess(const std::vector<std::string>& extra_args = {}) {
     int fds[2];
     if (::pipe(fds) != 0) return;
     posix_spawn_file_actions_t actions;
@@ -79,6 +80,7 @@ class ServerProcess {
     const std::string model = shared_path("models/stories260K-hf");
     std::vector<std::string> args = {binary, "serve", "--model", model, "--port", "0", "--threads", "1",
                                      "--max-seqs", "8", "--max-batch-tokens", "128", "--served-model-name", "stories"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -272,6 +274,23 @@ TEST_F(BenchServeEndToEnd, AModelTheServerLacksFailsEveryRequestWithItsError) {
   EXPECT_FALSE(result["runs"][0]["summary"]["meets_slo"].get<bool>());
 }
 
+// --no-warmup and --swap-min-tokens are taken; a --swap-min-tokens below 1 is refused by name
+// before the model loads.
+TEST(ServeCommand, WarmupAndSwapMinTokensFlags) {
+  {
+    const ServerProcess server({"--no-warmup", "--swap-min-tokens", "16"});
+    EXPECT_FALSE(server.url().empty()) << "splitflow serve did not start:\n" << server.log();
+  }
+  for (const char* value : {"0", "-3"}) {
+    const CommandResult run = run_splitflow("serve --model " + shared_path("models/stories260K-hf") +
+                                            " --port 0 --threads 1 --swap-min-tokens " + value);
+    EXPECT_NE(run.status, 0) << value;
+    EXPECT_NE(run.output.find(std::string("--swap-min-tokens must be at least 1, not ") + value), std::string::npos)
+        << run.output;
+    EXPECT_EQ(run.output.find("on http://"), std::string::npos) << "the server started:\n" << run.output;
+  }
+}
+
 TEST(BenchServeCommand, BadInputFailsBeforeAnyRequestWithAClearMessage) {
   const std::pair<std::string, std::string> cases[] = {
       {"--url http://127.0.0.1:1 --rate 2 --num-requests 3 --input-len 8 --output-len 4",
@@ -309,6 +328,8 @@ TEST(BenchThroughputCommand, EightRequestsOnStories260K) {
     EXPECT_TRUE(result.contains(key)) << key;
   }
   EXPECT_EQ(result["backend"], "cpu");
+  EXPECT_EQ(result["warmup_s"], 0.0);  // the CPU backend has nothing to warm up
+  EXPECT_EQ(result["swap_min_tokens"], 256);
   EXPECT_EQ(result["output_tokens"], 8 * 16);
   EXPECT_EQ(result["expected_output_tokens"], 8 * 16);
   EXPECT_EQ(result["input_tokens"], 8 * 32);
@@ -356,24 +377,31 @@ TEST(BenchThroughputCommand, BadOptionsAreNamed) {
   run = run_splitflow("bench throughput --swap-space -1" + model);
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.output.find("--swap-space must not be negative"), std::string::npos) << run.output;
+  run = run_splitflow("bench throughput --swap-min-tokens 0" + model);
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.output.find("--swap-min-tokens must be at least 1, not 0"), std::string::npos) << run.output;
 }
 
 // 16 requests of 300 + 200 tokens in 78 blocks: victims mostly hold more than 256 computed
-// tokens, so with swap space they are swapped, without it recomputed; every request still gets
-// its tokens.
+// tokens, so with swap space they are swapped, without it (or with --swap-min-tokens past any
+// sequence's 500 tokens) recomputed; every request still gets its tokens.
 TEST(BenchThroughputCommand, SwapSpaceTurnsPreemptionsIntoSwaps) {
-  for (const char* swap_space : {"4", "0"}) {
-    SCOPED_TRACE(swap_space);
-    const std::string dir = fresh_dir(std::string("bench_throughput_swap") + swap_space);
+  const std::pair<std::string, bool> cases[] = {
+      {"--swap-space 4", true}, {"--swap-space 0", false}, {"--swap-space 4 --swap-min-tokens 501", false}};
+  int run_index = 0;
+  for (const auto& [flags, swaps] : cases) {
+    SCOPED_TRACE(flags);
+    const std::string dir = fresh_dir("bench_throughput_swap" + std::to_string(run_index++));
     const CommandResult run = run_splitflow(
         "bench throughput --model " + shared_path("models/stories260K-hf") +
         " --num-requests 16 --input-len 300 --output-len 200 --max-seqs 8 --max-batch-tokens 256 --kv-cache-gb 0.0015"
-        " --threads 1 --swap-space " + swap_space + " --results-dir " + dir);
+        " --threads 1 " + flags + " --results-dir " + dir);
     ASSERT_EQ(run.status, 0) << run.output;
     const json result = json::parse(read_file(only_file(dir, ".json")));
     EXPECT_EQ(result["output_tokens"], 16 * 200);
     EXPECT_GT(result["preemptions"].get<int64_t>(), 0);
-    if (std::string(swap_space) == "0") {
+    EXPECT_EQ(result["swap_min_tokens"], flags.find("--swap-min-tokens") == std::string::npos ? 256 : 501);
+    if (!swaps) {
       EXPECT_EQ(result["swap_outs"], 0);
     } else {
       EXPECT_GT(result["swap_outs"].get<int64_t>(), 0);
