@@ -58,10 +58,6 @@ std::string LayerPlan::describe() const {
     }
     out += ": ";
     out += slot_name(step.input);
-    if (step.delta != Slot::None) {
-      out += " += ";
-      out += slot_name(step.delta);
-    }
     if (step.output != Slot::None && step.output != step.input) {
       out += step.accumulate ? " ->+ " : " -> ";
       out += slot_name(step.output);
@@ -84,27 +80,25 @@ LayerPlan build_layer_plan(const ModelSpec& spec) {
 
   LayerPlan plan;
   std::vector<PlanStep>& steps = plan.steps;
-  steps.push_back({StepKind::Norm, Slot::Hidden, Slot::AttnIn, Slot::None, LayerWeight::AttnNorm, norm_bias});
+  steps.push_back({StepKind::Norm, Slot::Hidden, Slot::AttnIn, LayerWeight::AttnNorm, norm_bias});
   if (spec.parallel_residual && !spec.shared_layer_norm)
-    steps.push_back({StepKind::Norm, Slot::Hidden, Slot::MlpIn, Slot::None, LayerWeight::FfnNorm, norm_bias});
+    steps.push_back({StepKind::Norm, Slot::Hidden, Slot::MlpIn, LayerWeight::FfnNorm, norm_bias});
 
-  steps.push_back({StepKind::Linear, Slot::AttnIn, Slot::Qkv, Slot::None, LayerWeight::Qkv, qkv_bias});
+  steps.push_back({StepKind::Linear, Slot::AttnIn, Slot::Qkv, LayerWeight::Qkv, qkv_bias});
   steps.push_back({spec.position == PositionType::Rope ? StepKind::RopeWriteKv : StepKind::WriteKv, Slot::Qkv});
   steps.push_back({StepKind::Attention, Slot::Qkv, Slot::AttnOut});
   // With a parallel residual both norms were taken before this add, as the architecture wants.
-  steps.push_back(
-      {StepKind::Linear, Slot::AttnOut, Slot::Hidden, Slot::None, LayerWeight::Output, attention.o_bias, true});
+  steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::Hidden, LayerWeight::Output, attention.o_bias, true});
 
   Slot mlp_in = Slot::MlpIn;
   if (!spec.parallel_residual)
-    steps.push_back({StepKind::Norm, Slot::Hidden, Slot::MlpIn, Slot::None, LayerWeight::FfnNorm, norm_bias});
+    steps.push_back({StepKind::Norm, Slot::Hidden, Slot::MlpIn, LayerWeight::FfnNorm, norm_bias});
   else if (spec.shared_layer_norm)
     mlp_in = Slot::AttnIn;
-  PlanStep up{StepKind::LinearActivation, mlp_in, Slot::MlpAct, Slot::None, LayerWeight::GateUp, spec.mlp.up_bias};
+  PlanStep up{StepKind::LinearActivation, mlp_in, Slot::MlpAct, LayerWeight::GateUp, spec.mlp.up_bias};
   up.product = Slot::MlpUp;
   steps.push_back(up);
-  steps.push_back(
-      {StepKind::Linear, Slot::MlpAct, Slot::Hidden, Slot::None, LayerWeight::Down, spec.mlp.down_bias, true});
+  steps.push_back({StepKind::Linear, Slot::MlpAct, Slot::Hidden, LayerWeight::Down, spec.mlp.down_bias, true});
   return plan;
 }
 

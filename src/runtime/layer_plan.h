@@ -35,7 +35,7 @@ enum class Slot : uint8_t {
 enum class LayerWeight : uint8_t { None, AttnNorm, FfnNorm, Qkv, Output, GateUp, Down };
 
 enum class StepKind : uint8_t {
-  Norm,        // output = norm(input) with weight; when delta != None, input += delta first
+  Norm,        // output = norm(input) with weight
   Linear,      // output = input W^T (+ bias); with accumulate, output += input W^T (+ bias)
   RopeWriteKv, // rotate the q and k heads of input in place, then store its k and v heads in the cache
   WriteKv,     // store input's k and v heads in this layer's paged cache (no RoPE)
@@ -47,7 +47,6 @@ struct PlanStep {
   StepKind kind;
   Slot input = Slot::None;
   Slot output = Slot::None;
-  Slot delta = Slot::None;
   LayerWeight weight = LayerWeight::None;
   bool bias = false;  // the weight has a bias (LayerNorm bias, projection bias)
   bool accumulate = false;  // Linear: add the product to the output (the residual add)

@@ -393,7 +393,7 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
     switch (step.kind) {
       case StepKind::Norm: {
         const auto [w, b] = layer_weight(weights, step.weight);
-        backend_.add_norm(input, slot_rows(step.delta, tokens), w->view(), b->view(), norm_params_, output);
+        backend_.add_norm(input, {}, w->view(), b->view(), norm_params_, output);
         break;
       }
       case StepKind::Linear: {
