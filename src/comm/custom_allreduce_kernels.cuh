@@ -241,12 +241,10 @@ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_c
 
 // acc = sum over ranks (in order) of pack `index` of every rank's input. All N loads are issued
 // before the first add.
+// acc = the ranks' packs summed in rank order.
 template <typename T, int N>
-__device__ __forceinline__ void reduce_pack(const RankPtrs& in, int64_t index, float* acc) {
+__device__ __forceinline__ void sum_packs(const int4 (&loaded)[N], float* acc) {
   constexpr int E = Elem<T>::kPack;
-  int4 loaded[N];
-#pragma unroll
-  for (int r = 0; r < N; ++r) loaded[r] = static_cast<const int4*>(in.ptr[r])[index];
   Elem<T>::unpack(loaded[0], acc);
 #pragma unroll
   for (int r = 1; r < N; ++r) {
@@ -255,6 +253,14 @@ __device__ __forceinline__ void reduce_pack(const RankPtrs& in, int64_t index, f
 #pragma unroll
     for (int e = 0; e < E; ++e) acc[e] += values[e];
   }
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void reduce_pack(const RankPtrs& in, int64_t index, float* acc) {
+  int4 loaded[N];
+#pragma unroll
+  for (int r = 0; r < N; ++r) loaded[r] = static_cast<const int4*>(in.ptr[r])[index];
+  sum_packs<T, N>(loaded, acc);
 }
 
 // Adds pack `index` of `residual` (may be null) to acc; `vector_io` says whether it is 16-byte aligned.
@@ -462,14 +468,7 @@ __global__ void __launch_bounds__(kLLThreads) one_shot_ll_kernel(KernelArgs a, L
                               : wait_pack(received + r * ll.sender_lines + 2 * i, flag);
     }
     float acc[E];
-    Elem<T>::unpack(loaded[0], acc);
-#pragma unroll
-    for (int r = 1; r < N; ++r) {
-      float values[E];
-      Elem<T>::unpack(loaded[r], values);
-#pragma unroll
-      for (int e = 0; e < E; ++e) acc[e] += values[e];
-    }
+    sum_packs<T, N>(loaded, acc);
     if ((i + 1) * E <= a.count) {
       add_residual_pack<T>(residual, i, vector_io, acc);
       store_pack<T>(out, i, vector_io, acc);

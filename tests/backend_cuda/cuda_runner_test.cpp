@@ -1,88 +1,41 @@
 // ModelRunner on the CUDA backend: recorded decode steps (CUDA graphs, spans padded to a bucket)
 // against the same steps issued eagerly, across batch sizes, contexts and replays; greedy
 // forward_sample against the argmax of forward(). Skips without a GPU.
-#include "backend_cuda/cuda_test_util.h"
-
-#include "runtime/model_runner.h"
-#include "runtime/runner_test_util.h"
-
-#include <algorithm>
+#include "backend_cuda/cuda_runner_util.h"
 
 using namespace splitflow;
 using namespace splitflow::test;
 
 namespace {
 
-ModelSpec decode_spec() {
-  ModelSpec spec = tiny_spec();
-  spec.hidden_size = 256;
-  spec.attention.num_heads = 4;
-  spec.attention.num_kv_heads = 2;
-  spec.attention.head_dim = 64;
-  spec.mlp.intermediate_size = 512;
-  spec.vocab_size = 1000;
-  spec.max_position = 1024;
-  return spec;
-}
-
-int64_t argmax_row(const Tensor& logits, int64_t row) {
-  const float* r = logits.as<float>() + row * logits.dim(1);
-  return std::max_element(r, r + logits.dim(1)) - r;
-}
-
 TEST(CudaRunner, RecordedDecodeMatchesEagerDecode) {
   SF_REQUIRE_GPU();
   auto backend = make_test_cuda_backend();
-  const ModelSpec spec = decode_spec();
+  const ModelSpec spec = decode_runner_spec();
   const ModelWeights weights = random_weights(spec, DType::BF16, 11);
-  constexpr int kSeqs = 5, kBlocksPerSeq = 8, kBlockSize = 16;
-  const KvCacheConfig kv{kSeqs * kBlocksPerSeq, kBlockSize};
+  const KvCacheConfig kv = DecodingSequences::kv_config();
   ModelRunner eager(spec, weights, *backend, kv, {128, 8, false});
   ModelRunner recorded(spec, weights, *backend, kv, {128, 8, true});
+  DecodingSequences seqs;
+  seqs.prefill(eager, {&recorded}, 12);
 
-  std::mt19937_64 rng(12);
-  std::vector<std::vector<int32_t>> tables(kSeqs);
-  std::vector<int32_t> lengths = {3, 17, 40, 1, 64};
-  std::vector<int32_t> next(kSeqs);
-  for (int s = 0; s < kSeqs; ++s) {
-    tables[s] = iota_blocks(kBlocksPerSeq, s * kBlocksPerSeq);
-    const std::vector<int32_t> prompt = random_tokens(rng, lengths[s], spec.vocab_size);
-    const Tensor a = eager.forward(single_span(prompt, 0, lengths[s], tables[s], LogitsMode::Last));
-    const Tensor b = recorded.forward(single_span(prompt, 0, lengths[s], tables[s], LogitsMode::Last));
-    next[s] = static_cast<int32_t>(argmax_row(a, 0));
-  }
   // Batches of 5 (bucket 8), 3 (bucket 4), 1, 2 sequences; each size replays several times.
   int mismatched_top1 = 0, rows = 0;
   for (int active : {5, 5, 3, 3, 3, 1, 1, 2, 5}) {
-    ForwardBatch batch;
-    for (int s = 0; s < active; ++s) {
-      batch.token_ids.push_back(next[s]);
-      batch.spans.push_back({1, lengths[s], tables[s], true});
-    }
+    const ForwardBatch batch = seqs.decode_batch(active);
     const Tensor a = eager.forward(batch);
     const Tensor b = recorded.forward(batch);
     ASSERT_EQ(b.shape, a.shape);
     std::vector<double> reference(a.as<float>(), a.as<float>() + a.numel());
     std::vector<float> got(b.as<float>(), b.as<float>() + b.numel());
     EXPECT_LE(relative_error(got, reference), 2e-3) << active << " sequences";
-    for (int s = 0; s < active; ++s) {
-      mismatched_top1 += argmax_row(a, s) != argmax_row(b, s);
-      ++rows;
-      next[s] = static_cast<int32_t>(argmax_row(a, s));
-      ++lengths[s];
-    }
+    for (int s = 0; s < active; ++s, ++rows) mismatched_top1 += argmax_row(a, s) != argmax_row(b, s);
+    seqs.advance(a, active);
   }
   EXPECT_LE(mismatched_top1, 1) << "of " << rows << " rows";
 
   // Greedy sampling on the device, recorded with the sampler, picks forward()'s argmax.
-  ForwardBatch batch;
-  for (int s = 0; s < 3; ++s) {
-    batch.token_ids.push_back(next[s]);
-    batch.spans.push_back({1, lengths[s], tables[s], true});
-  }
-  const Tensor logits = recorded.forward(batch);
-  const std::vector<int32_t> sampled = recorded.forward_sample(batch, std::vector<SamplingRow>(3));
-  for (int s = 0; s < 3; ++s) EXPECT_EQ(sampled[s], argmax_row(logits, s)) << "sequence " << s;
+  expect_greedy_sampling_is_argmax(recorded, seqs);
 }
 
 }  // namespace
