@@ -85,10 +85,6 @@ struct BlockCopy {
 
 enum class CopyDirection : int8_t { DeviceToHost, HostToDevice };
 
-// The checks every backend's copy_blocks() makes (shapes, dtypes, block indices); returns the
-// bytes of one block of one layer. `backend` prefixes the messages.
-size_t checked_block_copy_bytes(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
-                                const char* backend);
 
 struct NormParams {
   NormType type = NormType::RMSNorm;

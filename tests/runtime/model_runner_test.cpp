@@ -219,7 +219,9 @@ TEST(ModelRunner, ForwardSampleGreedyIsArgmaxOfForward) {
   ASSERT_EQ(sampled.size(), 40u);
   for (int t = 0; t < 40; ++t) {
     const float* row = logits.as<float>() + t * spec.vocab_size;
-    if (t != 7) EXPECT_EQ(sampled[t], std::max_element(row, row + spec.vocab_size) - row) << "row " << t;
+    if (t != 7) {
+      EXPECT_EQ(sampled[t], std::max_element(row, row + spec.vocab_size) - row) << "row " << t;
+    }
   }
   EXPECT_GE(sampled[7], 0);
   EXPECT_LT(sampled[7], spec.vocab_size);

@@ -3,6 +3,7 @@
 // once, each block's keys transposed so scores vectorise over keys, with an online softmax
 // (running max and sum per query row, the accumulator rescaled when the max grows); no score
 // matrix is built.
+#include "backend/argument_checks.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd.h"
 #include "core/error.h"
@@ -72,28 +73,10 @@ void block_scores(const float* q, float scale, const float* keys_t, int64_t padd
 
 void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                            const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
+  const int64_t seqs = check_attention_args("cpu", DType::F32, qkv, k_cache, v_cache, batch, params, out);
   const int heads = params.num_heads, kv_heads = params.num_kv_heads, head_dim = params.head_dim;
-  SF_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && head_dim > 0 && params.block_size > 0,
-           "cpu attention: heads {}, kv_heads {}, head_dim {}, block_size {} are not a valid configuration", heads,
-           kv_heads, head_dim, params.block_size);
-  SF_CHECK(qkv.dtype == DType::F32 && k_cache.dtype == DType::F32 && v_cache.dtype == DType::F32 &&
-               out.dtype == DType::F32,
-           "cpu attention: qkv, caches and out must be f32");
   const int64_t q_dim = int64_t{heads} * head_dim, kv_dim = int64_t{kv_heads} * head_dim;
   const int64_t width = q_dim + 2 * kv_dim, tokens = qkv.dim(0);
-  SF_CHECK(qkv.shape == Shape({tokens, width}), "cpu attention: qkv has shape {}, expected [{}, {}]",
-           shape_str(qkv.shape), tokens, width);
-  SF_CHECK(out.shape == Shape({tokens, q_dim}), "cpu attention: out has shape {}, expected [{}, {}]",
-           shape_str(out.shape), tokens, q_dim);
-  SF_CHECK(k_cache.shape.size() == 4 && k_cache.dim(1) == params.block_size && k_cache.dim(2) == kv_heads &&
-               k_cache.dim(3) == head_dim && v_cache.shape == k_cache.shape,
-           "cpu attention: caches have shapes {} and {}, expected [blocks, {}, {}, {}]", shape_str(k_cache.shape),
-           shape_str(v_cache.shape), params.block_size, kv_heads, head_dim);
-  const int64_t seqs = batch.context_lens.numel();
-  SF_CHECK(batch.query_start.numel() == seqs + 1 && batch.block_tables.shape.size() == 2 &&
-               batch.block_tables.dim(0) == seqs,
-           "cpu attention: query_start {}, context_lens {} and block_tables {} disagree on the sequence count",
-           shape_str(batch.query_start.shape), shape_str(batch.context_lens.shape), shape_str(batch.block_tables.shape));
   const int32_t* query_start = batch.query_start.as<int32_t>();
   const int32_t* context_lens = batch.context_lens.as<int32_t>();
   const int32_t* block_tables = batch.block_tables.as<int32_t>();

@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include "backend/argument_checks.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/simd.h"
 #include "core/error.h"
@@ -280,17 +281,9 @@ void CpuBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Devi
 
 void CpuBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
                       const RopeParams& params) {
-  check_f32(qkv, "rope", "qkv");
-  check_f32(cos_sin, "rope", "cos_sin");
-  check_i32(table_rows, "rope", "table_rows");
+  check_rope_args("cpu", DType::F32, qkv, cos_sin, table_rows, params);
   const int half = params.rotary_dim / 2, head_dim = params.head_dim;
-  SF_CHECK(params.rotary_dim % 2 == 0 && params.rotary_dim > 0 && params.rotary_dim <= head_dim,
-           "cpu rope: rotary_dim {} must be even and in (0, head_dim {}]", params.rotary_dim, head_dim);
   const int64_t tokens = qkv.dim(0), width = (params.num_heads + 2 * params.num_kv_heads) * int64_t{head_dim};
-  check_shape(qkv, {tokens, width}, "rope", "qkv");
-  check_shape(table_rows, {tokens}, "rope", "table_rows");
-  SF_CHECK(cos_sin.shape.size() == 3 && cos_sin.dim(1) == 2 && cos_sin.dim(2) == half,
-           "cpu rope: cos_sin has shape {}, expected [rows, 2, {}]", shape_str(cos_sin.shape), half);
   const int32_t* rows = table_rows.as<int32_t>();
   for (int64_t t = 0; t < tokens; ++t)
     SF_CHECK(rows[t] >= 0 && rows[t] < cos_sin.dim(0), "cpu rope: table row {} of token {} is outside [0, {})", rows[t],
@@ -321,20 +314,10 @@ void CpuBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, cons
 
 void CpuBackend::write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
                           const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
-  check_f32(qkv, "write_kv", "qkv");
-  check_i32(slots, "write_kv", "slots");
-  check_f32(k_cache, "write_kv", "k_cache");
-  check_f32(v_cache, "write_kv", "v_cache");
+  check_write_kv_args("cpu", DType::F32, qkv, slots, params, k_cache, v_cache);
   const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
   const int64_t q_dim = int64_t{params.num_heads} * params.head_dim;
   const int64_t tokens = qkv.dim(0), width = q_dim + 2 * kv_dim;
-  check_shape(qkv, {tokens, width}, "write_kv", "qkv");
-  check_shape(slots, {tokens}, "write_kv", "slots");
-  SF_CHECK(k_cache.shape.size() == 4 && k_cache.dim(1) == params.block_size && k_cache.dim(2) == params.num_kv_heads &&
-               k_cache.dim(3) == params.head_dim,
-           "cpu write_kv: k_cache has shape {}, expected [blocks, {}, {}, {}]", shape_str(k_cache.shape),
-           params.block_size, params.num_kv_heads, params.head_dim);
-  check_shape(v_cache, k_cache.shape, "write_kv", "v_cache");
   const int64_t capacity = k_cache.dim(0) * params.block_size;
   for (int64_t t = 0; t < tokens; ++t) {
     const int32_t slot = slots.as<int32_t>()[t];

@@ -1,6 +1,7 @@
 // backend/cuda/cuda_backend.cpp — CudaBackend: checks, memory, cuBLASLt GEMMs; kernels in kernels.cu.
 #include "backend/cuda/cuda_backend.h"
 
+#include "backend/argument_checks.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
 
@@ -52,38 +53,6 @@ int common_alignment(std::initializer_list<const void*> pointers) {
   for (const void* p : pointers)
     while (reinterpret_cast<uintptr_t>(p) % alignment != 0) alignment /= 2;
   return alignment;
-}
-
-void check_rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
-                const RopeParams& params) {
-  check_dtype(qkv, DType::BF16, "rope", "qkv");
-  check_dtype(cos_sin, DType::F32, "rope", "cos_sin");
-  check_dtype(table_rows, DType::I32, "rope", "table_rows");
-  const int half = params.rotary_dim / 2, head_dim = params.head_dim;
-  SF_CHECK(params.rotary_dim % 2 == 0 && params.rotary_dim > 0 && params.rotary_dim <= head_dim,
-           "cuda rope: rotary_dim {} must be even and in (0, head_dim {}]", params.rotary_dim, head_dim);
-  const int64_t tokens = qkv.dim(0), width = (params.num_heads + 2 * params.num_kv_heads) * int64_t{head_dim};
-  check_shape(qkv, {tokens, width}, "rope", "qkv");
-  check_shape(table_rows, {tokens}, "rope", "table_rows");
-  SF_CHECK(cos_sin.shape.size() == 3 && cos_sin.dim(1) == 2 && cos_sin.dim(2) == half,
-           "cuda rope: cos_sin has shape {}, expected [rows, 2, {}]", shape_str(cos_sin.shape), half);
-}
-
-void check_write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
-                    const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
-  check_dtype(qkv, DType::BF16, "write_kv", "qkv");
-  check_dtype(slots, DType::I32, "write_kv", "slots");
-  check_dtype(k_cache, DType::BF16, "write_kv", "k_cache");
-  check_dtype(v_cache, DType::BF16, "write_kv", "v_cache");
-  const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
-  const int64_t tokens = qkv.dim(0), width = int64_t{params.num_heads} * params.head_dim + 2 * kv_dim;
-  check_shape(qkv, {tokens, width}, "write_kv", "qkv");
-  check_shape(slots, {tokens}, "write_kv", "slots");
-  SF_CHECK(k_cache.shape.size() == 4 && k_cache.dim(1) == params.block_size && k_cache.dim(2) == params.num_kv_heads &&
-               k_cache.dim(3) == params.head_dim,
-           "cuda write_kv: k_cache has shape {}, expected [blocks, {}, {}, {}]", shape_str(k_cache.shape),
-           params.block_size, params.num_kv_heads, params.head_dim);
-  check_shape(v_cache, k_cache.shape, "write_kv", "v_cache");
 }
 
 }  // namespace
@@ -378,7 +347,7 @@ void CudaBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Dev
 
 void CudaBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
                        const RopeParams& params) {
-  check_rope(qkv, cos_sin, table_rows, params);
+  check_rope_args("cuda", DType::BF16, qkv, cos_sin, table_rows, params);
   SF_CUDA_CHECK(launch_rope(bf16_ptr(qkv), cos_sin.as<float>(), table_rows.as<int32_t>(), qkv.dim(0), params.num_heads,
                             params.num_kv_heads, params.head_dim, params.rotary_dim,
                             params.style == RopeStyle::Interleaved, stream_),
@@ -387,7 +356,7 @@ void CudaBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, con
 
 void CudaBackend::write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
                            const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
-  check_write_kv(qkv, slots, params, k_cache, v_cache);
+  check_write_kv_args("cuda", DType::BF16, qkv, slots, params, k_cache, v_cache);
   SF_CUDA_CHECK(launch_write_kv(bf16_ptr(qkv), slots.as<int32_t>(), bf16_ptr(k_cache), bf16_ptr(v_cache), qkv.dim(0),
                                 params.num_heads, params.num_kv_heads, params.head_dim,
                                 k_cache.dim(0) * params.block_size, stream_),
@@ -405,8 +374,8 @@ void CudaBackend::rope_write_kv(const DeviceTensor& qkv, const DeviceTensor& cos
            rope_params.num_heads, rope_params.num_kv_heads, rope_params.head_dim, attention_params.num_heads,
            attention_params.num_kv_heads, attention_params.head_dim);
   // The separate kernels' checks, in their order, without launching them.
-  check_rope(qkv, cos_sin, table_rows, rope_params);
-  check_write_kv(qkv, slots, attention_params, k_cache, v_cache);
+  check_rope_args("cuda", DType::BF16, qkv, cos_sin, table_rows, rope_params);
+  check_write_kv_args("cuda", DType::BF16, qkv, slots, attention_params, k_cache, v_cache);
   SF_CUDA_CHECK(launch_rope_write_kv(bf16_ptr(qkv), cos_sin.as<float>(), table_rows.as<int32_t>(), slots.as<int32_t>(),
                                      bf16_ptr(k_cache), bf16_ptr(v_cache), qkv.dim(0), rope_params.num_heads,
                                      rope_params.num_kv_heads, rope_params.head_dim, rope_params.rotary_dim,
@@ -417,34 +386,9 @@ void CudaBackend::rope_write_kv(const DeviceTensor& qkv, const DeviceTensor& cos
 
 void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                             const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
+  const int64_t seqs = check_attention_args("cuda", DType::BF16, qkv, k_cache, v_cache, batch, params, out);
   const int heads = params.num_heads, kv_heads = params.num_kv_heads, head_dim = params.head_dim;
-  SF_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && head_dim > 0 && head_dim <= kMaxHeadDim &&
-               params.block_size > 0,
-           "cuda attention: heads {}, kv_heads {}, head_dim {} (at most {}), block_size {} are not a valid configuration",
-           heads, kv_heads, head_dim, kMaxHeadDim, params.block_size);
-  check_dtype(qkv, DType::BF16, "attention", "qkv");
-  check_dtype(k_cache, DType::BF16, "attention", "k_cache");
-  check_dtype(v_cache, DType::BF16, "attention", "v_cache");
-  check_dtype(out, DType::BF16, "attention", "out");
-  const int64_t q_dim = int64_t{heads} * head_dim, kv_dim = int64_t{kv_heads} * head_dim;
-  const int64_t tokens = qkv.dim(0);
-  check_shape(qkv, {tokens, q_dim + 2 * kv_dim}, "attention", "qkv");
-  check_shape(out, {tokens, q_dim}, "attention", "out");
-  SF_CHECK(k_cache.shape.size() == 4 && k_cache.dim(1) == params.block_size && k_cache.dim(2) == kv_heads &&
-               k_cache.dim(3) == head_dim && v_cache.shape == k_cache.shape,
-           "cuda attention: caches have shapes {} and {}, expected [blocks, {}, {}, {}]", shape_str(k_cache.shape),
-           shape_str(v_cache.shape), params.block_size, kv_heads, head_dim);
-  const int64_t seqs = batch.context_lens.numel();
-  SF_CHECK(batch.query_start.numel() == seqs + 1 && batch.block_tables.shape.size() == 2 &&
-               batch.block_tables.dim(0) == seqs,
-           "cuda attention: query_start {}, context_lens {} and block_tables {} disagree on the sequence count",
-           shape_str(batch.query_start.shape), shape_str(batch.context_lens.shape), shape_str(batch.block_tables.shape));
-  for (const DeviceTensor* t : {&batch.query_start, &batch.context_lens, &batch.block_tables})
-    check_dtype(*t, DType::I32, "attention", "batch index tensor");
-  SF_CHECK(batch.max_query_len >= 0 && batch.max_query_len <= tokens,
-           "cuda attention: max_query_len {} is outside [0, {}]", batch.max_query_len, tokens);
-  SF_CHECK(batch.max_context_len >= batch.max_query_len, "cuda attention: max_context_len {} is below max_query_len {}",
-           batch.max_context_len, batch.max_query_len);
+  SF_CHECK(head_dim <= kMaxHeadDim, "cuda attention: head_dim {} is above {}", head_dim, kMaxHeadDim);
   AttentionLaunch launch{bf16_ptr(qkv),
                          bf16_ptr(k_cache),
                          bf16_ptr(v_cache),
@@ -461,7 +405,7 @@ void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache
                          params.block_size,
                          params.sliding_window,
                          params.scale,
-                         static_cast<int>(tokens),
+                         static_cast<int>(qkv.dim(0)),
                          batch.max_context_len,
                          sm_count_,
                          attention_partials_,

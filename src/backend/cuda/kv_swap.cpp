@@ -4,6 +4,7 @@
 // is one 2D copy: num_layers rows of a block's bytes, the cache's layer stride as its pitch.
 #include "backend/cuda/cuda_backend.h"
 
+#include "backend/argument_checks.h"
 #include "core/error.h"
 
 namespace splitflow::cuda {

@@ -1,0 +1,28 @@
+// backend/argument_checks.h — the argument checks every backend makes before a kernel: shapes and
+// dtypes from the kernel's contract in backend/backend.h. `backend` ("cpu", "cuda") prefixes the
+// messages; `activation` is the backend's activation_dtype() (of qkv, out and the KV cache).
+// Checks that read tensor contents (slots, block tables) stay with the backends that can.
+#pragma once
+
+#include "backend/backend.h"
+
+#include <span>
+
+namespace splitflow {
+
+void check_rope_args(const char* backend, DType activation, const DeviceTensor& qkv, const DeviceTensor& cos_sin,
+                     const DeviceTensor& table_rows, const RopeParams& params);
+
+void check_write_kv_args(const char* backend, DType activation, const DeviceTensor& qkv, const DeviceTensor& slots,
+                         const AttentionParams& params, const DeviceTensor& k_cache, const DeviceTensor& v_cache);
+
+// Returns the number of sequences.
+int64_t check_attention_args(const char* backend, DType activation, const DeviceTensor& qkv,
+                             const DeviceTensor& k_cache, const DeviceTensor& v_cache, const AttentionBatch& batch,
+                             const AttentionParams& params, const DeviceTensor& out);
+
+// Also checks the block indices; returns the bytes of one block of one layer.
+size_t checked_block_copy_bytes(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
+                                const char* backend);
+
+}  // namespace splitflow
