@@ -14,10 +14,30 @@ using Clock = std::chrono::steady_clock;
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
-RequestStream::RequestStream(int64_t id, int32_t num_choices, int32_t num_prompt_tokens)
+uint64_t StreamGroup::version() const {
+  std::lock_guard lock(mutex_);
+  return version_;
+}
+
+bool StreamGroup::wait_for_news(uint64_t seen, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return cv_.wait_for(lock, timeout, [&] { return version_ != seen; });
+}
+
+void StreamGroup::notify() {
+  {
+    std::lock_guard lock(mutex_);
+    ++version_;
+  }
+  cv_.notify_all();
+}
+
+RequestStream::RequestStream(int64_t id, int32_t num_choices, int32_t num_prompt_tokens,
+                             std::shared_ptr<StreamGroup> group)
     : id_(id),
       num_choices_(num_choices),
       num_prompt_tokens_(num_prompt_tokens),
+      group_(std::move(group)),
       last_token_(static_cast<size_t>(num_choices)),
       choice_finished_(static_cast<size_t>(num_choices), false) {
   pending_.choices.resize(static_cast<size_t>(num_choices));
@@ -46,6 +66,7 @@ void RequestStream::deliver(SequenceOutput&& output) {
     news_ = true;
   }
   cv_.notify_all();
+  group_->notify();
 }
 
 void RequestStream::end(FinishReason reason, std::string error) {
@@ -61,6 +82,7 @@ void RequestStream::end(FinishReason reason, std::string error) {
     ended_ = true;
   }
   cv_.notify_all();
+  group_->notify();
 }
 
 AsyncEngine::AsyncEngine(Engine& engine, AsyncEngineConfig config) : engine_(engine), config_(config) {
@@ -73,8 +95,24 @@ AsyncEngine::~AsyncEngine() { stop(); }
 
 std::shared_ptr<RequestStream> AsyncEngine::submit(std::vector<int32_t> prompt_ids, const SamplingParams& params,
                                                    int32_t n) {
-  engine_.check_request(prompt_ids, params, n);
-  std::shared_ptr<RequestStream> stream;
+  std::vector<PromptSubmission> prompts;
+  prompts.push_back({std::move(prompt_ids), params});
+  return submit_group(std::move(prompts), n).front();
+}
+
+std::vector<std::shared_ptr<RequestStream>> AsyncEngine::submit_group(std::vector<PromptSubmission> prompts,
+                                                                      int32_t n) {
+  SF_CHECK(!prompts.empty(), "async engine: submit_group() needs at least one prompt");
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    try {
+      engine_.check_request(prompts[i].prompt_ids, prompts[i].params, n);
+    } catch (const Error& e) {
+      throw PromptRejected(i, prompts.size() == 1 ? std::string(e.what()) : fmt::format("prompt {}: {}", i, e.what()));
+    }
+  }
+  const int32_t sequences = static_cast<int32_t>(prompts.size()) * n;
+  auto group = std::make_shared<StreamGroup>();
+  std::vector<std::shared_ptr<RequestStream>> streams;
   {
     std::lock_guard lock(mutex_);
     if (draining_ || stopping_) {
@@ -82,20 +120,26 @@ std::shared_ptr<RequestStream> AsyncEngine::submit(std::vector<int32_t> prompt_i
       throw SubmitRejected(SubmitRejected::Reason::ShuttingDown, "the server is shutting down");
     }
     const int32_t queued = pending_sequences_ + waiting_sequences_;
-    if (queued > 0 && queued + n > config_.max_queued_sequences) {
+    if (queued > 0 && queued + sequences > config_.max_queued_sequences) {
       metrics_.count_rejected("queue_full");
       throw SubmitRejected(SubmitRejected::Reason::QueueFull,
-                           fmt::format("the server is overloaded: {} sequences wait and the queue holds {}; retry later",
-                                       queued, config_.max_queued_sequences));
+                           fmt::format("the server is overloaded: {} sequences wait, this request adds {} and the "
+                                       "queue holds {}; retry later",
+                                       queued, sequences, config_.max_queued_sequences));
     }
-    stream = std::make_shared<RequestStream>(next_stream_id_++, n, static_cast<int32_t>(prompt_ids.size()));
-    stream->arrival_ = Clock::now();
-    pending_.push_back({stream, std::move(prompt_ids), params});
-    pending_sequences_ += n;
-    ++num_in_flight_;
+    const Clock::time_point arrival = Clock::now();
+    for (PromptSubmission& prompt : prompts) {
+      auto stream = std::make_shared<RequestStream>(next_stream_id_++, n,
+                                                    static_cast<int32_t>(prompt.prompt_ids.size()), group);
+      stream->arrival_ = arrival;
+      pending_.push_back({stream, std::move(prompt.prompt_ids), std::move(prompt.params)});
+      streams.push_back(std::move(stream));
+    }
+    pending_sequences_ += sequences;
+    num_in_flight_ += static_cast<int32_t>(streams.size());
   }
   wake_.notify_one();
-  return stream;
+  return streams;
 }
 
 void AsyncEngine::cancel(const std::shared_ptr<RequestStream>& stream) {

@@ -1,5 +1,6 @@
 // server/async_engine.h — runs the Engine on its own thread for many client threads. Clients
-// submit() a tokenized request and read its RequestStream; the loop hands each step's outputs to
+// submit() a tokenized request (or submit_group() the prompts of one multi-prompt request, admitted
+// together) and read its RequestStream(s); the loop hands each step's outputs to
 // the streams (a mutex and a condition variable per stream), cancels requests whose client went
 // away (their KV blocks are freed at once), records latency and throughput in ServingMetrics and
 // drains gracefully on shutdown. Only the loop thread touches the Engine.
@@ -10,6 +11,7 @@
 // max_queued_sequences is refused (SubmitRejected::QueueFull, HTTP 429) unless nothing waits.
 #pragma once
 
+#include "core/error.h"
 #include "engine/engine.h"
 #include "server/metrics.h"
 
@@ -41,9 +43,26 @@ struct RequestUpdate {
   int32_t num_cached_prompt_tokens = 0;
 };
 
+// Wakes the reader of several streams (the prompts of one submit_group()) when any of them has
+// news: each delivery or end bumps a version.
+class StreamGroup {
+ public:
+  uint64_t version() const;
+  // Waits up to `timeout` for the version to move past `seen`; false on timeout.
+  bool wait_for_news(uint64_t seen, std::chrono::milliseconds timeout);
+
+ private:
+  friend class RequestStream;
+  void notify();
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  uint64_t version_ = 0;
+};
+
 class RequestStream {
  public:
-  RequestStream(int64_t id, int32_t num_choices, int32_t num_prompt_tokens);
+  RequestStream(int64_t id, int32_t num_choices, int32_t num_prompt_tokens, std::shared_ptr<StreamGroup> group);
 
   // Waits up to `timeout` for outputs or the request's end; false on timeout. Otherwise moves
   // everything that arrived since the previous call into `update`.
@@ -52,6 +71,7 @@ class RequestStream {
   int64_t id() const { return id_; }  // unique per AsyncEngine, in submission order
   int32_t num_choices() const { return num_choices_; }
   int32_t num_prompt_tokens() const { return num_prompt_tokens_; }
+  StreamGroup& group() const { return *group_; }  // shared by the streams of one submit_group()
 
  private:
   friend class AsyncEngine;
@@ -62,6 +82,7 @@ class RequestStream {
   const int64_t id_;
   const int32_t num_choices_;
   const int32_t num_prompt_tokens_;
+  const std::shared_ptr<StreamGroup> group_;
 
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -78,11 +99,25 @@ class RequestStream {
   std::vector<bool> choice_finished_;
 };
 
+// One prompt of a submit_group() that Engine::check_request refused; the message names it when the
+// group holds several.
+class PromptRejected : public Error {
+ public:
+  PromptRejected(size_t index, const std::string& message) : Error(message), index(index) {}
+  size_t index;
+};
+
 class SubmitRejected : public std::runtime_error {
  public:
   enum class Reason { QueueFull, ShuttingDown };
   SubmitRejected(Reason reason, const std::string& message) : std::runtime_error(message), reason(reason) {}
   Reason reason;
+};
+
+// One prompt of a group and its sampling parameters (max_tokens may differ by prompt length).
+struct PromptSubmission {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
 };
 
 struct AsyncEngineConfig {
@@ -99,6 +134,11 @@ class AsyncEngine {
   // Any thread. Checks the request (Engine::check_request: throws splitflow::Error) and queues it
   // for the loop; throws SubmitRejected when the queue is full or the engine is draining.
   std::shared_ptr<RequestStream> submit(std::vector<int32_t> prompt_ids, const SamplingParams& params, int32_t n);
+  // The prompts of one request, n choices each, one stream per prompt (in order), all sharing a
+  // StreamGroup. Admitted atomically: every prompt is checked first (PromptRejected names the
+  // bad one) and the queue limit counts all their sequences, so either all are queued or none.
+  // The loop admits them in one iteration.
+  std::vector<std::shared_ptr<RequestStream>> submit_group(std::vector<PromptSubmission> prompts, int32_t n);
   // Any thread, any number of times: the request is aborted at the loop's next iteration, its
   // KV blocks freed and its stream ended (choices "abort"). No-op for an ended stream.
   void cancel(const std::shared_ptr<RequestStream>& stream);

@@ -6,8 +6,10 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <ctime>
+#include <numeric>
 #include <thread>
 #include <variant>
 
@@ -37,7 +39,8 @@ struct ResponseShape {
   std::string id;
   std::string model;
   int64_t created = 0;
-  std::string echo_text;  // completions with echo: the prompt, before each choice's text
+  // Completions with echo: each prompt's text, before each of its choices' text; otherwise empty.
+  std::vector<std::string> echo_texts;
   bool logprobs = false;
   bool include_usage = false;
 };
@@ -55,6 +58,49 @@ json usage_json(int32_t prompt_tokens, int64_t completion_tokens, int32_t cached
           {"total_tokens", prompt_tokens + completion_tokens},
           {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
+
+// The streams of one request (one per prompt, n choices each) read as one: prompt p's choice i is
+// choice p * n + i. Wakes on any stream's news through their shared StreamGroup.
+class StreamsReader {
+ public:
+  explicit StreamsReader(std::vector<std::shared_ptr<RequestStream>> streams)
+      : streams_(std::move(streams)), ended_(streams_.size(), false) {}
+
+  // Waits up to `timeout` for news on any stream; false on timeout. Otherwise `updates` holds
+  // (prompt index, update) for each stream that had news.
+  bool next(std::vector<std::pair<size_t, RequestUpdate>>& updates, std::chrono::milliseconds timeout) {
+    updates.clear();
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    StreamGroup& group = streams_.front()->group();
+    while (true) {
+      // Read the version before polling: news that lands after a poll moves it, so the wait
+      // below cannot sleep through it.
+      const uint64_t seen = group.version();
+      for (size_t p = 0; p < streams_.size(); ++p) {
+        RequestUpdate update;
+        if (ended_[p] || !streams_[p]->next(update, std::chrono::milliseconds(0))) continue;
+        ended_[p] = update.finished;
+        updates.emplace_back(p, std::move(update));
+      }
+      if (!updates.empty()) return true;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left <= std::chrono::milliseconds(0) || !group.wait_for_news(seen, left)) return false;
+    }
+  }
+
+  bool all_ended() const { return std::all_of(ended_.begin(), ended_.end(), [](bool ended) { return ended; }); }
+  const std::vector<std::shared_ptr<RequestStream>>& streams() const { return streams_; }
+  int32_t choices_per_prompt() const { return streams_.front()->num_choices(); }
+  int32_t num_prompt_tokens() const {
+    int32_t total = 0;
+    for (const auto& stream : streams_) total += stream->num_prompt_tokens();
+    return total;
+  }
+
+ private:
+  std::vector<std::shared_ptr<RequestStream>> streams_;
+  std::vector<bool> ended_;
+};
 
 }  // namespace
 
@@ -118,22 +164,29 @@ struct HttpServer::Impl {
     }
   }
 
-  std::shared_ptr<RequestStream> submit(std::vector<int32_t> prompt_ids, const GenerationRequest& request,
-                                        const char* prompt_field) {
+  // One stream per prompt, admitted together. prompt_field names a prompt in errors ("prompt[i]"
+  // when there are several).
+  std::vector<std::shared_ptr<RequestStream>> submit(std::vector<PromptSubmission> prompts, int32_t n,
+                                                     const std::string& prompt_field) {
+    const size_t count = prompts.size();
     try {
-      return engine.submit(std::move(prompt_ids), request.params, request.n);
+      return engine.submit_group(std::move(prompts), n);
     } catch (const SubmitRejected& e) {
       if (e.reason == SubmitRejected::Reason::QueueFull) throw ApiError(429, e.what(), "", "rate_limit_error", "queue_full");
       throw ApiError(503, e.what(), "", "service_unavailable", "shutting_down");
-    } catch (const Error& e) {
-      throw ApiError(400, e.what(), prompt_field);
+    } catch (const PromptRejected& e) {
+      throw ApiError(400, e.what(), count > 1 ? fmt::format("{}[{}]", prompt_field, e.index) : prompt_field);
     }
   }
 
-  void respond(const std::shared_ptr<RequestStream>& stream, const GenerationRequest& request, ResponseShape shape,
-               httplib::Response& res);
-  void respond_whole(RequestStream& stream, const ResponseShape& shape, httplib::Response& res);
-  void respond_stream(const std::shared_ptr<RequestStream>& stream, ResponseShape shape, httplib::Response& res);
+  void cancel_all(const StreamsReader& reader) {
+    for (const auto& stream : reader.streams()) engine.cancel(stream);
+  }
+
+  void respond(std::vector<std::shared_ptr<RequestStream>> streams, const GenerationRequest& request,
+               ResponseShape shape, httplib::Response& res);
+  void respond_whole(StreamsReader& reader, const ResponseShape& shape, httplib::Response& res);
+  void respond_stream(std::shared_ptr<StreamsReader> reader, ResponseShape shape, httplib::Response& res);
 };
 
 void HttpServer::Impl::install_routes() {
@@ -192,22 +245,33 @@ void HttpServer::Impl::install_routes() {
 void HttpServer::Impl::completions(const httplib::Request& req, httplib::Response& res) {
   CompletionRequest request = parse_completion_request(parse_json_body(req.body));
   check_model(request.model);
-  std::vector<int32_t> prompt_ids;
+  const size_t count = request.prompts.size();
   ResponseShape shape;
-  if (const auto* text = std::get_if<std::string>(&request.prompt)) {
-    if (!tokenizer) throw ApiError(400, "this model has no tokenizer: send 'prompt' as token ids", "prompt");
-    prompt_ids = tokenizer->encode(*text, /*add_special=*/true);
-    if (request.echo) shape.echo_text = *text;
-  } else {
-    prompt_ids = std::get<std::vector<int32_t>>(request.prompt);
-    if (request.echo && tokenizer) shape.echo_text = tokenizer->decode(prompt_ids, /*skip_special=*/false);
+  std::vector<PromptSubmission> prompts;
+  for (size_t p = 0; p < count; ++p) {
+    const std::string field = count == 1 ? "prompt" : fmt::format("prompt[{}]", p);
+    PromptSubmission prompt;
+    std::string echo_text;
+    if (const auto* text = std::get_if<std::string>(&request.prompts[p])) {
+      if (!tokenizer) throw ApiError(400, "this model has no tokenizer: send 'prompt' as token ids", field);
+      prompt.prompt_ids = tokenizer->encode(*text, /*add_special=*/true);
+      if (request.echo) echo_text = *text;
+    } else {
+      prompt.prompt_ids = std::get<std::vector<int32_t>>(request.prompts[p]);
+      if (request.echo && tokenizer) echo_text = tokenizer->decode(prompt.prompt_ids, /*skip_special=*/false);
+    }
+    // max_tokens' default depends on the room each prompt leaves.
+    GenerationRequest fitted = request;
+    constexpr int32_t kOpenAiDefaultMaxTokens = 16;  // the completions API's documented default
+    fit_context(fitted, prompt.prompt_ids.size(), field.c_str(), kOpenAiDefaultMaxTokens);
+    prompt.params = std::move(fitted.params);
+    prompts.push_back(std::move(prompt));
+    shape.echo_texts.push_back(std::move(echo_text));
   }
-  constexpr int32_t kOpenAiDefaultMaxTokens = 16;  // the completions API's documented default
-  fit_context(request, prompt_ids.size(), "prompt", kOpenAiDefaultMaxTokens);
-  const auto stream = submit(std::move(prompt_ids), request, "prompt");
-  shape.id = fmt::format("cmpl-{}", stream->id());
+  auto streams = submit(std::move(prompts), request.n, "prompt");
+  shape.id = fmt::format("cmpl-{}", streams.front()->id());
   shape.logprobs = request.logprobs.has_value();
-  respond(stream, request, std::move(shape), res);
+  respond(std::move(streams), request, std::move(shape), res);
 }
 
 void HttpServer::Impl::chat_completions(const httplib::Request& req, httplib::Response& res) {
@@ -235,82 +299,101 @@ void HttpServer::Impl::chat_completions(const httplib::Request& req, httplib::Re
   // The template writes the BOS token itself, as transformers' apply_chat_template assumes.
   std::vector<int32_t> prompt_ids = tokenizer->encode(prompt, /*add_special=*/false);
   fit_context(request, prompt_ids.size(), "messages", max_model_len);
-  const auto stream = submit(std::move(prompt_ids), request, "messages");
+  std::vector<PromptSubmission> prompts;
+  prompts.push_back({std::move(prompt_ids), request.params});
+  auto streams = submit(std::move(prompts), request.n, "messages");
   ResponseShape shape;
   shape.chat = true;
-  shape.id = fmt::format("chatcmpl-{}", stream->id());
+  shape.id = fmt::format("chatcmpl-{}", streams.front()->id());
+  shape.echo_texts.assign(1, "");
   shape.logprobs = request.logprobs;
-  respond(stream, request, std::move(shape), res);
+  respond(std::move(streams), request, std::move(shape), res);
 }
 
-void HttpServer::Impl::respond(const std::shared_ptr<RequestStream>& stream, const GenerationRequest& request,
+void HttpServer::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams, const GenerationRequest& request,
                                ResponseShape shape, httplib::Response& res) {
   shape.model = config.served_model_name;
   shape.created = static_cast<int64_t>(std::time(nullptr));
   shape.include_usage = request.include_usage;
+  auto reader = std::make_shared<StreamsReader>(std::move(streams));
   if (request.stream) {
-    respond_stream(stream, std::move(shape), res);
+    respond_stream(std::move(reader), std::move(shape), res);
   } else {
-    respond_whole(*stream, shape, res);
+    respond_whole(*reader, shape, res);
   }
 }
 
-void HttpServer::Impl::respond_whole(RequestStream& stream, const ResponseShape& shape, httplib::Response& res) {
+void HttpServer::Impl::respond_whole(StreamsReader& reader, const ResponseShape& shape, httplib::Response& res) {
   // No disconnect check here: the request runs to its end (max_tokens bounds it).
-  std::vector<ChoiceResult> results(static_cast<size_t>(stream.num_choices()));
-  RequestUpdate update;
-  int32_t cached_tokens = 0;
-  while (true) {
-    if (!stream.next(update, std::chrono::milliseconds(1000))) continue;
-    for (size_t i = 0; i < results.size(); ++i) {
-      ChoiceDelta& delta = update.choices[i];
-      results[i].text += delta.text;
-      std::move(delta.tokens.begin(), delta.tokens.end(), std::back_inserter(results[i].tokens));
-      if (delta.finish_reason != FinishReason::None) results[i].finish_reason = delta.finish_reason;
+  const size_t n = static_cast<size_t>(reader.choices_per_prompt());
+  std::vector<ChoiceResult> results(reader.streams().size() * n);  // (prompts * n) by global choice index
+  std::vector<int32_t> cached_tokens(reader.streams().size(), 0);   // (prompts)
+  std::string error;
+  std::vector<std::pair<size_t, RequestUpdate>> updates;
+  while (!reader.all_ended()) {
+    if (!reader.next(updates, std::chrono::milliseconds(1000))) continue;
+    for (auto& [prompt, update] : updates) {
+      for (size_t i = 0; i < n; ++i) {
+        ChoiceDelta& delta = update.choices[i];
+        ChoiceResult& result = results[prompt * n + i];
+        result.text += delta.text;
+        std::move(delta.tokens.begin(), delta.tokens.end(), std::back_inserter(result.tokens));
+        if (delta.finish_reason != FinishReason::None) result.finish_reason = delta.finish_reason;
+      }
+      cached_tokens[prompt] = update.num_cached_prompt_tokens;
+      if (error.empty()) error = update.error;
     }
-    cached_tokens = update.num_cached_prompt_tokens;
-    if (update.finished) break;
   }
-  if (!update.error.empty()) throw ApiError(500, update.error, "", "internal_error");
+  if (!error.empty()) throw ApiError(500, error, "", "internal_error");
 
   json choices = json::array();
   int64_t completion_tokens = 0;
-  for (size_t i = 0; i < results.size(); ++i) {
-    const ChoiceResult& result = results[i];
+  for (size_t index = 0; index < results.size(); ++index) {
+    const ChoiceResult& result = results[index];
+    const std::string& echo_text = shape.echo_texts[index / n];
     completion_tokens += static_cast<int64_t>(result.tokens.size());
-    json choice = {{"index", i}, {"finish_reason", finish_reason_json(result.finish_reason)}};
+    json choice = {{"index", index}, {"finish_reason", finish_reason_json(result.finish_reason)}};
     if (shape.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", result.text}};
       choice["logprobs"] = shape.logprobs ? chat_logprobs(tokenizer, result.tokens) : json(nullptr);
     } else {
-      choice["text"] = shape.echo_text + result.text;
-      size_t offset = shape.echo_text.size();
+      choice["text"] = echo_text + result.text;
+      size_t offset = echo_text.size();
       choice["logprobs"] = shape.logprobs ? completion_logprobs(tokenizer, result.tokens, offset) : json(nullptr);
     }
     choices.push_back(std::move(choice));
   }
+  const int32_t all_cached = std::accumulate(cached_tokens.begin(), cached_tokens.end(), 0);
   const json body = {{"id", shape.id},
                      {"object", shape.chat ? "chat.completion" : "text_completion"},
                      {"created", shape.created},
                      {"model", shape.model},
                      {"choices", std::move(choices)},
-                     {"usage", usage_json(stream.num_prompt_tokens(), completion_tokens, cached_tokens)}};
+                     {"usage", usage_json(reader.num_prompt_tokens(), completion_tokens, all_cached)}};
   res.set_content(dump_json(body), "application/json");
 }
 
-void HttpServer::Impl::respond_stream(const std::shared_ptr<RequestStream>& stream, ResponseShape shape,
+void HttpServer::Impl::respond_stream(std::shared_ptr<StreamsReader> reader, ResponseShape shape,
                                       httplib::Response& res) {
+  // Chunks of different prompts interleave as their tokens come; each names its global choice index.
   struct State {
     ResponseShape shape;
-    std::shared_ptr<RequestStream> stream;
-    std::vector<bool> started;          // (n) the choice's opening chunk was sent
-    std::vector<size_t> text_offsets;   // (n) completions logprobs' text_offset
+    std::shared_ptr<StreamsReader> reader;
+    size_t n = 0;                       // choices per prompt
+    std::vector<bool> started;          // (prompts * n) the choice's opening chunk was sent
+    std::vector<size_t> text_offsets;   // (prompts * n) completions logprobs' text_offset
+    std::vector<int32_t> cached_tokens;  // (prompts)
     int64_t completion_tokens = 0;
   };
   auto state = std::make_shared<State>();
-  state->stream = stream;
-  state->started.assign(static_cast<size_t>(stream->num_choices()), false);
-  state->text_offsets.assign(static_cast<size_t>(stream->num_choices()), shape.echo_text.size());
+  state->n = static_cast<size_t>(reader->choices_per_prompt());
+  const size_t num_prompts = reader->streams().size();
+  state->started.assign(num_prompts * state->n, false);
+  for (size_t index = 0; index < num_prompts * state->n; ++index) {
+    state->text_offsets.push_back(shape.echo_texts[index / state->n].size());
+  }
+  state->cached_tokens.assign(num_prompts, 0);
+  state->reader = std::move(reader);
   state->shape = std::move(shape);
 
   res.set_header("Cache-Control", "no-cache");
@@ -319,10 +402,11 @@ void HttpServer::Impl::respond_stream(const std::shared_ptr<RequestStream>& stre
       "text/event-stream",
       [this, state](size_t, httplib::DataSink& sink) {
         const ResponseShape& shape = state->shape;
-        RequestUpdate update;
-        while (!state->stream->next(update, kDisconnectPoll)) {
+        StreamsReader& reader = *state->reader;
+        std::vector<std::pair<size_t, RequestUpdate>> updates;
+        while (!reader.next(updates, kDisconnectPoll)) {
           if (!sink.is_writable()) {
-            engine.cancel(state->stream);
+            cancel_all(reader);
             return false;
           }
         }
@@ -336,53 +420,60 @@ void HttpServer::Impl::respond_stream(const std::shared_ptr<RequestStream>& stre
                             {"choices", json::array({std::move(choice)})}});
         };
         std::string out;
-        for (size_t i = 0; i < update.choices.size(); ++i) {
-          const ChoiceDelta& delta = update.choices[i];
-          if (!state->started[i]) {
-            // Chat opens each choice with the assistant's role; completions with the echoed prompt.
-            if (shape.chat) {
-              out += chunk(i, {{"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
-                               {"finish_reason", nullptr}});
-            } else if (!shape.echo_text.empty()) {
-              out += chunk(i, {{"text", shape.echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+        for (auto& [prompt, update] : updates) {
+          const std::string& echo_text = shape.echo_texts[prompt];
+          for (size_t i = 0; i < update.choices.size(); ++i) {
+            const size_t index = prompt * state->n + i;
+            const ChoiceDelta& delta = update.choices[i];
+            if (!state->started[index]) {
+              // Chat opens each choice with the assistant's role; completions with the echoed prompt.
+              if (shape.chat) {
+                out += chunk(index, {{"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}});
+              } else if (!echo_text.empty()) {
+                out += chunk(index, {{"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+              }
+              state->started[index] = true;
             }
-            state->started[i] = true;
+            if (delta.tokens.empty() && delta.text.empty() && delta.finish_reason == FinishReason::None) continue;
+            state->completion_tokens += static_cast<int64_t>(delta.tokens.size());
+            json fields = {{"finish_reason", finish_reason_json(delta.finish_reason)}};
+            if (shape.chat) {
+              fields["delta"] = delta.text.empty() ? json::object() : json{{"content", delta.text}};
+              fields["logprobs"] = shape.logprobs ? chat_logprobs(tokenizer, delta.tokens) : json(nullptr);
+            } else {
+              fields["text"] = delta.text;
+              fields["logprobs"] = shape.logprobs
+                                       ? completion_logprobs(tokenizer, delta.tokens, state->text_offsets[index])
+                                       : json(nullptr);
+            }
+            out += chunk(index, std::move(fields));
           }
-          if (delta.tokens.empty() && delta.text.empty() && delta.finish_reason == FinishReason::None) continue;
-          state->completion_tokens += static_cast<int64_t>(delta.tokens.size());
-          json fields = {{"finish_reason", finish_reason_json(delta.finish_reason)}};
-          if (shape.chat) {
-            fields["delta"] = delta.text.empty() ? json::object() : json{{"content", delta.text}};
-            fields["logprobs"] = shape.logprobs ? chat_logprobs(tokenizer, delta.tokens) : json(nullptr);
-          } else {
-            fields["text"] = delta.text;
-            fields["logprobs"] =
-                shape.logprobs ? completion_logprobs(tokenizer, delta.tokens, state->text_offsets[i]) : json(nullptr);
-          }
-          out += chunk(i, std::move(fields));
-        }
-        if (update.finished) {
+          state->cached_tokens[prompt] = update.num_cached_prompt_tokens;
           if (!update.error.empty()) out += sse_event(error_body(ApiError(500, update.error, "", "internal_error")));
+        }
+        const bool finished = reader.all_ended();
+        if (finished) {
           if (shape.include_usage) {
+            const int32_t cached = std::accumulate(state->cached_tokens.begin(), state->cached_tokens.end(), 0);
             out += sse_event({{"id", shape.id},
                               {"object", shape.chat ? "chat.completion.chunk" : "text_completion"},
                               {"created", shape.created},
                               {"model", shape.model},
                               {"choices", json::array()},
-                              {"usage", usage_json(state->stream->num_prompt_tokens(), state->completion_tokens,
-                                                   update.num_cached_prompt_tokens)}});
+                              {"usage", usage_json(reader.num_prompt_tokens(), state->completion_tokens, cached)}});
           }
           out += "data: [DONE]\n\n";
         }
         if (!out.empty() && !sink.write(out.data(), out.size())) {
-          engine.cancel(state->stream);
+          cancel_all(reader);
           return false;
         }
-        if (update.finished) sink.done();
+        if (finished) sink.done();
         return true;
       },
       [this, state](bool success) {
-        if (!success) engine.cancel(state->stream);
+        if (!success) cancel_all(*state->reader);
         --open_streams;
       });
 }

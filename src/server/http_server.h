@@ -3,8 +3,9 @@
 //   GET /health, GET /metrics (Prometheus text).
 // Each request is parsed and checked on its connection's thread (server/openai_api.h), tokenized
 // there, submitted to the engine, and answered as one JSON body or as server-sent events
-// ("data: {chunk}\n\n" ... "data: [DONE]\n\n"). A streaming client that goes away cancels its
-// request, which frees its KV blocks. Every failure is an OpenAI error body with its status:
+// ("data: {chunk}\n\n" ... "data: [DONE]\n\n"). A completions request with a list of prompts runs
+// one engine request per prompt, admitted together, and answers them as one (choice p * n + i).
+// A streaming client that goes away cancels its request (every prompt), which frees its KV blocks. Every failure is an OpenAI error body with its status:
 // 400 bad input, 404 unknown model or route, 413 body too large, 429 queue full, 503 draining,
 // 500 engine failure. docs/serving.md is the user-facing description.
 // httplib types stay inside http_server.cpp.

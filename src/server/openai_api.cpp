@@ -151,6 +151,38 @@ void parse_common(const json& body, GenerationRequest& request, const char* max_
   }
 }
 
+// "prompt": a string or token ids (one prompt), or a list of strings or of token-id lists (one
+// prompt each, all of one kind). Element errors name the element: prompt[i], prompt[i][j].
+std::vector<Prompt> parse_prompts(const json& prompt) {
+  if (prompt.is_string()) return {prompt.get<std::string>()};
+  if (!prompt.is_array()) wrong_type("prompt", "a string, an array of token ids, or an array of prompts", prompt);
+  if (prompt.empty()) bad_value("prompt", "is empty");
+  if (!prompt[0].is_string() && !prompt[0].is_array()) return {token_id_array(prompt, "prompt")};
+  if (prompt.size() > kMaxPrompts) {
+    bad_value("prompt", fmt::format("holds {} prompts; at most {} per request", prompt.size(), kMaxPrompts));
+  }
+  const bool texts = prompt[0].is_string();
+  const char* kind = texts ? "a string, as prompt[0] is (a request's prompts are all texts or all token ids)"
+                           : "an array of token ids, as prompt[0] is (a request's prompts are all texts or all token ids)";
+  std::vector<Prompt> prompts;
+  prompts.reserve(prompt.size());
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const json& element = prompt[i];
+    const std::string name = fmt::format("prompt[{}]", i);
+    if (texts) {
+      if (!element.is_string()) wrong_type(name, kind, element);
+      // A lone text prompt may be empty (the BOS token alone); in a list an empty one is a mistake.
+      if (prompt.size() > 1 && element.get_ref<const std::string&>().empty()) bad_value(name, "is an empty string");
+      prompts.emplace_back(element.get<std::string>());
+    } else {
+      if (!element.is_array()) wrong_type(name, kind, element);
+      if (element.empty()) bad_value(name, "is empty");
+      prompts.emplace_back(token_id_array(element, name));
+    }
+  }
+  return prompts;
+}
+
 void validate(const SamplingParams& params) {
   try {
     params.validate();
@@ -194,20 +226,7 @@ CompletionRequest parse_completion_request(const json& body) {
   parse_common(body, request, "max_tokens");
   const json* prompt = field(body, "prompt");
   if (!prompt) throw ApiError(400, "'prompt' is required", "prompt");
-  // One prompt per request: a string, token ids, or a list holding one of those.
-  const json* single = prompt;
-  if (prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
-    if (prompt->size() != 1) bad_value("prompt", fmt::format("holds {} prompts; send one per request", prompt->size()));
-    single = &(*prompt)[0];
-  }
-  if (single->is_string()) {
-    request.prompt = single->get<std::string>();
-  } else if (single->is_array()) {
-    if (single->empty()) bad_value("prompt", "is empty");
-    request.prompt = token_id_array(*single, "prompt");
-  } else {
-    wrong_type("prompt", "a string or an array of token ids", *single);
-  }
+  request.prompts = parse_prompts(*prompt);
   if (auto v = get_bool(body, "echo")) request.echo = *v;
   if (auto v = get_integer(body, "logprobs")) {
     request.logprobs = to_int32("logprobs", *v, 0, SamplingParams::kMaxTopLogprobs);

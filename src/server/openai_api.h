@@ -48,8 +48,13 @@ struct GenerationRequest {
   bool include_usage = false;   // stream_options.include_usage
 };
 
+// A prompt as text or as token ids.
+using Prompt = std::variant<std::string, std::vector<int32_t>>;
+
 struct CompletionRequest : GenerationRequest {
-  std::variant<std::string, std::vector<int32_t>> prompt;
+  // One or more prompts (a list of texts or of token-id lists, as lm-evaluation-harness batches
+  // them); prompt p's choice i answers as choice index p * n + i.
+  std::vector<Prompt> prompts;
   bool echo = false;
   std::optional<int32_t> logprobs;  // top logprobs per token (0: the sampled token's only)
 };
@@ -64,6 +69,7 @@ struct ChatRequest : GenerationRequest {
 // Limits of the parsers, beyond SamplingParams::validate().
 inline constexpr int32_t kMaxChoices = 16;     // n
 inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxPrompts = 64;      // prompts in one /v1/completions request
 
 // Known fields must have their documented type (null counts as absent); unknown fields are
 // ignored. Fields whose meaning the server cannot honour (logit_bias, suffix, best_of != n,

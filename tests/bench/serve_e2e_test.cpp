@@ -274,6 +274,82 @@ TEST_F(BenchServeEndToEnd, AModelTheServerLacksFailsEveryRequestWithItsError) {
   EXPECT_FALSE(result["runs"][0]["summary"]["meets_slo"].get<bool>());
 }
 
+// The official `openai` Python client sends a list of prompts to /v1/completions: each choice
+// (index p * n + i) equals what prompt p alone gets (greedy), usage is the sum of the single
+// requests'; streamed, every chunk names its global index and one usage chunk ends the stream.
+// Skipped when python3 or the openai package is missing.
+constexpr const char* kBatchedPromptsScript = R"PY(
+import sys
+try:
+    import openai
+except ImportError:
+    sys.exit(77)
+client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="unused", max_retries=0, timeout=60)
+prompts = ["Once upon a time", "Tom had a big red ball.", "The cat sat"]
+n = 2
+args = dict(model="stories", max_tokens=10, temperature=0, n=n)
+singles = [client.completions.create(prompt=p, **args) for p in prompts]
+expected_text = [singles[i // n].choices[i % n].text for i in range(len(prompts) * n)]
+expected_finish = [singles[i // n].choices[i % n].finish_reason for i in range(len(prompts) * n)]
+prompt_tokens = sum(s.usage.prompt_tokens for s in singles)
+completion_tokens = sum(s.usage.completion_tokens for s in singles)
+
+batch = client.completions.create(prompt=prompts, **args)
+assert [c.index for c in batch.choices] == list(range(len(prompts) * n)), batch
+assert [c.text for c in batch.choices] == expected_text, (batch, expected_text)
+assert [c.finish_reason for c in batch.choices] == expected_finish, batch
+assert batch.usage.prompt_tokens == prompt_tokens, (batch.usage, prompt_tokens)
+assert batch.usage.completion_tokens == completion_tokens, (batch.usage, completion_tokens)
+assert batch.usage.total_tokens == prompt_tokens + completion_tokens, batch.usage
+
+texts = [""] * (len(prompts) * n)
+finishes = [None] * len(texts)
+usages = []
+for chunk in client.completions.create(prompt=prompts, stream=True, stream_options={"include_usage": True}, **args):
+    if chunk.usage is not None:
+        assert not chunk.choices, chunk
+        usages.append(chunk.usage)
+        continue
+    assert not usages, "a chunk after the usage chunk"
+    for choice in chunk.choices:
+        texts[choice.index] += choice.text
+        if choice.finish_reason is not None:
+            finishes[choice.index] = choice.finish_reason
+assert texts == expected_text, (texts, expected_text)
+assert finishes == expected_finish, finishes
+assert len(usages) == 1, usages
+assert (usages[0].prompt_tokens, usages[0].completion_tokens) == (prompt_tokens, completion_tokens), usages
+
+try:
+    client.completions.create(prompt=["fine", ""], **args)
+    raise AssertionError("an empty prompt in a list was accepted")
+except openai.BadRequestError as error:
+    assert error.body["param"] == "prompt[1]", error.body
+print("batched prompts ok")
+)PY";
+
+TEST_F(BenchServeEndToEnd, OpenAiClientSendsAListOfPrompts) {
+  const std::string script = fresh_dir("openai_batched_prompts") + "/batched_prompts.py";
+  {
+    FILE* file = std::fopen(script.c_str(), "w");
+    ASSERT_NE(file, nullptr) << script;
+    std::fputs(kBatchedPromptsScript, file);
+    std::fclose(file);
+  }
+  const std::string command = "python3 " + script + " " + server_->url() + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 77 || code == 127) GTEST_SKIP() << "python3 with the openai package is needed: " << output;
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("batched prompts ok"), std::string::npos) << output;
+}
+
 // --no-warmup and --swap-min-tokens are taken; a --swap-min-tokens below 1 is refused by name
 // before the model loads.
 TEST(ServeCommand, WarmupAndSwapMinTokensFlags) {

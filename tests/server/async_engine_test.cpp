@@ -143,6 +143,51 @@ TEST(AsyncEngine, QueueLimitRefusesOnlyWhileSequencesWait) {
   EXPECT_EQ(collect(*big).reasons.size(), 5u);
 }
 
+TEST(AsyncEngine, GroupsAreAdmittedWholeOrNotAtAll) {
+  test::StoriesEngine stories;
+  AsyncEngine async(*stories.engine, AsyncEngineConfig{.max_queued_sequences = 4});
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t p = 0; p < 3; ++p) prompts.push_back(stories.tokenizer->encode(kPrompts[p], true));
+  auto group_of = [&](size_t count, int32_t max_tokens) {
+    std::vector<PromptSubmission> group;
+    for (size_t p = 0; p < count; ++p) group.push_back({prompts[p], greedy(max_tokens)});
+    return group;
+  };
+  auto single = async.submit(prompts[0], greedy(4), 1);
+  // 1 waiting + 3 prompts * 2 choices > 4: none of the three is queued.
+  EXPECT_THROW(async.submit_group(group_of(3, 4), 2), SubmitRejected);
+  EXPECT_EQ(async.num_in_flight(), 1);
+  // A prompt the engine refuses (a token id past the 512-token vocabulary) is named; none is queued.
+  std::vector<PromptSubmission> bad = group_of(3, 4);
+  bad[1].prompt_ids.push_back(600);
+  try {
+    async.submit_group(std::move(bad), 1);
+    ADD_FAILURE() << "a bad prompt was accepted";
+  } catch (const PromptRejected& e) {
+    EXPECT_EQ(e.index, 1u);
+    EXPECT_TRUE(std::string(e.what()).starts_with("prompt 1: ")) << e.what();
+  }
+  EXPECT_EQ(async.num_in_flight(), 1);
+
+  // 1 + 3 fits: each stream gets its own prompt's greedy output, and all share one group.
+  const auto streams = async.submit_group(group_of(3, 6), 1);
+  ASSERT_EQ(streams.size(), 3u);
+  EXPECT_EQ(async.num_in_flight(), 4);
+  for (size_t p = 1; p < 3; ++p) EXPECT_EQ(&streams[p]->group(), &streams[0]->group());
+  EXPECT_NE(&single->group(), &streams[0]->group());
+  const uint64_t version = streams[0]->group().version();
+  while (async.run_once()) {
+  }
+  EXPECT_GT(streams[0]->group().version(), version);
+  EXPECT_TRUE(streams[0]->group().wait_for_news(version, 0ms));
+  for (size_t p = 0; p < 3; ++p) {
+    SCOPED_TRACE(p);
+    EXPECT_EQ(streams[p]->num_prompt_tokens(), static_cast<int32_t>(prompts[p].size()));
+    EXPECT_EQ(collect(*streams[p]).ids[0], stories.reference(prompts[p], 6).output_ids);
+  }
+  EXPECT_EQ(collect(*single).ids[0], stories.reference(prompts[0], 4).output_ids);
+}
+
 TEST(AsyncEngine, CancelAbortsAndFreesTheBlocks) {
   test::StoriesEngine stories;
   AsyncEngine async(*stories.engine, AsyncEngineConfig{});

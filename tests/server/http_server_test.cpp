@@ -3,6 +3,7 @@
 // mid-stream, drain on shutdown, and the responses of both endpoints against the single-request
 // Generator. Tests needing a fixed interleaving drive the engine loop with run_once().
 #include "server/http_server.h"
+#include "server/openai_api.h"
 
 #include "server_test_util.h"
 
@@ -204,6 +205,114 @@ TEST(HttpServer, CompletionsMatchTheGenerator) {
   EXPECT_GT(several_body["usage"]["prompt_tokens_details"]["cached_tokens"], -1);
 }
 
+// Several prompts in one request: choice p * n + i answers prompt p; each choice is what the prompt
+// alone gets (greedy: the single-request Generator's output), usage sums the prompts.
+TEST(HttpServer, ListOfPromptsMatchesThePromptsOneByOne) {
+  TestServer server;
+  const std::vector<std::string> prompts = {"Once upon a time", "Tom had a big red ball.", "The cat sat"};
+  const size_t n = 2;
+  std::vector<GenerationResult> expected;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  for (const std::string& prompt : prompts) {
+    expected.push_back(server.stories_.reference(server.stories_.tokenizer->encode(prompt, true), 12));
+    prompt_tokens += expected.back().prompt_tokens;
+    completion_tokens += static_cast<int64_t>(n * expected.back().output_ids.size());
+  }
+
+  const json request = {{"prompt", prompts}, {"max_tokens", 12}, {"temperature", 0}, {"n", n}, {"logprobs", 1}};
+  const auto whole = server.post("/v1/completions", request.dump());
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const json body = json::parse(whole->body);
+  ASSERT_EQ(body["choices"].size(), prompts.size() * n);
+  for (size_t index = 0; index < prompts.size() * n; ++index) {
+    SCOPED_TRACE(index);
+    const json& choice = body["choices"][index];
+    const GenerationResult& reference = expected[index / n];
+    EXPECT_EQ(choice["index"], index);
+    EXPECT_EQ(choice["text"], reference.text);
+    EXPECT_EQ(choice["finish_reason"], finish_reason_name(reference.finish_reason));
+    EXPECT_EQ(choice["logprobs"]["tokens"].size(), reference.output_ids.size());
+    EXPECT_EQ(choice["logprobs"]["text_offset"][0], 0);
+  }
+  EXPECT_EQ(body["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(body["usage"]["completion_tokens"], completion_tokens);
+  EXPECT_EQ(body["usage"]["total_tokens"], prompt_tokens + completion_tokens);
+
+  // Usage equals the sum of the single requests' usage.
+  int64_t single_prompt_tokens = 0, single_completion_tokens = 0;
+  for (const std::string& prompt : prompts) {
+    const auto single = server.post("/v1/completions",
+                                    json{{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"n", n}}.dump());
+    ASSERT_TRUE(single);
+    const json usage = json::parse(single->body)["usage"];
+    single_prompt_tokens += usage["prompt_tokens"].get<int64_t>();
+    single_completion_tokens += usage["completion_tokens"].get<int64_t>();
+  }
+  EXPECT_EQ(single_prompt_tokens, prompt_tokens);
+  EXPECT_EQ(single_completion_tokens, completion_tokens);
+
+  // Streamed: chunks carry global indexes; one usage chunk at the end.
+  json streamed_request = request;
+  streamed_request["stream"] = true;
+  streamed_request["stream_options"] = {{"include_usage", true}};
+  const auto streamed = server.post("/v1/completions", streamed_request.dump());
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200);
+  const std::vector<std::string> events = sse_events(streamed->body);
+  ASSERT_GE(events.size(), 2 + prompts.size() * n);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::vector<std::string> texts(prompts.size() * n);
+  std::vector<json> finishes(prompts.size() * n);
+  for (size_t e = 0; e + 2 < events.size(); ++e) {
+    const json chunk = json::parse(events[e]);
+    ASSERT_EQ(chunk["choices"].size(), 1u) << events[e];
+    EXPECT_FALSE(chunk.contains("usage")) << events[e];
+    const size_t index = chunk["choices"][0]["index"];
+    ASSERT_LT(index, texts.size());
+    texts[index] += chunk["choices"][0]["text"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) finishes[index] = chunk["choices"][0]["finish_reason"];
+  }
+  for (size_t index = 0; index < texts.size(); ++index) {
+    EXPECT_EQ(texts[index], expected[index / n].text) << index;
+    EXPECT_EQ(finishes[index], finish_reason_name(expected[index / n].finish_reason)) << index;
+  }
+  const json usage = json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(usage["usage"]["completion_tokens"], completion_tokens);
+
+  // Token-id prompts with echo: each choice starts with its own prompt.
+  std::vector<std::vector<int32_t>> id_prompts;
+  for (const std::string& prompt : prompts) id_prompts.push_back(server.stories_.tokenizer->encode(prompt, false));
+  const auto echoed = server.post("/v1/completions",
+                                  json{{"prompt", id_prompts}, {"max_tokens", 3}, {"temperature", 0}, {"echo", true}}.dump());
+  ASSERT_TRUE(echoed);
+  ASSERT_EQ(echoed->status, 200) << echoed->body;
+  const json echoed_body = json::parse(echoed->body);
+  ASSERT_EQ(echoed_body["choices"].size(), prompts.size());
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const std::string decoded = server.stories_.tokenizer->decode(id_prompts[p], false);
+    EXPECT_TRUE(echoed_body["choices"][p]["text"].get<std::string>().starts_with(decoded)) << p;
+  }
+}
+
+TEST(HttpServer, BadPromptInAListIsNamed) {
+  TestServer server;
+  const json too_many = {{"prompt", std::vector<std::string>(kMaxPrompts + 1, "hi")}};
+  expect_error(server.post("/v1/completions", too_many.dump()), 400, "prompt");
+  expect_error(server.post("/v1/completions", R"({"prompt": ["hi", ""]})"), 400, "prompt[1]");
+  expect_error(server.post("/v1/completions", R"({"prompt": ["hi", [5, 6]]})"), 400, "prompt[1]");
+  expect_error(server.post("/v1/completions", R"({"prompt": [[5, 6], [7, 600]]})"), 400, "prompt[1]");
+  const json over_context = {{"prompt", {std::vector<int>(10, 5), std::vector<int>(10, 5), std::vector<int>(513, 5)}}};
+  expect_error(server.post("/v1/completions", over_context.dump()), 400, "prompt[2]", "context_length_exceeded");
+  const json no_room = {{"prompt", {std::vector<int>(10, 5), std::vector<int>(500, 5)}}, {"max_tokens", 13}};
+  expect_error(server.post("/v1/completions", no_room.dump()), 400, "max_tokens", "context_length_exceeded");
+  // Nothing of the refused requests ran.
+  EXPECT_EQ(server.async_.num_in_flight(), 0);
+  EXPECT_NE(server.async_.render_metrics().find("splitflow_generation_tokens_total 0\n"), std::string::npos);
+}
+
 TEST(HttpServer, LogprobsInCompletionsAndChat) {
   TestServer server(ServerOptions{.chat = true});
   const auto res = server.post("/v1/completions", R"({"prompt": "The cat", "max_tokens": 5, "temperature": 0, "logprobs": 2})");
@@ -293,6 +402,29 @@ TEST(HttpServer, FullQueueGets429) {
   EXPECT_NE(metrics->body.find("splitflow_requests_rejected_total{reason=\"queue_full\"} 1"), std::string::npos);
 }
 
+TEST(HttpServer, ListOfPromptsIsQueuedWholeOrRefused) {
+  TestServer server(ServerOptions{.start_engine = false, .max_queue = 4});
+  std::optional<httplib::Result> first, batch;
+  std::thread first_client([&] { first = server.post("/v1/completions", R"({"prompt": "hi", "max_tokens": 3})"); });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (server.async_.num_in_flight() < 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(server.async_.num_in_flight(), 1);
+  // 1 waiting + 4 prompts > 4: the whole request is refused, none of its prompts queued.
+  expect_error(server.post("/v1/completions", R"({"prompt": ["a", "b", "c", "d"], "max_tokens": 3})"), 429, "",
+               "queue_full");
+  EXPECT_EQ(server.async_.num_in_flight(), 1);
+  std::thread batch_client([&] { batch = server.post("/v1/completions", R"({"prompt": ["a", "b", "c"], "max_tokens": 3})"); });
+  while (server.async_.num_in_flight() < 4 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(server.async_.num_in_flight(), 4);
+  while (server.async_.num_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) server.async_.run_once();
+  first_client.join();
+  batch_client.join();
+  ASSERT_TRUE(first && *first && batch && *batch);
+  EXPECT_EQ((*first)->status, 200);
+  ASSERT_EQ((*batch)->status, 200) << (*batch)->body;
+  EXPECT_EQ(json::parse((*batch)->body)["choices"].size(), 3u);
+}
+
 // A plain socket, so the test decides when the connection drops.
 class RawClient {
  public:
@@ -363,6 +495,36 @@ TEST(HttpServer, DisconnectMidStreamCancelsAndFreesBlocks) {
   EXPECT_NE(metrics.find("splitflow_request_finished_total{finished_reason=\"abort\"} 1"), std::string::npos) << metrics;
   EXPECT_EQ(metrics.find("finished_reason=\"length\""), std::string::npos) << "the request ran to its end";
   EXPECT_NE(metrics.find("splitflow_kv_cache_usage_ratio 0\n"), std::string::npos);
+}
+
+TEST(HttpServer, DisconnectCancelsEveryPromptOfTheRequest) {
+  TestServer server(ServerOptions{.start_engine = false});
+  RawClient client(server.port_);
+  ASSERT_TRUE(client.connected());
+  client.post("/v1/completions", R"({"prompt": ["Once upon a time", "Tom had", "The cat sat"], "max_tokens": 400,
+                                      "ignore_eos": true, "temperature": 0, "stream": true})");
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (server.async_.num_in_flight() < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(server.async_.num_in_flight(), 3);
+  std::atomic<bool> got_chunk{false};
+  std::thread reader([&] { got_chunk = client.read_until("\"text_completion\""); });
+  while (!got_chunk && std::chrono::steady_clock::now() < deadline) {
+    server.async_.run_once();
+    std::this_thread::sleep_for(2ms);
+  }
+  reader.join();
+  ASSERT_TRUE(got_chunk);
+  client.close();
+  while (server.async_.num_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+    server.async_.run_once();
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(server.async_.num_in_flight(), 0);
+  const BlockManager& blocks = server.stories_.engine->scheduler().block_manager();
+  EXPECT_EQ(blocks.num_free_blocks(), blocks.num_blocks());
+  const std::string metrics = server.async_.render_metrics();
+  EXPECT_NE(metrics.find("splitflow_request_finished_total{finished_reason=\"abort\"} 3"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("finished_reason=\"length\""), std::string::npos) << "a prompt ran to its end";
 }
 
 TEST(HttpServer, ShutdownDrainsInFlightRequestsAndRefusesNewOnes) {

@@ -92,7 +92,15 @@ TEST(OpenAiApi, BadValuesNameTheField) {
       {R"({"prompt": "a", "stop_token_ids": [-1]})", "stop_token_ids[0]"},
       {R"({"prompt": []})", "prompt"},
       {R"({"prompt": [-3]})", "prompt[0]"},
-      {R"({"prompt": ["a", "b"]})", "prompt"},
+      {R"({"prompt": ["a", ""]})", "prompt[1]"},
+      {R"({"prompt": [[1], []]})", "prompt[1]"},
+      {R"({"prompt": [[1], [2, -1]]})", "prompt[1][1]"},
+      {R"({"prompt": [[1], [2.5]]})", "prompt[1][0]"},
+      {R"({"prompt": ["a", [1]]})", "prompt[1]"},
+      {R"({"prompt": [[1], "a"]})", "prompt[1]"},
+      {R"({"prompt": ["a", 5]})", "prompt[1]"},
+      {R"({"prompt": ["a", null]})", "prompt[1]"},
+      {R"({"prompt": true})", "prompt"},
       {R"({"prompt": "a", "best_of": 3})", "best_of"},
       {R"({"prompt": "a", "logit_bias": {"5": 10}})", "logit_bias"},
       {R"({"prompt": "a", "suffix": "end"})", "suffix"},
@@ -119,7 +127,8 @@ TEST(OpenAiApi, CompletionFieldsLandInSamplingParams) {
       "ignore_eos": true, "stop_token_ids": [9], "user": "ignored", "best_of": 2, "logit_bias": {},
       "temperature_unit": "ignored too"})"));
   EXPECT_EQ(r.model, "m");
-  EXPECT_EQ(std::get<std::vector<int32_t>>(r.prompt), (std::vector<int32_t>{5, 6, 7}));
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(std::get<std::vector<int32_t>>(r.prompts[0]), (std::vector<int32_t>{5, 6, 7}));
   EXPECT_TRUE(r.max_tokens_given);
   EXPECT_EQ(r.params.max_tokens, 12);
   EXPECT_FLOAT_EQ(r.params.temperature, 0.5f);
@@ -142,7 +151,8 @@ TEST(OpenAiApi, CompletionFieldsLandInSamplingParams) {
 
   // Defaults: OpenAI's, and null counts as absent.
   const CompletionRequest d = parse_completion_request(parse_json_body(R"({"prompt": "hi", "temperature": null, "stop": null})"));
-  EXPECT_EQ(std::get<std::string>(d.prompt), "hi");
+  ASSERT_EQ(d.prompts.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(d.prompts[0]), "hi");
   EXPECT_FALSE(d.max_tokens_given);
   EXPECT_FLOAT_EQ(d.params.temperature, 1.0f);
   EXPECT_EQ(d.n, 1);
@@ -150,7 +160,39 @@ TEST(OpenAiApi, CompletionFieldsLandInSamplingParams) {
   EXPECT_FALSE(d.logprobs.has_value());
   EXPECT_FALSE(d.params.logprobs);
   EXPECT_TRUE(d.params.stop.empty());
-  EXPECT_EQ(std::get<std::string>(parse_completion_request(parse_json_body(R"({"prompt": ["one"]})")).prompt), "one");
+  const CompletionRequest one = parse_completion_request(parse_json_body(R"({"prompt": ["one"]})"));
+  ASSERT_EQ(one.prompts.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(one.prompts[0]), "one");
+  // A lone empty text is a prompt of the BOS token alone.
+  EXPECT_EQ(std::get<std::string>(parse_completion_request(parse_json_body(R"({"prompt": ""})")).prompts.at(0)), "");
+}
+
+TEST(OpenAiApi, ListsOfPromptsKeepTheirOrderAndKind) {
+  const CompletionRequest texts = parse_completion_request(parse_json_body(R"({"prompt": ["a", "bc", "d"], "n": 2})"));
+  ASSERT_EQ(texts.prompts.size(), 3u);
+  EXPECT_EQ(std::get<std::string>(texts.prompts[0]), "a");
+  EXPECT_EQ(std::get<std::string>(texts.prompts[1]), "bc");
+  EXPECT_EQ(std::get<std::string>(texts.prompts[2]), "d");
+  EXPECT_EQ(texts.n, 2);
+  const CompletionRequest ids = parse_completion_request(parse_json_body(R"({"prompt": [[1, 2], [3]]})"));
+  ASSERT_EQ(ids.prompts.size(), 2u);
+  EXPECT_EQ(std::get<std::vector<int32_t>>(ids.prompts[0]), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(std::get<std::vector<int32_t>>(ids.prompts[1]), (std::vector<int32_t>{3}));
+}
+
+TEST(OpenAiApi, PromptsPerRequestAreLimited) {
+  json at_limit = {{"prompt", std::vector<std::string>(kMaxPrompts, "x")}};
+  EXPECT_EQ(parse_completion_request(at_limit).prompts.size(), kMaxPrompts);
+  const json over = {{"prompt", std::vector<std::vector<int>>(kMaxPrompts + 1, std::vector<int>{1})}};
+  try {
+    parse_completion_request(over);
+    FAIL() << "no error";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "prompt");
+    EXPECT_NE(std::string(e.what()).find(std::to_string(kMaxPrompts)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(kMaxPrompts + 1)), std::string::npos) << e.what();
+  }
 }
 
 TEST(OpenAiApi, ChatRequests) {
