@@ -7,6 +7,7 @@
 
 #include "server_test_util.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -464,15 +465,20 @@ class RawClient {
   std::string received_;
 };
 
-TEST(HttpServer, DisconnectMidStreamCancelsAndFreesBlocks) {
+// Posts a streaming completion of `requests` prompts (400 tokens each), steps the engine until
+// the first chunk reaches the client, hangs up, then steps on: the handler notices the closed
+// socket on its next write (or poll) and cancels every prompt, long before 400 tokens run out.
+// Every KV block must be free again and each prompt counted as aborted, none as finished.
+void expect_disconnect_cancels(const std::string& prompt_json, int requests) {
   TestServer server(ServerOptions{.start_engine = false});
   RawClient client(server.port_);
   ASSERT_TRUE(client.connected());
-  client.post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": true,
-                                      "temperature": 0, "stream": true})");
+  client.post("/v1/completions", R"({"prompt": )" + prompt_json +
+                                     R"(, "max_tokens": 400, "ignore_eos": true, "temperature": 0, "stream": true})");
   const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (server.async_.num_in_flight() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
-  // Steps until the first chunk reaches the client, which then hangs up.
+  while (server.async_.num_in_flight() < requests && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(server.async_.num_in_flight(), requests);
   std::atomic<bool> got_chunk{false};
   std::thread reader([&] { got_chunk = client.read_until("\"text_completion\""); });
   while (!got_chunk && std::chrono::steady_clock::now() < deadline) {
@@ -482,8 +488,6 @@ TEST(HttpServer, DisconnectMidStreamCancelsAndFreesBlocks) {
   reader.join();
   ASSERT_TRUE(got_chunk);
   client.close();
-  // The handler notices the closed socket on its next write (or poll) and cancels the request.
-  // Slow steps leave it time to, long before the 400 tokens run out.
   while (server.async_.num_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
     server.async_.run_once();
     std::this_thread::sleep_for(20ms);
@@ -492,39 +496,17 @@ TEST(HttpServer, DisconnectMidStreamCancelsAndFreesBlocks) {
   const BlockManager& blocks = server.stories_.engine->scheduler().block_manager();
   EXPECT_EQ(blocks.num_free_blocks(), blocks.num_blocks());
   const std::string metrics = server.async_.render_metrics();
-  EXPECT_NE(metrics.find("splitflow_request_finished_total{finished_reason=\"abort\"} 1"), std::string::npos) << metrics;
-  EXPECT_EQ(metrics.find("finished_reason=\"length\""), std::string::npos) << "the request ran to its end";
+  EXPECT_NE(metrics.find(fmt::format("splitflow_request_finished_total{{finished_reason=\"abort\"}} {}", requests)),
+            std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("finished_reason=\"length\""), std::string::npos) << "a request ran to its end";
   EXPECT_NE(metrics.find("splitflow_kv_cache_usage_ratio 0\n"), std::string::npos);
 }
 
+TEST(HttpServer, DisconnectMidStreamCancelsAndFreesBlocks) { expect_disconnect_cancels(R"("Once upon a time")", 1); }
+
 TEST(HttpServer, DisconnectCancelsEveryPromptOfTheRequest) {
-  TestServer server(ServerOptions{.start_engine = false});
-  RawClient client(server.port_);
-  ASSERT_TRUE(client.connected());
-  client.post("/v1/completions", R"({"prompt": ["Once upon a time", "Tom had", "The cat sat"], "max_tokens": 400,
-                                      "ignore_eos": true, "temperature": 0, "stream": true})");
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (server.async_.num_in_flight() < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
-  ASSERT_EQ(server.async_.num_in_flight(), 3);
-  std::atomic<bool> got_chunk{false};
-  std::thread reader([&] { got_chunk = client.read_until("\"text_completion\""); });
-  while (!got_chunk && std::chrono::steady_clock::now() < deadline) {
-    server.async_.run_once();
-    std::this_thread::sleep_for(2ms);
-  }
-  reader.join();
-  ASSERT_TRUE(got_chunk);
-  client.close();
-  while (server.async_.num_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
-    server.async_.run_once();
-    std::this_thread::sleep_for(20ms);
-  }
-  EXPECT_EQ(server.async_.num_in_flight(), 0);
-  const BlockManager& blocks = server.stories_.engine->scheduler().block_manager();
-  EXPECT_EQ(blocks.num_free_blocks(), blocks.num_blocks());
-  const std::string metrics = server.async_.render_metrics();
-  EXPECT_NE(metrics.find("splitflow_request_finished_total{finished_reason=\"abort\"} 3"), std::string::npos) << metrics;
-  EXPECT_EQ(metrics.find("finished_reason=\"length\""), std::string::npos) << "a prompt ran to its end";
+  expect_disconnect_cancels(R"(["Once upon a time", "Tom had", "The cat sat"])", 3);
 }
 
 TEST(HttpServer, ShutdownDrainsInFlightRequestsAndRefusesNewOnes) {
