@@ -58,11 +58,8 @@ const std::vector<std::string> kPrompts = {"Once upon a time", "Tom had a big re
                                            "One day, a bird", "Lily and her mom went to the park.",
                                            "There was a boy who liked to run.", "The cat sat", "Max was sad"};
 
-TEST(AsyncEngine, ConcurrentClientsGetTheGreedyOutputsOfOneAtATime) {
-  // 12 blocks for 4 running sequences of up to 4 blocks each: some are preempted on the way.
-  test::StoriesEngine stories(/*num_blocks=*/12, /*max_seqs=*/4, /*max_batch_tokens=*/32, /*max_model_len=*/128);
-  AsyncEngine async(*stories.engine, AsyncEngineConfig{});
-  async.start();
+// Every prompt of kPrompts from its own client thread at once, greedy, 40 tokens each.
+std::vector<Collected> submit_all_concurrently(AsyncEngine& async, test::StoriesEngine& stories) {
   std::vector<Collected> results(kPrompts.size());
   std::vector<std::thread> clients;
   for (size_t i = 0; i < kPrompts.size(); ++i) {
@@ -72,6 +69,15 @@ TEST(AsyncEngine, ConcurrentClientsGetTheGreedyOutputsOfOneAtATime) {
     });
   }
   for (std::thread& client : clients) client.join();
+  return results;
+}
+
+TEST(AsyncEngine, ConcurrentClientsGetTheGreedyOutputsOfOneAtATime) {
+  // 12 blocks for 4 running sequences of up to 4 blocks each: some are preempted on the way.
+  test::StoriesEngine stories(/*num_blocks=*/12, /*max_seqs=*/4, /*max_batch_tokens=*/32, /*max_model_len=*/128);
+  AsyncEngine async(*stories.engine, AsyncEngineConfig{});
+  async.start();
+  const std::vector<Collected> results = submit_all_concurrently(async, stories);
   for (size_t i = 0; i < kPrompts.size(); ++i) {
     SCOPED_TRACE(kPrompts[i]);
     const GenerationResult expected = stories.reference(stories.tokenizer->encode(kPrompts[i], true), 40);
@@ -93,15 +99,7 @@ TEST(AsyncEngine, SwappingClientsGetTheGreedyOutputsAndTheSwapMetricsCount) {
   test::StoriesEngine stories(12, 4, 32, 128, /*num_host_blocks=*/64, /*swap_min_tokens=*/16);
   AsyncEngine async(*stories.engine, AsyncEngineConfig{});
   async.start();
-  std::vector<Collected> results(kPrompts.size());
-  std::vector<std::thread> clients;
-  for (size_t i = 0; i < kPrompts.size(); ++i) {
-    clients.emplace_back([&, i] {
-      auto stream = async.submit(stories.tokenizer->encode(kPrompts[i], true), greedy(40), 1);
-      results[i] = collect(*stream);
-    });
-  }
-  for (std::thread& client : clients) client.join();
+  const std::vector<Collected> results = submit_all_concurrently(async, stories);
   for (size_t i = 0; i < kPrompts.size(); ++i) {
     SCOPED_TRACE(kPrompts[i]);
     const GenerationResult expected = stories.reference(stories.tokenizer->encode(kPrompts[i], true), 40);

@@ -121,11 +121,17 @@ DeviceBuffer CudaBackend::allocate(DType dtype, Shape shape) {
 
 DeviceBuffer CudaBackend::upload(const Tensor& host) {
   SF_CHECK(!host.empty(), "cuda upload: tensor {} has no data", shape_str(host.shape));
+  if (!is_float(host.dtype)) {  // generated tensors are always float
+    DeviceBuffer buffer = allocate(host.dtype, host.shape);
+    copy_to_device(host.data, buffer.view());
+    return buffer;
+  }
+  // Matrices become BF16, vectors F32 (see cuda_backend.h).
+  const DType stored = host.shape.size() >= 2 ? DType::BF16 : DType::F32;
+  DeviceBuffer buffer = allocate(stored, host.shape);
   if (host.generated) {
     // Generated in place as the stored dtype (a bf16 matrix gets the same bits as the host fill in
     // bf16, or in f32 then converted).
-    const DType stored = host.shape.size() >= 2 ? DType::BF16 : DType::F32;
-    DeviceBuffer buffer = allocate(stored, host.shape);
     const DeviceTensor view = buffer.view();
     const bool bf16 = stored == DType::BF16;
     SF_CUDA_CHECK(launch_fill_generated_normal(host.generated->key, host.generated->stddev,
@@ -134,14 +140,6 @@ DeviceBuffer CudaBackend::upload(const Tensor& host) {
                   "generate dummy weights");
     return buffer;
   }
-  if (!is_float(host.dtype)) {
-    DeviceBuffer buffer = allocate(host.dtype, host.shape);
-    copy_to_device(host.data, buffer.view());
-    return buffer;
-  }
-  // Matrices become BF16, vectors F32 (see cuda_backend.h).
-  const DType stored = host.shape.size() >= 2 ? DType::BF16 : DType::F32;
-  DeviceBuffer buffer = allocate(stored, host.shape);
   if (host.dtype == stored) {
     copy_to_device(host.data, buffer.view());
     return buffer;
