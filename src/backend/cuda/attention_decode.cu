@@ -262,7 +262,7 @@ int attention_decode_partitions(const AttentionLaunch& a) {
     return waves * ((tiles + parts - 1) / parts + kBlockOverheadTiles) + (parts > 1 ? 1 : 0);
   };
   int64_t best = 1;
-  for (int64_t parts = 2; parts <= tiles; ++parts) {
+  for (int64_t parts = 2; parts <= std::min<int64_t>(tiles, kMaxAttentionPartitions); ++parts) {
     const int64_t floats = int64_t{a.tokens} * a.heads * parts * (a.head_dim + 2);
     if (floats > a.partials_floats) break;
     if (cost(parts) < cost(best)) best = parts;

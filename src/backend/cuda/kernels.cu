@@ -423,19 +423,50 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
   }
 }
 
+// Max over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+__device__ float block_max(float v) {
+  __shared__ float partial[32];
+  __shared__ float total;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_max(v);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : -INFINITY;
+    w = warp_max(w);
+    if (lane == 0) total = w;
+  }
+  __syncthreads();
+  const float result = total;
+  __syncthreads();
+  return result;
+}
+
 // One block per (token, head): out = sum_p exp(m_p - M) acc_p / sum_p exp(m_p - M) l_p over the
-// partitions p, M = max_p m_p (finite: the token's own key is visible to it).
+// partitions p, M = max_p m_p (finite: the token's own key is visible to it). The weights
+// exp(m_p - M) are computed once, a partition per thread, into shared memory; each output dim
+// then reads only the partitions that hold keys (a recorded step sizes its split for the cache's
+// bound, so at a short context most partitions are empty: weight 0, skipped).
 __global__ void attention_combine_kernel(const float* partials, int partitions, int heads, int hd, bf16_bits* out) {
+  __shared__ float weights[kMaxAttentionPartitions];
   const int64_t token_head = static_cast<int64_t>(blockIdx.x) * heads + blockIdx.y;
   const float* rows = partials + token_head * partitions * (hd + 2);
   float top = -INFINITY;
-  for (int p = 0; p < partitions; ++p) top = fmaxf(top, rows[p * (hd + 2)]);
+  for (int p = threadIdx.x; p < partitions; p += blockDim.x) top = fmaxf(top, rows[p * (hd + 2)]);
+  top = block_max(top);
   float denom = 0.0f;
-  for (int p = 0; p < partitions; ++p) denom += __expf(rows[p * (hd + 2)] - top) * rows[p * (hd + 2) + 1];
-  const float inv = 1.0f / denom;
+  for (int p = threadIdx.x; p < partitions; p += blockDim.x) {
+    const float m = rows[p * (hd + 2)];
+    const float w = m == -INFINITY ? 0.0f : __expf(m - top);
+    weights[p] = w;
+    denom += w * rows[p * (hd + 2) + 1];
+  }
+  const float inv = 1.0f / block_sum(denom);  // block_sum's barriers also publish `weights`
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float acc = 0.0f;
-    for (int p = 0; p < partitions; ++p) acc += __expf(rows[p * (hd + 2)] - top) * rows[p * (hd + 2) + 2 + d];
+    for (int p = 0; p < partitions; ++p) {
+      if (weights[p] != 0.0f) acc += weights[p] * rows[p * (hd + 2) + 2 + d];
+    }
     store(out, token_head * hd + d, acc * inv);
   }
 }
@@ -589,7 +620,8 @@ cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   int partitions = 1;
   if (a.partials != nullptr && base_blocks < 2 * int64_t{a.sm_count} && a.max_context_len > kMinPartitionKeys) {
     const int64_t wanted = (2 * int64_t{a.sm_count} + base_blocks - 1) / base_blocks;
-    const int64_t parts = std::min<int64_t>(wanted, (a.max_context_len + kMinPartitionKeys - 1) / kMinPartitionKeys);
+    const int64_t parts = std::min<int64_t>({wanted, (a.max_context_len + kMinPartitionKeys - 1) / kMinPartitionKeys,
+                                             int64_t{kMaxAttentionPartitions}});
     const int64_t floats = int64_t{a.tokens} * a.heads * parts * (a.head_dim + 2);
     if (parts > 1 && floats <= a.partials_floats) partitions = static_cast<int>(parts);
   }

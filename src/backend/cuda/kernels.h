@@ -17,6 +17,8 @@ using bf16_bits = uint16_t;
 
 // Largest head_dim attention() takes (8 dims per lane of a warp).
 constexpr int kMaxHeadDim = 256;
+// Most split-KV partitions per (token, head): the combine keeps their weights in shared memory.
+constexpr int kMaxAttentionPartitions = 2048;
 
 // out[t] = table[ids[t]] * multiplier (+ pos_table[positions[t]] when pos_table is not null).
 // table, pos_table bf16 [*, hidden]; out bf16 [tokens, hidden].
