@@ -211,6 +211,18 @@ class Backend {
     write_kv(qkv, slots, attention_params, k_cache, v_cache);
   }
 
+  // The QKV projection, then rope_write_kv(): qkv = x W^T + bias, its q and k heads rotated, its k
+  // and v heads stored at slots. A backend may do it in one pass (CUDA at decode rows: the GEMV
+  // rotates each pair of rows from its fp32 sums and writes the cache itself).
+  virtual void matmul_rope_write_kv(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
+                                    const DeviceTensor& qkv, const DeviceTensor& cos_sin,
+                                    const DeviceTensor& table_rows, const RopeParams& rope_params,
+                                    const DeviceTensor& slots, const AttentionParams& attention_params,
+                                    const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
+    matmul(x, w, bias, qkv, false);
+    rope_write_kv(qkv, cos_sin, table_rows, rope_params, slots, attention_params, k_cache, v_cache);
+  }
+
   // Paged causal attention of the batch's new tokens (q heads of qkv) over each sequence's cached
   // keys and values (the new tokens' k/v must already be written). out [T, num_heads * head_dim].
   virtual void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,

@@ -37,7 +37,7 @@ std::string_view step_name(StepKind kind) {
   switch (kind) {
     case StepKind::Norm: return "norm";
     case StepKind::Linear: return "linear";
-    case StepKind::RopeWriteKv: return "rope_write_kv";
+    case StepKind::LinearRopeWriteKv: return "linear+rope_write_kv";
     case StepKind::WriteKv: return "write_kv";
     case StepKind::Attention: return "attention";
     case StepKind::LinearActivation: return "linear+activation";
@@ -84,8 +84,12 @@ LayerPlan build_layer_plan(const ModelSpec& spec) {
   if (spec.parallel_residual && !spec.shared_layer_norm)
     steps.push_back({StepKind::Norm, Slot::Hidden, Slot::MlpIn, LayerWeight::FfnNorm, norm_bias});
 
-  steps.push_back({StepKind::Linear, Slot::AttnIn, Slot::Qkv, LayerWeight::Qkv, qkv_bias});
-  steps.push_back({spec.position == PositionType::Rope ? StepKind::RopeWriteKv : StepKind::WriteKv, Slot::Qkv});
+  if (spec.position == PositionType::Rope) {
+    steps.push_back({StepKind::LinearRopeWriteKv, Slot::AttnIn, Slot::Qkv, LayerWeight::Qkv, qkv_bias});
+  } else {
+    steps.push_back({StepKind::Linear, Slot::AttnIn, Slot::Qkv, LayerWeight::Qkv, qkv_bias});
+    steps.push_back({StepKind::WriteKv, Slot::Qkv});
+  }
   steps.push_back({StepKind::Attention, Slot::Qkv, Slot::AttnOut});
   // With a parallel residual both norms were taken before this add, as the architecture wants.
   steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::Hidden, LayerWeight::Output, attention.o_bias, true});

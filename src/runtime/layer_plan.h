@@ -37,7 +37,8 @@ enum class LayerWeight : uint8_t { None, AttnNorm, FfnNorm, Qkv, Output, GateUp,
 enum class StepKind : uint8_t {
   Norm,        // output = norm(input) with weight
   Linear,      // output = input W^T (+ bias); with accumulate, output += input W^T (+ bias)
-  RopeWriteKv, // rotate the q and k heads of input in place, then store its k and v heads in the cache
+  // Linear into output, then rotate its q and k heads in place and store its k and v heads in the cache
+  LinearRopeWriteKv,
   WriteKv,     // store input's k and v heads in this layer's paged cache (no RoPE)
   Attention,   // output = paged attention of input's q heads
   LinearActivation,  // product = input W^T (+ bias); output = act(product) (gated: act(gate) * up)

@@ -401,10 +401,13 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
         backend_.matmul(input, w->view(), b->view(), output, step.accumulate);
         break;
       }
-      case StepKind::RopeWriteKv:
-        backend_.rope_write_kv(input, rope_table_.view(), step_view(kRopeRows, tokens), rope_params_,
-                               step_view(kSlots, tokens), attention_params_, k_cache, v_cache);
+      case StepKind::LinearRopeWriteKv: {
+        const auto [w, b] = layer_weight(weights, step.weight);
+        backend_.matmul_rope_write_kv(input, w->view(), b->view(), output, rope_table_.view(),
+                                      step_view(kRopeRows, tokens), rope_params_, step_view(kSlots, tokens),
+                                      attention_params_, k_cache, v_cache);
         break;
+      }
       case StepKind::WriteKv:
         backend_.write_kv(input, step_view(kSlots, tokens), attention_params_, k_cache, v_cache);
         break;

@@ -205,6 +205,74 @@ TEST_F(CudaKernels, RopeHalfStyle) { check_rope(*backend, rng, RopeStyle::Half, 
 TEST_F(CudaKernels, RopeInterleavedStyle) { check_rope(*backend, rng, RopeStyle::Interleaved, 16); }
 TEST_F(CudaKernels, RopePartialRotaryLeavesTailDims) { check_rope(*backend, rng, RopeStyle::Half, 6); }
 
+// The QKV projection with RoPE and the KV write: fused in one GEMV for decode rows (m <= the GEMV
+// limit), matmul then rope_write_kv otherwise; against the fp64 product of the bf16 inputs, rotated,
+// and the cache rows it must hold (slot -1: not stored).
+void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t m, RopeStyle style, int rotary_dim,
+                                bool with_bias) {
+  const int heads = 4, kv_heads = 2, head_dim = 16, half = rotary_dim / 2, block_size = 4, blocks = 3;
+  const int64_t k = 72, width = (heads + 2 * kv_heads) * head_dim, q_dim = heads * head_dim;
+  const int64_t kv_dim = kv_heads * head_dim, table_len = 10;
+  std::vector<float> x = random_values(rng, m * k), w = random_values(rng, width * k, -0.3f, 0.3f);
+  const std::vector<float> bias = random_values(rng, width), table = random_values(rng, table_len * 2 * half);
+  std::vector<int32_t> table_rows(m), slots(m);
+  for (int64_t r = 0; r < m; ++r) {
+    table_rows[r] = static_cast<int32_t>((3 * r + 1) % table_len);
+    slots[r] = r == 1 ? -1 : static_cast<int32_t>((5 * r + 2) % (blocks * block_size));
+  }
+  DeviceBuffer d_x = to_device_bf16(backend, x, {m, k}), d_w = to_device_bf16(backend, w, {width, k});
+  DeviceBuffer d_bias = to_device_f32(backend, bias, {width}), d_table = to_device_f32(backend, table, {table_len, 2, half});
+  DeviceBuffer d_rows = to_device_i32(backend, table_rows, {m}), d_slots = to_device_i32(backend, slots, {m});
+  DeviceBuffer qkv = backend.allocate(DType::BF16, {m, width});
+  DeviceBuffer k_cache = backend.allocate(DType::BF16, {blocks, block_size, kv_heads, head_dim});
+  DeviceBuffer v_cache = backend.allocate(DType::BF16, {blocks, block_size, kv_heads, head_dim});
+  poison_bf16(backend, qkv.view());
+  const RopeParams rope{heads, kv_heads, head_dim, rotary_dim, style};
+  const AttentionParams attention{heads, kv_heads, head_dim, block_size, 1.0f, 0};
+  backend.matmul_rope_write_kv(d_x.view(), d_w.view(), with_bias ? d_bias.view() : DeviceTensor{}, qkv.view(),
+                               d_table.view(), d_rows.view(), rope, d_slots.view(), attention, k_cache.view(),
+                               v_cache.view());
+  std::vector<double> ref(m * width), k_ref(blocks * block_size * kv_dim, 0.0), v_ref(k_ref.size(), 0.0);
+  for (int64_t r = 0; r < m; ++r) {
+    double* row = ref.data() + r * width;
+    for (int64_t j = 0; j < width; ++j) {
+      double sum = with_bias ? bias[j] : 0.0;
+      for (int64_t c = 0; c < k; ++c) sum += double{x[r * k + c]} * w[j * k + c];
+      row[j] = sum;
+    }
+    // Unfused (m above the GEMV limit), qkv is stored in bf16 before the rotation reads it.
+    if (m > 2)
+      for (int64_t j = 0; j < width; ++j) row[j] = bf16_round(static_cast<float>(row[j]));
+    for (int h = 0; h < heads + kv_heads; ++h)
+      for (int i = 0; i < half; ++i) {
+        const double c = table[table_rows[r] * 2 * half + i], s = table[table_rows[r] * 2 * half + half + i];
+        const int64_t a = h * head_dim + (style == RopeStyle::Half ? i : 2 * i);
+        const int64_t b = h * head_dim + (style == RopeStyle::Half ? i + half : 2 * i + 1);
+        const double xa = row[a], xb = row[b];
+        row[a] = xa * c - xb * s;
+        row[b] = xb * c + xa * s;
+      }
+    if (slots[r] >= 0)
+      for (int64_t j = 0; j < kv_dim; ++j) {
+        k_ref[slots[r] * kv_dim + j] = row[q_dim + j];
+        v_ref[slots[r] * kv_dim + j] = row[q_dim + kv_dim + j];
+      }
+  }
+  const std::string what = fmt::format("m {} rotary_dim {} interleaved {} bias {}", m, rotary_dim,
+                                       style == RopeStyle::Interleaved, with_bias);
+  EXPECT_LE(relative_error(to_host(backend, qkv.view()), ref), kBf16Compute) << what;
+  EXPECT_LE(relative_error(to_host(backend, k_cache.view()), k_ref), kBf16Compute) << what << " k_cache";
+  EXPECT_LE(relative_error(to_host(backend, v_cache.view()), v_ref), kBf16Compute) << what << " v_cache";
+}
+
+TEST_F(CudaKernels, MatmulRopeWriteKvFusedAndNot) {
+  for (int64_t m : {1, 2, 5})
+    for (RopeStyle style : {RopeStyle::Half, RopeStyle::Interleaved}) {
+      check_matmul_rope_write_kv(*backend, rng, m, style, 16, m == 2);
+      check_matmul_rope_write_kv(*backend, rng, m, style, 6, m != 2);  // dims 6..15 pass through
+    }
+}
+
 // head_dim 8: 16-byte words; 6: the element-wise path; kv_dim 2048: several blocks per token.
 void check_write_kv(Backend& backend, std::mt19937_64& rng, int kv_heads, int head_dim) {
   const int heads = 2 * kv_heads, block_size = 4, blocks = 3;

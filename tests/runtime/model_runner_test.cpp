@@ -411,8 +411,7 @@ TEST(BlockAllocator, DrivesSingleSequenceGeneration) {
 TEST(LayerPlan, SequentialRopeLayer) {
   EXPECT_EQ(build_layer_plan(tiny_spec()).describe(),
             "norm attn_norm: hidden -> attn_in\n"
-            "linear qkv: attn_in -> qkv\n"
-            "rope_write_kv: qkv\n"
+            "linear+rope_write_kv qkv: attn_in -> qkv\n"
             "attention: qkv -> attn_out\n"
             "linear o: attn_out ->+ hidden\n"
             "norm ffn_norm: hidden -> mlp_in\n"

@@ -382,6 +382,53 @@ void CudaBackend::rope_write_kv(const DeviceTensor& qkv, const DeviceTensor& cos
                 "rope_write_kv");
 }
 
+void CudaBackend::matmul_rope_write_kv(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
+                                       const DeviceTensor& qkv, const DeviceTensor& cos_sin,
+                                       const DeviceTensor& table_rows, const RopeParams& rope_params,
+                                       const DeviceTensor& slots, const AttentionParams& attention_params,
+                                       const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
+  const int64_t m = x.shape.size() == 2 ? x.dim(0) : 0, k = x.shape.size() == 2 ? x.dim(1) : 0;
+  const bool fused = m >= 1 && m <= gemv_max_rows_ && x.dtype == DType::BF16 && w.dtype == DType::BF16 &&
+                     w.shape.size() == 2 && w.dim(1) == k && gemv_supported(x.data, w.data, m, k);
+  if (!fused) {
+    Backend::matmul_rope_write_kv(x, w, bias, qkv, cos_sin, table_rows, rope_params, slots, attention_params, k_cache,
+                                  v_cache);
+    return;
+  }
+  SF_CHECK(rope_params.num_heads == attention_params.num_heads &&
+               rope_params.num_kv_heads == attention_params.num_kv_heads &&
+               rope_params.head_dim == attention_params.head_dim,
+           "cuda matmul_rope_write_kv: rope ({} heads, {} kv heads, head_dim {}) and attention ({}, {}, {}) disagree",
+           rope_params.num_heads, rope_params.num_kv_heads, rope_params.head_dim, attention_params.num_heads,
+           attention_params.num_kv_heads, attention_params.head_dim);
+  check_rope_args("cuda", DType::BF16, qkv, cos_sin, table_rows, rope_params);
+  check_write_kv_args("cuda", DType::BF16, qkv, slots, attention_params, k_cache, v_cache);
+  check_shape(w, {qkv.dim(1), k}, "matmul_rope_write_kv", "w");
+  SF_CHECK(qkv.dim(0) == m, "cuda matmul_rope_write_kv: x has {} rows, qkv {}", m, qkv.dim(0));
+  if (!bias.empty()) {
+    check_dtype(bias, DType::F32, "matmul_rope_write_kv", "bias");
+    check_shape(bias, {qkv.dim(1)}, "matmul_rope_write_kv", "bias");
+  }
+  const QkvRopeLaunch launch{bf16_ptr(x),
+                             bf16_ptr(w),
+                             bias.empty() ? nullptr : bias.as<float>(),
+                             bf16_ptr(qkv),
+                             cos_sin.as<float>(),
+                             table_rows.as<int32_t>(),
+                             slots.as<int32_t>(),
+                             bf16_ptr(k_cache),
+                             bf16_ptr(v_cache),
+                             k,
+                             k_cache.dim(0) * attention_params.block_size,
+                             static_cast<int>(m),
+                             rope_params.num_heads,
+                             rope_params.num_kv_heads,
+                             rope_params.head_dim,
+                             rope_params.rotary_dim,
+                             rope_params.style == RopeStyle::Interleaved};
+  SF_CUDA_CHECK(launch_gemv_qkv_rope(launch, stream_), "matmul_rope_write_kv (gemv)");
+}
+
 void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                             const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
   const int64_t seqs = check_attention_args("cuda", DType::BF16, qkv, k_cache, v_cache, batch, params, out);

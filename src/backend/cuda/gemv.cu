@@ -118,6 +118,70 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         __float2bfloat16(activate(gate[r] + gate_bias, act) * (up[r] + up_bias));
 }
 
+// The QKV projection with RoPE and the KV write in its epilogue (launch_gemv_qkv_rope). Tasks:
+// first a pair of rotated rows per (q or k head, i < half), then one row per remaining row
+// (dims past rotary_dim of q and k heads, every v row). A pair is rotated from its fp32 sums.
+template <int M>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_qkv_rope_kernel(QkvRopeLaunch a) {
+  const int64_t task = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int d = a.head_dim, half = a.rotary_dim / 2, rotated_heads = a.heads + a.kv_heads;
+  const int64_t q_dim = static_cast<int64_t>(a.heads) * d, kv_dim = static_cast<int64_t>(a.kv_heads) * d;
+  const int64_t width = q_dim + 2 * kv_dim, pair_tasks = static_cast<int64_t>(rotated_heads) * half;
+  const int64_t plain_per_head = d - 2 * half;
+  const int64_t tasks = pair_tasks + rotated_heads * plain_per_head + kv_dim;
+  if (task >= tasks) return;
+  // The cache position of row `row` (a k or v row) for token r, or -1 when it is not stored.
+  const auto cache_index = [&](int64_t row, int r) -> int64_t {
+    const int32_t slot = a.slots[r];
+    if (row < q_dim || slot < 0 || slot >= a.capacity_slots) return -1;
+    return static_cast<int64_t>(slot) * kv_dim + (row - q_dim) % kv_dim;
+  };
+  const auto store = [&](int64_t row, int r, float value) {
+    const __nv_bfloat16 rounded = __float2bfloat16(value);
+    reinterpret_cast<__nv_bfloat16*>(a.qkv)[r * width + row] = rounded;
+    const int64_t at = cache_index(row, r);
+    if (at >= 0) reinterpret_cast<__nv_bfloat16*>(row < q_dim + kv_dim ? a.k_cache : a.v_cache)[at] = rounded;
+  };
+  if (task < pair_tasks) {
+    const int64_t head = task / half, i = task % half;
+    const int64_t row1 = head * d + (a.interleaved ? 2 * i : i), row2 = head * d + (a.interleaved ? 2 * i + 1 : i + half);
+    float first[M], second[M];
+    warp_dot<M>(a.w + row1 * a.k, a.x, a.k, first);
+    warp_dot<M>(a.w + row2 * a.k, a.x, a.k, second);
+    if (lane != 0) return;
+    const float bias1 = a.bias != nullptr ? a.bias[row1] : 0.0f, bias2 = a.bias != nullptr ? a.bias[row2] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      const float* cos = a.cos_sin + static_cast<int64_t>(a.table_rows[r]) * 2 * half;
+      const float x1 = first[r] + bias1, x2 = second[r] + bias2, c = cos[i], s = cos[half + i];
+      store(row1, r, x1 * c - x2 * s);
+      store(row2, r, x2 * c + x1 * s);
+    }
+    return;
+  }
+  const int64_t plain = task - pair_tasks;
+  const int64_t row = plain < rotated_heads * plain_per_head
+                          ? plain / plain_per_head * d + 2 * half + plain % plain_per_head
+                          : q_dim + kv_dim + (plain - rotated_heads * plain_per_head);
+  float acc[M];
+  warp_dot<M>(a.w + row * a.k, a.x, a.k, acc);
+  if (lane != 0) return;
+  const float b = a.bias != nullptr ? a.bias[row] : 0.0f;
+#pragma unroll
+  for (int r = 0; r < M; ++r) store(row, r, acc[r] + b);
+}
+
+template <int M>
+cudaError_t launch_qkv_rope(const QkvRopeLaunch& a, cudaStream_t stream) {
+  const int64_t rotated_heads = a.heads + a.kv_heads, half = a.rotary_dim / 2;
+  const int64_t tasks = rotated_heads * half + rotated_heads * (a.head_dim - 2 * half) +
+                        static_cast<int64_t>(a.kv_heads) * a.head_dim;
+  const auto blocks = static_cast<unsigned>((tasks + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  gemv_qkv_rope_kernel<M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
 template <int M>
 cudaError_t launch(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32, int64_t n,
                    int64_t k, bool accumulate, cudaStream_t stream) {
@@ -169,6 +233,20 @@ cudaError_t launch_gemv_gated(const bf16_bits* x, const bf16_bits* w, const floa
     case 6: return launch_gated<6>(x, w, bias, act, y, inner, k, stream);
     case 7: return launch_gated<7>(x, w, bias, act, y, inner, k, stream);
     case 8: return launch_gated<8>(x, w, bias, act, y, inner, k, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launch_gemv_qkv_rope(const QkvRopeLaunch& a, cudaStream_t stream) {
+  switch (a.m) {
+    case 1: return launch_qkv_rope<1>(a, stream);
+    case 2: return launch_qkv_rope<2>(a, stream);
+    case 3: return launch_qkv_rope<3>(a, stream);
+    case 4: return launch_qkv_rope<4>(a, stream);
+    case 5: return launch_qkv_rope<5>(a, stream);
+    case 6: return launch_qkv_rope<6>(a, stream);
+    case 7: return launch_qkv_rope<7>(a, stream);
+    case 8: return launch_qkv_rope<8>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -51,6 +51,27 @@ cudaError_t launch_gemv(const bf16_bits* x, const bf16_bits* w, const float* bia
 cudaError_t launch_gemv_gated(const bf16_bits* x, const bf16_bits* w, const float* bias, int act, bf16_bits* y,
                               int64_t m, int64_t inner, int64_t k, cudaStream_t stream);
 
+// The QKV projection of m <= kMaxGemvRows tokens with RoPE and the KV write in its epilogue:
+// qkv = x w^T + bias, q and k heads rotated (cos_sin [rows, 2, rotary_dim / 2] at table_rows[r]),
+// k and v heads also stored at slots[r] (negative or >= capacity_slots: skipped). One rounding to
+// bf16 after the rotation. Same requirements on x and w as launch_gemv.
+struct QkvRopeLaunch {
+  const bf16_bits* x;
+  const bf16_bits* w;
+  const float* bias;  // may be null
+  bf16_bits* qkv;
+  const float* cos_sin;
+  const int32_t* table_rows;
+  const int32_t* slots;
+  bf16_bits* k_cache;
+  bf16_bits* v_cache;
+  int64_t k;
+  int64_t capacity_slots;
+  int m, heads, kv_heads, head_dim, rotary_dim;
+  bool interleaved;
+};
+cudaError_t launch_gemv_qkv_rope(const QkvRopeLaunch& a, cudaStream_t stream);
+
 // y[r, c] += bias[c] for y [rows, cols], bf16 (y_f32 null) or f32 (y_bf16 null).
 cudaError_t launch_add_bias(bf16_bits* y_bf16, float* y_f32, const float* bias, int64_t rows, int64_t cols,
                             cudaStream_t stream);
