@@ -10,8 +10,9 @@
 // Warp w takes keys 16w..16w+15 of every tile: S = Q K^T, an online softmax per row in
 // registers (log2 units), O += P V with P in bf16 straight from the S accumulators. The four
 // warps' states merge through shared memory at the end; with several partitions the result goes
-// to the split-KV partials that attention_combine_kernel merges (kernels.cu's layout, natural-log
-// maxima).
+// to the split-KV partials (kernels.cu's layout, natural-log maxima), and the last partition of a
+// (sequence, kv head) to finish, found with a counter, merges them: no combine launch, which cost
+// as much as the attention itself at batch 1.
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/tensor_core.cuh"
 
@@ -54,8 +55,51 @@ __device__ __forceinline__ void load_tile(const AttentionLaunch& a, const int32_
   }
 }
 
+// The split-KV merge for the group's heads, run by the last partition's block: warp w takes heads
+// w, w + kWarps, ...; out = sum_p exp(m_p - M) acc_p / sum_p exp(m_p - M) l_p with each
+// partition's weight computed once into `weights` (kMaxAttentionPartitions floats per warp) and
+// empty partitions (weight 0) skipped. Partials are read through L2 (__ldcg): other blocks wrote them.
+template <int D>
+__device__ void merge_partitions(const AttentionLaunch& a, const float* partials, int q_row, int head0, int group_size,
+                                 int parts, float* weights) {
+  constexpr int kDimsPerLane = (D + 31) / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  weights += warp * kMaxAttentionPartitions;
+  for (int g = warp; g < group_size; g += kWarps) {
+    const int64_t token_head = static_cast<int64_t>(q_row) * a.heads + head0 + g;
+    const float* rows = partials + token_head * parts * (D + 2);
+    float top = -INFINITY;
+    for (int p = lane; p < parts; p += 32) top = fmaxf(top, __ldcg(rows + p * (D + 2)));
+    for (int offset = 16; offset > 0; offset >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
+    float denom = 0.0f;
+    for (int p = lane; p < parts; p += 32) {
+      const float m = __ldcg(rows + p * (D + 2));
+      const float w = m == -INFINITY ? 0.0f : __expf(m - top);
+      weights[p] = w;
+      denom += w * __ldcg(rows + p * (D + 2) + 1);
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) denom += __shfl_xor_sync(0xffffffffu, denom, offset);
+    __syncwarp();
+    float acc[kDimsPerLane] = {};
+    for (int p = 0; p < parts; ++p) {
+      const float w = weights[p];
+      if (w == 0.0f) continue;
+#pragma unroll
+      for (int i = 0; i < kDimsPerLane; ++i)
+        if (lane + 32 * i < D) acc[i] += w * __ldcg(rows + p * (D + 2) + 2 + lane + 32 * i);
+    }
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i)
+      if (lane + 32 * i < D)
+        reinterpret_cast<__nv_bfloat16*>(a.out)[token_head * D + lane + 32 * i] = __float2bfloat16(acc[i] / denom);
+    __syncwarp();  // `weights` is rewritten for the warp's next head
+  }
+}
+
 template <int D>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLaunch a, float* partials) {
+  static_assert(kStages * Layout<D>::kStageElems * sizeof(bf16_bits) >= kWarps * kMaxAttentionPartitions * sizeof(float),
+                "the merge's partition weights reuse the stages");
   extern __shared__ __align__(16) bf16_bits smem[];
   constexpr int kStride = Layout<D>::kStride;
   bf16_bits* q_s = smem;                           // [kMaxGroup, kStride]
@@ -224,6 +268,21 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLau
           __float2bfloat16(acc / total);
     }
   }
+  if (partials == nullptr) return;
+  // Publish the partials, then count this partition done; the last one merges (and resets the
+  // counter for the next launch or graph replay).
+  __shared__ bool last_partition;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t* counter = a.partition_counters + static_cast<int64_t>(s) * a.kv_heads + kv_head;
+    last_partition = atomicAdd(counter, 1) == parts - 1;
+    if (last_partition) *counter = 0;
+  }
+  __syncthreads();
+  if (!last_partition) return;
+  __threadfence();
+  merge_partitions<D>(a, partials, q_row, head0, group_size, parts, reinterpret_cast<float*>(stages));
 }
 
 template <int D>
@@ -250,13 +309,13 @@ bool attention_decode_supported(const AttentionLaunch& a) {
 int attention_decode_partitions(const AttentionLaunch& a) {
   // A block's time is about its tiles plus a fixed cost (Q load, pipeline fill, merge, launch)
   // worth kBlockOverheadTiles tiles, and blocks run in waves of kBlocksPerSm per SM; splitting
-  // also costs the combine launch (about one more tile). Take the partition count with the
+  // also costs the merge by the last partition (about one more tile). Take the partition count with the
   // least estimated time: short blocks at batch 1, few partitions once the grid fills the GPU
   // (batch 64, context 512: 1, where a two-wave rule split in 2 and ran at 35 % of the copy rate).
   constexpr int64_t kBlockOverheadTiles = 2;
   const int64_t blocks = int64_t{a.seqs} * a.kv_heads, wave = int64_t{kBlocksPerSm} * a.sm_count;
   const int64_t tiles = (a.max_context_len + kTileKeys - 1) / kTileKeys;
-  if (a.partials == nullptr || tiles <= 1) return 1;
+  if (a.partials == nullptr || tiles <= 1 || blocks > attention_partition_counters(a.sm_count)) return 1;
   const auto cost = [&](int64_t parts) {
     const int64_t waves = (blocks * parts + wave - 1) / wave;
     return waves * ((tiles + parts - 1) / parts + kBlockOverheadTiles) + (parts > 1 ? 1 : 0);

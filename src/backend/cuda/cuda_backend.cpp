@@ -95,6 +95,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   }
   SF_CUDA_CHECK(cudaMalloc(&attention_partials_, attention_partials_floats(sm_count_) * sizeof(float)),
                 "allocate the split-KV attention scratch");
+  const size_t counter_bytes = attention_partition_counters(sm_count_) * sizeof(int32_t);
+  SF_CUDA_CHECK(cudaMalloc(&partition_counters_, counter_bytes), "allocate the split-KV partition counters");
+  SF_CUDA_CHECK(cudaMemset(partition_counters_, 0, counter_bytes), "zero the split-KV partition counters");
 }
 
 CudaBackend::~CudaBackend() {
@@ -102,6 +105,7 @@ CudaBackend::~CudaBackend() {
   gemm_plans_.clear();
   if (workspace_) cudaFree(workspace_);
   if (attention_partials_) cudaFree(attention_partials_);
+  if (partition_counters_) cudaFree(partition_counters_);
   if (lt_handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_handle_));
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -454,7 +458,8 @@ void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache
                          batch.max_context_len,
                          sm_count_,
                          attention_partials_,
-                         attention_partials_floats(sm_count_)};
+                         attention_partials_floats(sm_count_),
+                         partition_counters_};
   SF_CUDA_CHECK(launch_attention(launch, stream_), "attention");
 }
 

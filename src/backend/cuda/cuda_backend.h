@@ -92,6 +92,7 @@ class CudaBackend final : public Backend {
   // 0.746, 8 rows 0.564 vs 0.736.
   int gemv_max_rows_ = 2;
   float* attention_partials_ = nullptr;  // split-KV attention scratch, attention_partials_floats(sm_count_)
+  int32_t* partition_counters_ = nullptr;  // attention_partition_counters(sm_count_), zeroed, self-resetting
   std::map<GemmKey, std::unique_ptr<GemmPlan>> gemm_plans_;
 };
 

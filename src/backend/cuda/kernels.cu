@@ -604,14 +604,8 @@ cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
     if (err != cudaSuccess || !split_decodes) return err;
     return launch_attention_decode(a, 1, stream);
   }
-  if (a.max_query_len == 1 && attention_decode_supported(a)) {
-    const int parts = attention_decode_partitions(a);
-    const cudaError_t err = launch_attention_decode(a, parts, stream);
-    if (err != cudaSuccess || parts == 1) return err;
-    attention_combine_kernel<<<dim3(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.heads)), 128, 0, stream>>>(
-        a.partials, parts, a.heads, a.head_dim, a.out);
-    return cudaGetLastError();
-  }
+  if (a.max_query_len == 1 && attention_decode_supported(a))
+    return launch_attention_decode(a, attention_decode_partitions(a), stream);
   const int tiles_per_seq = (a.max_query_len + kQueryTile - 1) / kQueryTile;
   const int64_t base_blocks = int64_t{a.seqs} * tiles_per_seq * a.heads;
   // Split the key range when the grid would not fill the SMs twice over (decode, short chunks):

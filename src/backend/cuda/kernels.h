@@ -17,7 +17,7 @@ using bf16_bits = uint16_t;
 
 // Largest head_dim attention() takes (8 dims per lane of a warp).
 constexpr int kMaxHeadDim = 256;
-// Most split-KV partitions per (token, head): the combine keeps their weights in shared memory.
+// Most split-KV partitions per (token, head): the merges keep their weights in shared memory.
 constexpr int kMaxAttentionPartitions = 2048;
 
 // out[t] = table[ids[t]] * multiplier (+ pos_table[positions[t]] when pos_table is not null).
@@ -108,6 +108,9 @@ struct AttentionLaunch {
   int sm_count;                  // the device's multiprocessors, to size the KV split
   float* partials;               // fp32 scratch for split-KV partial results (null: never split)
   int64_t partials_floats;       // its size; a launch that would need more does not split
+  // Zeroed counters, attention_partition_counters(sm_count) of them: the decode kernel's last
+  // partition of each (sequence, kv head) to finish merges the partials and resets its counter.
+  int32_t* partition_counters;
 };
 
 // Scratch attention() needs to split the KV length whenever it chooses to: at most 4 sm_count
@@ -115,15 +118,19 @@ struct AttentionLaunch {
 constexpr int64_t attention_partials_floats(int sm_count) {
   return int64_t{16} * sm_count * (kMaxHeadDim + 2);
 }
+// Split launches need tokens * heads * 2 partition rows of partials, so tokens * heads and hence
+// seqs * kv_heads stay under 16 sm_count.
+constexpr int64_t attention_partition_counters(int sm_count) { return int64_t{16} * sm_count; }
 // Prompt chunks (max_query_len >= kFlashMinQueryLen) with head_dim 64/80/96/128 and 16-byte
 // aligned tensors run on tensor cores (backend/cuda/flash_prefill.cu), decode steps on the decode
 // kernel below, the rest (other head dims, unaligned tensors) on the split-KV kernel.
 cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream);
 constexpr int kFlashMinQueryLen = 16;
 // Decode steps (max_query_len 1), and the one-token spans of mixed batches next to the prefill
-// kernel, with head_dim 64/80/96/128 and up to 16 query heads per kv head run on tensor cores (backend/cuda/attention_decode.cu): the KV split (partitions) is chosen from
-// the grid size and max_context_len, the partition length from each sequence's context in the
-// kernel; partitions > 1 leave partials to combine.
+// kernel, with head_dim 64/80/96/128 and up to 16 query heads per kv head run on tensor cores
+// (backend/cuda/attention_decode.cu): the KV split (partitions) is chosen from the grid size and
+// max_context_len, the partition length from each sequence's context in the kernel; with
+// partitions > 1 the last partition of each (sequence, kv head) merges the partials.
 bool attention_decode_supported(const AttentionLaunch& a);  // the shapes; spans of one token only
 int attention_decode_partitions(const AttentionLaunch& a);
 cudaError_t launch_attention_decode(const AttentionLaunch& a, int partitions, cudaStream_t stream);
