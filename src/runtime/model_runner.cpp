@@ -381,12 +381,6 @@ std::pair<const DeviceBuffer*, const DeviceBuffer*> ModelRunner::layer_weight(co
   fail("layer plan: step has no weight");
 }
 
-InputNorm ModelRunner::input_norm(const DeviceLayer& layer, const PlanStep& step, int64_t tokens) const {
-  if (step.norm == LayerWeight::None) return {};
-  const auto [w, b] = layer_weight(layer, step.norm);
-  return {w->view(), b->view(), norm_params_, slot_rows(step.normed, tokens)};
-}
-
 void ModelRunner::run_layer(int layer, int64_t tokens) {
   const DeviceLayer& weights = layers_[layer];
   const Shape cache_shape = {kv_config_.num_blocks, kv_config_.block_size, spec_.attention.num_kv_heads,
@@ -409,8 +403,7 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
       }
       case StepKind::LinearRopeWriteKv: {
         const auto [w, b] = layer_weight(weights, step.weight);
-        backend_.matmul_rope_write_kv(input_norm(weights, step, tokens), input, w->view(), b->view(), output,
-                                      rope_table_.view(),
+        backend_.matmul_rope_write_kv(input, w->view(), b->view(), output, rope_table_.view(),
                                       step_view(kRopeRows, tokens), rope_params_, step_view(kSlots, tokens),
                                       attention_params_, k_cache, v_cache);
         break;
@@ -423,8 +416,8 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
         break;
       case StepKind::LinearActivation: {
         const auto [w, b] = layer_weight(weights, step.weight);
-        backend_.matmul_activation(input_norm(weights, step, tokens), input, w->view(), b->view(),
-                                   spec_.mlp.activation, spec_.mlp.gated, slot_rows(step.product, tokens), output);
+        backend_.matmul_activation(input, w->view(), b->view(), spec_.mlp.activation, spec_.mlp.gated,
+                                   slot_rows(step.product, tokens), output);
         break;
       }
     }

@@ -126,8 +126,6 @@ class ModelRunner {
   const DeviceTensor& slot(Slot s) const;
   DeviceTensor slot_rows(Slot s, int64_t tokens) const;
   std::pair<const DeviceBuffer*, const DeviceBuffer*> layer_weight(const DeviceLayer& layer, LayerWeight w) const;
-  // The norm a step applies to its input (empty when the step has none).
-  InputNorm input_norm(const DeviceLayer& layer, const PlanStep& step, int64_t tokens) const;
 
   ModelSpec spec_;
   LayerPlan plan_;

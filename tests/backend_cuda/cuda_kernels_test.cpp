@@ -5,7 +5,6 @@
 #include "core/error.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <numeric>
 
@@ -206,47 +205,11 @@ TEST_F(CudaKernels, RopeHalfStyle) { check_rope(*backend, rng, RopeStyle::Half, 
 TEST_F(CudaKernels, RopeInterleavedStyle) { check_rope(*backend, rng, RopeStyle::Interleaved, 16); }
 TEST_F(CudaKernels, RopePartialRotaryLeavesTailDims) { check_rope(*backend, rng, RopeStyle::Half, 6); }
 
-// The input rows a matmul-family call multiplies, in fp64: x itself, or with a norm (RMSNorm, weight
-// offset 1 as Gemma's) x / rms(x) * (1 + g), rounded to bf16 when the backend stores the normalized
-// rows before the product reads them (unfused: m above the GEMV limit).
-struct NormCase {
-  bool on = false;
-  std::vector<float> weight;
-  DeviceBuffer d_weight, normed;
-  InputNorm input(int64_t m) const {
-    return on ? InputNorm{d_weight.view(), {}, {NormType::RMSNorm, 1e-5f, 1.0f}, normed.view().rows(0, m)} : InputNorm{};
-  }
-};
-NormCase make_norm(Backend& backend, std::mt19937_64& rng, bool on, int64_t m, int64_t k) {
-  NormCase norm;
-  norm.on = on;
-  if (!on) return norm;
-  norm.weight = random_values(rng, k, -0.5f, 0.5f);
-  norm.d_weight = to_device_f32(backend, norm.weight, {k});
-  norm.normed = backend.allocate(DType::BF16, {m, k});
-  return norm;
-}
-std::vector<double> matmul_input_ref(const std::vector<float>& x, int64_t m, int64_t k, const NormCase& norm,
-                                     bool stored_normed) {
-  std::vector<double> out(x.begin(), x.end());
-  if (!norm.on) return out;
-  for (int64_t r = 0; r < m; ++r) {
-    double squares = 0.0;
-    for (int64_t c = 0; c < k; ++c) squares += double{x[r * k + c]} * x[r * k + c];
-    const double inv = 1.0 / std::sqrt(squares / static_cast<double>(k) + 1e-5);
-    for (int64_t c = 0; c < k; ++c) {
-      const double v = x[r * k + c] * inv * (1.0 + norm.weight[c]);
-      out[r * k + c] = stored_normed ? bf16_round(static_cast<float>(v)) : v;
-    }
-  }
-  return out;
-}
-
 // The QKV projection with RoPE and the KV write: fused in one GEMV for decode rows (m <= the GEMV
 // limit), matmul then rope_write_kv otherwise; against the fp64 product of the bf16 inputs, rotated,
 // and the cache rows it must hold (slot -1: not stored).
 void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t m, RopeStyle style, int rotary_dim,
-                                bool with_bias, bool with_norm) {
+                                bool with_bias) {
   const int heads = 4, kv_heads = 2, head_dim = 16, half = rotary_dim / 2, block_size = 4, blocks = 3;
   const int64_t k = 72, width = (heads + 2 * kv_heads) * head_dim, q_dim = heads * head_dim;
   const int64_t kv_dim = kv_heads * head_dim, table_len = 10;
@@ -266,9 +229,7 @@ void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t 
   poison_bf16(backend, qkv.view());
   const RopeParams rope{heads, kv_heads, head_dim, rotary_dim, style};
   const AttentionParams attention{heads, kv_heads, head_dim, block_size, 1.0f, 0};
-  const NormCase norm = make_norm(backend, rng, with_norm, m, k);
-  const std::vector<double> x_in = matmul_input_ref(x, m, k, norm, m > 2);
-  backend.matmul_rope_write_kv(norm.input(m), d_x.view(), d_w.view(), with_bias ? d_bias.view() : DeviceTensor{}, qkv.view(),
+  backend.matmul_rope_write_kv(d_x.view(), d_w.view(), with_bias ? d_bias.view() : DeviceTensor{}, qkv.view(),
                                d_table.view(), d_rows.view(), rope, d_slots.view(), attention, k_cache.view(),
                                v_cache.view());
   std::vector<double> ref(m * width), k_ref(blocks * block_size * kv_dim, 0.0), v_ref(k_ref.size(), 0.0);
@@ -276,7 +237,7 @@ void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t 
     double* row = ref.data() + r * width;
     for (int64_t j = 0; j < width; ++j) {
       double sum = with_bias ? bias[j] : 0.0;
-      for (int64_t c = 0; c < k; ++c) sum += x_in[r * k + c] * w[j * k + c];
+      for (int64_t c = 0; c < k; ++c) sum += double{x[r * k + c]} * w[j * k + c];
       row[j] = sum;
     }
     // Unfused (m above the GEMV limit), qkv is stored in bf16 before the rotation reads it.
@@ -297,8 +258,8 @@ void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t 
         v_ref[slots[r] * kv_dim + j] = row[q_dim + kv_dim + j];
       }
   }
-  const std::string what = fmt::format("m {} rotary_dim {} interleaved {} bias {} norm {}", m, rotary_dim,
-                                       style == RopeStyle::Interleaved, with_bias, with_norm);
+  const std::string what = fmt::format("m {} rotary_dim {} interleaved {} bias {}", m, rotary_dim,
+                                       style == RopeStyle::Interleaved, with_bias);
   EXPECT_LE(relative_error(to_host(backend, qkv.view()), ref), kBf16Compute) << what;
   EXPECT_LE(relative_error(to_host(backend, k_cache.view()), k_ref), kBf16Compute) << what << " k_cache";
   EXPECT_LE(relative_error(to_host(backend, v_cache.view()), v_ref), kBf16Compute) << what << " v_cache";
@@ -306,11 +267,10 @@ void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t 
 
 TEST_F(CudaKernels, MatmulRopeWriteKvFusedAndNot) {
   for (int64_t m : {1, 2, 5})
-    for (RopeStyle style : {RopeStyle::Half, RopeStyle::Interleaved})
-      for (bool with_norm : {false, true}) {
-        check_matmul_rope_write_kv(*backend, rng, m, style, 16, m == 2, with_norm);
-        check_matmul_rope_write_kv(*backend, rng, m, style, 6, m != 2, with_norm);  // dims 6..15 pass through
-      }
+    for (RopeStyle style : {RopeStyle::Half, RopeStyle::Interleaved}) {
+      check_matmul_rope_write_kv(*backend, rng, m, style, 16, m == 2);
+      check_matmul_rope_write_kv(*backend, rng, m, style, 6, m != 2);  // dims 6..15 pass through
+    }
 }
 
 // head_dim 8: 16-byte words; 6: the element-wise path; kv_dim 2048: several blocks per token.
@@ -608,38 +568,34 @@ TEST_F(CudaKernels, ActivationsPlainAndGated) {
 }
 
 // The MLP's up projection + activation: fused in one GEMV for decode rows (m <= the GEMV limit,
-// gated), matmul then activation otherwise, with and without the input norm; both against the fp64
-// product of the bf16 inputs.
+// gated), matmul then activation otherwise; both against the fp64 product of the bf16 inputs.
 TEST_F(CudaKernels, MatmulActivationFusedAndNot) {
   const int64_t k = 264, inner = 72;
   for (int64_t m : {1, 2, 5})
     for (Activation act : {Activation::SiLU, Activation::GELUTanh})
       for (bool with_bias : {false, true}) {
-        const bool with_norm = with_bias == (act == Activation::SiLU);
         std::vector<float> x = random_values(rng, m * k), w = random_values(rng, 2 * inner * k, -0.2f, 0.2f);
         const std::vector<float> b = random_values(rng, 2 * inner);
         DeviceBuffer d_x = to_device_bf16(*backend, x, {m, k}), d_w = to_device_bf16(*backend, w, {2 * inner, k});
         DeviceBuffer d_b = to_device_f32(*backend, b, {2 * inner});
         DeviceBuffer product = backend->allocate(DType::BF16, {m, 2 * inner}), out = backend->allocate(DType::BF16, {m, inner});
         poison_bf16(*backend, out.view());
-        const NormCase norm = make_norm(*backend, rng, with_norm, m, k);
-        const std::vector<double> x_in = matmul_input_ref(x, m, k, norm, m > 2);
-        backend->matmul_activation(norm.input(m), d_x.view(), d_w.view(), with_bias ? d_b.view() : DeviceTensor{}, act,
-                                   true, product.view(), out.view());
+        backend->matmul_activation(d_x.view(), d_w.view(), with_bias ? d_b.view() : DeviceTensor{}, act, true,
+                                   product.view(), out.view());
         std::vector<double> ref(m * inner);
         for (int64_t r = 0; r < m; ++r)
           for (int64_t j = 0; j < inner; ++j) {
             double gate = with_bias ? b[j] : 0.0, up = with_bias ? b[inner + j] : 0.0;
             for (int64_t c = 0; c < k; ++c) {
-              gate += x_in[r * k + c] * w[j * k + c];
-              up += x_in[r * k + c] * w[(inner + j) * k + c];
+              gate += double{x[r * k + c]} * w[j * k + c];
+              up += double{x[r * k + c]} * w[(inner + j) * k + c];
             }
             // Unfused, the product is stored in bf16 before the activation reads it.
             if (m > 2) gate = bf16_round(static_cast<float>(gate)), up = bf16_round(static_cast<float>(up));
             ref[r * inner + j] = activate_ref(gate, act) * up;
           }
         EXPECT_LE(relative_error(to_host(*backend, out.view()), ref), kBf16Compute)
-            << "m " << m << " act " << static_cast<int>(act) << " bias " << with_bias << " norm " << with_norm;
+            << "m " << m << " act " << static_cast<int>(act) << " bias " << with_bias;
       }
 }
 

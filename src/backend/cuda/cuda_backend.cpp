@@ -9,9 +9,8 @@
 #include <cuda_profiler_api.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cstdlib>
-#include <optional>
+#include <cstdint>
 #include <vector>
 
 namespace splitflow {
@@ -387,31 +386,17 @@ void CudaBackend::rope_write_kv(const DeviceTensor& qkv, const DeviceTensor& cos
                 "rope_write_kv");
 }
 
-namespace {
-
-// The GEMV form of an input norm: RMSNorm with an f32 [k] weight, 16-byte aligned; empty: none.
-std::optional<GemvNorm> gemv_norm(const InputNorm& norm, int64_t k) {
-  if (norm.empty()) return GemvNorm{};
-  const bool fusable = norm.params.type == NormType::RMSNorm && norm.bias.empty() && norm.weight.dtype == DType::F32 &&
-                       norm.weight.shape == Shape{k} && reinterpret_cast<uintptr_t>(norm.weight.data) % 16 == 0;
-  if (!fusable) return std::nullopt;
-  return GemvNorm{norm.weight.as<float>(), norm.params.weight_offset, norm.params.eps};
-}
-
-}  // namespace
-
-void CudaBackend::matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w,
-                                       const DeviceTensor& bias, const DeviceTensor& qkv, const DeviceTensor& cos_sin,
+void CudaBackend::matmul_rope_write_kv(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
+                                       const DeviceTensor& qkv, const DeviceTensor& cos_sin,
                                        const DeviceTensor& table_rows, const RopeParams& rope_params,
                                        const DeviceTensor& slots, const AttentionParams& attention_params,
                                        const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
   const int64_t m = x.shape.size() == 2 ? x.dim(0) : 0, k = x.shape.size() == 2 ? x.dim(1) : 0;
-  const std::optional<GemvNorm> fused_norm = gemv_norm(norm, k);
   const bool fused = m >= 1 && m <= gemv_max_rows_ && x.dtype == DType::BF16 && w.dtype == DType::BF16 &&
-                     w.shape.size() == 2 && w.dim(1) == k && gemv_supported(x.data, w.data, m, k) && fused_norm;
+                     w.shape.size() == 2 && w.dim(1) == k && gemv_supported(x.data, w.data, m, k);
   if (!fused) {
-    Backend::matmul_rope_write_kv(norm, x, w, bias, qkv, cos_sin, table_rows, rope_params, slots, attention_params,
-                                  k_cache, v_cache);
+    Backend::matmul_rope_write_kv(x, w, bias, qkv, cos_sin, table_rows, rope_params, slots, attention_params, k_cache,
+                                  v_cache);
     return;
   }
   SF_CHECK(rope_params.num_heads == attention_params.num_heads &&
@@ -444,8 +429,7 @@ void CudaBackend::matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor
                              rope_params.num_kv_heads,
                              rope_params.head_dim,
                              rope_params.rotary_dim,
-                             rope_params.style == RopeStyle::Interleaved,
-                             *fused_norm};
+                             rope_params.style == RopeStyle::Interleaved};
   SF_CUDA_CHECK(launch_gemv_qkv_rope(launch, stream_), "matmul_rope_write_kv (gemv)");
 }
 
@@ -503,16 +487,14 @@ void CudaBackend::activation(const DeviceTensor& x, Activation act, bool gated, 
                 "activation");
 }
 
-void CudaBackend::matmul_activation(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w,
-                                    const DeviceTensor& bias, Activation act, bool gated, const DeviceTensor& product,
-                                    const DeviceTensor& out) {
+void CudaBackend::matmul_activation(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
+                                    Activation act, bool gated, const DeviceTensor& product, const DeviceTensor& out) {
   const int64_t m = x.shape.size() == 2 ? x.dim(0) : 0, k = x.shape.size() == 2 ? x.dim(1) : 0;
-  const std::optional<GemvNorm> fused_norm = gemv_norm(norm, k);
   const bool fused = gated && m >= 1 && m <= gemv_max_rows_ && x.dtype == DType::BF16 && w.dtype == DType::BF16 &&
                      out.dtype == DType::BF16 && w.shape.size() == 2 && w.dim(1) == k && w.dim(0) % 2 == 0 &&
-                     gemv_supported(x.data, w.data, m, k) && fused_norm;
+                     gemv_supported(x.data, w.data, m, k);
   if (!fused) {
-    Backend::matmul_activation(norm, x, w, bias, act, gated, product, out);
+    Backend::matmul_activation(x, w, bias, act, gated, product, out);
     return;
   }
   const int64_t inner = w.dim(0) / 2;
@@ -522,7 +504,7 @@ void CudaBackend::matmul_activation(const InputNorm& norm, const DeviceTensor& x
     check_shape(bias, {2 * inner}, "matmul_activation", "bias");
   }
   SF_CUDA_CHECK(launch_gemv_gated(bf16_ptr(x), bf16_ptr(w), bias.empty() ? nullptr : bias.as<float>(),
-                                  activation_code(act), bf16_ptr(out), m, inner, k, *fused_norm, stream_),
+                                  activation_code(act), bf16_ptr(out), m, inner, k, stream_),
                 "matmul_activation (gated gemv)");
 }
 

@@ -10,7 +10,6 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <type_traits>
 
 namespace splitflow::cuda {
 namespace {
@@ -30,76 +29,51 @@ __device__ __forceinline__ float2 bf16x2_to_float2(uint32_t bits) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
 }
 
-// acc[r] += dot(8 weights in w, 8 values of x row r at column word `word`). With a norm
-// (kNorm), x is scaled by its weight first and squares[r] sums x^2 for the row's RMS.
-template <int M, bool kNorm>
-__device__ __forceinline__ void fma_word(float (&acc)[M], float (&squares)[M], const uint4& w, const bf16_bits* x,
-                                         int64_t k, int64_t word, const GemvNorm& norm) {
+// acc[r] += dot(8 weights in w, 8 values of x row r at column word `word`).
+template <int M>
+__device__ __forceinline__ void fma_word(float (&acc)[M], const uint4& w, const bf16_bits* x, int64_t k, int64_t word) {
   const float2 w0 = bf16x2_to_float2(w.x), w1 = bf16x2_to_float2(w.y), w2 = bf16x2_to_float2(w.z),
                w3 = bf16x2_to_float2(w.w);
-  float g[8];
-  if constexpr (kNorm) {
-    const float4 g0 = __ldg(reinterpret_cast<const float4*>(norm.weight) + 2 * word);
-    const float4 g1 = __ldg(reinterpret_cast<const float4*>(norm.weight) + 2 * word + 1);
-    const float raw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) g[i] = norm.weight_offset + raw[i];
-  }
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + r * k) + word);
     const float2 x0 = bf16x2_to_float2(xv.x), x1 = bf16x2_to_float2(xv.y), x2 = bf16x2_to_float2(xv.z),
                  x3 = bf16x2_to_float2(xv.w);
-    float v[8] = {x0.x, x0.y, x1.x, x1.y, x2.x, x2.y, x3.x, x3.y};
-    if constexpr (kNorm) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        squares[r] = fmaf(v[i], v[i], squares[r]);
-        v[i] *= g[i];
-      }
-    }
     float a = acc[r];
-    a = fmaf(w0.x, v[0], a);
-    a = fmaf(w0.y, v[1], a);
-    a = fmaf(w1.x, v[2], a);
-    a = fmaf(w1.y, v[3], a);
-    a = fmaf(w2.x, v[4], a);
-    a = fmaf(w2.y, v[5], a);
-    a = fmaf(w3.x, v[6], a);
-    a = fmaf(w3.y, v[7], a);
+    a = fmaf(w0.x, x0.x, a);
+    a = fmaf(w0.y, x0.y, a);
+    a = fmaf(w1.x, x1.x, a);
+    a = fmaf(w1.y, x1.y, a);
+    a = fmaf(w2.x, x2.x, a);
+    a = fmaf(w2.y, x2.y, a);
+    a = fmaf(w3.x, x3.x, a);
+    a = fmaf(w3.y, x3.y, a);
     acc[r] = a;
   }
 }
 
 // acc[r] = dot(w_row, x row r) for r < M, the total in every lane. x [M, k], k % 8 == 0, 16-byte
-// aligned rows. With kNorm, x row r is RMS-normalized first: dot(x * g, w) / rms(x), the rms
-// summed in the same pass over x (the unfused norm's kernel launch and round trip saved).
-template <int M, bool kNorm = false>
-__device__ __forceinline__ void warp_dot(const bf16_bits* w_row, const bf16_bits* x, int64_t k, float (&acc)[M],
-                                         const GemvNorm& norm = {}) {
+// aligned rows.
+template <int M>
+__device__ __forceinline__ void warp_dot(const bf16_bits* w_row, const bf16_bits* x, int64_t k, float (&acc)[M]) {
   const int lane = threadIdx.x % 32;
   const int64_t words = k / 8;
-  float squares[M];
 #pragma unroll
-  for (int r = 0; r < M; ++r) acc[r] = squares[r] = 0.0f;
+  for (int r = 0; r < M; ++r) acc[r] = 0.0f;
   int64_t word = lane;
   for (; word + (kUnroll - 1) * 32 < words; word += kUnroll * 32) {
     uint4 wv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) wv[u] = load_streaming(w_row + (word + u * 32) * 8);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) fma_word<M, kNorm>(acc, squares, wv[u], x, k, word + u * 32, norm);
+    for (int u = 0; u < kUnroll; ++u) fma_word<M>(acc, wv[u], x, k, word + u * 32);
   }
-  for (; word < words; word += 32)
-    fma_word<M, kNorm>(acc, squares, load_streaming(w_row + word * 8), x, k, word, norm);
+  for (; word < words; word += 32) fma_word<M>(acc, load_streaming(w_row + word * 8), x, k, word);
 #pragma unroll
   for (int r = 0; r < M; ++r) {
-    float v = acc[r], sq = squares[r];
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      v += __shfl_xor_sync(0xffffffffu, v, offset);
-      if constexpr (kNorm) sq += __shfl_xor_sync(0xffffffffu, sq, offset);
-    }
-    acc[r] = kNorm ? v * rsqrtf(sq / static_cast<float>(k) + norm.eps) : v;
+    float v = acc[r];
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    acc[r] = v;
   }
 }
 
@@ -127,15 +101,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 
 // One warp per output column j of a gated MLP: gate row j and up row inner + j of w [2 inner, k],
 // y[r, j] = act(gate + bias) * (up + bias) from the fp32 sums (no bf16 round trip of the product).
-template <int M, bool kNorm>
+template <int M>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_gated_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w, const float* __restrict__ bias,
-                      int act, bf16_bits* y, int64_t inner, int64_t k, GemvNorm norm) {
+                      int act, bf16_bits* y, int64_t inner, int64_t k) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (j >= inner) return;
   float gate[M], up[M];
-  warp_dot<M, kNorm>(w + j * k, x, k, gate, norm);
-  warp_dot<M, kNorm>(w + (inner + j) * k, x, k, up, norm);
+  warp_dot<M>(w + j * k, x, k, gate);
+  warp_dot<M>(w + (inner + j) * k, x, k, up);
   if (threadIdx.x % 32 != 0) return;
   const float gate_bias = bias != nullptr ? bias[j] : 0.0f, up_bias = bias != nullptr ? bias[inner + j] : 0.0f;
 #pragma unroll
@@ -149,7 +123,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // remaining ones (dims past rotary_dim of q and k heads, every v row). A pair is rotated from its
 // fp32 sums. Every task reads two rows so the blocks, all resident at once, load the SMs evenly
 // (one-row v tasks left a third of the SMs with a quarter more bytes than the others).
-template <int M, bool kNorm>
+template <int M>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_qkv_rope_kernel(QkvRopeLaunch a) {
   const int64_t task = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -175,8 +149,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_qkv_rope_kernel(QkvR
     const int64_t head = task / half, i = task % half;
     const int64_t row1 = head * d + (a.interleaved ? 2 * i : i), row2 = head * d + (a.interleaved ? 2 * i + 1 : i + half);
     float first[M], second[M];
-    warp_dot<M, kNorm>(a.w + row1 * a.k, a.x, a.k, first, a.norm);
-    warp_dot<M, kNorm>(a.w + row2 * a.k, a.x, a.k, second, a.norm);
+    warp_dot<M>(a.w + row1 * a.k, a.x, a.k, first);
+    warp_dot<M>(a.w + row2 * a.k, a.x, a.k, second);
     if (lane != 0) return;
     const float bias1 = a.bias != nullptr ? a.bias[row1] : 0.0f, bias2 = a.bias != nullptr ? a.bias[row2] : 0.0f;
 #pragma unroll
@@ -197,7 +171,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_qkv_rope_kernel(QkvR
   for (int j = 0; j < rows; ++j) {
     const int64_t row = plain_row(first_plain + j);
     float acc[M];
-    warp_dot<M, kNorm>(a.w + row * a.k, a.x, a.k, acc, a.norm);
+    warp_dot<M>(a.w + row * a.k, a.x, a.k, acc);
     if (lane != 0) continue;
     const float b = a.bias != nullptr ? a.bias[row] : 0.0f;
 #pragma unroll
@@ -211,10 +185,7 @@ cudaError_t launch_qkv_rope(const QkvRopeLaunch& a, cudaStream_t stream) {
   const int64_t plain_rows = rotated_heads * (a.head_dim - 2 * half) + static_cast<int64_t>(a.kv_heads) * a.head_dim;
   const int64_t tasks = rotated_heads * half + (plain_rows + 1) / 2;
   const auto blocks = static_cast<unsigned>((tasks + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  if (a.norm.weight != nullptr)
-    gemv_qkv_rope_kernel<M, true><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a);
-  else
-    gemv_qkv_rope_kernel<M, false><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a);
+  gemv_qkv_rope_kernel<M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -228,29 +199,10 @@ cudaError_t launch(const bf16_bits* x, const bf16_bits* w, const float* bias, bf
 
 template <int M>
 cudaError_t launch_gated(const bf16_bits* x, const bf16_bits* w, const float* bias, int act, bf16_bits* y,
-                         int64_t inner, int64_t k, const GemvNorm& norm, cudaStream_t stream) {
+                         int64_t inner, int64_t k, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((inner + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  if (norm.weight != nullptr)
-    gemv_gated_kernel<M, true><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, bias, act, y, inner, k, norm);
-  else
-    gemv_gated_kernel<M, false><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, bias, act, y, inner, k, norm);
+  gemv_gated_kernel<M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, bias, act, y, inner, k);
   return cudaGetLastError();
-}
-
-// launch(std::integral_constant<int, m>) for m in 1..kMaxGemvRows: the row count as a template argument.
-template <typename Launch>
-cudaError_t with_rows(int64_t m, Launch&& launch) {
-  switch (m) {
-    case 1: return launch(std::integral_constant<int, 1>{});
-    case 2: return launch(std::integral_constant<int, 2>{});
-    case 3: return launch(std::integral_constant<int, 3>{});
-    case 4: return launch(std::integral_constant<int, 4>{});
-    case 5: return launch(std::integral_constant<int, 5>{});
-    case 6: return launch(std::integral_constant<int, 6>{});
-    case 7: return launch(std::integral_constant<int, 7>{});
-    case 8: return launch(std::integral_constant<int, 8>{});
-    default: return cudaErrorInvalidValue;
-  }
 }
 
 }  // namespace
@@ -263,17 +215,47 @@ bool gemv_supported(const void* x, const void* w, int64_t m, int64_t k) {
 cudaError_t launch_gemv(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32,
                         int64_t m, int64_t n, int64_t k, bool accumulate, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  return with_rows(m, [&](auto rows) { return launch<decltype(rows)::value>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream); });
+  switch (m) {
+    case 1: return launch<1>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    case 2: return launch<2>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    case 3: return launch<3>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    case 4: return launch<4>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    case 5: return launch<5>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    case 6: return launch<6>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    case 7: return launch<7>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    case 8: return launch<8>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t launch_gemv_gated(const bf16_bits* x, const bf16_bits* w, const float* bias, int act, bf16_bits* y,
-                              int64_t m, int64_t inner, int64_t k, const GemvNorm& norm, cudaStream_t stream) {
+                              int64_t m, int64_t inner, int64_t k, cudaStream_t stream) {
   if (inner == 0) return cudaSuccess;
-  return with_rows(m, [&](auto rows) { return launch_gated<decltype(rows)::value>(x, w, bias, act, y, inner, k, norm, stream); });
+  switch (m) {
+    case 1: return launch_gated<1>(x, w, bias, act, y, inner, k, stream);
+    case 2: return launch_gated<2>(x, w, bias, act, y, inner, k, stream);
+    case 3: return launch_gated<3>(x, w, bias, act, y, inner, k, stream);
+    case 4: return launch_gated<4>(x, w, bias, act, y, inner, k, stream);
+    case 5: return launch_gated<5>(x, w, bias, act, y, inner, k, stream);
+    case 6: return launch_gated<6>(x, w, bias, act, y, inner, k, stream);
+    case 7: return launch_gated<7>(x, w, bias, act, y, inner, k, stream);
+    case 8: return launch_gated<8>(x, w, bias, act, y, inner, k, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t launch_gemv_qkv_rope(const QkvRopeLaunch& a, cudaStream_t stream) {
-  return with_rows(a.m, [&](auto rows) { return launch_qkv_rope<decltype(rows)::value>(a, stream); });
+  switch (a.m) {
+    case 1: return launch_qkv_rope<1>(a, stream);
+    case 2: return launch_qkv_rope<2>(a, stream);
+    case 3: return launch_qkv_rope<3>(a, stream);
+    case 4: return launch_qkv_rope<4>(a, stream);
+    case 5: return launch_qkv_rope<5>(a, stream);
+    case 6: return launch_qkv_rope<6>(a, stream);
+    case 7: return launch_qkv_rope<7>(a, stream);
+    case 8: return launch_qkv_rope<8>(a, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace splitflow::cuda
