@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace splitflow::comm {
@@ -97,26 +98,40 @@ std::string export_buffer(const void* ptr) {
 using KernelFn = void (*)(KernelArgs);
 using LLKernelFn = void (*)(KernelArgs, detail::LLArgs);
 
-template <typename T>
-LLKernelFn ll_kernel_for(int world_size) {
-  switch (world_size) {
-    case 2: return detail::one_shot_ll_kernel<T, 2>;
-    case 4: return detail::one_shot_ll_kernel<T, 4>;
-    case 6: return detail::one_shot_ll_kernel<T, 6>;
-    case 8: return detail::one_shot_ll_kernel<T, 8>;
-  }
-  return nullptr;
-}
+using NormKernelFn = void (*)(KernelArgs, detail::NormArgs);
 
-LLKernelFn ll_kernel_for(int world_size, DType dtype) {
+// make(T{}, std::integral_constant<int, N>{}) for the dtype and world size: a kernel instance, or
+// null for another dtype or world size.
+template <typename Fn, typename Make>
+Fn pick_kernel(DType dtype, int world_size, Make&& make) {
+  const auto for_type = [&](auto type) -> Fn {
+    switch (world_size) {
+      case 2: return make(type, std::integral_constant<int, 2>{});
+      case 4: return make(type, std::integral_constant<int, 4>{});
+      case 6: return make(type, std::integral_constant<int, 6>{});
+      case 8: return make(type, std::integral_constant<int, 8>{});
+    }
+    return nullptr;
+  };
   switch (dtype) {
-    case DType::F32: return ll_kernel_for<float>(world_size);
-    case DType::F16: return ll_kernel_for<__half>(world_size);
-    case DType::BF16: return ll_kernel_for<__nv_bfloat16>(world_size);
+    case DType::F32: return for_type(float{});
+    case DType::F16: return for_type(__half{});
+    case DType::BF16: return for_type(__nv_bfloat16{});
     default: return nullptr;
   }
 }
-using NormKernelFn = void (*)(KernelArgs, detail::NormArgs);
+
+LLKernelFn ll_kernel_for(int world_size, DType dtype) {
+  return pick_kernel<LLKernelFn>(dtype, world_size, [](auto type, auto n) -> LLKernelFn {
+    return detail::one_shot_ll_kernel<decltype(type), decltype(n)::value>;
+  });
+}
+
+NormKernelFn norm_kernel_for(int world_size, DType dtype) {
+  return pick_kernel<NormKernelFn>(dtype, world_size, [](auto type, auto n) -> NormKernelFn {
+    return detail::one_shot_add_rmsnorm_kernel<decltype(type), decltype(n)::value>;
+  });
+}
 
 template <typename T, int N>
 KernelFn kernel_for(AllreduceAlgorithm algorithm) {
@@ -131,44 +146,10 @@ KernelFn kernel_for(AllreduceAlgorithm algorithm) {
   return nullptr;
 }
 
-template <typename T>
-KernelFn kernel_for(AllreduceAlgorithm algorithm, int world_size) {
-  switch (world_size) {
-    case 2: return kernel_for<T, 2>(algorithm);
-    case 4: return kernel_for<T, 4>(algorithm);
-    case 6: return kernel_for<T, 6>(algorithm);
-    case 8: return kernel_for<T, 8>(algorithm);
-  }
-  return nullptr;
-}
-
 KernelFn kernel_for(AllreduceAlgorithm algorithm, int world_size, DType dtype) {
-  switch (dtype) {
-    case DType::F32: return kernel_for<float>(algorithm, world_size);
-    case DType::F16: return kernel_for<__half>(algorithm, world_size);
-    case DType::BF16: return kernel_for<__nv_bfloat16>(algorithm, world_size);
-    default: return nullptr;
-  }
-}
-
-template <typename T>
-NormKernelFn norm_kernel_for(int world_size) {
-  switch (world_size) {
-    case 2: return detail::one_shot_add_rmsnorm_kernel<T, 2>;
-    case 4: return detail::one_shot_add_rmsnorm_kernel<T, 4>;
-    case 6: return detail::one_shot_add_rmsnorm_kernel<T, 6>;
-    case 8: return detail::one_shot_add_rmsnorm_kernel<T, 8>;
-  }
-  return nullptr;
-}
-
-NormKernelFn norm_kernel_for(int world_size, DType dtype) {
-  switch (dtype) {
-    case DType::F32: return norm_kernel_for<float>(world_size);
-    case DType::F16: return norm_kernel_for<__half>(world_size);
-    case DType::BF16: return norm_kernel_for<__nv_bfloat16>(world_size);
-    default: return nullptr;
-  }
+  return pick_kernel<KernelFn>(dtype, world_size, [&](auto type, auto n) {
+    return kernel_for<decltype(type), decltype(n)::value>(algorithm);
+  });
 }
 
 size_t pack_elements(DType dtype) { return 16 / dtype_size(dtype); }

@@ -622,17 +622,24 @@ __global__ void __launch_bounds__(kThreads, 1) half_butterfly_kernel(KernelArgs 
 // rsqrt(mean(residual_out^2) + eps) * weight), the norm computed from the rounded residual as an
 // unfused add-then-norm would.
 
-__device__ __forceinline__ float block_sum(float value, float* shared) {
+// The block's total in every thread: warp sums, then warp 0 adds them with shuffles (not each
+// thread reading all 32 partial sums in a chain).
+__device__ __forceinline__ float block_sum(float value) {
+  __shared__ float shared[33];
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncthreads();  // `shared` may still be read from the previous row
   if (lane == 0) shared[warp] = value;
   __syncthreads();
-  const int warps = (blockDim.x + 31) / 32;
-  float total = 0.0f;
-  for (int w = 0; w < warps; ++w) total += shared[w];
-  return total;
+  if (warp == 0) {
+    float total = lane < static_cast<int>((blockDim.x + 31) / 32) ? shared[lane] : 0.0f;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
+    if (lane == 0) shared[32] = total;
+  }
+  __syncthreads();
+  return shared[32];
 }
 
 struct NormArgs {
@@ -646,7 +653,6 @@ struct NormArgs {
 template <typename T, int N>
 __global__ void __launch_bounds__(kNormMaxThreads, 1) one_shot_add_rmsnorm_kernel(KernelArgs a, NormArgs n) {
   constexpr int E = Elem<T>::kPack;
-  __shared__ float partial_sums[32];
   const RankPtrs in = *a.inputs;
   T* residual_out = static_cast<T*>(a.out);
   const T* residual_in = static_cast<const T*>(a.residual);
@@ -697,7 +703,7 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) one_shot_add_rmsnorm_kerne
       }
       store_pack<T>(residual_out, pack, vector_io, v[k]);
     }
-    const float scale = rsqrtf(block_sum(squares, partial_sums) / n.hidden + n.eps);
+    const float scale = rsqrtf(block_sum(squares) / n.hidden + n.eps);
 #pragma unroll
     for (int k = 0; k < kNormPacksPerThread; ++k) {
       const int j = threadIdx.x + k * blockDim.x;

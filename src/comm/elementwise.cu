@@ -33,7 +33,6 @@ __global__ void add_kernel(const T* a, const T* b, T* out, int64_t count) {
 template <typename T>
 __global__ void rms_norm_kernel(const T* in, const float* weight, T* out, int hidden, float eps) {
   constexpr int E = Elem<T>::kPack;
-  __shared__ float partial_sums[32];
   const T* row_in = in + static_cast<int64_t>(blockIdx.x) * hidden;
   T* row_out = out + static_cast<int64_t>(blockIdx.x) * hidden;
   const bool vector_io = hidden % E == 0 && aligned16(row_in) && aligned16(row_out) && aligned16(weight);
@@ -51,7 +50,7 @@ __global__ void rms_norm_kernel(const T* in, const float* weight, T* out, int hi
       squares += v * v;
     }
   }
-  const float scale = rsqrtf(detail::block_sum(squares, partial_sums) / hidden + eps);
+  const float scale = rsqrtf(detail::block_sum(squares) / hidden + eps);
   if (vector_io) {
     for (int j = threadIdx.x; j < hidden / E; j += blockDim.x) {
       float v[E];
