@@ -139,6 +139,13 @@ __global__ void __launch_bounds__(1024) add_norm_vec_kernel(bf16_bits* residual,
   uint4* x = reinterpret_cast<uint4*>(residual + blockIdx.x * hidden);
   const uint4* dx = delta != nullptr ? reinterpret_cast<const uint4*>(delta + blockIdx.x * hidden) : nullptr;
   uint4* y = reinterpret_cast<uint4*>(out + blockIdx.x * hidden);
+  // The first word's weights are loaded before the reductions, so their latency overlaps them (up
+  // to hidden 8192 that is every weight a thread needs; at batch 1 this kernel is pure latency).
+  float4 first_weights[2] = {};
+  if (static_cast<int>(threadIdx.x) < vecs) {
+    first_weights[0] = reinterpret_cast<const float4*>(weight)[2 * threadIdx.x];
+    first_weights[1] = reinterpret_cast<const float4*>(weight)[2 * threadIdx.x + 1];
+  }
   float v[kNormVecs][8];
   float sum = 0.0f;
 #pragma unroll
@@ -170,7 +177,7 @@ __global__ void __launch_bounds__(1024) add_norm_vec_kernel(bf16_bits* residual,
     const int i = threadIdx.x + r * blockDim.x;
     if (i >= vecs) continue;
     const float4* w4 = reinterpret_cast<const float4*>(weight) + 2 * i;
-    const float4 w0 = w4[0], w1 = w4[1];
+    const float4 w0 = r == 0 ? first_weights[0] : w4[0], w1 = r == 0 ? first_weights[1] : w4[1];
     const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
     float o[8];
 #pragma unroll
