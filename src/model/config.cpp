@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 namespace splitflow {
@@ -198,6 +199,32 @@ void add_hf_config(SpecRequest& request, const json& config, const std::string& 
       if (architecture.is_string()) request.hf_architectures.push_back(architecture.get<std::string>());
 }
 
+// llama.cpp's converter stores the llama3 RoPE scaling of Llama 3.1+ as a `rope_freqs.weight`
+// tensor of per-pair frequency divisors, not as metadata: it becomes the spec's freq_factors.
+void apply_gguf_rope_freqs(const WeightSource& source, const std::string& model_path, ModelSpec& spec) {
+  const TensorInfo* found = nullptr;
+  for (const TensorInfo& info : source.tensors())
+    if (info.name == kGgufRopeFreqs) found = &info;
+  if (found == nullptr) return;
+  const std::string where = fmt::format("'{}' tensor {}", model_path, kGgufRopeFreqs);
+  SF_CHECK(spec.position == PositionType::Rope, "{}: the model has no RoPE (position {})", where,
+           spec_to_json(spec)["position"].get<std::string>());
+  SF_CHECK(spec.rope.scaling.type == RopeScalingType::None,
+           "{}: the spec also has rope.scaling ({}); give one or the other", where,
+           spec_to_json(spec)["rope"]["scaling"]["type"].get<std::string>());
+  const Tensor values = materialize(found->tensor);
+  const size_t pairs = static_cast<size_t>(spec.rotary_dim() / 2);
+  SF_CHECK(values.dtype == DType::F32 && values.shape == Shape{static_cast<int64_t>(pairs)},
+           "{}: expected f32 [{}] (rotary_dim / 2), got {} {}", where, pairs, dtype_name(values.dtype),
+           shape_str(values.shape));
+  RopeScaling& scaling = spec.rope.scaling;
+  scaling.type = RopeScalingType::FreqFactors;
+  scaling.freq_factors.assign(values.as<float>(), values.as<float>() + pairs);
+  for (size_t i = 0; i < pairs; ++i)
+    SF_CHECK(std::isfinite(scaling.freq_factors[i]) && scaling.freq_factors[i] > 0, "{}: entry {} is {}, expected > 0",
+             where, i, scaling.freq_factors[i]);
+}
+
 }  // namespace
 
 ModelSpec resolve_hf_spec(const std::string& model_dir, const std::string& user_spec_path) {
@@ -239,7 +266,9 @@ ModelSpec resolve_source_spec(const WeightSource& source, const std::string& mod
     request.config_name = fmt::format("{} header of '{}'", format, model_path);
     request.format = format;
   }
-  return resolve_spec(request);
+  ModelSpec spec = resolve_spec(request);
+  if (format == "gguf") apply_gguf_rope_freqs(source, model_path, spec);
+  return spec;
 }
 
 ModelSpec resolve_config_spec(const std::string& path, const std::string& user_spec_path) {

@@ -42,9 +42,12 @@ nlohmann::json resolve_spec_json(const SpecRequest& request);
 ModelSpec resolve_spec(const SpecRequest& request);
 
 // HF directory: config.json (optional when a user spec is given) + generation_config.json.
+// llama.cpp's tensor of per-pair RoPE frequency divisors (Llama 3.1+ GGUFs: the llama3 scaling).
+inline constexpr const char* kGgufRopeFreqs = "rope_freqs.weight";
 ModelSpec resolve_hf_spec(const std::string& model_dir, const std::string& user_spec_path = "");
 // An opened checkpoint: GGUF -> its metadata, llama2c -> its header, safetensors -> the
-// config.json next to `model_path` (the directory, or the file's directory).
+// config.json next to `model_path` (the directory, or the file's directory). A GGUF's
+// kGgufRopeFreqs tensor becomes rope.scaling freq_factors.
 ModelSpec resolve_source_spec(const WeightSource& source, const std::string& model_path,
                               const std::string& user_spec_path = "");
 // --dummy-weights: `path` is a HF config.json (it has "architectures") or a spec file (then the

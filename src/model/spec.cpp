@@ -72,6 +72,7 @@ const std::vector<EnumName<RopeScalingType>>& scaling_names() {
       {RopeScalingType::YaRN, {"yarn"}},
       {RopeScalingType::Llama3, {"llama3"}},
       {RopeScalingType::LongRope, {"longrope", "su"}},
+      {RopeScalingType::FreqFactors, {"freq_factors"}},
   };
   return names;
 }
@@ -273,6 +274,7 @@ void parse_scaling(const json& object, RopeSpec& rope) {
   if (reader.read_double("attention_factor", attention_factor)) scaling.attention_factor = attention_factor;
   reader.read_double_list("long_factor", scaling.long_factor);
   reader.read_double_list("short_factor", scaling.short_factor);
+  reader.read_double_list("freq_factors", scaling.freq_factors);
   double theta = 0.0, partial = 0.0;
   if (reader.read_double("rope_theta", theta) && theta != rope.theta)
     fail("rope.scaling.rope_theta: {} disagrees with rope.theta {}", theta, rope.theta);
@@ -336,7 +338,7 @@ void validate_scaling(const ModelSpec& spec) {
   const std::string type = enum_name(scaling_names(), scaling.type);
   SF_CHECK(is_positive_finite(scaling.factor) && scaling.factor >= 1.0,
            "rope.scaling.factor: {} scaling needs a factor >= 1, got {}", type, scaling.factor);
-  if (scaling.type != RopeScalingType::Linear)
+  if (scaling.type != RopeScalingType::Linear && scaling.type != RopeScalingType::FreqFactors)
     SF_CHECK(scaling.original_max_position > 0, "rope.scaling.original_max_position: {} scaling needs it > 0, got {}",
              type, scaling.original_max_position);
   if (scaling.attention_factor)
@@ -369,6 +371,15 @@ void validate_scaling(const ModelSpec& spec) {
         SF_CHECK(is_positive_finite(scaling.short_factor[i]), "rope.scaling.short_factor[{}]: must be > 0, got {}", i,
                  scaling.short_factor[i]);
       }
+      break;
+    }
+    case RopeScalingType::FreqFactors: {
+      const size_t pairs = static_cast<size_t>(spec.rotary_dim() / 2);
+      SF_CHECK(scaling.freq_factors.size() == pairs, "rope.scaling.freq_factors: {} entries, expected rotary_dim/2 = {}",
+               scaling.freq_factors.size(), pairs);
+      for (size_t i = 0; i < pairs; ++i)
+        SF_CHECK(is_positive_finite(scaling.freq_factors[i]), "rope.scaling.freq_factors[{}]: must be > 0, got {}", i,
+                 scaling.freq_factors[i]);
       break;
     }
     default: break;
@@ -620,6 +631,7 @@ json spec_to_json(const ModelSpec& spec) {
     if (scaling.attention_factor) scaling_json["attention_factor"] = *scaling.attention_factor;
     if (!scaling.long_factor.empty()) scaling_json["long_factor"] = scaling.long_factor;
     if (!scaling.short_factor.empty()) scaling_json["short_factor"] = scaling.short_factor;
+    if (!scaling.freq_factors.empty()) scaling_json["freq_factors"] = scaling.freq_factors;
   }
   out["rope"] = {{"theta", spec.rope.theta},
                  {"partial_factor", spec.rope.partial_factor},

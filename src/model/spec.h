@@ -21,7 +21,8 @@ enum class PositionType { Rope, Learned, Sinusoidal, ALiBi, None };
 // Which elements RoPE rotates together: Half pairs x[i] with x[i + rot/2] (GPT-NeoX, HF Llama),
 // Interleaved pairs x[2i] with x[2i+1] (GPT-J, Meta/llama2.c/GGUF Llama layout).
 enum class RopeStyle { Half, Interleaved };
-enum class RopeScalingType { None, Linear, DynamicNTK, YaRN, Llama3, LongRope };
+// FreqFactors: llama.cpp's per-pair divisors of the base frequencies (a GGUF rope_freqs tensor).
+enum class RopeScalingType { None, Linear, DynamicNTK, YaRN, Llama3, LongRope, FreqFactors };
 // How a fused QKV weight stacks its rows: Concat = [q rows; k rows; v rows] (Phi-3, GPT-2, Falcon
 // with GQA groups excluded); PerHead = for each head [q; k; v] of head_dim rows (GPT-NeoX, MHA only).
 enum class QkvLayout { Separate, Concat, PerHead };
@@ -39,6 +40,7 @@ struct RopeScaling {
   std::optional<double> attention_factor;  // yarn / longrope: overrides the derived scale
   std::vector<double> long_factor;   // longrope, rotary_dim/2 entries
   std::vector<double> short_factor;  // longrope
+  std::vector<double> freq_factors;  // freq_factors, rotary_dim/2 entries: pair i turns at inv_freq[i] / freq_factors[i]
 
   bool operator==(const RopeScaling&) const = default;
 };

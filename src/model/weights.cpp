@@ -3,6 +3,7 @@
 #include "core/counter_hash.h"
 #include "core/error.h"
 #include "formats/weight_source.h"
+#include "model/config.h"
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -311,6 +312,7 @@ class Binder {
       if (used_.count(info.name) || !is_float(info.tensor.dtype)) continue;
       if (info.tensor.shape.empty() || info.tensor.shape.size() > 2) continue;
       if (info.name.size() >= 8 && info.name.compare(info.name.size() - 8, 8, "inv_freq") == 0) continue;
+      if (info.name == kGgufRopeFreqs && spec_.rope.scaling.type == RopeScalingType::FreqFactors) continue;  // in the spec
       unused.push_back(info.name);
     }
     if (unused.empty()) return;

@@ -108,6 +108,17 @@ RopeFrequencies llama3(const ModelSpec& spec) {
   return {inv, 1.0f};
 }
 
+// llama.cpp: theta_i = position * base^(-2i/d) / freq_factors[i].
+RopeFrequencies freq_factors(const ModelSpec& spec) {
+  const std::vector<double>& factors = spec.rope.scaling.freq_factors;
+  const int dim = spec.rotary_dim();
+  SF_CHECK(factors.size() == static_cast<size_t>(dim / 2), "rope.scaling: {} freq_factors, expected rotary_dim/2 = {}",
+           factors.size(), dim / 2);
+  std::vector<float> inv = default_inv_freq(static_cast<float>(spec.rope.theta), dim);
+  for (int i = 0; i < dim / 2; ++i) inv[i] /= static_cast<float>(factors[i]);
+  return {inv, 1.0f};
+}
+
 RopeFrequencies longrope(const ModelSpec& spec, int64_t seq_len) {
   const RopeScaling& s = spec.rope.scaling;
   const int dim = spec.rotary_dim();
@@ -144,6 +155,7 @@ RopeFrequencies rope_frequencies(const ModelSpec& spec, int64_t seq_len) {
     case RopeScalingType::YaRN: return yarn(spec);
     case RopeScalingType::Llama3: return llama3(spec);
     case RopeScalingType::LongRope: return longrope(spec, seq_len);
+    case RopeScalingType::FreqFactors: return freq_factors(spec);
   }
   fail("rope.scaling: unknown scaling type");
 }

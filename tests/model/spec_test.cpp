@@ -130,6 +130,21 @@ TEST(Spec, LongRopeRoundTripsAndDefaultsOriginalToMaxPosition) {
   EXPECT_EQ(spec_from_json(spec_to_json(parsed)), parsed);
 }
 
+// llama.cpp's per-pair divisors (a GGUF rope_freqs tensor, also writable in a spec file): rotary_dim/2
+// positive entries, no original context needed.
+TEST(Spec, FreqFactorsRoundTripAndAreChecked) {
+  json spec = minimal_spec();  // head_dim 8: four pairs
+  spec["rope"] = {{"scaling", {{"type", "freq_factors"}, {"freq_factors", {1.0, 1.5, 4.0, 8.0}}}}};
+  const ModelSpec parsed = spec_from_json(spec);
+  EXPECT_EQ(parsed.rope.scaling.type, RopeScalingType::FreqFactors);
+  EXPECT_EQ(parsed.rope.scaling.freq_factors, (std::vector<double>{1.0, 1.5, 4.0, 8.0}));
+  EXPECT_EQ(spec_from_json(spec_to_json(parsed)), parsed);
+  expect_spec_error(with(minimal_spec(), "/rope", {{"scaling", {{"type", "freq_factors"}, {"freq_factors", {1.0}}}}}),
+                    "rope.scaling.freq_factors: 1 entries, expected rotary_dim/2 = 4");
+  expect_spec_error(with(minimal_spec(), "/rope", {{"scaling", {{"type", "freq_factors"}, {"freq_factors", {1.0, 0.0, 1.0, 1.0}}}}}),
+                    "rope.scaling.freq_factors[1]: must be > 0, got 0");
+}
+
 TEST(Spec, HfRopeParametersObjectIsAccepted) {
   json spec = minimal_spec();
   spec["rope"] = {{"theta", 500000.0},
