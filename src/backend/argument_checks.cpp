@@ -60,6 +60,20 @@ void check_write_kv_args(const char* backend, DType activation, const DeviceTens
   check_caches(backend, "write_kv", k_cache, v_cache, params);
 }
 
+void check_rope_write_kv_args(const char* backend, const char* op, DType activation, const DeviceTensor& qkv,
+                              const DeviceTensor& cos_sin, const DeviceTensor& table_rows, const RopeParams& rope_params,
+                              const DeviceTensor& slots, const AttentionParams& attention_params,
+                              const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
+  SF_CHECK(rope_params.num_heads == attention_params.num_heads &&
+               rope_params.num_kv_heads == attention_params.num_kv_heads &&
+               rope_params.head_dim == attention_params.head_dim,
+           "{} {}: rope ({} heads, {} kv heads, head_dim {}) and attention ({}, {}, {}) disagree", backend, op,
+           rope_params.num_heads, rope_params.num_kv_heads, rope_params.head_dim, attention_params.num_heads,
+           attention_params.num_kv_heads, attention_params.head_dim);
+  check_rope_args(backend, activation, qkv, cos_sin, table_rows, rope_params);
+  check_write_kv_args(backend, activation, qkv, slots, attention_params, k_cache, v_cache);
+}
+
 int64_t check_attention_args(const char* backend, DType activation, const DeviceTensor& qkv,
                              const DeviceTensor& k_cache, const DeviceTensor& v_cache, const AttentionBatch& batch,
                              const AttentionParams& params, const DeviceTensor& out) {

@@ -16,6 +16,13 @@ void check_rope_args(const char* backend, DType activation, const DeviceTensor& 
 void check_write_kv_args(const char* backend, DType activation, const DeviceTensor& qkv, const DeviceTensor& slots,
                          const AttentionParams& params, const DeviceTensor& k_cache, const DeviceTensor& v_cache);
 
+// rope_write_kv's arguments: the two parameter sets describe the same heads, then the checks of
+// rope() and write_kv() in that order. `op` names the call in the messages.
+void check_rope_write_kv_args(const char* backend, const char* op, DType activation, const DeviceTensor& qkv,
+                              const DeviceTensor& cos_sin, const DeviceTensor& table_rows, const RopeParams& rope_params,
+                              const DeviceTensor& slots, const AttentionParams& attention_params,
+                              const DeviceTensor& k_cache, const DeviceTensor& v_cache);
+
 // Returns the number of sequences.
 int64_t check_attention_args(const char* backend, DType activation, const DeviceTensor& qkv,
                              const DeviceTensor& k_cache, const DeviceTensor& v_cache, const AttentionBatch& batch,

@@ -86,6 +86,24 @@ TEST(ArgumentChecks, RopeAndWriteKv) {
   expect_rejected(
       [&] { check_write_kv_args("cuda", DType::BF16, qkv, rows, params, cache, tensor(DType::F32, {10, 16, 2, 8})); },
       "cuda write_kv: v_cache has dtype f32, expected bf16");
+
+  // Both at once: the two parameter sets must describe the same heads, then each set's checks.
+  const DeviceTensor table = tensor(DType::F32, {100, 2, 4});
+  check_rope_write_kv_args("cuda", "rope_write_kv", DType::BF16, qkv, table, rows, rope, rows, params, cache, cache);
+  AttentionParams other_heads = params;
+  other_heads.num_kv_heads = 1;
+  expect_rejected(
+      [&] {
+        check_rope_write_kv_args("cuda", "matmul_rope_write_kv", DType::BF16, qkv, table, rows, rope, rows, other_heads,
+                                 cache, cache);
+      },
+      "cuda matmul_rope_write_kv: rope (4 heads, 2 kv heads, head_dim 8) and attention (4, 1, 8) disagree");
+  expect_rejected(
+      [&] {
+        check_rope_write_kv_args("cuda", "rope_write_kv", DType::BF16, qkv, table, rows, rope, tensor(DType::I32, {4}),
+                                 params, cache, cache);
+      },
+      "cuda write_kv: slots has shape [4], expected [5]");
 }
 
 }  // namespace

@@ -369,15 +369,8 @@ void CudaBackend::rope_write_kv(const DeviceTensor& qkv, const DeviceTensor& cos
                                 const RopeParams& rope_params, const DeviceTensor& slots,
                                 const AttentionParams& attention_params, const DeviceTensor& k_cache,
                                 const DeviceTensor& v_cache) {
-  SF_CHECK(rope_params.num_heads == attention_params.num_heads &&
-               rope_params.num_kv_heads == attention_params.num_kv_heads &&
-               rope_params.head_dim == attention_params.head_dim,
-           "cuda rope_write_kv: rope ({} heads, {} kv heads, head_dim {}) and attention ({}, {}, {}) disagree",
-           rope_params.num_heads, rope_params.num_kv_heads, rope_params.head_dim, attention_params.num_heads,
-           attention_params.num_kv_heads, attention_params.head_dim);
-  // The separate kernels' checks, in their order, without launching them.
-  check_rope_args("cuda", DType::BF16, qkv, cos_sin, table_rows, rope_params);
-  check_write_kv_args("cuda", DType::BF16, qkv, slots, attention_params, k_cache, v_cache);
+  check_rope_write_kv_args("cuda", "rope_write_kv", DType::BF16, qkv, cos_sin, table_rows, rope_params, slots,
+                           attention_params, k_cache, v_cache);
   SF_CUDA_CHECK(launch_rope_write_kv(bf16_ptr(qkv), cos_sin.as<float>(), table_rows.as<int32_t>(), slots.as<int32_t>(),
                                      bf16_ptr(k_cache), bf16_ptr(v_cache), qkv.dim(0), rope_params.num_heads,
                                      rope_params.num_kv_heads, rope_params.head_dim, rope_params.rotary_dim,
@@ -399,14 +392,8 @@ void CudaBackend::matmul_rope_write_kv(const DeviceTensor& x, const DeviceTensor
                                   v_cache);
     return;
   }
-  SF_CHECK(rope_params.num_heads == attention_params.num_heads &&
-               rope_params.num_kv_heads == attention_params.num_kv_heads &&
-               rope_params.head_dim == attention_params.head_dim,
-           "cuda matmul_rope_write_kv: rope ({} heads, {} kv heads, head_dim {}) and attention ({}, {}, {}) disagree",
-           rope_params.num_heads, rope_params.num_kv_heads, rope_params.head_dim, attention_params.num_heads,
-           attention_params.num_kv_heads, attention_params.head_dim);
-  check_rope_args("cuda", DType::BF16, qkv, cos_sin, table_rows, rope_params);
-  check_write_kv_args("cuda", DType::BF16, qkv, slots, attention_params, k_cache, v_cache);
+  check_rope_write_kv_args("cuda", "matmul_rope_write_kv", DType::BF16, qkv, cos_sin, table_rows, rope_params, slots,
+                           attention_params, k_cache, v_cache);
   check_shape(w, {qkv.dim(1), k}, "matmul_rope_write_kv", "w");
   SF_CHECK(qkv.dim(0) == m, "cuda matmul_rope_write_kv: x has {} rows, qkv {}", m, qkv.dim(0));
   if (!bias.empty()) {

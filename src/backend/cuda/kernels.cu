@@ -34,23 +34,32 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-__device__ float block_sum(float v) {
+// op over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// identity: op's neutral value, for lanes of warp 0 past the block's warps.
+template <typename Op>
+__device__ float block_reduce(float v, Op op, float identity) {
   __shared__ float partial[32];
   __shared__ float total;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_sum(v);
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    float w = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0f;
-    w = warp_sum(w);
+    float w = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : identity;
+    for (int offset = 16; offset > 0; offset >>= 1) w = op(w, __shfl_xor_sync(0xffffffffu, w, offset));
     if (lane == 0) total = w;
   }
   __syncthreads();
   const float result = total;
   __syncthreads();  // partial/total are reused by the next call
   return result;
+}
+
+__device__ float block_sum(float v) {
+  return block_reduce(v, [](float a, float b) { return a + b; }, 0.0f);
+}
+__device__ float block_max(float v) {
+  return block_reduce(v, [](float a, float b) { return fmaxf(a, b); }, -INFINITY);
 }
 
 constexpr int kThreads = 256;
@@ -430,24 +439,6 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
   }
 }
 
-// Max over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-__device__ float block_max(float v) {
-  __shared__ float partial[32];
-  __shared__ float total;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_max(v);
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float w = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : -INFINITY;
-    w = warp_max(w);
-    if (lane == 0) total = w;
-  }
-  __syncthreads();
-  const float result = total;
-  __syncthreads();
-  return result;
-}
 
 // One block per (token, head): out = sum_p exp(m_p - M) acc_p / sum_p exp(m_p - M) l_p over the
 // partitions p, M = max_p m_p (finite: the token's own key is visible to it). The weights
