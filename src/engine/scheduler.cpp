@@ -143,9 +143,7 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget, bool chunk) {
   }
 }
 
-void Scheduler::schedule_splitfuse(StepPlan& plan) {
-  schedule_decodes(plan);
-  int32_t budget = config_.max_batch_tokens - plan.num_decode_tokens;
+void Scheduler::continue_prompts(StepPlan& plan, int32_t& budget) {
   for (Sequence* seq : running_) {
     if (budget == 0) break;
     if (seq->is_decoding()) continue;
@@ -153,19 +151,19 @@ void Scheduler::schedule_splitfuse(StepPlan& plan) {
     add_span(plan, *seq, n, /*decode=*/false);
     budget -= n;
   }
+}
+
+void Scheduler::schedule_splitfuse(StepPlan& plan) {
+  schedule_decodes(plan);
+  int32_t budget = config_.max_batch_tokens - plan.num_decode_tokens;
+  continue_prompts(plan, budget);
   schedule_waiting(plan, budget, /*chunk=*/true);
 }
 
 void Scheduler::schedule_prefill_first(StepPlan& plan) {
   int32_t budget = config_.max_batch_tokens;
   // Only a prompt longer than the budget is left partly computed; it continues first.
-  for (Sequence* seq : running_) {
-    if (budget == 0) break;
-    if (seq->is_decoding()) continue;
-    const int32_t n = std::min(seq->num_uncomputed_tokens(), budget);
-    add_span(plan, *seq, n, /*decode=*/false);
-    budget -= n;
-  }
+  continue_prompts(plan, budget);
   schedule_waiting(plan, budget, /*chunk=*/false);
   if (plan.empty()) schedule_decodes(plan);
 }

@@ -115,6 +115,8 @@ class Scheduler {
   void schedule_decodes(StepPlan& plan);
   // Admits waiting sequences FCFS and schedules their chunks; whole prompts only unless chunking.
   void schedule_waiting(StepPlan& plan, int32_t& budget, bool chunk);
+  // Running sequences with prompt tokens left take chunks of the budget, in running order.
+  void continue_prompts(StepPlan& plan, int32_t& budget);
   // decode: a running sequence's one new token (a readmitted sequence whose cached prefix leaves
   // one token to recompute is still prefill work).
   void add_span(StepPlan& plan, Sequence& seq, int32_t num_tokens, bool decode);

@@ -181,30 +181,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLau
         sc[j][e] = k0 + j * 8 + quad * 2 + (e % 2) < end ? sc[j][e] * scale_log2 : -INFINITY;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], sc[j][e]);
       }
-    float correction[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      const float new_max = fmaxf(row_max[r], tile_max[r]);
-      const float base = new_max == -INFINITY ? 0.0f : new_max;  // no key yet: exp2 gives 0, not NaN
-      correction[r] = exp2f(row_max[r] - base);
-      row_max[r] = new_max;
-      row_sum[r] *= correction[r];
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        sc[j][2 * r] = exp2f(sc[j][2 * r] - base);
-        sc[j][2 * r + 1] = exp2f(sc[j][2 * r + 1] - base);
-        row_sum[r] += sc[j][2 * r] + sc[j][2 * r + 1];
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      o[i][0] *= correction[0];
-      o[i][1] *= correction[0];
-      o[i][2] *= correction[1];
-      o[i][3] *= correction[1];
-    }
+    online_softmax_step(sc, tile_max, row_max, row_sum, o);
     // O += P V over the warp's 16 keys.
     const uint32_t p[4] = {pack_bf16(sc[0][0], sc[0][1]), pack_bf16(sc[0][2], sc[0][3]), pack_bf16(sc[1][0], sc[1][1]),
                            pack_bf16(sc[1][2], sc[1][3])};

@@ -133,31 +133,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
         sc[j][e] = visible ? sc[j][e] * scale_log2 : -INFINITY;
         tile_max[r] = fmaxf(tile_max[r], sc[j][e]);
       }
-    float correction[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      const float new_max = fmaxf(row_max[r], tile_max[r]);
-      // A row with nothing visible yet keeps max -inf: use 0 so exp2 gives 0, not NaN.
-      const float base = new_max == -INFINITY ? 0.0f : new_max;
-      correction[r] = exp2f(row_max[r] - base);
-      row_max[r] = new_max;
-      row_sum[r] *= correction[r];
-#pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j) {
-        sc[j][2 * r] = exp2f(sc[j][2 * r] - base);
-        sc[j][2 * r + 1] = exp2f(sc[j][2 * r + 1] - base);
-        row_sum[r] += sc[j][2 * r] + sc[j][2 * r + 1];
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      o[i][0] *= correction[0];
-      o[i][1] *= correction[0];
-      o[i][2] *= correction[1];
-      o[i][3] *= correction[1];
-    }
+    online_softmax_step(sc, tile_max, row_max, row_sum, o);
 
     // O += P V: P's accumulators become A fragments, 16 keys per k-step.
 #pragma unroll

@@ -45,4 +45,38 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// One online-softmax step over an S tile held in m16n8 accumulators (sc[j]: keys 8j.., rows lane/4
+// and lane/4 + 8, masked scores in log2 units, -inf where hidden): the tile's row maxima from the
+// quad, the running max and sum updated, sc turned into exp2(s - max), and the D/8 output
+// accumulators o rescaled by exp2(old max - new max).
+template <int NTiles, int OTiles>
+__device__ __forceinline__ void online_softmax_step(float (&sc)[NTiles][4], float (&tile_max)[2], float (&row_max)[2],
+                                                    float (&row_sum)[2], float (&o)[OTiles][4]) {
+  float correction[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    const float new_max = fmaxf(row_max[r], tile_max[r]);
+    // A row with nothing visible yet keeps max -inf: use 0 so exp2 gives 0, not NaN.
+    const float base = new_max == -INFINITY ? 0.0f : new_max;
+    correction[r] = exp2f(row_max[r] - base);
+    row_max[r] = new_max;
+    row_sum[r] *= correction[r];
+#pragma unroll
+    for (int j = 0; j < NTiles; ++j) {
+      sc[j][2 * r] = exp2f(sc[j][2 * r] - base);
+      sc[j][2 * r + 1] = exp2f(sc[j][2 * r + 1] - base);
+      row_sum[r] += sc[j][2 * r] + sc[j][2 * r + 1];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < OTiles; ++i) {
+    o[i][0] *= correction[0];
+    o[i][1] *= correction[0];
+    o[i][2] *= correction[1];
+    o[i][3] *= correction[1];
+  }
+}
+
 }  // namespace splitflow::cuda
