@@ -446,7 +446,12 @@ void ModelRunner::issue_head(int64_t begin, int64_t count, bool sample) {
 
 void ModelRunner::replay_decode(int32_t bucket, bool sample) {
   auto& recording = decode_recordings_[{bucket, sample}];
-  if (recording == nullptr) {
+  if (recording == nullptr && backend_.can_record()) {
+    // The bucket's first step runs eagerly once before it is recorded, so what the backend plans at
+    // a shape's first use (CUDA times GEMM algorithms) happens outside stream capture. Issuing a
+    // decode step twice gives the same result: the same K/V to the same slots, counter-based sampling.
+    issue_layers(bucket);
+    issue_head(0, bucket, sample);
     recording = backend_.record([&] {
       issue_layers(bucket);
       issue_head(0, bucket, sample);

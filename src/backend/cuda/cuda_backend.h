@@ -78,7 +78,13 @@ class CudaBackend final : public Backend {
   struct GemmPlan;
   // (m, n, k, f32 output, pointer alignment in bytes)
   using GemmKey = std::tuple<int64_t, int64_t, int64_t, bool, int>;
-  const GemmPlan& gemm_plan(const GemmKey& key);
+  // The plan for `key`, made at the shape's first use; x and w are that call's operands (decode-
+  // sized shapes time their candidate algorithms on them).
+  const GemmPlan& gemm_plan(const GemmKey& key, const void* x, const void* w);
+  // Index of the fastest of `count` cuBLASLt heuristic results (cublasLtMatmulHeuristicResult_t[])
+  // on x and w, timed into a scratch output of y_bytes.
+  int fastest_candidate(const GemmPlan& plan, const void* results, int count, const void* x, const void* w,
+                        int64_t y_bytes);
 
   int device_;
   std::string device_name_;
