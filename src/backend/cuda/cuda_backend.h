@@ -93,6 +93,7 @@ class CudaBackend final : public Backend {
   void* workspace_ = nullptr;  // cuBLASLt workspace, allocated once
   size_t workspace_bytes_ = 0;
   int sm_count_ = 0;
+  int l2_bytes_ = 0;
   // Matmuls with at most this many rows take the GEMV kernel. Measured on H100 (Llama-2-7B decode,
   // fraction of bandwidth, GEMV vs cuBLASLt): 1 row 0.80 vs -, 2 rows 0.762 vs 0.748, 4 rows 0.680 vs
   // 0.746, 8 rows 0.564 vs 0.736.
