@@ -168,6 +168,11 @@ class Backend {
   // Marks where an attached profiler (ncu --profile-from-start off) collects: on, then off. No-op
   // without one, and on backends without a profiler.
   virtual void profile_region(bool on) {}
+  // While on, kernels met with a new shape may be tuned for it on the spot (CUDA: a decode-sized
+  // GEMM times cuBLASLt's candidate algorithms), which blocks the host; off by default, so
+  // serving steps of new shapes never stall. The runner turns it on for the eager first step of
+  // each decode bucket it records.
+  virtual void set_tuning(bool on) {}
 
   // --- kernels (shapes: T tokens, H hidden) ----------------------------------------------------
   // out[t] = table[token_ids[t]] * multiplier, plus pos_table[positions[t]] when pos_table is

@@ -13,6 +13,16 @@
 namespace splitflow {
 namespace {
 
+// Backend::set_tuning on for a scope (off again if the work throws).
+struct TuningScope {
+  Backend& backend;
+  explicit TuningScope(Backend& b) : backend(b) { backend.set_tuning(true); }
+  ~TuningScope() { backend.set_tuning(false); }
+  TuningScope(const TuningScope&) = delete;
+  TuningScope& operator=(const TuningScope&) = delete;
+};
+
+
 bool is_float_dtype(DType dtype) { return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16; }
 
 // Checks presence (or absence), shape and dtype of one weight. Matrices keep their dtype (the
@@ -447,11 +457,15 @@ void ModelRunner::issue_head(int64_t begin, int64_t count, bool sample) {
 void ModelRunner::replay_decode(int32_t bucket, bool sample) {
   auto& recording = decode_recordings_[{bucket, sample}];
   if (recording == nullptr && backend_.can_record()) {
-    // The bucket's first step runs eagerly once before it is recorded, so what the backend plans at
-    // a shape's first use (CUDA times GEMM algorithms) happens outside stream capture. Issuing a
-    // decode step twice gives the same result: the same K/V to the same slots, counter-based sampling.
-    issue_layers(bucket);
-    issue_head(0, bucket, sample);
+    // The bucket's first step runs eagerly once, with tuning on, before it is recorded, so what the
+    // backend tunes at a shape's first use (CUDA times GEMM algorithms) happens outside stream
+    // capture. Issuing a decode step twice gives the same result: the same K/V to the same slots,
+    // counter-based sampling.
+    {
+      const TuningScope tuning(backend_);
+      issue_layers(bucket);
+      issue_head(0, bucket, sample);
+    }
     recording = backend_.record([&] {
       issue_layers(bucket);
       issue_head(0, bucket, sample);

@@ -147,6 +147,18 @@ TEST_F(CudaKernels, MatmulAccumulatesIntoOutput) {
     check_matmul(*backend, rng, m, 64, 72, true, DType::F32, DType::F32, true);
   }
 }
+// With tuning on, a new decode-sized shape times its candidate algorithms first (into scratch):
+// the result, accumulating or not, is the one call's, for bf16 and f32 outputs (shapes no earlier
+// test planned, so the tuning runs here).
+TEST_F(CudaKernels, MatmulTunedAtFirstUseWritesOnlyItsResult) {
+  backend->set_tuning(true);
+  for (bool accumulate : {false, true}) {  // each call a new shape
+    check_matmul(*backend, rng, accumulate ? 56 : 48, 320, 136, false, DType::BF16, DType::F32, accumulate);
+    check_matmul(*backend, rng, accumulate ? 32 : 40, 320, 136, true, DType::F32, DType::F32, accumulate);
+  }
+  backend->set_tuning(false);
+}
+
 TEST_F(CudaKernels, MatmulReadsF16AndBf16Weights) {
   check_matmul(*backend, rng, 5, 128, 64, false, DType::BF16, DType::F16);
   check_matmul(*backend, rng, 5, 128, 64, true, DType::F32, DType::BF16);

@@ -54,7 +54,9 @@ TEST_P(HfFixture, MatchesTransformersLogitsAndGreedyTokens) {
   test::run_hf_fixture(runner, name, [&](const float* actual, const float* expected, int64_t rows, int32_t next_token,
                                          const std::string& what) {
     expect_logits_close(actual, expected, rows, vocab, what);
-    if (next_token >= 0) EXPECT_EQ(argmax(actual + (rows - 1) * vocab, vocab), next_token) << what << ": greedy token";
+    if (next_token >= 0) {
+      EXPECT_EQ(argmax(actual + (rows - 1) * vocab, vocab), next_token) << what << ": greedy token";
+    }
   });
 }
 

@@ -279,9 +279,10 @@ namespace {
 // once, at the shape's first use, and keep the fastest: the first choice ran the skinny QKV and o
 // projections of an 8B batch-64 step at 2.0-2.3 TB/s. Each timed run starts from a flushed L2, as
 // in a decode step the weights stream from memory (timed back to back, a 33 MB matrix stays in the
-// 50 MB L2 and the fastest cached algorithm wins: measured slower). Not inside stream capture
-// (nothing can be timed there; ModelRunner issues a bucket's first step eagerly before recording
-// it) and not for prefill shapes (too many distinct m).
+// 50 MB L2 and the fastest cached algorithm wins: measured slower). Only while set_tuning() is on
+// (ModelRunner: the eager first step of each decode bucket, before it is recorded; serving steps
+// of other shapes keep the heuristic's first choice rather than stall), never inside stream
+// capture (nothing can be timed there), and not for prefill shapes.
 constexpr int kGemmCandidates = 8;
 constexpr int64_t kTunedMaxRows = 256;
 constexpr int kTimedRuns = 3;
@@ -318,7 +319,7 @@ const CudaBackend::GemmPlan& CudaBackend::gemm_plan(const GemmKey& key, const vo
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
-  const bool tune = m <= kTunedMaxRows && !capturing(stream_);
+  const bool tune = tuning_ && m <= kTunedMaxRows && !capturing(stream_);
   cublasLtMatmulHeuristicResult_t results[kGemmCandidates] = {};
   int found_count = 0;
   const cublasStatus_t status =

@@ -44,6 +44,7 @@ class CudaBackend final : public Backend {
   // A CUDA graph of the work `issue` enqueues on the backend's stream (stream capture).
   std::unique_ptr<RecordedWork> record(const std::function<void()>& issue) override;
   bool can_record() const override { return true; }
+  void set_tuning(bool on) override { tuning_ = on; }
   void profile_region(bool on) override;
 
   void embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier, const DeviceTensor& pos_table,
@@ -94,6 +95,7 @@ class CudaBackend final : public Backend {
   size_t workspace_bytes_ = 0;
   int sm_count_ = 0;
   int l2_bytes_ = 0;
+  bool tuning_ = false;  // set_tuning()
   // Matmuls with at most this many rows take the GEMV kernel. Measured on H100 (Llama-2-7B decode,
   // fraction of bandwidth, GEMV vs cuBLASLt): 1 row 0.80 vs -, 2 rows 0.762 vs 0.748, 4 rows 0.680 vs
   // 0.746, 8 rows 0.564 vs 0.736.
