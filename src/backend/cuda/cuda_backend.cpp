@@ -329,22 +329,25 @@ const CudaBackend::GemmPlan& CudaBackend::gemm_plan(const GemmKey& key, const vo
   SF_CUBLAS_CHECK(status, "matmul heuristic");
   SF_CHECK(found_count > 0, "cuda matmul: cuBLASLt has no algorithm for m {} n {} k {} ({} output, {}-byte alignment)",
            m, n, k, f32_out ? "f32" : "bf16", alignment);
-  plan->algo = results[found_count > 1 ? fastest_candidate(*plan, results, found_count, x, w, m * n * (f32_out ? 4 : 2))
-                                       : 0]
-                   .algo;
+  const int chosen = found_count > 1 ? fastest_candidate(*plan, results, found_count, x, w, m * n * (f32_out ? 4 : 2)) : 0;
+  plan->algo = results[chosen].algo;
   return *gemm_plans_.emplace(key, std::move(plan)).first->second;
 }
 
 int CudaBackend::fastest_candidate(const GemmPlan& plan, const void* results_ptr, int count, const void* x,
                                    const void* w, int64_t y_bytes) {
   const auto* results = static_cast<const cublasLtMatmulHeuristicResult_t*>(results_ptr);
-  // A scratch output, so a call that accumulates into y does not see the trial runs.
-  void* scratch = nullptr;
-  SF_CUDA_CHECK(cudaMalloc(&scratch, static_cast<size_t>(y_bytes)), "allocate the GEMM tuning output");
-  // Written before each timed run: twice the L2, so no weight line survives from the last run.
+  // A scratch output, so a call that accumulates into y does not see the trial runs, and a buffer
+  // written before each timed run: twice the L2, so no weight line survives from the last run.
+  // Tuning is best effort: where memory is short (a KV cache sized to the last GiB) the heuristic's
+  // first choice stands.
   const size_t flush_bytes = 2 * static_cast<size_t>(std::max(l2_bytes_, 1));
-  void* flush = nullptr;
-  SF_CUDA_CHECK(cudaMalloc(&flush, flush_bytes), "allocate the L2 flush buffer");
+  void *scratch = nullptr, *flush = nullptr;
+  if (cudaMalloc(&scratch, static_cast<size_t>(y_bytes)) != cudaSuccess || cudaMalloc(&flush, flush_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(scratch);
+    return 0;
+  }
   cudaEvent_t start = nullptr, stop = nullptr;
   SF_CUDA_CHECK(cudaEventCreate(&start), "GEMM tuning event");
   SF_CUDA_CHECK(cudaEventCreate(&stop), "GEMM tuning event");
