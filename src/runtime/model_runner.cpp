@@ -22,7 +22,6 @@ struct TuningScope {
   TuningScope& operator=(const TuningScope&) = delete;
 };
 
-
 bool is_float_dtype(DType dtype) { return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16; }
 
 // Checks presence (or absence), shape and dtype of one weight. Matrices keep their dtype (the
