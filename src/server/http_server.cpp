@@ -8,8 +8,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <numeric>
+#include <sstream>
 #include <thread>
 #include <variant>
 
@@ -18,6 +21,39 @@ namespace splitflow {
 using nlohmann::json;
 
 namespace {
+
+// nginx's status for a request whose client went away before the response (nobody reads it).
+constexpr int kClientClosedRequest = 499;
+constexpr std::chrono::milliseconds kHangUpCheckInterval{200};
+
+// Whether the client of the connection (our local_port, its remote_port) has closed its side:
+// every matching socket in /proc/self/net/tcp{,6} is in CLOSE_WAIT (the peer's FIN arrived). httplib
+// 0.11 gives a handler no socket to poll, and a non-streaming handler writes nothing until the end.
+// False when nothing matches (not Linux, or the entry is gone), so a request is never cancelled on
+// a guess.
+bool client_hung_up(int local_port, int remote_port) {
+  constexpr unsigned kCloseWait = 0x08;
+  bool matched = false;
+  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote;
+      unsigned state = 0;
+      if (!(fields >> slot >> local >> remote >> std::hex >> state)) continue;
+      const auto port_of = [](const std::string& address) {
+        const size_t colon = address.rfind(':');
+        return colon == std::string::npos ? -1 : static_cast<int>(std::strtoul(address.c_str() + colon + 1, nullptr, 16));
+      };
+      if (port_of(local) != local_port || port_of(remote) != remote_port) continue;
+      if (state != kCloseWait) return false;
+      matched = true;
+    }
+  }
+  return matched;
+}
 
 // How often a streaming handler with nothing to send checks that its client is still there.
 constexpr std::chrono::milliseconds kDisconnectPoll{50};
@@ -184,8 +220,9 @@ struct HttpServer::Impl {
   }
 
   void respond(std::vector<std::shared_ptr<RequestStream>> streams, const GenerationRequest& request,
-               ResponseShape shape, httplib::Response& res);
-  void respond_whole(StreamsReader& reader, const ResponseShape& shape, httplib::Response& res);
+               ResponseShape shape, const httplib::Request& req, httplib::Response& res);
+  void respond_whole(StreamsReader& reader, const ResponseShape& shape, const httplib::Request& req,
+                     httplib::Response& res);
   void respond_stream(std::shared_ptr<StreamsReader> reader, ResponseShape shape, httplib::Response& res);
 };
 
@@ -271,7 +308,7 @@ void HttpServer::Impl::completions(const httplib::Request& req, httplib::Respons
   auto streams = submit(std::move(prompts), request.n, "prompt");
   shape.id = fmt::format("cmpl-{}", streams.front()->id());
   shape.logprobs = request.logprobs.has_value();
-  respond(std::move(streams), request, std::move(shape), res);
+  respond(std::move(streams), request, std::move(shape), req, res);
 }
 
 void HttpServer::Impl::chat_completions(const httplib::Request& req, httplib::Response& res) {
@@ -307,11 +344,11 @@ void HttpServer::Impl::chat_completions(const httplib::Request& req, httplib::Re
   shape.id = fmt::format("chatcmpl-{}", streams.front()->id());
   shape.echo_texts.assign(1, "");
   shape.logprobs = request.logprobs;
-  respond(std::move(streams), request, std::move(shape), res);
+  respond(std::move(streams), request, std::move(shape), req, res);
 }
 
 void HttpServer::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams, const GenerationRequest& request,
-                               ResponseShape shape, httplib::Response& res) {
+                               ResponseShape shape, const httplib::Request& req, httplib::Response& res) {
   shape.model = config.served_model_name;
   shape.created = static_cast<int64_t>(std::time(nullptr));
   shape.include_usage = request.include_usage;
@@ -319,19 +356,29 @@ void HttpServer::Impl::respond(std::vector<std::shared_ptr<RequestStream>> strea
   if (request.stream) {
     respond_stream(std::move(reader), std::move(shape), res);
   } else {
-    respond_whole(*reader, shape, res);
+    respond_whole(*reader, shape, req, res);
   }
 }
 
-void HttpServer::Impl::respond_whole(StreamsReader& reader, const ResponseShape& shape, httplib::Response& res) {
-  // No disconnect check here: the request runs to its end (max_tokens bounds it).
+void HttpServer::Impl::respond_whole(StreamsReader& reader, const ResponseShape& shape, const httplib::Request& req,
+                                     httplib::Response& res) {
   const size_t n = static_cast<size_t>(reader.choices_per_prompt());
   std::vector<ChoiceResult> results(reader.streams().size() * n);  // (prompts * n) by global choice index
   std::vector<int32_t> cached_tokens(reader.streams().size(), 0);   // (prompts)
   std::string error;
   std::vector<std::pair<size_t, RequestUpdate>> updates;
+  auto next_check = std::chrono::steady_clock::now();
   while (!reader.all_ended()) {
-    if (!reader.next(updates, std::chrono::milliseconds(1000))) continue;
+    // Nothing is written until the end, so a client that hung up is found by asking the kernel.
+    if (std::chrono::steady_clock::now() >= next_check) {
+      if (client_hung_up(req.local_port, req.remote_port)) {
+        cancel_all(reader);
+        res.status = kClientClosedRequest;
+        return;
+      }
+      next_check = std::chrono::steady_clock::now() + kHangUpCheckInterval;
+    }
+    if (!reader.next(updates, kHangUpCheckInterval)) continue;
     for (auto& [prompt, update] : updates) {
       for (size_t i = 0; i < n; ++i) {
         ChoiceDelta& delta = update.choices[i];

@@ -465,28 +465,33 @@ class RawClient {
   std::string received_;
 };
 
-// Posts a streaming completion of `requests` prompts (400 tokens each), steps the engine until
-// the first chunk reaches the client, hangs up, then steps on: the handler notices the closed
-// socket on its next write (or poll) and cancels every prompt, long before 400 tokens run out.
-// Every KV block must be free again and each prompt counted as aborted, none as finished.
-void expect_disconnect_cancels(const std::string& prompt_json, int requests) {
+// Posts a completion of `requests` prompts (400 tokens each) and steps the engine until it is
+// under way (streaming: until the first chunk reaches the client), hangs up, then steps on: the
+// handler notices (streaming: on its next write or poll; whole response: the socket in
+// CLOSE_WAIT) and cancels every prompt, long before 400 tokens run out. Every KV block must be free
+// again and each prompt counted as aborted, none as finished.
+void expect_disconnect_cancels(const std::string& prompt_json, int requests, bool stream) {
   TestServer server(ServerOptions{.start_engine = false});
   RawClient client(server.port_);
   ASSERT_TRUE(client.connected());
-  client.post("/v1/completions", R"({"prompt": )" + prompt_json +
-                                     R"(, "max_tokens": 400, "ignore_eos": true, "temperature": 0, "stream": true})");
+  client.post("/v1/completions", R"({"prompt": )" + prompt_json + R"(, "max_tokens": 400, "ignore_eos": true, "temperature": 0, "stream": )" +
+                                     (stream ? "true" : "false") + "}");
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (server.async_.num_in_flight() < requests && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(1ms);
   ASSERT_EQ(server.async_.num_in_flight(), requests);
-  std::atomic<bool> got_chunk{false};
-  std::thread reader([&] { got_chunk = client.read_until("\"text_completion\""); });
-  while (!got_chunk && std::chrono::steady_clock::now() < deadline) {
-    server.async_.run_once();
-    std::this_thread::sleep_for(2ms);
+  if (stream) {
+    std::atomic<bool> got_chunk{false};
+    std::thread reader([&] { got_chunk = client.read_until("\"text_completion\""); });
+    while (!got_chunk && std::chrono::steady_clock::now() < deadline) {
+      server.async_.run_once();
+      std::this_thread::sleep_for(2ms);
+    }
+    reader.join();
+    ASSERT_TRUE(got_chunk);
+  } else {
+    for (int i = 0; i < 5; ++i) server.async_.run_once();  // prompts computed, a few tokens out
   }
-  reader.join();
-  ASSERT_TRUE(got_chunk);
   client.close();
   while (server.async_.num_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
     server.async_.run_once();
@@ -503,10 +508,17 @@ void expect_disconnect_cancels(const std::string& prompt_json, int requests) {
   EXPECT_NE(metrics.find("splitflow_kv_cache_usage_ratio 0\n"), std::string::npos);
 }
 
-TEST(HttpServer, DisconnectMidStreamCancelsAndFreesBlocks) { expect_disconnect_cancels(R"("Once upon a time")", 1); }
+TEST(HttpServer, DisconnectMidStreamCancelsAndFreesBlocks) {
+  expect_disconnect_cancels(R"("Once upon a time")", 1, true);
+}
 
 TEST(HttpServer, DisconnectCancelsEveryPromptOfTheRequest) {
-  expect_disconnect_cancels(R"(["Once upon a time", "Tom had", "The cat sat"])", 3);
+  expect_disconnect_cancels(R"(["Once upon a time", "Tom had", "The cat sat"])", 3, true);
+}
+
+// Without streaming nothing is written before the end; the hang-up is read from the socket state.
+TEST(HttpServer, DisconnectBeforeAWholeResponseCancelsToo) {
+  expect_disconnect_cancels(R"(["Once upon a time", "Tom had"])", 2, false);
 }
 
 TEST(HttpServer, ShutdownDrainsInFlightRequestsAndRefusesNewOnes) {
