@@ -33,6 +33,10 @@ constexpr std::chrono::milliseconds kHangUpCheckInterval{200};
 // a guess.
 bool client_hung_up(int local_port, int remote_port) {
   constexpr unsigned kCloseWait = 0x08;
+  const auto port_of = [](const std::string& address) {  // "0100007F:1F90": hex address, hex port
+    const size_t colon = address.rfind(':');
+    return colon == std::string::npos ? -1 : static_cast<int>(std::strtoul(address.c_str() + colon + 1, nullptr, 16));
+  };
   bool matched = false;
   for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
     std::ifstream in(table);
@@ -43,10 +47,6 @@ bool client_hung_up(int local_port, int remote_port) {
       std::string slot, local, remote;
       unsigned state = 0;
       if (!(fields >> slot >> local >> remote >> std::hex >> state)) continue;
-      const auto port_of = [](const std::string& address) {
-        const size_t colon = address.rfind(':');
-        return colon == std::string::npos ? -1 : static_cast<int>(std::strtoul(address.c_str() + colon + 1, nullptr, 16));
-      };
       if (port_of(local) != local_port || port_of(remote) != remote_port) continue;
       if (state != kCloseWait) return false;
       matched = true;

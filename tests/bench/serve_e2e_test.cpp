@@ -441,21 +441,18 @@ TEST(BenchThroughputCommand, EightRequestsOnStories260K) {
 TEST(BenchThroughputCommand, BadOptionsAreNamed) {
   const std::string model = " --model " + shared_path("models/stories260K-hf") + " --threads 1 --results-dir " +
                             fresh_dir("bench_throughput_bad");
-  CommandResult run = run_splitflow("bench throughput --num-requests 0" + model);
-  EXPECT_NE(run.status, 0);
-  EXPECT_NE(run.output.find("--num-requests must be at least 1"), std::string::npos) << run.output;
-  run = run_splitflow("bench throughput --max-seqs 64 --max-batch-tokens 32" + model);
-  EXPECT_NE(run.status, 0);
-  EXPECT_NE(run.output.find("--max-batch-tokens (32) must be at least --max-seqs (64)"), std::string::npos) << run.output;
-  run = run_splitflow("bench throughput --input-len 400 --output-len 400" + model);
-  EXPECT_NE(run.status, 0);
-  EXPECT_NE(run.output.find("exceeds the model's context 512"), std::string::npos) << run.output;
-  run = run_splitflow("bench throughput --swap-space -1" + model);
-  EXPECT_NE(run.status, 0);
-  EXPECT_NE(run.output.find("--swap-space must not be negative"), std::string::npos) << run.output;
-  run = run_splitflow("bench throughput --swap-min-tokens 0" + model);
-  EXPECT_NE(run.status, 0);
-  EXPECT_NE(run.output.find("--swap-min-tokens must be at least 1, not 0"), std::string::npos) << run.output;
+  const std::pair<const char*, const char*> cases[] = {
+      {"--num-requests 0", "--num-requests must be at least 1"},
+      {"--max-seqs 64 --max-batch-tokens 32", "--max-batch-tokens (32) must be at least --max-seqs (64)"},
+      {"--input-len 400 --output-len 400", "exceeds the model's context 512"},
+      {"--swap-space -1", "--swap-space must not be negative"},
+      {"--swap-min-tokens 0", "--swap-min-tokens must be at least 1, not 0"},
+  };
+  for (const auto& [options, message] : cases) {
+    const CommandResult run = run_splitflow(std::string("bench throughput ") + options + model);
+    EXPECT_NE(run.status, 0) << options;
+    EXPECT_NE(run.output.find(message), std::string::npos) << run.output;
+  }
 }
 
 // 16 requests of 300 + 200 tokens in 78 blocks: victims mostly hold more than 256 computed

@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace splitflow::cuda {
 namespace {
@@ -205,6 +206,22 @@ cudaError_t launch_gated(const bf16_bits* x, const bf16_bits* w, const float* bi
   return cudaGetLastError();
 }
 
+// launch(std::integral_constant<int, m>{}) for m in 1..kMaxGemvRows: the row count as a template argument.
+template <typename Launch>
+cudaError_t with_rows(int64_t m, Launch&& launch) {
+  switch (m) {
+    case 1: return launch(std::integral_constant<int, 1>{});
+    case 2: return launch(std::integral_constant<int, 2>{});
+    case 3: return launch(std::integral_constant<int, 3>{});
+    case 4: return launch(std::integral_constant<int, 4>{});
+    case 5: return launch(std::integral_constant<int, 5>{});
+    case 6: return launch(std::integral_constant<int, 6>{});
+    case 7: return launch(std::integral_constant<int, 7>{});
+    case 8: return launch(std::integral_constant<int, 8>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 }  // namespace
 
 bool gemv_supported(const void* x, const void* w, int64_t m, int64_t k) {
@@ -215,47 +232,19 @@ bool gemv_supported(const void* x, const void* w, int64_t m, int64_t k) {
 cudaError_t launch_gemv(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32,
                         int64_t m, int64_t n, int64_t k, bool accumulate, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  switch (m) {
-    case 1: return launch<1>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
-    case 2: return launch<2>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
-    case 3: return launch<3>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
-    case 4: return launch<4>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
-    case 5: return launch<5>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
-    case 6: return launch<6>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
-    case 7: return launch<7>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
-    case 8: return launch<8>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return with_rows(m, [&](auto rows) {
+    return launch<decltype(rows)::value>(x, w, bias, y_bf16, y_f32, n, k, accumulate, stream);
+  });
 }
 
 cudaError_t launch_gemv_gated(const bf16_bits* x, const bf16_bits* w, const float* bias, int act, bf16_bits* y,
                               int64_t m, int64_t inner, int64_t k, cudaStream_t stream) {
   if (inner == 0) return cudaSuccess;
-  switch (m) {
-    case 1: return launch_gated<1>(x, w, bias, act, y, inner, k, stream);
-    case 2: return launch_gated<2>(x, w, bias, act, y, inner, k, stream);
-    case 3: return launch_gated<3>(x, w, bias, act, y, inner, k, stream);
-    case 4: return launch_gated<4>(x, w, bias, act, y, inner, k, stream);
-    case 5: return launch_gated<5>(x, w, bias, act, y, inner, k, stream);
-    case 6: return launch_gated<6>(x, w, bias, act, y, inner, k, stream);
-    case 7: return launch_gated<7>(x, w, bias, act, y, inner, k, stream);
-    case 8: return launch_gated<8>(x, w, bias, act, y, inner, k, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return with_rows(m, [&](auto rows) { return launch_gated<decltype(rows)::value>(x, w, bias, act, y, inner, k, stream); });
 }
 
 cudaError_t launch_gemv_qkv_rope(const QkvRopeLaunch& a, cudaStream_t stream) {
-  switch (a.m) {
-    case 1: return launch_qkv_rope<1>(a, stream);
-    case 2: return launch_qkv_rope<2>(a, stream);
-    case 3: return launch_qkv_rope<3>(a, stream);
-    case 4: return launch_qkv_rope<4>(a, stream);
-    case 5: return launch_qkv_rope<5>(a, stream);
-    case 6: return launch_qkv_rope<6>(a, stream);
-    case 7: return launch_qkv_rope<7>(a, stream);
-    case 8: return launch_qkv_rope<8>(a, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return with_rows(a.m, [&](auto rows) { return launch_qkv_rope<decltype(rows)::value>(a, stream); });
 }
 
 }  // namespace splitflow::cuda

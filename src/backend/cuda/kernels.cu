@@ -439,7 +439,6 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
   }
 }
 
-
 // One block per (token, head): out = sum_p exp(m_p - M) acc_p / sum_p exp(m_p - M) l_p over the
 // partitions p, M = max_p m_p (finite: the token's own key is visible to it). The weights
 // exp(m_p - M) are computed once, a partition per thread, into shared memory; each output dim
