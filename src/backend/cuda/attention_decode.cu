@@ -14,7 +14,6 @@
 // (sequence, kv head) to finish, found with a counter, merges them: no combine launch, which cost
 // as much as the attention itself at batch 1.
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/tensor_core.cuh"
 
 #include <cuda_bf16.h>
@@ -106,8 +105,6 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLau
   bf16_bits* q_s = smem;                           // [kMaxGroup, kStride]
   bf16_bits* stages = smem + kMaxGroup * kStride;  // kStages x (K [kTileKeys], V [kTileKeys])
 
-  wait_for_previous_kernel();  // q and this step's K/V: the QKV projection's
-  allow_next_kernel();
   const int s = blockIdx.x, kv_head = blockIdx.y;
   const int group_size = a.heads / a.kv_heads, head0 = kv_head * group_size;
   const int q_row = a.query_start[s];
@@ -274,7 +271,8 @@ cudaError_t launch_d(const AttentionLaunch& a, int partitions, float* partials, 
       cudaFuncSetAttribute(attention_decode_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (opt_in != cudaSuccess) return opt_in;
   const dim3 grid(static_cast<unsigned>(a.seqs), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(partitions));
-  return launch_dependent(attention_decode_kernel<D>, grid, kThreads, smem, stream, a, partials);
+  attention_decode_kernel<D><<<grid, kThreads, smem, stream>>>(a, partials);
+  return cudaGetLastError();
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 // applies the MLP activation, so the up projection's product never goes to memory.
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/activation.cuh"
-#include "backend/cuda/dependent_launch.cuh"
 
 #include <cuda_bf16.h>
 
@@ -54,19 +53,6 @@ __device__ __forceinline__ void fma_word(float (&acc)[M], const uint4& w, const 
   }
 }
 
-// Asks L2 for the first kUnroll weight words of each lane of a row: issued before waiting for the
-// previous kernel (weights do not depend on it), so the start of the stream is read during that
-// kernel's tail. Into L2 rather than registers: holding them in registers across the wait doubled
-// the two-row kernels' registers and halved their resident blocks.
-__device__ __forceinline__ void prefetch_row_head(const bf16_bits* w_row, int64_t k) {
-  const int64_t words = k / 8;
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int64_t word = threadIdx.x % 32 + u * 32;
-    if (word < words) asm volatile("prefetch.global.L2 [%0];" ::"l"(w_row + word * 8));
-  }
-}
-
 // acc[r] = dot(w_row, x row r) for r < M, the total in every lane. x [M, k], k % 8 == 0, 16-byte
 // aligned rows.
 template <int M>
@@ -98,9 +84,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w, const float* __restrict__ bias,
                 bf16_bits* y_bf16, float* y_f32, int64_t n, int64_t k, bool accumulate) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (row < n) prefetch_row_head(w + row * k, k);
-  wait_for_previous_kernel();
-  allow_next_kernel();
   if (row >= n) return;
   float acc[M];
   warp_dot<M>(w + row * k, x, k, acc);
@@ -124,14 +107,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_gated_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w, const float* __restrict__ bias,
                       int act, bf16_bits* y, int64_t inner, int64_t k) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const bool active = j < inner;
-  if (active) {
-    prefetch_row_head(w + j * k, k);
-    prefetch_row_head(w + (inner + j) * k, k);
-  }
-  wait_for_previous_kernel();
-  allow_next_kernel();
-  if (!active) return;
+  if (j >= inner) return;
   float gate[M], up[M];
   warp_dot<M>(w + j * k, x, k, gate);
   warp_dot<M>(w + (inner + j) * k, x, k, up);
@@ -157,28 +133,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_qkv_rope_kernel(QkvR
   const int64_t width = q_dim + 2 * kv_dim, pair_tasks = static_cast<int64_t>(rotated_heads) * half;
   const int64_t plain_per_head = d - 2 * half;
   const int64_t plain_rows = rotated_heads * plain_per_head + kv_dim;
-  const bool active = task < pair_tasks + (plain_rows + 1) / 2, pair = task < pair_tasks;
-  const auto plain_row = [&](int64_t plain) {
-    return plain < rotated_heads * plain_per_head ? plain / plain_per_head * d + 2 * half + plain % plain_per_head
-                                                  : q_dim + kv_dim + (plain - rotated_heads * plain_per_head);
-  };
-  // The task's rows: a rotated pair (i: its index in the head), or one or two plain rows (row2 < 0: one).
-  int64_t row1 = 0, row2 = -1, i = 0;
-  if (pair) {
-    const int64_t head = task / half;
-    i = task % half;
-    row1 = head * d + (a.interleaved ? 2 * i : i);
-    row2 = head * d + (a.interleaved ? 2 * i + 1 : i + half);
-  } else if (active) {
-    const int64_t first_plain = 2 * (task - pair_tasks);
-    row1 = plain_row(first_plain);
-    if (first_plain + 1 < plain_rows) row2 = plain_row(first_plain + 1);
-  }
-  if (active) prefetch_row_head(a.w + row1 * a.k, a.k);
-  if (active && row2 >= 0) prefetch_row_head(a.w + row2 * a.k, a.k);
-  wait_for_previous_kernel();
-  allow_next_kernel();
-  if (!active) return;
+  if (task >= pair_tasks + (plain_rows + 1) / 2) return;
   // The cache position of row `row` (a k or v row) for token r, or -1 when it is not stored.
   const auto cache_index = [&](int64_t row, int r) -> int64_t {
     const int32_t slot = a.slots[r];
@@ -191,7 +146,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_qkv_rope_kernel(QkvR
     const int64_t at = cache_index(row, r);
     if (at >= 0) reinterpret_cast<__nv_bfloat16*>(row < q_dim + kv_dim ? a.k_cache : a.v_cache)[at] = rounded;
   };
-  if (pair) {
+  if (task < pair_tasks) {
+    const int64_t head = task / half, i = task % half;
+    const int64_t row1 = head * d + (a.interleaved ? 2 * i : i), row2 = head * d + (a.interleaved ? 2 * i + 1 : i + half);
     float first[M], second[M];
     warp_dot<M>(a.w + row1 * a.k, a.x, a.k, first);
     warp_dot<M>(a.w + row2 * a.k, a.x, a.k, second);
@@ -206,8 +163,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_qkv_rope_kernel(QkvR
     }
     return;
   }
-  for (int j = 0; j < (row2 >= 0 ? 2 : 1); ++j) {
-    const int64_t row = j == 0 ? row1 : row2;
+  const auto plain_row = [&](int64_t plain) {
+    return plain < rotated_heads * plain_per_head ? plain / plain_per_head * d + 2 * half + plain % plain_per_head
+                                                  : q_dim + kv_dim + (plain - rotated_heads * plain_per_head);
+  };
+  const int64_t first_plain = 2 * (task - pair_tasks);
+  const int rows = first_plain + 1 < plain_rows ? 2 : 1;
+  for (int j = 0; j < rows; ++j) {
+    const int64_t row = plain_row(first_plain + j);
     float acc[M];
     warp_dot<M>(a.w + row * a.k, a.x, a.k, acc);
     if (lane != 0) continue;
@@ -223,22 +186,24 @@ cudaError_t launch_qkv_rope(const QkvRopeLaunch& a, cudaStream_t stream) {
   const int64_t plain_rows = rotated_heads * (a.head_dim - 2 * half) + static_cast<int64_t>(a.kv_heads) * a.head_dim;
   const int64_t tasks = rotated_heads * half + (plain_rows + 1) / 2;
   const auto blocks = static_cast<unsigned>((tasks + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  return launch_dependent(gemv_qkv_rope_kernel<M>, blocks, kWarpsPerBlock * 32, 0, stream, a);
+  gemv_qkv_rope_kernel<M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a);
+  return cudaGetLastError();
 }
 
 template <int M>
 cudaError_t launch(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32, int64_t n,
                    int64_t k, bool accumulate, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  return launch_dependent(gemv_kernel<M>, blocks, kWarpsPerBlock * 32, 0, stream, x, w, bias, y_bf16, y_f32, n, k,
-                          accumulate);
+  gemv_kernel<M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, bias, y_bf16, y_f32, n, k, accumulate);
+  return cudaGetLastError();
 }
 
 template <int M>
 cudaError_t launch_gated(const bf16_bits* x, const bf16_bits* w, const float* bias, int act, bf16_bits* y,
                          int64_t inner, int64_t k, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((inner + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  return launch_dependent(gemv_gated_kernel<M>, blocks, kWarpsPerBlock * 32, 0, stream, x, w, bias, act, y, inner, k);
+  gemv_gated_kernel<M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, bias, act, y, inner, k);
+  return cudaGetLastError();
 }
 
 // launch(std::integral_constant<int, m>{}) for m in 1..kMaxGemvRows: the row count as a template argument.

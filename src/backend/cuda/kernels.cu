@@ -5,7 +5,6 @@
 #include "backend/cuda/kernels.h"
 
 #include "backend/cuda/activation.cuh"
-#include "backend/cuda/dependent_launch.cuh"
 
 #include "core/counter_hash.h"
 
@@ -82,8 +81,6 @@ __global__ void fill_generated_normal_kernel(uint64_t key, float stddev, bf16_bi
 
 __global__ void embed_kernel(const bf16_bits* table, const int32_t* ids, float multiplier, const bf16_bits* pos_table,
                              const int32_t* positions, bf16_bits* out, int64_t hidden) {
-  wait_for_previous_kernel();
-  allow_next_kernel();
   const int64_t t = blockIdx.x;
   const int64_t row = ids[t];
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
@@ -158,8 +155,6 @@ __global__ void __launch_bounds__(1024) add_norm_vec_kernel(bf16_bits* residual,
     first_weights[0] = reinterpret_cast<const float4*>(weight)[2 * threadIdx.x];
     first_weights[1] = reinterpret_cast<const float4*>(weight)[2 * threadIdx.x + 1];
   }
-  wait_for_previous_kernel();
-  allow_next_kernel();
   float v[kNormVecs][8];
   float sum = 0.0f;
 #pragma unroll
@@ -524,8 +519,9 @@ cudaError_t launch_fill_generated_normal(uint64_t key, float stddev, bf16_bits* 
 cudaError_t launch_embed(const bf16_bits* table, const int32_t* ids, float multiplier, const bf16_bits* pos_table,
                          const int32_t* positions, bf16_bits* out, int64_t tokens, int64_t hidden, cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
-  return launch_dependent(embed_kernel, static_cast<unsigned>(tokens), kThreads, 0, stream, table, ids, multiplier,
-                          pos_table, positions, out, hidden);
+  embed_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(table, ids, multiplier, pos_table, positions,
+      out, hidden);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_add_norm(bf16_bits* residual, const bf16_bits* delta, const float* weight, const float* bias,
@@ -539,8 +535,9 @@ cudaError_t launch_add_norm(bf16_bits* residual, const bf16_bits* delta, const f
   if (hidden % 8 == 0 && aligned && vecs <= int64_t{1024} * kNormVecs) {
     // Enough threads for one word each up to 1024 threads, then up to kNormVecs words per thread.
     const int64_t threads = std::min<int64_t>(1024, (vecs + 31) / 32 * 32);
-    return launch_dependent(add_norm_vec_kernel, static_cast<unsigned>(tokens), static_cast<unsigned>(threads), 0,
-                            stream, residual, delta, weight, bias, layer_norm, eps, weight_offset, out, hidden);
+    add_norm_vec_kernel<<<static_cast<unsigned>(tokens), static_cast<unsigned>(threads), 0, stream>>>(residual, delta,
+        weight, bias, layer_norm, eps, weight_offset, out, hidden);
+    return cudaGetLastError();
   }
   add_norm_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(residual, delta, weight, bias, layer_norm,
       eps, weight_offset, out, hidden);

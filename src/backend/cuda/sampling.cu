@@ -10,7 +10,6 @@
 // counter-based hash of (seed, step, token): exact sampling from the renormalized distribution,
 // and the same (logits, seed, step) always give the same token. The CPU backend implements the
 // same rule with the same hash (backend/sampling_rule.h).
-#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/sampling_rule.h"
 
@@ -115,8 +114,6 @@ __device__ uint32_t radix_threshold(const float* row, int64_t vocab, float inv_t
 
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(const float* logits, const SamplingRow* rows, int32_t* tokens, int64_t vocab) {
-  wait_for_previous_kernel();
-  allow_next_kernel();
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   const SamplingRow params = rows[blockIdx.x];
   ArgMax best{-INFINITY, 0x7fffffff};
@@ -161,8 +158,8 @@ __global__ void __launch_bounds__(kSampleThreads)
 cudaError_t launch_sample(const float* logits, const SamplingRow* rows, int32_t* tokens, int64_t count, int64_t vocab,
                           cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  return launch_dependent(sample_kernel, static_cast<unsigned>(count), kSampleThreads, 0, stream, logits, rows, tokens,
-                          vocab);
+  sample_kernel<<<static_cast<unsigned>(count), kSampleThreads, 0, stream>>>(logits, rows, tokens, vocab);
+  return cudaGetLastError();
 }
 
 }  // namespace splitflow::cuda
