@@ -92,6 +92,19 @@ struct NormParams {
   float weight_offset = 0.0f;  // y = x_hat * (weight_offset + weight) + bias
 };
 
+// A norm a matmul-family call applies to its input rows first: norm.normed [m, k] receives
+// norm(x) (add_norm's output) when the backend runs the two apart; a backend that fuses them may
+// leave it unwritten. An empty weight: no norm, x goes in as is. unit_weight: the weight is all
+// ones because the norm's own weight was folded into the matrix (Backend::fold_norm_weight), so a
+// fusing backend needs only each row's statistics.
+struct InputNorm {
+  DeviceTensor weight, bias;
+  NormParams params;
+  DeviceTensor normed;
+  bool unit_weight = false;
+  bool empty() const { return weight.empty(); }
+};
+
 struct RopeParams {
   int num_heads = 0;
   int num_kv_heads = 0;
@@ -216,15 +229,24 @@ class Backend {
     write_kv(qkv, slots, attention_params, k_cache, v_cache);
   }
 
-  // The QKV projection, then rope_write_kv(): qkv = x W^T + bias, its q and k heads rotated, its k
-  // and v heads stored at slots. A backend may do it in one pass (CUDA at decode rows: the GEMV
-  // rotates each pair of rows from its fp32 sums and writes the cache itself).
-  virtual void matmul_rope_write_kv(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
-                                    const DeviceTensor& qkv, const DeviceTensor& cos_sin,
+  // Folds an RMSNorm's weight into the matrix the norm feeds, if this backend wants that:
+  // w[:, c] *= (weight_offset + norm_weight[c]) in place, rounded to w's dtype, after which the
+  // norm runs with a unit weight (InputNorm::unit_weight). Returns false, w untouched, when the
+  // backend keeps norm weights apart (the default: exact HF rounding order). CUDA folds, so its
+  // decode GEMVs normalize their input on the fly instead of a norm launch before each.
+  virtual bool fold_norm_weight(const DeviceTensor& w, const DeviceTensor& norm_weight, float weight_offset) {
+    return false;
+  }
+
+  // The QKV projection, then rope_write_kv(): qkv = norm(x) W^T + bias, its q and k heads rotated,
+  // its k and v heads stored at slots. A backend may do it in one pass (CUDA at decode rows: the
+  // GEMV normalizes x, rotates each pair of rows from its fp32 sums and writes the cache itself).
+  virtual void matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w,
+                                    const DeviceTensor& bias, const DeviceTensor& qkv, const DeviceTensor& cos_sin,
                                     const DeviceTensor& table_rows, const RopeParams& rope_params,
                                     const DeviceTensor& slots, const AttentionParams& attention_params,
                                     const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
-    matmul(x, w, bias, qkv, false);
+    matmul(normalized(norm, x), w, bias, qkv, false);
     rope_write_kv(qkv, cos_sin, table_rows, rope_params, slots, attention_params, k_cache, v_cache);
   }
 
@@ -237,12 +259,13 @@ class Backend {
   // else out = act(x) with x [T, I]. out [T, I]. GELU is the erf form; GELUTanh the tanh form.
   virtual void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) = 0;
 
-  // The MLP's up projection and activation: out = activation(x W^T + bias) through `product`
-  // [m, n] (matmul, then activation). A backend may fuse the two and leave `product` unwritten
-  // (CUDA at decode-sized m: one GEMV computes the gate and up rows and applies the activation).
-  virtual void matmul_activation(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
-                                 Activation act, bool gated, const DeviceTensor& product, const DeviceTensor& out) {
-    matmul(x, w, bias, product, false);
+  // The MLP's up projection and activation: out = activation(norm(x) W^T + bias) through `product`
+  // [m, n] (matmul, then activation). A backend may fuse them and leave `product` unwritten (CUDA
+  // at decode-sized m: one GEMV normalizes x, computes the gate and up rows, applies the activation).
+  virtual void matmul_activation(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w,
+                                 const DeviceTensor& bias, Activation act, bool gated, const DeviceTensor& product,
+                                 const DeviceTensor& out) {
+    matmul(normalized(norm, x), w, bias, product, false);
     activation(product, act, gated, out);
   }
 
@@ -252,6 +275,14 @@ class Backend {
   // One token per row of logits [R, V] F32 under rows [R, kSamplingRowWords] I32 (SamplingRow
   // structs, backend/sampling_rule.h), into tokens [R] I32.
   virtual void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) = 0;
+
+ protected:
+  // x itself without a norm; else add_norm(x) into norm.normed, which is returned.
+  const DeviceTensor& normalized(const InputNorm& norm, const DeviceTensor& x) {
+    if (norm.empty()) return x;
+    add_norm(x, {}, norm.weight, norm.bias, norm.params, norm.normed);
+    return norm.normed;
+  }
 };
 
 // The CPU backend (backend/cpu): num_threads <= 0 uses OpenMP's default.

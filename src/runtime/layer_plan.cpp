@@ -50,6 +50,12 @@ std::string_view step_name(StepKind kind) {
 std::string LayerPlan::describe() const {
   std::string out;
   for (const PlanStep& step : steps) {
+    if (step.norm != LayerWeight::None) {
+      out += "norm ";
+      out += layer_weight_name(step.norm);
+      if (step.norm_bias) out += "+bias";
+      out += " + ";
+    }
     out += step_name(step.kind);
     if (step.weight != LayerWeight::None) {
       out += ' ';
@@ -61,6 +67,10 @@ std::string LayerPlan::describe() const {
     if (step.output != Slot::None && step.output != step.input) {
       out += step.accumulate ? " ->+ " : " -> ";
       out += slot_name(step.output);
+    }
+    if (step.normed != Slot::None) {
+      out += " normed in ";
+      out += slot_name(step.normed);
     }
     if (step.product != Slot::None) {
       out += " via ";
@@ -80,12 +90,24 @@ LayerPlan build_layer_plan(const ModelSpec& spec) {
 
   LayerPlan plan;
   std::vector<PlanStep>& steps = plan.steps;
-  steps.push_back({StepKind::Norm, Slot::Hidden, Slot::AttnIn, LayerWeight::AttnNorm, norm_bias});
+  steps.reserve(8);  // at most 8 steps; also keeps GCC 12 from a false -Wstringop-overflow on push_back
+  // A sequential layer's norms each feed one projection: the projection step takes the norm
+  // (a backend may fuse the two). A parallel residual takes both norms before the attention's add.
+  const bool sequential = !spec.parallel_residual;
+  const bool rope = spec.position == PositionType::Rope;
+  if (!sequential || !rope) steps.push_back({StepKind::Norm, Slot::Hidden, Slot::AttnIn, LayerWeight::AttnNorm, norm_bias});
   if (spec.parallel_residual && !spec.shared_layer_norm)
     steps.push_back({StepKind::Norm, Slot::Hidden, Slot::MlpIn, LayerWeight::FfnNorm, norm_bias});
 
-  if (spec.position == PositionType::Rope) {
-    steps.push_back({StepKind::LinearRopeWriteKv, Slot::AttnIn, Slot::Qkv, LayerWeight::Qkv, qkv_bias});
+  if (rope) {
+    PlanStep qkv{StepKind::LinearRopeWriteKv, Slot::AttnIn, Slot::Qkv, LayerWeight::Qkv, qkv_bias};
+    if (sequential) {
+      qkv.input = Slot::Hidden;
+      qkv.norm = LayerWeight::AttnNorm;
+      qkv.norm_bias = norm_bias;
+      qkv.normed = Slot::AttnIn;
+    }
+    steps.push_back(qkv);
   } else {
     steps.push_back({StepKind::Linear, Slot::AttnIn, Slot::Qkv, LayerWeight::Qkv, qkv_bias});
     steps.push_back({StepKind::WriteKv, Slot::Qkv});
@@ -94,13 +116,16 @@ LayerPlan build_layer_plan(const ModelSpec& spec) {
   // With a parallel residual both norms were taken before this add, as the architecture wants.
   steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::Hidden, LayerWeight::Output, attention.o_bias, true});
 
-  Slot mlp_in = Slot::MlpIn;
-  if (!spec.parallel_residual)
-    steps.push_back({StepKind::Norm, Slot::Hidden, Slot::MlpIn, LayerWeight::FfnNorm, norm_bias});
-  else if (spec.shared_layer_norm)
-    mlp_in = Slot::AttnIn;
-  PlanStep up{StepKind::LinearActivation, mlp_in, Slot::MlpAct, LayerWeight::GateUp, spec.mlp.up_bias};
+  PlanStep up{StepKind::LinearActivation, Slot::MlpIn, Slot::MlpAct, LayerWeight::GateUp, spec.mlp.up_bias};
   up.product = Slot::MlpUp;
+  if (sequential) {
+    up.input = Slot::Hidden;
+    up.norm = LayerWeight::FfnNorm;
+    up.norm_bias = norm_bias;
+    up.normed = Slot::MlpIn;
+  } else if (spec.shared_layer_norm) {
+    up.input = Slot::AttnIn;
+  }
   steps.push_back(up);
   steps.push_back({StepKind::Linear, Slot::MlpAct, Slot::Hidden, LayerWeight::Down, spec.mlp.down_bias, true});
   return plan;

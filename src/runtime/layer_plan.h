@@ -52,6 +52,11 @@ struct PlanStep {
   bool bias = false;  // the weight has a bias (LayerNorm bias, projection bias)
   bool accumulate = false;  // Linear: add the product to the output (the residual add)
   Slot product = Slot::None;  // LinearActivation: the product before the activation (a fusing backend skips it)
+  // LinearRopeWriteKv, LinearActivation: the input is normalized with this weight first, into
+  // `normed` (a backend that fuses the norm into the product leaves it unwritten).
+  LayerWeight norm = LayerWeight::None;
+  bool norm_bias = false;  // the norm has a bias (LayerNorm)
+  Slot normed = Slot::None;
 };
 
 struct LayerPlan {

@@ -97,6 +97,7 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
                        static_cast<float>(spec.attention_scale()), attention.sliding_window};
 
   upload_weights(weights);
+  fold_norm_weights();
   build_position_tables();
 
   const int64_t max_tokens = limits.max_batch_tokens, hidden = spec.hidden_size;
@@ -208,6 +209,31 @@ void ModelRunner::upload_weights(ModelWeights& weights) {
     d.w_down = up(w.w_down, "w_down", {hidden, inter}, true, true);
     d.b_down = up(w.b_down, "b_down", {hidden}, spec.mlp.down_bias, false);
   }
+}
+
+void ModelRunner::fold_norm_weights() {
+  if (spec_.norm.type != NormType::RMSNorm) return;
+  bool folded = false;
+  for (DeviceLayer& layer : layers_)
+    for (const PlanStep& step : plan_.steps) {
+      if (step.norm == LayerWeight::None || step.norm_bias) continue;
+      const auto [norm_weight, norm_bias] = layer_weight(layer, step.norm);
+      const auto [w, bias] = layer_weight(layer, step.weight);
+      const bool done = backend_.fold_norm_weight(w->view(), norm_weight->view(), norm_params_.weight_offset);
+      if (!folded && !done) return;  // the backend keeps norm weights apart
+      SF_CHECK(done, "{} folded some norm weights into their matrices but not the {} norm's", backend_.name(),
+               layer_weight_name(step.norm));
+      folded = true;
+    }
+  if (!folded) return;
+  for (DeviceLayer& layer : layers_) {
+    for (const PlanStep& step : plan_.steps)
+      if (step.norm == LayerWeight::AttnNorm) layer.attn_norm = DeviceBuffer();
+      else if (step.norm == LayerWeight::FfnNorm) layer.ffn_norm = DeviceBuffer();
+  }
+  Tensor ones = Tensor::zeros(DType::F32, {spec_.hidden_size});
+  std::fill_n(ones.as<float>(), ones.numel(), 1.0f);
+  unit_norm_weight_ = backend_.upload(ones);
 }
 
 void ModelRunner::build_position_tables() {
@@ -390,6 +416,15 @@ std::pair<const DeviceBuffer*, const DeviceBuffer*> ModelRunner::layer_weight(co
   fail("layer plan: step has no weight");
 }
 
+InputNorm ModelRunner::input_norm(const DeviceLayer& layer, const PlanStep& step, int64_t tokens) const {
+  if (step.norm == LayerWeight::None) return {};
+  if (!unit_norm_weight_.empty() && !step.norm_bias)  // folded into the step's matrix
+    return {unit_norm_weight_.view(), {}, {norm_params_.type, norm_params_.eps, 0.0f}, slot_rows(step.normed, tokens),
+            true};
+  const auto [w, b] = layer_weight(layer, step.norm);
+  return {w->view(), b->view(), norm_params_, slot_rows(step.normed, tokens)};
+}
+
 void ModelRunner::run_layer(int layer, int64_t tokens) {
   const DeviceLayer& weights = layers_[layer];
   const Shape cache_shape = {kv_config_.num_blocks, kv_config_.block_size, spec_.attention.num_kv_heads,
@@ -412,7 +447,8 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
       }
       case StepKind::LinearRopeWriteKv: {
         const auto [w, b] = layer_weight(weights, step.weight);
-        backend_.matmul_rope_write_kv(input, w->view(), b->view(), output, rope_table_.view(),
+        backend_.matmul_rope_write_kv(input_norm(weights, step, tokens), input, w->view(), b->view(), output,
+                                      rope_table_.view(),
                                       step_view(kRopeRows, tokens), rope_params_, step_view(kSlots, tokens),
                                       attention_params_, k_cache, v_cache);
         break;
@@ -425,8 +461,8 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
         break;
       case StepKind::LinearActivation: {
         const auto [w, b] = layer_weight(weights, step.weight);
-        backend_.matmul_activation(input, w->view(), b->view(), spec_.mlp.activation, spec_.mlp.gated,
-                                   slot_rows(step.product, tokens), output);
+        backend_.matmul_activation(input_norm(weights, step, tokens), input, w->view(), b->view(),
+                                   spec_.mlp.activation, spec_.mlp.gated, slot_rows(step.product, tokens), output);
         break;
       }
     }

@@ -104,6 +104,9 @@ class ModelRunner {
   };
 
   void upload_weights(ModelWeights& weights);
+  // Folds each pre-norm's weight into the matrix its norm feeds when the backend wants it
+  // (Backend::fold_norm_weight); those norms then run with unit_norm_weight_.
+  void fold_norm_weights();
   void build_position_tables();
   void allocate_step_buffers();
   // Validates the batch, fills the pinned staging buffer and copies it to the device in one go.
@@ -126,6 +129,8 @@ class ModelRunner {
   const DeviceTensor& slot(Slot s) const;
   DeviceTensor slot_rows(Slot s, int64_t tokens) const;
   std::pair<const DeviceBuffer*, const DeviceBuffer*> layer_weight(const DeviceLayer& layer, LayerWeight w) const;
+  // The norm a step applies to its input (empty when the step has none).
+  InputNorm input_norm(const DeviceLayer& layer, const PlanStep& step, int64_t tokens) const;
 
   ModelSpec spec_;
   LayerPlan plan_;
@@ -141,6 +146,7 @@ class ModelRunner {
 
   // Weights.
   DeviceBuffer embed_, pos_embed_, final_norm_, final_norm_bias_, lm_head_;
+  DeviceBuffer unit_norm_weight_;  // ones [hidden] when norm weights are folded, else empty
   std::vector<DeviceLayer> layers_;
 
   // KV cache: [num_layers, num_blocks, block_size, num_kv_heads, head_dim].

@@ -5,6 +5,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <numeric>
 
@@ -217,11 +218,54 @@ TEST_F(CudaKernels, RopeHalfStyle) { check_rope(*backend, rng, RopeStyle::Half, 
 TEST_F(CudaKernels, RopeInterleavedStyle) { check_rope(*backend, rng, RopeStyle::Interleaved, 16); }
 TEST_F(CudaKernels, RopePartialRotaryLeavesTailDims) { check_rope(*backend, rng, RopeStyle::Half, 6); }
 
+// The input norm of a matmul-family call: none; an RMSNorm with its own weight (offset 1 as
+// Gemma's), which the CUDA backend runs apart; or one whose weight was folded into the matrix
+// (unit weight), which the decode GEMVs fuse.
+enum class NormKind { None, Weighted, Unit };
+struct NormCase {
+  NormKind kind = NormKind::None;
+  std::vector<float> weight;
+  DeviceBuffer d_weight, normed;
+  InputNorm input(int64_t m) const {
+    if (kind == NormKind::None) return {};
+    const NormParams params{NormType::RMSNorm, 1e-5f, kind == NormKind::Weighted ? 1.0f : 0.0f};
+    return {d_weight.view(), {}, params, normed.view().rows(0, m), kind == NormKind::Unit};
+  }
+  // Whether the normalized rows go through memory (bf16) before the product reads them.
+  bool stored(int64_t m) const { return kind == NormKind::Weighted || m > 2; }
+};
+NormCase make_norm(Backend& backend, std::mt19937_64& rng, NormKind kind, int64_t m, int64_t k) {
+  NormCase norm;
+  norm.kind = kind;
+  if (kind == NormKind::None) return norm;
+  norm.weight = kind == NormKind::Unit ? std::vector<float>(k, 1.0f) : random_values(rng, k, -0.5f, 0.5f);
+  norm.d_weight = to_device_f32(backend, norm.weight, {k});
+  norm.normed = backend.allocate(DType::BF16, {m, k});
+  return norm;
+}
+// The input rows the product multiplies, in fp64: x itself, or x / rms(x) * (offset + g), rounded to
+// bf16 when stored.
+std::vector<double> matmul_input_ref(const std::vector<float>& x, int64_t m, int64_t k, const NormCase& norm) {
+  std::vector<double> out(x.begin(), x.end());
+  if (norm.kind == NormKind::None) return out;
+  const double offset = norm.kind == NormKind::Weighted ? 1.0 : 0.0;
+  for (int64_t r = 0; r < m; ++r) {
+    double squares = 0.0;
+    for (int64_t c = 0; c < k; ++c) squares += double{x[r * k + c]} * x[r * k + c];
+    const double inv = 1.0 / std::sqrt(squares / static_cast<double>(k) + 1e-5);
+    for (int64_t c = 0; c < k; ++c) {
+      const double v = x[r * k + c] * inv * (offset + norm.weight[c]);
+      out[r * k + c] = norm.stored(m) ? bf16_round(static_cast<float>(v)) : v;
+    }
+  }
+  return out;
+}
+
 // The QKV projection with RoPE and the KV write: fused in one GEMV for decode rows (m <= the GEMV
 // limit), matmul then rope_write_kv otherwise; against the fp64 product of the bf16 inputs, rotated,
 // and the cache rows it must hold (slot -1: not stored).
 void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t m, RopeStyle style, int rotary_dim,
-                                bool with_bias) {
+                                bool with_bias, NormKind norm_kind) {
   const int heads = 4, kv_heads = 2, head_dim = 16, half = rotary_dim / 2, block_size = 4, blocks = 3;
   const int64_t k = 72, width = (heads + 2 * kv_heads) * head_dim, q_dim = heads * head_dim;
   const int64_t kv_dim = kv_heads * head_dim, table_len = 10;
@@ -241,7 +285,9 @@ void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t 
   poison_bf16(backend, qkv.view());
   const RopeParams rope{heads, kv_heads, head_dim, rotary_dim, style};
   const AttentionParams attention{heads, kv_heads, head_dim, block_size, 1.0f, 0};
-  backend.matmul_rope_write_kv(d_x.view(), d_w.view(), with_bias ? d_bias.view() : DeviceTensor{}, qkv.view(),
+  const NormCase norm = make_norm(backend, rng, norm_kind, m, k);
+  const std::vector<double> x_in = matmul_input_ref(x, m, k, norm);
+  backend.matmul_rope_write_kv(norm.input(m), d_x.view(), d_w.view(), with_bias ? d_bias.view() : DeviceTensor{}, qkv.view(),
                                d_table.view(), d_rows.view(), rope, d_slots.view(), attention, k_cache.view(),
                                v_cache.view());
   std::vector<double> ref(m * width), k_ref(blocks * block_size * kv_dim, 0.0), v_ref(k_ref.size(), 0.0);
@@ -249,11 +295,12 @@ void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t 
     double* row = ref.data() + r * width;
     for (int64_t j = 0; j < width; ++j) {
       double sum = with_bias ? bias[j] : 0.0;
-      for (int64_t c = 0; c < k; ++c) sum += double{x[r * k + c]} * w[j * k + c];
+      for (int64_t c = 0; c < k; ++c) sum += x_in[r * k + c] * w[j * k + c];
       row[j] = sum;
     }
-    // Unfused (m above the GEMV limit), qkv is stored in bf16 before the rotation reads it.
-    if (m > 2)
+    // Unfused (m above the GEMV limit, or a norm with its own weight), qkv is stored in bf16
+    // before the rotation reads it.
+    if (norm.stored(m))
       for (int64_t j = 0; j < width; ++j) row[j] = bf16_round(static_cast<float>(row[j]));
     for (int h = 0; h < heads + kv_heads; ++h)
       for (int i = 0; i < half; ++i) {
@@ -270,8 +317,8 @@ void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t 
         v_ref[slots[r] * kv_dim + j] = row[q_dim + kv_dim + j];
       }
   }
-  const std::string what = fmt::format("m {} rotary_dim {} interleaved {} bias {}", m, rotary_dim,
-                                       style == RopeStyle::Interleaved, with_bias);
+  const std::string what = fmt::format("m {} rotary_dim {} interleaved {} bias {} norm {}", m, rotary_dim,
+                                       style == RopeStyle::Interleaved, with_bias, static_cast<int>(norm_kind));
   EXPECT_LE(relative_error(to_host(backend, qkv.view()), ref), kBf16Compute) << what;
   EXPECT_LE(relative_error(to_host(backend, k_cache.view()), k_ref), kBf16Compute) << what << " k_cache";
   EXPECT_LE(relative_error(to_host(backend, v_cache.view()), v_ref), kBf16Compute) << what << " v_cache";
@@ -279,10 +326,11 @@ void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t 
 
 TEST_F(CudaKernels, MatmulRopeWriteKvFusedAndNot) {
   for (int64_t m : {1, 2, 5})
-    for (RopeStyle style : {RopeStyle::Half, RopeStyle::Interleaved}) {
-      check_matmul_rope_write_kv(*backend, rng, m, style, 16, m == 2);
-      check_matmul_rope_write_kv(*backend, rng, m, style, 6, m != 2);  // dims 6..15 pass through
-    }
+    for (RopeStyle style : {RopeStyle::Half, RopeStyle::Interleaved})
+      for (NormKind norm : {NormKind::None, NormKind::Weighted, NormKind::Unit}) {
+        check_matmul_rope_write_kv(*backend, rng, m, style, 16, m == 2, norm);
+        check_matmul_rope_write_kv(*backend, rng, m, style, 6, m != 2, norm);  // dims 6..15 pass through
+      }
 }
 
 // head_dim 8: 16-byte words; 6: the element-wise path; kv_dim 2048: several blocks per token.
@@ -580,35 +628,57 @@ TEST_F(CudaKernels, ActivationsPlainAndGated) {
 }
 
 // The MLP's up projection + activation: fused in one GEMV for decode rows (m <= the GEMV limit,
-// gated), matmul then activation otherwise; both against the fp64 product of the bf16 inputs.
+// gated), matmul then activation otherwise, with and without the input norm; both against the fp64
+// product of the bf16 inputs.
 TEST_F(CudaKernels, MatmulActivationFusedAndNot) {
-  const int64_t k = 264, inner = 72;
-  for (int64_t m : {1, 2, 5})
-    for (Activation act : {Activation::SiLU, Activation::GELUTanh})
-      for (bool with_bias : {false, true}) {
-        std::vector<float> x = random_values(rng, m * k), w = random_values(rng, 2 * inner * k, -0.2f, 0.2f);
-        const std::vector<float> b = random_values(rng, 2 * inner);
-        DeviceBuffer d_x = to_device_bf16(*backend, x, {m, k}), d_w = to_device_bf16(*backend, w, {2 * inner, k});
-        DeviceBuffer d_b = to_device_f32(*backend, b, {2 * inner});
-        DeviceBuffer product = backend->allocate(DType::BF16, {m, 2 * inner}), out = backend->allocate(DType::BF16, {m, inner});
-        poison_bf16(*backend, out.view());
-        backend->matmul_activation(d_x.view(), d_w.view(), with_bias ? d_b.view() : DeviceTensor{}, act, true,
-                                   product.view(), out.view());
-        std::vector<double> ref(m * inner);
-        for (int64_t r = 0; r < m; ++r)
-          for (int64_t j = 0; j < inner; ++j) {
-            double gate = with_bias ? b[j] : 0.0, up = with_bias ? b[inner + j] : 0.0;
-            for (int64_t c = 0; c < k; ++c) {
-              gate += double{x[r * k + c]} * w[j * k + c];
-              up += double{x[r * k + c]} * w[(inner + j) * k + c];
+  const int64_t inner = 72;
+  for (int64_t k : {264, 1032})  // 264: the GEMV's tail loop alone; 1032: its unrolled loop, then the tail
+    for (int64_t m : {1, 2, 5})
+      for (Activation act : {Activation::SiLU, Activation::GELUTanh})
+        for (bool with_bias : {false, true}) {
+          const NormKind norm_kind = with_bias                   ? NormKind::Unit
+                                     : act == Activation::SiLU ? NormKind::Weighted
+                                                               : NormKind::None;
+          std::vector<float> x = random_values(rng, m * k), w = random_values(rng, 2 * inner * k, -0.2f, 0.2f);
+          const std::vector<float> b = random_values(rng, 2 * inner);
+          DeviceBuffer d_x = to_device_bf16(*backend, x, {m, k}), d_w = to_device_bf16(*backend, w, {2 * inner, k});
+          DeviceBuffer d_b = to_device_f32(*backend, b, {2 * inner});
+          DeviceBuffer product = backend->allocate(DType::BF16, {m, 2 * inner}), out = backend->allocate(DType::BF16, {m, inner});
+          poison_bf16(*backend, out.view());
+          const NormCase norm = make_norm(*backend, rng, norm_kind, m, k);
+          const std::vector<double> x_in = matmul_input_ref(x, m, k, norm);
+          backend->matmul_activation(norm.input(m), d_x.view(), d_w.view(), with_bias ? d_b.view() : DeviceTensor{}, act,
+                                     true, product.view(), out.view());
+          std::vector<double> ref(m * inner);
+          for (int64_t r = 0; r < m; ++r)
+            for (int64_t j = 0; j < inner; ++j) {
+              double gate = with_bias ? b[j] : 0.0, up = with_bias ? b[inner + j] : 0.0;
+              for (int64_t c = 0; c < k; ++c) {
+                gate += x_in[r * k + c] * w[j * k + c];
+                up += x_in[r * k + c] * w[(inner + j) * k + c];
+              }
+              // Unfused, the product is stored in bf16 before the activation reads it.
+              if (norm.stored(m)) gate = bf16_round(static_cast<float>(gate)), up = bf16_round(static_cast<float>(up));
+              ref[r * inner + j] = activate_ref(gate, act) * up;
             }
-            // Unfused, the product is stored in bf16 before the activation reads it.
-            if (m > 2) gate = bf16_round(static_cast<float>(gate)), up = bf16_round(static_cast<float>(up));
-            ref[r * inner + j] = activate_ref(gate, act) * up;
-          }
-        EXPECT_LE(relative_error(to_host(*backend, out.view()), ref), kBf16Compute)
-            << "m " << m << " act " << static_cast<int>(act) << " bias " << with_bias;
-      }
+          EXPECT_LE(relative_error(to_host(*backend, out.view()), ref), kBf16Compute)
+              << "m " << m << " act " << static_cast<int>(act) << " bias " << with_bias << " norm "
+              << static_cast<int>(norm_kind) << " k " << k;
+        }
+}
+
+// A norm weight folded into its matrix: w[:, c] * (offset + g[c]) rounded once to bf16.
+TEST_F(CudaKernels, FoldNormWeightScalesColumns) {
+  const int64_t rows = 37, cols = 264;
+  std::vector<float> w = random_values(rng, rows * cols);
+  const std::vector<float> g = random_values(rng, cols, -0.5f, 0.5f);
+  DeviceBuffer d_w = to_device_bf16(*backend, w, {rows, cols}), d_g = to_device_f32(*backend, g, {cols});
+  ASSERT_TRUE(backend->fold_norm_weight(d_w.view(), d_g.view(), 1.0f));
+  std::vector<double> ref(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) ref[r * cols + c] = double{w[r * cols + c]} * (1.0 + g[c]);
+  EXPECT_LE(relative_error(to_host(*backend, d_w.view()), ref), kOneRounding);
+  EXPECT_THROW(backend->fold_norm_weight(d_w.view(), d_g.view().rows(0, cols - 8), 1.0f), Error);
 }
 
 TEST_F(CudaKernels, GatherRowsBf16AndF32) {

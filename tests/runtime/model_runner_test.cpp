@@ -410,12 +410,25 @@ TEST(BlockAllocator, DrivesSingleSequenceGeneration) {
 
 TEST(LayerPlan, SequentialRopeLayer) {
   EXPECT_EQ(build_layer_plan(tiny_spec()).describe(),
-            "norm attn_norm: hidden -> attn_in\n"
-            "linear+rope_write_kv qkv: attn_in -> qkv\n"
+            "norm attn_norm + linear+rope_write_kv qkv: hidden -> qkv normed in attn_in\n"
             "attention: qkv -> attn_out\n"
             "linear o: attn_out ->+ hidden\n"
-            "norm ffn_norm: hidden -> mlp_in\n"
-            "linear+activation gate_up: mlp_in -> mlp_act via mlp_up\n"
+            "norm ffn_norm + linear+activation gate_up: hidden -> mlp_act normed in mlp_in via mlp_up\n"
+            "linear down: mlp_act ->+ hidden\n");
+}
+
+// Without RoPE the attention norm stays a step of its own (the plain projection takes no norm).
+TEST(LayerPlan, SequentialLearnedPositionsLayer) {
+  ModelSpec spec = tiny_spec();
+  spec.position = PositionType::Learned;
+  spec.norm.bias = true;
+  EXPECT_EQ(build_layer_plan(spec).describe(),
+            "norm attn_norm+bias: hidden -> attn_in\n"
+            "linear qkv: attn_in -> qkv\n"
+            "write_kv: qkv\n"
+            "attention: qkv -> attn_out\n"
+            "linear o: attn_out ->+ hidden\n"
+            "norm ffn_norm+bias + linear+activation gate_up: hidden -> mlp_act normed in mlp_in via mlp_up\n"
             "linear down: mlp_act ->+ hidden\n");
 }
 

@@ -83,9 +83,9 @@ class RecordingCpuBackend final : public Backend {
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override {
     run([=, cpu = cpu_.get()] { cpu->activation(x, act, gated, out); });
   }
-  void matmul_activation(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, Activation act,
-                         bool gated, const DeviceTensor& product, const DeviceTensor& out) override {
-    run([=, cpu = cpu_.get()] { cpu->matmul_activation(x, w, bias, act, gated, product, out); });
+  void matmul_activation(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
+                         Activation act, bool gated, const DeviceTensor& product, const DeviceTensor& out) override {
+    run([=, cpu = cpu_.get()] { cpu->matmul_activation(norm, x, w, bias, act, gated, product, out); });
   }
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override {
     run([=, cpu = cpu_.get()] { cpu->gather_rows(x, rows, out); });

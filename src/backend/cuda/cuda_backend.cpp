@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <vector>
 
 namespace splitflow {
@@ -450,17 +451,40 @@ void CudaBackend::rope_write_kv(const DeviceTensor& qkv, const DeviceTensor& cos
                 "rope_write_kv");
 }
 
-void CudaBackend::matmul_rope_write_kv(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
-                                       const DeviceTensor& qkv, const DeviceTensor& cos_sin,
+namespace {
+
+// The GEMV form of an input norm: an RMSNorm whose weight was folded into the matrix; nullopt when
+// the norm must run apart (a weight of its own, LayerNorm, a bias).
+std::optional<GemvNorm> gemv_norm(const InputNorm& norm) {
+  if (norm.empty()) return GemvNorm{};
+  if (!norm.unit_weight || norm.params.type != NormType::RMSNorm || !norm.bias.empty()) return std::nullopt;
+  return GemvNorm{true, norm.params.eps};
+}
+
+}  // namespace
+
+bool CudaBackend::fold_norm_weight(const DeviceTensor& w, const DeviceTensor& norm_weight, float weight_offset) {
+  check_dtype(w, DType::BF16, "fold_norm_weight", "w");
+  check_dtype(norm_weight, DType::F32, "fold_norm_weight", "norm_weight");
+  SF_CHECK(w.shape.size() == 2, "cuda fold_norm_weight: w has shape {}, expected a matrix", shape_str(w.shape));
+  check_shape(norm_weight, {w.dim(1)}, "fold_norm_weight", "norm_weight");
+  SF_CUDA_CHECK(launch_scale_columns(bf16_ptr(w), w.dim(0), w.dim(1), norm_weight.as<float>(), weight_offset, stream_),
+                "fold_norm_weight");
+  return true;
+}
+
+void CudaBackend::matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w,
+                                       const DeviceTensor& bias, const DeviceTensor& qkv, const DeviceTensor& cos_sin,
                                        const DeviceTensor& table_rows, const RopeParams& rope_params,
                                        const DeviceTensor& slots, const AttentionParams& attention_params,
                                        const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
   const int64_t m = x.shape.size() == 2 ? x.dim(0) : 0, k = x.shape.size() == 2 ? x.dim(1) : 0;
+  const std::optional<GemvNorm> fused_norm = gemv_norm(norm);
   const bool fused = m >= 1 && m <= gemv_max_rows_ && x.dtype == DType::BF16 && w.dtype == DType::BF16 &&
-                     w.shape.size() == 2 && w.dim(1) == k && gemv_supported(x.data, w.data, m, k);
+                     w.shape.size() == 2 && w.dim(1) == k && gemv_supported(x.data, w.data, m, k) && fused_norm;
   if (!fused) {
-    Backend::matmul_rope_write_kv(x, w, bias, qkv, cos_sin, table_rows, rope_params, slots, attention_params, k_cache,
-                                  v_cache);
+    Backend::matmul_rope_write_kv(norm, x, w, bias, qkv, cos_sin, table_rows, rope_params, slots, attention_params,
+                                  k_cache, v_cache);
     return;
   }
   check_rope_write_kv_args("cuda", "matmul_rope_write_kv", DType::BF16, qkv, cos_sin, table_rows, rope_params, slots,
@@ -487,7 +511,8 @@ void CudaBackend::matmul_rope_write_kv(const DeviceTensor& x, const DeviceTensor
                              rope_params.num_kv_heads,
                              rope_params.head_dim,
                              rope_params.rotary_dim,
-                             rope_params.style == RopeStyle::Interleaved};
+                             rope_params.style == RopeStyle::Interleaved,
+                             *fused_norm};
   SF_CUDA_CHECK(launch_gemv_qkv_rope(launch, stream_), "matmul_rope_write_kv (gemv)");
 }
 
@@ -545,14 +570,16 @@ void CudaBackend::activation(const DeviceTensor& x, Activation act, bool gated, 
                 "activation");
 }
 
-void CudaBackend::matmul_activation(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
-                                    Activation act, bool gated, const DeviceTensor& product, const DeviceTensor& out) {
+void CudaBackend::matmul_activation(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w,
+                                    const DeviceTensor& bias, Activation act, bool gated, const DeviceTensor& product,
+                                    const DeviceTensor& out) {
   const int64_t m = x.shape.size() == 2 ? x.dim(0) : 0, k = x.shape.size() == 2 ? x.dim(1) : 0;
+  const std::optional<GemvNorm> fused_norm = gemv_norm(norm);
   const bool fused = gated && m >= 1 && m <= gemv_max_rows_ && x.dtype == DType::BF16 && w.dtype == DType::BF16 &&
                      out.dtype == DType::BF16 && w.shape.size() == 2 && w.dim(1) == k && w.dim(0) % 2 == 0 &&
-                     gemv_supported(x.data, w.data, m, k);
+                     gemv_supported(x.data, w.data, m, k) && fused_norm;
   if (!fused) {
-    Backend::matmul_activation(x, w, bias, act, gated, product, out);
+    Backend::matmul_activation(norm, x, w, bias, act, gated, product, out);
     return;
   }
   const int64_t inner = w.dim(0) / 2;
@@ -562,7 +589,7 @@ void CudaBackend::matmul_activation(const DeviceTensor& x, const DeviceTensor& w
     check_shape(bias, {2 * inner}, "matmul_activation", "bias");
   }
   SF_CUDA_CHECK(launch_gemv_gated(bf16_ptr(x), bf16_ptr(w), bias.empty() ? nullptr : bias.as<float>(),
-                                  activation_code(act), bf16_ptr(out), m, inner, k, stream_),
+                                  activation_code(act), bf16_ptr(out), m, inner, k, *fused_norm, stream_),
                 "matmul_activation (gated gemv)");
 }
 

@@ -63,13 +63,14 @@ class CudaBackend final : public Backend {
   void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                  const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override;
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override;
-  void matmul_rope_write_kv(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
-                            const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
-                            const RopeParams& rope_params, const DeviceTensor& slots,
+  bool fold_norm_weight(const DeviceTensor& w, const DeviceTensor& norm_weight, float weight_offset) override;
+  void matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w,
+                            const DeviceTensor& bias, const DeviceTensor& qkv, const DeviceTensor& cos_sin,
+                            const DeviceTensor& table_rows, const RopeParams& rope_params, const DeviceTensor& slots,
                             const AttentionParams& attention_params, const DeviceTensor& k_cache,
                             const DeviceTensor& v_cache) override;
-  void matmul_activation(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, Activation act,
-                         bool gated, const DeviceTensor& product, const DeviceTensor& out) override;
+  void matmul_activation(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
+                         Activation act, bool gated, const DeviceTensor& product, const DeviceTensor& out) override;
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
   void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override;
 

@@ -30,9 +30,11 @@ __device__ __forceinline__ float2 bf16x2_to_float2(uint32_t bits) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
 }
 
-// acc[r] += dot(8 weights in w, 8 values of x row r at column word `word`).
-template <int M>
-__device__ __forceinline__ void fma_word(float (&acc)[M], const uint4& w, const bf16_bits* x, int64_t k, int64_t word) {
+// acc[r] += dot(8 weights in w, 8 values of x row r at column word `word`); with kSquares also
+// squares[r] += the 8 values' squares (for the row's RMS).
+template <int M, bool kSquares>
+__device__ __forceinline__ void fma_word(float (&acc)[M], float (&squares)[M], const uint4& w, const bf16_bits* x,
+                                         int64_t k, int64_t word) {
   const float2 w0 = bf16x2_to_float2(w.x), w1 = bf16x2_to_float2(w.y), w2 = bf16x2_to_float2(w.z),
                w3 = bf16x2_to_float2(w.w);
 #pragma unroll
@@ -50,32 +52,65 @@ __device__ __forceinline__ void fma_word(float (&acc)[M], const uint4& w, const 
     a = fmaf(w3.x, x3.x, a);
     a = fmaf(w3.y, x3.y, a);
     acc[r] = a;
+    if constexpr (kSquares) {
+      float q = squares[r];
+      q = fmaf(x0.x, x0.x, q);
+      q = fmaf(x0.y, x0.y, q);
+      q = fmaf(x1.x, x1.x, q);
+      q = fmaf(x1.y, x1.y, q);
+      q = fmaf(x2.x, x2.x, q);
+      q = fmaf(x2.y, x2.y, q);
+      q = fmaf(x3.x, x3.x, q);
+      q = fmaf(x3.y, x3.y, q);
+      squares[r] = q;
+    }
   }
 }
 
+__device__ __forceinline__ float warp_total(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
 // acc[r] = dot(w_row, x row r) for r < M, the total in every lane. x [M, k], k % 8 == 0, 16-byte
-// aligned rows.
-template <int M>
-__device__ __forceinline__ void warp_dot(const bf16_bits* w_row, const bf16_bits* x, int64_t k, float (&acc)[M]) {
+// aligned rows. With kSquares, inv_rms[r] = 1 / rms(x row r) (eps inside the root) from the same
+// pass over x: an RMSNorm with its weight folded into w (InputNorm::unit_weight) costs the GEMV a
+// few FMAs instead of a launch and a round trip of the normalized rows.
+template <int M, bool kSquares = false>
+__device__ __forceinline__ void warp_dot(const bf16_bits* w_row, const bf16_bits* x, int64_t k, float (&acc)[M],
+                                         float (&inv_rms)[M], float eps = 0.0f) {
   const int lane = threadIdx.x % 32;
   const int64_t words = k / 8;
+  float squares[M];
 #pragma unroll
-  for (int r = 0; r < M; ++r) acc[r] = 0.0f;
+  for (int r = 0; r < M; ++r) acc[r] = squares[r] = 0.0f;
   int64_t word = lane;
   for (; word + (kUnroll - 1) * 32 < words; word += kUnroll * 32) {
     uint4 wv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) wv[u] = load_streaming(w_row + (word + u * 32) * 8);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) fma_word<M>(acc, wv[u], x, k, word + u * 32);
+    for (int u = 0; u < kUnroll; ++u) fma_word<M, kSquares>(acc, squares, wv[u], x, k, word + u * 32);
   }
-  for (; word < words; word += 32) fma_word<M>(acc, load_streaming(w_row + word * 8), x, k, word);
+  for (; word < words; word += 32) fma_word<M, kSquares>(acc, squares, load_streaming(w_row + word * 8), x, k, word);
 #pragma unroll
   for (int r = 0; r < M; ++r) {
-    float v = acc[r];
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    acc[r] = v;
+    acc[r] = warp_total(acc[r]);
+    if constexpr (kSquares) inv_rms[r] = rsqrtf(warp_total(squares[r]) / static_cast<float>(k) + eps);
   }
+}
+
+// warp_dot without the RMS.
+template <int M>
+__device__ __forceinline__ void warp_dot(const bf16_bits* w_row, const bf16_bits* x, int64_t k, float (&acc)[M]) {
+  float unused[M];
+  warp_dot<M, false>(w_row, x, k, acc, unused);
+}
+
+template <int M>
+__device__ __forceinline__ void scale_rows(float (&acc)[M], const float (&inv_rms)[M]) {
+#pragma unroll
+  for (int r = 0; r < M; ++r) acc[r] *= inv_rms[r];
 }
 
 // One warp per output row. x [M, k], w [n, k] bf16; y [M, n] bf16 or f32.
@@ -102,15 +137,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 
 // One warp per output column j of a gated MLP: gate row j and up row inner + j of w [2 inner, k],
 // y[r, j] = act(gate + bias) * (up + bias) from the fp32 sums (no bf16 round trip of the product).
-template <int M>
+template <int M, bool kNorm>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_gated_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w, const float* __restrict__ bias,
-                      int act, bf16_bits* y, int64_t inner, int64_t k) {
+                      int act, bf16_bits* y, int64_t inner, int64_t k, GemvNorm norm) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (j >= inner) return;
-  float gate[M], up[M];
-  warp_dot<M>(w + j * k, x, k, gate);
+  float gate[M], up[M], inv_rms[M];
+  warp_dot<M, kNorm>(w + j * k, x, k, gate, inv_rms, norm.eps);
   warp_dot<M>(w + (inner + j) * k, x, k, up);
+  if constexpr (kNorm) {
+    scale_rows(gate, inv_rms);
+    scale_rows(up, inv_rms);
+  }
   if (threadIdx.x % 32 != 0) return;
   const float gate_bias = bias != nullptr ? bias[j] : 0.0f, up_bias = bias != nullptr ? bias[inner + j] : 0.0f;
 #pragma unroll
@@ -124,7 +163,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // remaining ones (dims past rotary_dim of q and k heads, every v row). A pair is rotated from its
 // fp32 sums. Every task reads two rows so the blocks, all resident at once, load the SMs evenly
 // (one-row v tasks left a third of the SMs with a quarter more bytes than the others).
-template <int M>
+template <int M, bool kNorm>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_qkv_rope_kernel(QkvRopeLaunch a) {
   const int64_t task = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -149,9 +188,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_qkv_rope_kernel(QkvR
   if (task < pair_tasks) {
     const int64_t head = task / half, i = task % half;
     const int64_t row1 = head * d + (a.interleaved ? 2 * i : i), row2 = head * d + (a.interleaved ? 2 * i + 1 : i + half);
-    float first[M], second[M];
-    warp_dot<M>(a.w + row1 * a.k, a.x, a.k, first);
+    float first[M], second[M], inv_rms[M];
+    warp_dot<M, kNorm>(a.w + row1 * a.k, a.x, a.k, first, inv_rms, a.norm.eps);
     warp_dot<M>(a.w + row2 * a.k, a.x, a.k, second);
+    if constexpr (kNorm) {
+      scale_rows(first, inv_rms);
+      scale_rows(second, inv_rms);
+    }
     if (lane != 0) return;
     const float bias1 = a.bias != nullptr ? a.bias[row1] : 0.0f, bias2 = a.bias != nullptr ? a.bias[row2] : 0.0f;
 #pragma unroll
@@ -168,25 +211,31 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_qkv_rope_kernel(QkvR
                                                   : q_dim + kv_dim + (plain - rotated_heads * plain_per_head);
   };
   const int64_t first_plain = 2 * (task - pair_tasks);
-  const int rows = first_plain + 1 < plain_rows ? 2 : 1;
-  for (int j = 0; j < rows; ++j) {
-    const int64_t row = plain_row(first_plain + j);
-    float acc[M];
-    warp_dot<M>(a.w + row * a.k, a.x, a.k, acc);
-    if (lane != 0) continue;
-    const float b = a.bias != nullptr ? a.bias[row] : 0.0f;
+  const bool two = first_plain + 1 < plain_rows;
+  const int64_t row1 = plain_row(first_plain), row2 = two ? plain_row(first_plain + 1) : row1;
+  float acc1[M], acc2[M], inv_rms[M];
+  warp_dot<M, kNorm>(a.w + row1 * a.k, a.x, a.k, acc1, inv_rms, a.norm.eps);
+  if (two) warp_dot<M>(a.w + row2 * a.k, a.x, a.k, acc2);
+  if (lane != 0) return;
+  if constexpr (kNorm) {
+    scale_rows(acc1, inv_rms);
+    if (two) scale_rows(acc2, inv_rms);
+  }
+  const float bias1 = a.bias != nullptr ? a.bias[row1] : 0.0f, bias2 = a.bias != nullptr ? a.bias[row2] : 0.0f;
 #pragma unroll
-    for (int r = 0; r < M; ++r) store(row, r, acc[r] + b);
+  for (int r = 0; r < M; ++r) {
+    store(row1, r, acc1[r] + bias1);
+    if (two) store(row2, r, acc2[r] + bias2);
   }
 }
 
-template <int M>
+template <int M, bool kNorm>
 cudaError_t launch_qkv_rope(const QkvRopeLaunch& a, cudaStream_t stream) {
   const int64_t rotated_heads = a.heads + a.kv_heads, half = a.rotary_dim / 2;
   const int64_t plain_rows = rotated_heads * (a.head_dim - 2 * half) + static_cast<int64_t>(a.kv_heads) * a.head_dim;
   const int64_t tasks = rotated_heads * half + (plain_rows + 1) / 2;
   const auto blocks = static_cast<unsigned>((tasks + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  gemv_qkv_rope_kernel<M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a);
+  gemv_qkv_rope_kernel<M, kNorm><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -198,11 +247,11 @@ cudaError_t launch(const bf16_bits* x, const bf16_bits* w, const float* bias, bf
   return cudaGetLastError();
 }
 
-template <int M>
+template <int M, bool kNorm>
 cudaError_t launch_gated(const bf16_bits* x, const bf16_bits* w, const float* bias, int act, bf16_bits* y,
-                         int64_t inner, int64_t k, cudaStream_t stream) {
+                         int64_t inner, int64_t k, const GemvNorm& norm, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((inner + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  gemv_gated_kernel<M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, bias, act, y, inner, k);
+  gemv_gated_kernel<M, kNorm><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, bias, act, y, inner, k, norm);
   return cudaGetLastError();
 }
 
@@ -238,13 +287,20 @@ cudaError_t launch_gemv(const bf16_bits* x, const bf16_bits* w, const float* bia
 }
 
 cudaError_t launch_gemv_gated(const bf16_bits* x, const bf16_bits* w, const float* bias, int act, bf16_bits* y,
-                              int64_t m, int64_t inner, int64_t k, cudaStream_t stream) {
+                              int64_t m, int64_t inner, int64_t k, const GemvNorm& norm, cudaStream_t stream) {
   if (inner == 0) return cudaSuccess;
-  return with_rows(m, [&](auto rows) { return launch_gated<decltype(rows)::value>(x, w, bias, act, y, inner, k, stream); });
+  return with_rows(m, [&](auto rows) {
+    constexpr int kRows = decltype(rows)::value;
+    return norm.on ? launch_gated<kRows, true>(x, w, bias, act, y, inner, k, norm, stream)
+                   : launch_gated<kRows, false>(x, w, bias, act, y, inner, k, norm, stream);
+  });
 }
 
 cudaError_t launch_gemv_qkv_rope(const QkvRopeLaunch& a, cudaStream_t stream) {
-  return with_rows(a.m, [&](auto rows) { return launch_qkv_rope<decltype(rows)::value>(a, stream); });
+  return with_rows(a.m, [&](auto rows) {
+    constexpr int kRows = decltype(rows)::value;
+    return a.norm.on ? launch_qkv_rope<kRows, true>(a, stream) : launch_qkv_rope<kRows, false>(a, stream);
+  });
 }
 
 }  // namespace splitflow::cuda

@@ -202,6 +202,12 @@ __global__ void __launch_bounds__(1024) add_norm_vec_kernel(bf16_bits* residual,
   }
 }
 
+__global__ void scale_columns_kernel(bf16_bits* w, int64_t count, int64_t cols, const float* scale, float offset) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count; i += stride)
+    store(w, i, load(w, i) * (offset + scale[i % cols]));
+}
+
 __global__ void add_bias_kernel(bf16_bits* y_bf16, float* y_f32, const float* bias, int64_t rows, int64_t cols) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * cols) return;
@@ -541,6 +547,14 @@ cudaError_t launch_add_norm(bf16_bits* residual, const bf16_bits* delta, const f
   }
   add_norm_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(residual, delta, weight, bias, layer_norm,
       eps, weight_offset, out, hidden);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scale_columns(bf16_bits* w, int64_t rows, int64_t cols, const float* scale, float offset,
+                                 cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  const int64_t blocks = std::min<int64_t>((rows * cols + kThreads - 1) / kThreads, 65536);
+  scale_columns_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(w, rows * cols, cols, scale, offset);
   return cudaGetLastError();
 }
 

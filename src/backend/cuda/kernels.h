@@ -45,16 +45,25 @@ bool gemv_supported(const void* x, const void* w, int64_t m, int64_t k);
 cudaError_t launch_gemv(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32,
                         int64_t m, int64_t n, int64_t k, bool accumulate, cudaStream_t stream);
 
+// An RMSNorm with a unit weight (folded into w) the GEMV applies to its input rows first:
+// x / sqrt(mean(x^2) + eps); off: x as is.
+struct GemvNorm {
+  bool on = false;
+  float eps = 0.0f;
+};
+
 // The gated MLP's up projection and activation in one pass, m <= kMaxGemvRows: w [2 inner, k]
 // (gate rows, then up rows), bias [2 inner] f32 or null, y [m, inner] = act(x W_gate^T + b) *
-// (x W_up^T + b) from fp32 sums; act as launch_activation's. Same requirements as launch_gemv.
+// (x W_up^T + b) from fp32 sums; act as launch_activation's; x normalized first when
+// norm.on. Same requirements as launch_gemv.
 cudaError_t launch_gemv_gated(const bf16_bits* x, const bf16_bits* w, const float* bias, int act, bf16_bits* y,
-                              int64_t m, int64_t inner, int64_t k, cudaStream_t stream);
+                              int64_t m, int64_t inner, int64_t k, const GemvNorm& norm, cudaStream_t stream);
 
 // The QKV projection of m <= kMaxGemvRows tokens with RoPE and the KV write in its epilogue:
 // qkv = x w^T + bias, q and k heads rotated (cos_sin [rows, 2, rotary_dim / 2] at table_rows[r]),
 // k and v heads also stored at slots[r] (negative or >= capacity_slots: skipped). One rounding to
-// bf16 after the rotation. Same requirements on x and w as launch_gemv.
+// bf16 after the rotation; x normalized first when norm.on. Same
+// requirements on x and w as launch_gemv.
 struct QkvRopeLaunch {
   const bf16_bits* x;
   const bf16_bits* w;
@@ -69,8 +78,14 @@ struct QkvRopeLaunch {
   int64_t capacity_slots;
   int m, heads, kv_heads, head_dim, rotary_dim;
   bool interleaved;
+  GemvNorm norm;
 };
 cudaError_t launch_gemv_qkv_rope(const QkvRopeLaunch& a, cudaStream_t stream);
+
+// w[r, c] = bf16(w[r, c] * (offset + scale[c])) for w [rows, cols] bf16, scale [cols] f32: a norm's
+// weight folded into the matrix it feeds.
+cudaError_t launch_scale_columns(bf16_bits* w, int64_t rows, int64_t cols, const float* scale, float offset,
+                                 cudaStream_t stream);
 
 // y[r, c] += bias[c] for y [rows, cols], bf16 (y_f32 null) or f32 (y_bf16 null).
 cudaError_t launch_add_bias(bf16_bits* y_bf16, float* y_f32, const float* bias, int64_t rows, int64_t cols,
