@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <string_view>
 
 namespace splitflow {
@@ -14,6 +15,14 @@ enum class DType : uint8_t { F32, F16, BF16, F8E4M3, F64, I8, I16, I32, I64, U8,
 // Bytes per element.
 size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);  // "f32", "f16", "bf16", "f8_e4m3", ...
+// "f32, bf16": the names of a range of dtypes, for messages.
+template <typename DTypes>
+std::string dtype_names(const DTypes& dtypes) {
+  std::string names;
+  for (const DType dtype : dtypes) names += (names.empty() ? "" : ", ") + std::string(dtype_name(dtype));
+  return names;
+}
+
 // Parses the names dtype_name() prints plus the safetensors spellings ("F32", "BF16", ...).
 // Throws splitflow::Error naming the unknown string.
 DType parse_dtype(std::string_view name);
