@@ -1,5 +1,7 @@
 #include "backend/argument_checks.h"
 
+#include <algorithm>
+
 namespace splitflow {
 namespace {
 
@@ -14,9 +16,13 @@ void check_shape(const char* backend, const char* kernel, const char* arg, const
            shape_str(expected));
 }
 
-// [blocks, block_size, kv_heads, head_dim], V the same as K.
-void check_caches(const char* backend, const char* kernel, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
-                  const AttentionParams& params) {
+// [blocks, block_size, kv_heads, head_dim] in one of cache_dtypes, V the same as K.
+void check_caches(const char* backend, const char* kernel, std::span<const DType> cache_dtypes,
+                  const DeviceTensor& k_cache, const DeviceTensor& v_cache, const AttentionParams& params) {
+  SF_CHECK(std::find(cache_dtypes.begin(), cache_dtypes.end(), k_cache.dtype) != cache_dtypes.end(),
+           "{} {}: k_cache has dtype {}, expected one of {}", backend, kernel, dtype_name(k_cache.dtype),
+           dtype_names(cache_dtypes));
+  check_dtype(backend, kernel, "v_cache", v_cache, k_cache.dtype);
   SF_CHECK(k_cache.shape.size() == 4 && k_cache.dim(1) == params.block_size &&
                k_cache.dim(2) == params.num_kv_heads && k_cache.dim(3) == params.head_dim &&
                v_cache.shape == k_cache.shape,
@@ -45,25 +51,25 @@ void check_rope_args(const char* backend, DType activation, const DeviceTensor& 
            params.rotary_dim / 2);
 }
 
-void check_write_kv_args(const char* backend, DType activation, const DeviceTensor& qkv, const DeviceTensor& slots,
-                         const AttentionParams& params, const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
+void check_write_kv_args(const char* backend, DType activation, std::span<const DType> cache_dtypes,
+                         const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
+                         const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
   check_dtype(backend, "write_kv", "qkv", qkv, activation);
   check_dtype(backend, "write_kv", "slots", slots, DType::I32);
-  check_dtype(backend, "write_kv", "k_cache", k_cache, activation);
-  check_dtype(backend, "write_kv", "v_cache", v_cache, activation);
   SF_CHECK(qkv.shape.size() == 2, "{} write_kv: qkv has shape {}, expected [tokens, width]", backend,
            shape_str(qkv.shape));
   const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
   const int64_t tokens = qkv.dim(0), width = int64_t{params.num_heads} * params.head_dim + 2 * kv_dim;
   check_shape(backend, "write_kv", "qkv", qkv, {tokens, width});
   check_shape(backend, "write_kv", "slots", slots, {tokens});
-  check_caches(backend, "write_kv", k_cache, v_cache, params);
+  check_caches(backend, "write_kv", cache_dtypes, k_cache, v_cache, params);
 }
 
-void check_rope_write_kv_args(const char* backend, const char* op, DType activation, const DeviceTensor& qkv,
-                              const DeviceTensor& cos_sin, const DeviceTensor& table_rows, const RopeParams& rope_params,
-                              const DeviceTensor& slots, const AttentionParams& attention_params,
-                              const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
+void check_rope_write_kv_args(const char* backend, const char* op, DType activation,
+                              std::span<const DType> cache_dtypes, const DeviceTensor& qkv, const DeviceTensor& cos_sin,
+                              const DeviceTensor& table_rows, const RopeParams& rope_params, const DeviceTensor& slots,
+                              const AttentionParams& attention_params, const DeviceTensor& k_cache,
+                              const DeviceTensor& v_cache) {
   SF_CHECK(rope_params.num_heads == attention_params.num_heads &&
                rope_params.num_kv_heads == attention_params.num_kv_heads &&
                rope_params.head_dim == attention_params.head_dim,
@@ -71,19 +77,17 @@ void check_rope_write_kv_args(const char* backend, const char* op, DType activat
            rope_params.num_heads, rope_params.num_kv_heads, rope_params.head_dim, attention_params.num_heads,
            attention_params.num_kv_heads, attention_params.head_dim);
   check_rope_args(backend, activation, qkv, cos_sin, table_rows, rope_params);
-  check_write_kv_args(backend, activation, qkv, slots, attention_params, k_cache, v_cache);
+  check_write_kv_args(backend, activation, cache_dtypes, qkv, slots, attention_params, k_cache, v_cache);
 }
 
-int64_t check_attention_args(const char* backend, DType activation, const DeviceTensor& qkv,
-                             const DeviceTensor& k_cache, const DeviceTensor& v_cache, const AttentionBatch& batch,
-                             const AttentionParams& params, const DeviceTensor& out) {
+int64_t check_attention_args(const char* backend, DType activation, std::span<const DType> cache_dtypes,
+                             const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                             const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
   const int heads = params.num_heads, kv_heads = params.num_kv_heads, head_dim = params.head_dim;
   SF_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && head_dim > 0 && params.block_size > 0,
            "{} attention: heads {}, kv_heads {}, head_dim {}, block_size {} are not a valid configuration", backend,
            heads, kv_heads, head_dim, params.block_size);
   check_dtype(backend, "attention", "qkv", qkv, activation);
-  check_dtype(backend, "attention", "k_cache", k_cache, activation);
-  check_dtype(backend, "attention", "v_cache", v_cache, activation);
   check_dtype(backend, "attention", "out", out, activation);
   SF_CHECK(qkv.shape.size() == 2, "{} attention: qkv has shape {}, expected [tokens, width]", backend,
            shape_str(qkv.shape));
@@ -91,7 +95,7 @@ int64_t check_attention_args(const char* backend, DType activation, const Device
   const int64_t tokens = qkv.dim(0);
   check_shape(backend, "attention", "qkv", qkv, {tokens, q_dim + 2 * kv_dim});
   check_shape(backend, "attention", "out", out, {tokens, q_dim});
-  check_caches(backend, "attention", k_cache, v_cache, params);
+  check_caches(backend, "attention", cache_dtypes, k_cache, v_cache, params);
   for (const DeviceTensor* t : {&batch.query_start, &batch.context_lens, &batch.block_tables})
     check_dtype(backend, "attention", "batch index tensor", *t, DType::I32);
   const int64_t seqs = batch.context_lens.numel();

@@ -1,7 +1,8 @@
 // backend/argument_checks.h — the argument checks every backend makes before a kernel: shapes and
 // dtypes from the kernel's contract in backend/backend.h. `backend` ("cpu", "cuda") prefixes the
-// messages; `activation` is the backend's activation_dtype() (of qkv, out and the KV cache).
-// Checks that read tensor contents (slots, block tables) stay with the backends that can.
+// messages; `activation` is the backend's activation_dtype() (of qkv and out), `cache_dtypes` its
+// kv_cache_dtypes() (K and V must share one of them). Checks that read tensor contents (slots,
+// block tables) stay with the backends that can.
 #pragma once
 
 #include "backend/backend.h"
@@ -13,20 +14,22 @@ namespace splitflow {
 void check_rope_args(const char* backend, DType activation, const DeviceTensor& qkv, const DeviceTensor& cos_sin,
                      const DeviceTensor& table_rows, const RopeParams& params);
 
-void check_write_kv_args(const char* backend, DType activation, const DeviceTensor& qkv, const DeviceTensor& slots,
-                         const AttentionParams& params, const DeviceTensor& k_cache, const DeviceTensor& v_cache);
+void check_write_kv_args(const char* backend, DType activation, std::span<const DType> cache_dtypes,
+                         const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
+                         const DeviceTensor& k_cache, const DeviceTensor& v_cache);
 
 // rope_write_kv's arguments: the two parameter sets describe the same heads, then the checks of
 // rope() and write_kv() in that order. `op` names the call in the messages.
-void check_rope_write_kv_args(const char* backend, const char* op, DType activation, const DeviceTensor& qkv,
-                              const DeviceTensor& cos_sin, const DeviceTensor& table_rows, const RopeParams& rope_params,
-                              const DeviceTensor& slots, const AttentionParams& attention_params,
-                              const DeviceTensor& k_cache, const DeviceTensor& v_cache);
+void check_rope_write_kv_args(const char* backend, const char* op, DType activation,
+                              std::span<const DType> cache_dtypes, const DeviceTensor& qkv, const DeviceTensor& cos_sin,
+                              const DeviceTensor& table_rows, const RopeParams& rope_params, const DeviceTensor& slots,
+                              const AttentionParams& attention_params, const DeviceTensor& k_cache,
+                              const DeviceTensor& v_cache);
 
 // Returns the number of sequences.
-int64_t check_attention_args(const char* backend, DType activation, const DeviceTensor& qkv,
-                             const DeviceTensor& k_cache, const DeviceTensor& v_cache, const AttentionBatch& batch,
-                             const AttentionParams& params, const DeviceTensor& out);
+int64_t check_attention_args(const char* backend, DType activation, std::span<const DType> cache_dtypes,
+                             const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                             const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out);
 
 // Also checks the block indices; returns the bytes of one block of one layer.
 size_t checked_block_copy_bytes(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,

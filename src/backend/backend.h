@@ -8,10 +8,14 @@
 //    the CPU backend). DeviceBuffer owns memory; its view() is what kernels take.
 //  - Kernels run in issue order on one stream; on an asynchronous device they return before the
 //    work finishes. copy_to_host() waits for all issued work; synchronize() waits explicitly.
-//  - Activations and the KV cache are in the backend's activation_dtype() (F32 on the CPU, BF16
-//    on CUDA); norms, biases and RoPE tables are F32; logits (the lm-head GEMM's output) are F32.
+//  - Activations are in the backend's activation_dtype() (F32 on the CPU, BF16 on CUDA); norms,
+//    biases and RoPE tables are F32; logits (the lm-head GEMM's output) are F32.
 //    Matrices (weights, the embedding table) may be F32, F16 or BF16 and are read in that dtype
 //    (no copy in fp32); a backend's upload() may convert them to the dtype its kernels read.
+//  - The KV cache is in one of the backend's kv_cache_dtypes() (K and V alike). The kernels that
+//    write it convert the qkv activation's k and v values to that dtype (F8E4M3: core/dtype.h's
+//    f32_to_e4m3, unscaled: a scale of 1, as vLLM's uncalibrated fp8 cache), and attention reads
+//    it back exactly into fp32 (or, on CUDA, bf16 tensor-core) arithmetic.
 //  - Index tensors (token ids, positions, slots, block tables) are I32.
 //  - Paged KV cache, per layer: K and V each [num_blocks, block_size, num_kv_heads, head_dim].
 //    Position p of a sequence lives in block block_table[p / block_size] at offset
@@ -146,8 +150,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  // The dtype of activations and of the KV cache (ModelRunner allocates them in it).
+  // The dtype of activations (ModelRunner allocates them in it).
   virtual DType activation_dtype() const = 0;
+  // The dtypes the KV-write and attention kernels take for the cache, activation_dtype() first.
+  virtual std::span<const DType> kv_cache_dtypes() const = 0;
 
   // --- memory -------------------------------------------------------------------------------
   // Zero-filled.
@@ -216,7 +222,8 @@ class Backend {
 
   // Stores the k and v heads of qkv [T, ...] in one layer's caches: token t goes to slot
   // slots[t] = block * block_size + offset ([T] I32; a negative slot skips the token).
-  // k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim].
+  // k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim], one of kv_cache_dtypes(),
+  // hold the stored qkv values converted to their dtype.
   virtual void write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
                         const DeviceTensor& k_cache, const DeviceTensor& v_cache) = 0;
 
@@ -289,8 +296,8 @@ class Backend {
 std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
 
 #ifdef SPLITFLOW_HAS_CUDA
-// The CUDA backend (backend/cuda) on GPU `device`: BF16 activations and KV cache, fp32
-// accumulation; throws splitflow::Error when the device cannot be used.
+// The CUDA backend (backend/cuda) on GPU `device`: BF16 activations, a BF16 or F8E4M3 KV cache,
+// fp32 accumulation; throws splitflow::Error when the device cannot be used.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 #endif
 

@@ -47,7 +47,8 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
   const int32_t blocks_per_seq = blocks_for_tokens(total_len, options.block_size);
   const int32_t prefill_chunk = std::min(options.max_batch_tokens, options.input_len);
   const auto setup_start = Clock::now();
-  ModelRunner runner(spec, std::move(model.weights), backend, KvCacheConfig{blocks_per_seq * options.batch, options.block_size},
+  ModelRunner runner(spec, std::move(model.weights), backend,
+                     KvCacheConfig{blocks_per_seq * options.batch, options.block_size, 0, options.kv_cache_dtype},
                      RunnerLimits{std::max(prefill_chunk, options.batch), options.batch});
   backend.synchronize();
   const double setup_seconds = seconds_since(setup_start);
@@ -107,11 +108,9 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
   const double tpot_seconds = decode_steps > 0 ? seconds_since(decode_start) / decode_steps : 0.0;
 
   // KV bytes read per step, averaged over the decode steps: K and V of every cached position, in
-  // the backend's activation dtype.
-  const int64_t kv_bytes_per_token = int64_t{2} * spec.num_layers * spec.attention.num_kv_heads * spec.attention.head_dim *
-                                     static_cast<int64_t>(dtype_size(backend.activation_dtype()));
+  // the cache dtype.
   const double mean_context = options.input_len + decode_steps / 2.0;
-  const double kv_bytes = kv_bytes_per_token * mean_context * options.batch;
+  const double kv_bytes = kv_cache_bytes_per_token(spec, runner.kv_cache_dtype()) * mean_context * options.batch;
   const double achieved_gbps = tpot_seconds > 0 ? (weight_bytes + kv_bytes) / tpot_seconds / 1e9 : 0.0;
   // Model FLOPs of the prefill: 2 per weight per token (attention's quadratic part left out).
   const double prefill_gflops = 2.0 * matrix_params * options.input_len * options.batch / ttft_seconds / 1e9;
@@ -122,6 +121,7 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
       {"output_len", options.output_len},
       {"batch", options.batch},
       {"weight_bytes", weight_bytes},
+      {"kv_cache_dtype", dtype_name(runner.kv_cache_dtype())},
       {"kv_bytes_per_step", kv_bytes},
       {"runner_setup_s", setup_seconds},
       {"ttft_ms", ttft_seconds * 1e3},

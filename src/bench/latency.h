@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 
 namespace splitflow::bench {
 
@@ -18,6 +19,8 @@ struct LatencyOptions {
   int32_t batch = 1;
   int32_t max_batch_tokens = 2048;  // prefill chunk budget
   int32_t block_size = 16;
+  // KvCacheConfig::dtype: nullopt is the backend's activation dtype.
+  std::optional<DType> kv_cache_dtype = std::nullopt;
   uint64_t seed = 0;                // prompt token ids
   // One untimed prefill chunk and decode step first, so one-time costs (GEMM plan selection,
   // module load) stay out of the numbers; the timed run overwrites the same KV slots.

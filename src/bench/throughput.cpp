@@ -67,8 +67,8 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
   const ModelSpec spec = model.spec;
   const int64_t total_len = static_cast<int64_t>(options.input_len) + options.output_len;
   const int64_t weight_bytes = weight_stream_bytes(model.weights);
-  const int64_t kv_bytes_per_token = int64_t{2} * spec.num_layers * spec.attention.num_kv_heads *
-                                     spec.attention.head_dim * static_cast<int64_t>(dtype_size(backend.activation_dtype()));
+  const DType kv_cache_dtype = resolve_kv_cache_dtype(backend, options.kv_cache_dtype);
+  const int64_t kv_bytes_per_token = kv_cache_bytes_per_token(spec, kv_cache_dtype);
   const int64_t num_blocks = throughput_kv_blocks(options, kv_bytes_per_token * options.block_size);
   const int64_t blocks_per_request = blocks_for_tokens(total_len, options.block_size);
   const int64_t num_host_blocks =
@@ -82,7 +82,7 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
   const auto setup_start = Clock::now();
   ModelRunner runner(spec, std::move(model.weights), backend,
                      KvCacheConfig{static_cast<int32_t>(num_blocks), options.block_size,
-                                   static_cast<int32_t>(num_host_blocks)},
+                                   static_cast<int32_t>(num_host_blocks), kv_cache_dtype},
                      RunnerLimits{options.max_batch_tokens, options.max_seqs});
   backend.synchronize();
   const double setup_seconds = seconds_between(setup_start, Clock::now());
@@ -192,6 +192,7 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
       {"max_seqs", options.max_seqs},
       {"splitfuse", options.splitfuse},
       {"block_size", options.block_size},
+      {"kv_cache_dtype", dtype_name(kv_cache_dtype)},
       {"kv_cache_blocks", num_blocks},
       {"kv_cache_gib", static_cast<double>(num_blocks * kv_bytes_per_token * options.block_size) / double(int64_t{1} << 30)},
       {"swap_space_blocks", num_host_blocks},

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 
 namespace splitflow::bench {
 
@@ -28,6 +29,8 @@ struct ThroughputOptions {
   double swap_space_gb = 4;         // host memory for KV swapped out by preemption (0: recompute only)
   int32_t swap_min_tokens = SchedulerConfig{}.swap_min_tokens;  // swap a victim whose recompute reruns >= this
   int32_t block_size = 16;
+  // KvCacheConfig::dtype: nullopt is the backend's activation dtype.
+  std::optional<DType> kv_cache_dtype = std::nullopt;
   uint64_t seed = 0;                // prompt token ids
 };
 

@@ -26,6 +26,7 @@ namespace {
 struct LatencyFlags {
   ModelFlags model;
   bench::LatencyOptions options;
+  std::string kv_cache_dtype = "auto";
   std::string results_dir = "bench/results";
 };
 
@@ -51,6 +52,8 @@ Roofline measure_roofline(const ModelFlags& flags, int threads) {
 }
 
 void run_bench_latency(const LatencyFlags& flags) {
+  bench::LatencyOptions options = flags.options;
+  options.kv_cache_dtype = parse_kv_cache_dtype_flag(flags.kv_cache_dtype);
   const int threads = flags.model.threads > 0 ? flags.model.threads : omp_get_max_threads();
   std::unique_ptr<Backend> backend = flags.model.make_backend();
   const bool on_cpu = flags.model.backend == "cpu";
@@ -59,7 +62,6 @@ void run_bench_latency(const LatencyFlags& flags) {
   LoadedModel model = load_model(flags.model.options());
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   fmt::print(stderr, "model: {} (loaded in {:.1f} s)\n", model.description, load_seconds);
-  bench::LatencyOptions options = flags.options;
   options.warmup = !on_cpu;
   nlohmann::json result = bench::run_latency(std::move(model), *backend, options, roofline.bandwidth_gbps, roofline.gemm_tflops);
   if (on_cpu) {
@@ -113,6 +115,7 @@ void register_bench(CLI::App& app) {
   latency->add_option("--output-len", flags->options.output_len, "generated tokens per request")->capture_default_str();
   latency->add_option("--batch", flags->options.batch, "requests decoded together")->capture_default_str();
   latency->add_option("--max-batch-tokens", flags->options.max_batch_tokens, "prefill chunk in tokens")->capture_default_str();
+  add_kv_cache_dtype_flag(*latency, flags->kv_cache_dtype);
   latency->add_option("--results-dir", flags->results_dir, "where the JSON result goes")->capture_default_str();
   latency->callback([flags] { run_bench_latency(*flags); });
   register_bench_serving(*bench);

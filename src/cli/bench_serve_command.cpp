@@ -187,6 +187,7 @@ void run_bench_serve(const ServeBenchFlags& flags) {
 struct ThroughputFlags {
   ModelFlags model;
   bench::ThroughputOptions options;
+  std::string kv_cache_dtype = "auto";
   bool no_splitfuse = false;
   std::string results_dir = "bench/results/serve";
 };
@@ -209,6 +210,7 @@ void run_bench_throughput(const ThroughputFlags& flags) {
   const int threads = flags.model.threads > 0 ? flags.model.threads : omp_get_max_threads();
   bench::ThroughputOptions options = flags.options;
   options.splitfuse = !flags.no_splitfuse;
+  options.kv_cache_dtype = parse_kv_cache_dtype_flag(flags.kv_cache_dtype);
   std::unique_ptr<Backend> backend = flags.model.make_backend();
   const auto load_start = std::chrono::steady_clock::now();
   LoadedModel model = load_model(flags.model.options());
@@ -307,6 +309,7 @@ void register_bench_serving(CLI::App& bench) {
                          "preempt by swap (not recompute) when the recompute would rerun at least this many tokens")
       ->capture_default_str();
   throughput->add_option("--block-size", t.options.block_size, "tokens per KV block")->capture_default_str();
+  add_kv_cache_dtype_flag(*throughput, t.kv_cache_dtype);
   throughput->add_option("--seed", t.options.seed, "prompt token ids")->capture_default_str();
   throughput->add_option("--results-dir", t.results_dir, "where the JSON result goes")->capture_default_str();
   throughput->callback([throughput_flags] { run_bench_throughput(*throughput_flags); });

@@ -23,6 +23,7 @@ struct GenerateFlags {
   bool no_special = false;
   int max_batch_tokens = 512;
   int block_size = 16;
+  std::string kv_cache_dtype = "auto";
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -47,6 +48,7 @@ void run_generate(const GenerateFlags& flags) {
   SF_CHECK(flags.prompt.empty() != flags.prompt_ids.empty(), "give exactly one of --prompt and --prompt-ids");
   SF_CHECK(flags.max_batch_tokens > 0, "--max-batch-tokens must be positive, not {}", flags.max_batch_tokens);
   SF_CHECK(flags.block_size > 0, "--block-size must be positive, not {}", flags.block_size);
+  const std::optional<DType> kv_cache_dtype = parse_kv_cache_dtype_flag(flags.kv_cache_dtype);
 
   LoadedModel model = load_model(flags.model.options());
   std::vector<int32_t> prompt_ids;
@@ -62,7 +64,7 @@ void run_generate(const GenerateFlags& flags) {
   if (model.spec.rope.scaling.type != RopeScalingType::DynamicNTK) kv_tokens = std::min<int64_t>(kv_tokens, model.spec.max_position);
 
   std::unique_ptr<Backend> backend = flags.model.make_backend();
-  KvCacheConfig kv{blocks_for_tokens(kv_tokens, flags.block_size), flags.block_size};
+  KvCacheConfig kv{blocks_for_tokens(kv_tokens, flags.block_size), flags.block_size, 0, kv_cache_dtype};
   RunnerLimits limits{flags.max_batch_tokens, 1};
   ModelRunner runner(model.spec, std::move(model.weights), *backend, kv, limits);
   Generator generator(runner, model.tokenizer.get());
@@ -95,6 +97,7 @@ void register_generate(CLI::App& app) {
   command->add_flag("--no-special", flags->no_special, "do not add BOS/EOS the tokenizer would add");
   command->add_option("--max-batch-tokens", flags->max_batch_tokens, "prefill chunk size in tokens");
   command->add_option("--block-size", flags->block_size, "KV cache block size in tokens");
+  add_kv_cache_dtype_flag(*command, flags->kv_cache_dtype);
   command->callback([flags] { run_generate(*flags); });
 }
 

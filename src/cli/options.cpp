@@ -39,6 +39,20 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
   command.add_option("--backend", flags.backend, "where the model runs: cpu or cuda")->capture_default_str();
 }
 
+void add_kv_cache_dtype_flag(CLI::App& command, std::string& kv_cache_dtype) {
+  command.add_option("--kv-cache-dtype", kv_cache_dtype,
+                     "KV cache elements: auto (the backend's activation dtype), bf16, fp16, fp8 (e4m3, half the bytes)")
+      ->capture_default_str();
+}
+
+std::optional<DType> parse_kv_cache_dtype_flag(const std::string& kv_cache_dtype) {
+  if (kv_cache_dtype == "auto") return std::nullopt;
+  if (kv_cache_dtype == "bf16") return DType::BF16;
+  if (kv_cache_dtype == "fp16") return DType::F16;
+  if (kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3") return DType::F8E4M3;
+  fail("--kv-cache-dtype must be auto, bf16, fp16 or fp8 (fp8_e4m3), not '{}'", kv_cache_dtype);
+}
+
 SamplingParams SamplingFlags::resolve() const {
   SamplingParams result = params;
   result.fsd = fsd_mode_from_name(fsd);

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace splitflow::cli {
@@ -26,6 +27,13 @@ struct ModelFlags {
 };
 
 void add_model_flags(CLI::App& command, ModelFlags& flags);
+
+// --kv-cache-dtype, for the commands that run a model: auto (the backend's activation dtype),
+// bf16, fp16 or fp8 (fp8_e4m3, vLLM's spelling too). The backend may still refuse the dtype.
+void add_kv_cache_dtype_flag(CLI::App& command, std::string& kv_cache_dtype);
+// The flag's value as KvCacheConfig::dtype (nullopt: auto); throws naming the flag and the
+// accepted values.
+std::optional<DType> parse_kv_cache_dtype_flag(const std::string& kv_cache_dtype);
 
 struct SamplingFlags {
   SamplingParams params;

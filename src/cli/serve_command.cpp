@@ -36,6 +36,7 @@ struct ServeFlags {
   double swap_space_gb = 4;
   int swap_min_tokens = SchedulerConfig{}.swap_min_tokens;
   int block_size = 16;
+  std::string kv_cache_dtype = "auto";
   bool no_splitfuse = false;
   bool no_device_sampling = false;
   bool no_warmup = false;
@@ -76,6 +77,7 @@ void run_serve(const ServeFlags& flags) {
   SF_CHECK(flags.max_queue >= 0, "--max-queue must not be negative, not {}", flags.max_queue);
   SF_CHECK(flags.max_model_len >= 0, "--max-model-len must not be negative, not {}", flags.max_model_len);
   SF_CHECK(flags.drain_timeout_s >= 0, "--drain-timeout must not be negative, not {}", flags.drain_timeout_s);
+  const std::optional<DType> requested_kv_dtype = parse_kv_cache_dtype_flag(flags.kv_cache_dtype);
 
   // Threads started from here on inherit the mask: only the waiter below receives these signals.
   sigset_t stop_signals;
@@ -94,9 +96,8 @@ void run_serve(const ServeFlags& flags) {
 
   std::unique_ptr<Backend> backend = flags.model.make_backend();
   const ModelSpec& spec = model.spec;
-  const int64_t kv_bytes_per_block = int64_t{2} * spec.num_layers * spec.attention.num_kv_heads *
-                                     spec.attention.head_dim * flags.block_size *
-                                     static_cast<int64_t>(dtype_size(backend->activation_dtype()));
+  const DType kv_cache_dtype = resolve_kv_cache_dtype(*backend, requested_kv_dtype);
+  const int64_t kv_bytes_per_block = kv_cache_bytes_per_token(spec, kv_cache_dtype) * flags.block_size;
   int64_t max_model_len = flags.max_model_len > 0 ? flags.max_model_len : spec.max_position;
   int64_t num_blocks = flags.num_blocks;
   if (flags.kv_cache_gb > 0) {
@@ -113,7 +114,8 @@ void run_serve(const ServeFlags& flags) {
   if (flags.max_model_len == 0) max_model_len = std::min<int64_t>(max_model_len, num_blocks * flags.block_size);
 
   ModelRunner runner(spec, std::move(model.weights), *backend,
-                     KvCacheConfig{static_cast<int32_t>(num_blocks), flags.block_size, static_cast<int32_t>(num_host_blocks)},
+                     KvCacheConfig{static_cast<int32_t>(num_blocks), flags.block_size,
+                                   static_cast<int32_t>(num_host_blocks), kv_cache_dtype},
                      RunnerLimits{flags.max_batch_tokens, flags.max_seqs});
   max_model_len = std::min<int64_t>(max_model_len, runner.context_limit());
 
@@ -142,10 +144,11 @@ void run_serve(const ServeFlags& flags) {
   async_engine.start();
 
   fmt::print(stderr,
-             "splitflow serve: {} as '{}' on http://{}:{}\n  context {} tokens; KV cache {} blocks of {} tokens ({:.2f} "
-             "GiB), swap space {} blocks ({:.2f} GiB, for victims of >= {} tokens); batch {} tokens, {} sequences; {}; queue {} sequences; chat template: {}\n",
+             "splitflow serve: {} as '{}' on http://{}:{}\n  context {} tokens; KV cache {} blocks of {} tokens in {} "
+             "({:.2f} GiB), swap space {} blocks ({:.2f} GiB, for victims of >= {} tokens); batch {} tokens, {} sequences; {}; queue {} sequences; chat template: {}\n",
              model.description, http.served_model_name, flags.host, port, max_model_len, num_blocks, flags.block_size,
-             static_cast<double>(num_blocks * kv_bytes_per_block) / double(1 << 30), num_host_blocks,
+             dtype_name(kv_cache_dtype), static_cast<double>(num_blocks * kv_bytes_per_block) / double(1 << 30),
+             num_host_blocks,
              static_cast<double>(num_host_blocks * kv_bytes_per_block) / double(1 << 30), flags.swap_min_tokens,
              flags.max_batch_tokens,
              flags.max_seqs, flags.no_splitfuse ? "prefill-first" : "Dynamic SplitFuse", flags.max_queue,
@@ -188,6 +191,7 @@ void register_serve(CLI::App& app) {
                       "preempt by swap (not recompute) when the recompute would rerun at least this many tokens")
       ->capture_default_str();
   command->add_option("--block-size", flags->block_size, "tokens per KV block")->capture_default_str();
+  add_kv_cache_dtype_flag(*command, flags->kv_cache_dtype);
   command->add_flag("--no-splitfuse", flags->no_splitfuse, "prefill-first scheduling (decode pauses while prompts run)");
   command->add_flag("--no-device-sampling", flags->no_device_sampling, "sample every token on the host");
   command->add_flag("--no-warmup", flags->no_warmup,

@@ -59,6 +59,20 @@ Tensor sinusoidal_table(int64_t positions, int64_t hidden) {
 
 }  // namespace
 
+DType resolve_kv_cache_dtype(const Backend& backend, std::optional<DType> requested) {
+  const DType dtype = requested.value_or(backend.activation_dtype());
+  const std::span<const DType> stored = backend.kv_cache_dtypes();
+  SF_CHECK(std::find(stored.begin(), stored.end(), dtype) != stored.end(),
+           "kv cache: the {} backend does not store a {} KV cache (it stores {})", backend.name(), dtype_name(dtype),
+           dtype_names(stored));
+  return dtype;
+}
+
+int64_t kv_cache_bytes_per_token(const ModelSpec& spec, DType cache_dtype) {
+  return int64_t{2} * spec.num_layers * spec.attention.num_kv_heads * spec.attention.head_dim *
+         static_cast<int64_t>(dtype_size(cache_dtype));
+}
+
 ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& backend, KvCacheConfig kv_config,
                          RunnerLimits limits)
     : spec_(spec), plan_(build_layer_plan(spec)), backend_(backend), kv_config_(kv_config), limits_(limits) {
@@ -103,17 +117,17 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
   const int64_t max_tokens = limits.max_batch_tokens, hidden = spec.hidden_size;
   const Shape cache_shape = {spec.num_layers, kv_config.num_blocks, kv_config.block_size, attention.num_kv_heads,
                              attention.head_dim};
-  const DType act = backend.activation_dtype();
-  k_cache_ = backend.allocate(act, cache_shape);
-  v_cache_ = backend.allocate(act, cache_shape);
+  const DType act = backend.activation_dtype(), cache_dtype = resolve_kv_cache_dtype(backend, kv_config.dtype);
+  k_cache_ = backend.allocate(cache_dtype, cache_shape);
+  v_cache_ = backend.allocate(cache_dtype, cache_shape);
   if (kv_config.num_host_blocks > 0) {
     const Shape host_shape = {kv_config.num_host_blocks, spec.num_layers, kv_config.block_size, attention.num_kv_heads,
                               attention.head_dim};
-    const size_t host_bytes = static_cast<size_t>(shape_numel(host_shape)) * dtype_size(act);
+    const size_t host_bytes = static_cast<size_t>(shape_numel(host_shape)) * dtype_size(cache_dtype);
     k_host_ = backend.allocate_host(host_bytes);
     v_host_ = backend.allocate_host(host_bytes);
-    k_host_view_ = DeviceTensor{k_host_.get(), act, host_shape};
-    v_host_view_ = DeviceTensor{v_host_.get(), act, host_shape};
+    k_host_view_ = DeviceTensor{k_host_.get(), cache_dtype, host_shape};
+    v_host_view_ = DeviceTensor{v_host_.get(), cache_dtype, host_shape};
   }
 
   const auto width = [&](Slot s) -> int64_t {

@@ -6,7 +6,8 @@
 // construction (a forward allocates nothing on the device).
 //
 // KV cache layout (shared with the scheduler and every backend), per layer and for K and V:
-//   [num_blocks, block_size, num_kv_heads, head_dim] in the backend's activation_dtype(), one allocation of
+//   [num_blocks, block_size, num_kv_heads, head_dim] in the cache dtype (KvCacheConfig::dtype, by
+//   default the backend's activation_dtype()), one allocation of
 //   [num_layers, num_blocks, block_size, num_kv_heads, head_dim] each for K and V.
 // Position p of a sequence lives in block block_table[p / block_size], slot p % block_size.
 // The runner never decides which blocks a sequence owns: spans bring their block tables.
@@ -30,6 +31,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -40,7 +42,17 @@ struct KvCacheConfig {
   int32_t num_blocks = 0;
   int32_t block_size = 16;      // tokens per block
   int32_t num_host_blocks = 0;  // blocks of the host swap area (0: none)
+  // Element type of K and V (and of the swap area): one of the backend's kv_cache_dtypes();
+  // nullopt: its activation_dtype(). F8E4M3 halves the bytes of a bf16 cache (3 mantissa bits).
+  std::optional<DType> dtype = std::nullopt;
 };
+
+// The cache dtype `requested` names on `backend` (nullopt: its activation_dtype()); throws naming
+// the backend and the dtypes it stores when it cannot store this one.
+DType resolve_kv_cache_dtype(const Backend& backend, std::optional<DType> requested);
+
+// Bytes of K and V of one token over every layer, in the cache dtype.
+int64_t kv_cache_bytes_per_token(const ModelSpec& spec, DType cache_dtype);
 
 struct RunnerLimits {
   int32_t max_batch_tokens = 512;  // tokens of one forward (sum of span lengths)
@@ -91,6 +103,7 @@ class ModelRunner {
   const ModelSpec& spec() const { return spec_; }
   const LayerPlan& plan() const { return plan_; }
   const KvCacheConfig& kv_config() const { return kv_config_; }
+  DType kv_cache_dtype() const { return k_cache_.view().dtype; }
   const RunnerLimits& limits() const { return limits_; }
   // Tokens a sequence may reach: max_position; with dynamic NTK scaling, which exists to run
   // past it, the KV cache's capacity.

@@ -1,6 +1,7 @@
 // Paged attention against a dense fp64 softmax(scale * Q K^T) V with a causal (and sliding-window)
 // mask, over sequences whose blocks are scattered through the cache and whose new tokens follow an
-// already cached prefix.
+// already cached prefix; caches in f32 and in the reduced-precision dtypes the CPU backend stores
+// (the reference then reads the values the cache holds).
 #include "backend/backend.h"
 #include "backend/backend_test_util.h"
 #include "core/error.h"
@@ -25,7 +26,16 @@ struct AttentionCase {
   std::vector<SequenceCase> seqs;
 };
 
-void run_case(Backend& backend, const AttentionCase& c, uint64_t seed) {
+// Rounds `values` to what a `dtype` cache holds.
+void round_to(DType dtype, std::vector<float>& values) {
+  Tensor stored = Tensor::zeros(dtype, {static_cast<int64_t>(values.size())});
+  convert_from_f32(values.data(), dtype, stored.data, values.size());
+  convert_to_f32(dtype, stored.data, values.data(), values.size());
+}
+
+// Runs the case with the caches in `cache_dtype`; the outputs go to `output` when given.
+void run_case(Backend& backend, const AttentionCase& c, uint64_t seed, DType cache_dtype = DType::F32,
+              std::vector<float>* output = nullptr) {
   std::mt19937_64 rng(seed);
   const int64_t kv_dim = int64_t{c.kv_heads} * c.head_dim, q_dim = int64_t{c.heads} * c.head_dim;
   const int64_t width = q_dim + 2 * kv_dim;
@@ -55,6 +65,8 @@ void run_case(Backend& backend, const AttentionCase& c, uint64_t seed) {
     const int64_t length = c.seqs[s].prefix + c.seqs[s].fresh;
     keys[s] = random_floats(rng, length * kv_dim, -2.0f, 2.0f);
     values[s] = random_floats(rng, length * kv_dim);
+    round_to(cache_dtype, keys[s]);
+    round_to(cache_dtype, values[s]);
     for (int64_t p = 0; p < length; ++p) {
       const int64_t slot = int64_t{tables[s * (max_blocks + 1) + p / c.block_size]} * c.block_size + p % c.block_size;
       std::copy_n(&keys[s][p * kv_dim], kv_dim, &k_cache[slot * kv_dim]);
@@ -72,8 +84,9 @@ void run_case(Backend& backend, const AttentionCase& c, uint64_t seed) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)) * 1.3f;
 
   DeviceBuffer d_qkv = to_device(backend, qkv, {tokens, width});
-  DeviceBuffer d_k = to_device(backend, k_cache, {total_blocks, c.block_size, c.kv_heads, c.head_dim});
-  DeviceBuffer d_v = to_device(backend, v_cache, {total_blocks, c.block_size, c.kv_heads, c.head_dim});
+  const Shape cache_shape = {total_blocks, c.block_size, c.kv_heads, c.head_dim};
+  DeviceBuffer d_k = store_matrix(backend, k_cache, cache_shape, cache_dtype).buffer;
+  DeviceBuffer d_v = store_matrix(backend, v_cache, cache_shape, cache_dtype).buffer;
   DeviceBuffer d_qs = to_device(backend, query_start, {seqs + 1});
   DeviceBuffer d_cl = to_device(backend, context_lens, {seqs});
   DeviceBuffer d_bt = to_device(backend, tables, {seqs, max_blocks + 1});
@@ -86,6 +99,7 @@ void run_case(Backend& backend, const AttentionCase& c, uint64_t seed) {
   const AttentionParams params{c.heads, c.kv_heads, c.head_dim, c.block_size, scale, c.window};
   backend.attention(d_qkv.view(), d_k.view(), d_v.view(), batch, params, d_out.view());
   const std::vector<float> got = to_host(backend, d_out.view());
+  if (output != nullptr) *output = got;
 
   const int group = c.heads / c.kv_heads;
   for (int64_t s = 0; s < seqs; ++s)
@@ -110,7 +124,8 @@ void run_case(Backend& backend, const AttentionCase& c, uint64_t seed) {
             want += scores[j - first] / total * values[s][j * kv_dim + kvh * c.head_dim + d];
           ASSERT_NEAR(got[t * q_dim + h * c.head_dim + d], want, 2e-6)
               << "seq " << s << " token " << i << " head " << h << " dim " << d << " (heads " << c.heads << ", kv "
-              << c.kv_heads << ", window " << c.window << ", block " << c.block_size << ")";
+              << c.kv_heads << ", window " << c.window << ", block " << c.block_size << ", cache "
+              << dtype_name(cache_dtype) << ")";
         }
       }
     }
@@ -139,6 +154,38 @@ TEST_F(PagedAttention, SlidingWindowMatchesDenseReference) {
 TEST_F(PagedAttention, LongContextAcrossManyBlocks) {
   run_case(*backend, {6, 3, 32, 16, 0, {{300, 17}, {511, 1}}}, 7);
   run_case(*backend, {2, 1, 8, 1, 0, {{40, 3}}}, 8);  // one token per block
+}
+
+// A cache in f16, bf16 or fp8 e4m3 holds rounded values; attention reads them back exactly, so it
+// meets the f32 tolerance against the reference computed from those values.
+TEST_F(PagedAttention, ReducedPrecisionCachesMatchTheReferenceOfTheirValues) {
+  uint64_t seed = 200;
+  for (DType dtype : {DType::F8E4M3, DType::BF16, DType::F16}) {
+    for (int kv_heads : {8, 2, 1}) run_case(*backend, {8, kv_heads, 64, 4, 0, kMixedBatch}, seed++, dtype);
+    run_case(*backend, {4, 2, 16, 16, 5, kMixedBatch}, seed++, dtype);
+    run_case(*backend, {6, 3, 32, 16, 0, {{300, 17}, {511, 1}}}, seed++, dtype);
+  }
+}
+
+// The fp8 cache against the f32 cache on the same inputs. e4m3 keeps 3 mantissa bits, so each K
+// and V element moves by at most 2^-4 of its value (RMS about 2.6 % for these uniform values);
+// outputs, mixes of V rows under softmax weights that the K errors shift, move by a relative L2
+// of 3.0-3.4 % here (K in [-2, 2], V in [-1, 1], scale 1.3/sqrt(d)). Bound: 5 %.
+TEST_F(PagedAttention, Fp8CacheStaysCloseToTheF32Cache) {
+  uint64_t seed = 300;
+  const AttentionCase cases[] = {{8, 2, 64, 16, 0, kMixedBatch}, {4, 1, 128, 16, 0, {{500, 1}, {0, 40}}},
+                                 {4, 2, 32, 4, 16, kMixedBatch}};
+  for (const AttentionCase& c : cases) {
+    std::vector<float> exact, fp8;
+    run_case(*backend, c, seed, DType::F32, &exact);
+    run_case(*backend, c, seed++, DType::F8E4M3, &fp8);
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < exact.size(); ++i) {
+      diff += (fp8[i] - exact[i]) * double{fp8[i] - exact[i]};
+      norm += exact[i] * double{exact[i]};
+    }
+    EXPECT_LE(std::sqrt(diff / norm), 0.05) << "head_dim " << c.head_dim << ", kv heads " << c.kv_heads;
+  }
 }
 
 TEST_F(PagedAttention, RejectsBlockOutsideCache) {

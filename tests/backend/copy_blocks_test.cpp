@@ -89,6 +89,23 @@ TEST(CopyBlocks, RoundTripMovesABlockToAnotherDeviceBlock) {
   backend->copy_blocks(areas.cache_view(), areas.host_view(), {}, CopyDirection::HostToDevice);  // nothing to do
 }
 
+// An fp8 cache moves one byte per element: the same memory viewed as e4m3 bytes (four per float,
+// so head_dim x 4) copies exactly the same blocks.
+TEST(CopyBlocks, Fp8CacheCopiesOneBytePerElement) {
+  auto backend = make_cpu_backend(1);
+  Areas areas = filled_areas();
+  const DeviceTensor cache{areas.cache.data(), DType::F8E4M3, {kLayers, kBlocks, kBlockSize, kKvHeads, 4 * kHeadDim}};
+  const DeviceTensor host{areas.host.data(), DType::F8E4M3, {kHostBlocks, kLayers, kBlockSize, kKvHeads, 4 * kHeadDim}};
+  const std::vector<BlockCopy> copies = {{2, 1}};
+  backend->copy_blocks(cache, host, copies, CopyDirection::DeviceToHost);
+  for (int64_t l = 0; l < kLayers; ++l)
+    for (int64_t e = 0; e < kBlockElems; ++e) {
+      EXPECT_EQ(areas.host_at(1, l, e), cache_value(l, 2, e));
+      EXPECT_EQ(areas.host_at(0, l, e), kHostUntouched);
+      EXPECT_EQ(areas.host_at(2, l, e), kHostUntouched);
+    }
+}
+
 TEST(CopyBlocks, RejectsBadBlocksShapesAndDtypes) {
   auto backend = make_cpu_backend(1);
   Areas areas = filled_areas();

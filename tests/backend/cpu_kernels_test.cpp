@@ -312,6 +312,28 @@ TEST_F(CpuKernels, WriteKvStoresKAndVHeadsAtSlots) {
   EXPECT_THROW(backend->write_kv(d_qkv.view(), d_bad.view(), params, k.view(), v.view()), Error);
 }
 
+// An fp8 cache holds the host encoder's e4m3 byte of each k and v value (values past 448 saturate).
+TEST_F(CpuKernels, WriteKvEncodesAnFp8Cache) {
+  const AttentionParams params{2, 1, 4, 2, 1.0f, 0};
+  const int64_t tokens = 2, width = (2 + 2 * 1) * 4, kv_dim = 4, q_dim = 8;
+  std::vector<float> qkv = random_floats(rng, tokens * width, -3.0f, 3.0f);
+  qkv[q_dim] = 1000.0f;
+  qkv[width + q_dim + kv_dim] = -0.001f;
+  const std::vector<int32_t> slots = {3, 0};
+  DeviceBuffer d_qkv = to_device(*backend, qkv, {tokens, width});
+  DeviceBuffer d_slots = to_device(*backend, slots, {tokens});
+  DeviceBuffer k = backend->allocate(DType::F8E4M3, {2, 2, 1, 4}), v = backend->allocate(DType::F8E4M3, {2, 2, 1, 4});
+  backend->write_kv(d_qkv.view(), d_slots.view(), params, k.view(), v.view());
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t i = 0; i < kv_dim; ++i) {
+      EXPECT_EQ(k.view().as<uint8_t>()[slots[t] * kv_dim + i], f32_to_e4m3(qkv[t * width + q_dim + i])) << t;
+      EXPECT_EQ(v.view().as<uint8_t>()[slots[t] * kv_dim + i], f32_to_e4m3(qkv[t * width + q_dim + kv_dim + i])) << t;
+    }
+  EXPECT_EQ(k.view().as<uint8_t>()[3 * kv_dim], 0x7e);  // 1000 saturates to 448
+  DeviceBuffer f32_v = backend->allocate(DType::F32, {2, 2, 1, 4});
+  EXPECT_THROW(backend->write_kv(d_qkv.view(), d_slots.view(), params, k.view(), f32_v.view()), Error);
+}
+
 }  // namespace
 
 namespace {

@@ -1,12 +1,19 @@
 // Each CUDA kernel on random inputs against a float64 reference computed here from the exact
-// bf16 values the device holds; tolerances in cuda_test_util.h. Skips without a GPU.
+// bf16 (and, for the KV cache, fp8 e4m3) values the device holds; tolerances in cuda_test_util.h.
+// Skips without a GPU (the host fp8 conversion check needs none).
 #include "backend_cuda/cuda_test_util.h"
 
 #include "core/error.h"
 
+#ifdef SPLITFLOW_HAS_CUDA
+#include <cuda_fp8.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <numeric>
 
 using namespace splitflow;
@@ -263,9 +270,10 @@ std::vector<double> matmul_input_ref(const std::vector<float>& x, int64_t m, int
 
 // The QKV projection with RoPE and the KV write: fused in one GEMV for decode rows (m <= the GEMV
 // limit), matmul then rope_write_kv otherwise; against the fp64 product of the bf16 inputs, rotated,
-// and the cache rows it must hold (slot -1: not stored).
+// and the cache rows it must hold (slot -1: not stored). An fp8 cache must hold exactly the host
+// encoder's bytes of the k and v values the kernel left in qkv.
 void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t m, RopeStyle style, int rotary_dim,
-                                bool with_bias, NormKind norm_kind) {
+                                bool with_bias, NormKind norm_kind, DType cache_dtype = DType::BF16) {
   const int heads = 4, kv_heads = 2, head_dim = 16, half = rotary_dim / 2, block_size = 4, blocks = 3;
   const int64_t k = 72, width = (heads + 2 * kv_heads) * head_dim, q_dim = heads * head_dim;
   const int64_t kv_dim = kv_heads * head_dim, table_len = 10;
@@ -280,8 +288,8 @@ void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t 
   DeviceBuffer d_bias = to_device_f32(backend, bias, {width}), d_table = to_device_f32(backend, table, {table_len, 2, half});
   DeviceBuffer d_rows = to_device_i32(backend, table_rows, {m}), d_slots = to_device_i32(backend, slots, {m});
   DeviceBuffer qkv = backend.allocate(DType::BF16, {m, width});
-  DeviceBuffer k_cache = backend.allocate(DType::BF16, {blocks, block_size, kv_heads, head_dim});
-  DeviceBuffer v_cache = backend.allocate(DType::BF16, {blocks, block_size, kv_heads, head_dim});
+  DeviceBuffer k_cache = backend.allocate(cache_dtype, {blocks, block_size, kv_heads, head_dim});
+  DeviceBuffer v_cache = backend.allocate(cache_dtype, {blocks, block_size, kv_heads, head_dim});
   poison_bf16(backend, qkv.view());
   const RopeParams rope{heads, kv_heads, head_dim, rotary_dim, style};
   const AttentionParams attention{heads, kv_heads, head_dim, block_size, 1.0f, 0};
@@ -317,11 +325,25 @@ void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t 
         v_ref[slots[r] * kv_dim + j] = row[q_dim + kv_dim + j];
       }
   }
-  const std::string what = fmt::format("m {} rotary_dim {} interleaved {} bias {} norm {}", m, rotary_dim,
-                                       style == RopeStyle::Interleaved, with_bias, static_cast<int>(norm_kind));
-  EXPECT_LE(relative_error(to_host(backend, qkv.view()), ref), kBf16Compute) << what;
-  EXPECT_LE(relative_error(to_host(backend, k_cache.view()), k_ref), kBf16Compute) << what << " k_cache";
-  EXPECT_LE(relative_error(to_host(backend, v_cache.view()), v_ref), kBf16Compute) << what << " v_cache";
+  const std::string what = fmt::format("m {} rotary_dim {} interleaved {} bias {} norm {} cache {}", m, rotary_dim,
+                                       style == RopeStyle::Interleaved, with_bias, static_cast<int>(norm_kind),
+                                       dtype_name(cache_dtype));
+  const std::vector<float> got = to_host(backend, qkv.view());
+  EXPECT_LE(relative_error(got, ref), kBf16Compute) << what;
+  if (cache_dtype == DType::BF16) {
+    EXPECT_LE(relative_error(to_host(backend, k_cache.view()), k_ref), kBf16Compute) << what << " k_cache";
+    EXPECT_LE(relative_error(to_host(backend, v_cache.view()), v_ref), kBf16Compute) << what << " v_cache";
+    return;
+  }
+  std::vector<uint8_t> k_bytes(blocks * block_size * kv_dim, 0), v_bytes(k_bytes.size(), 0);
+  for (int64_t r = 0; r < m; ++r)
+    if (slots[r] >= 0)
+      for (int64_t j = 0; j < kv_dim; ++j) {
+        k_bytes[slots[r] * kv_dim + j] = f32_to_e4m3(got[r * width + q_dim + j]);
+        v_bytes[slots[r] * kv_dim + j] = f32_to_e4m3(got[r * width + q_dim + kv_dim + j]);
+      }
+  EXPECT_EQ(bytes_to_host(backend, k_cache.view()), k_bytes) << what << " k_cache";
+  EXPECT_EQ(bytes_to_host(backend, v_cache.view()), v_bytes) << what << " v_cache";
 }
 
 TEST_F(CudaKernels, MatmulRopeWriteKvFusedAndNot) {
@@ -331,6 +353,14 @@ TEST_F(CudaKernels, MatmulRopeWriteKvFusedAndNot) {
         check_matmul_rope_write_kv(*backend, rng, m, style, 16, m == 2, norm);
         check_matmul_rope_write_kv(*backend, rng, m, style, 6, m != 2, norm);  // dims 6..15 pass through
       }
+}
+
+TEST_F(CudaKernels, MatmulRopeWriteKvEncodesFp8Caches) {
+  for (int64_t m : {1, 2, 5})
+    for (RopeStyle style : {RopeStyle::Half, RopeStyle::Interleaved}) {
+      check_matmul_rope_write_kv(*backend, rng, m, style, 16, m == 2, NormKind::Unit, DType::F8E4M3);
+      check_matmul_rope_write_kv(*backend, rng, m, style, 6, m != 2, NormKind::None, DType::F8E4M3);
+    }
 }
 
 // head_dim 8: 16-byte words; 6: the element-wise path; kv_dim 2048: several blocks per token.
@@ -398,15 +428,132 @@ TEST_F(CudaKernels, WriteKvStoresSlotsAndSkipsNegative) {
   check_write_kv(*backend, rng, 8, 256);
 }
 
+// Values whose e4m3 encoding tests the rules: ties to even (1.0625, 1.1875, 1.5 subnormal steps),
+// subnormals, underflow, saturation (the tie at 464, 1000, infinities), NaN and signed zero.
+const float kE4m3Specials[] = {1.0625f, 1.1875f, 3 * 0x1p-10f, 0x1p-9f, 0x1p-12f, 464.0f, 1000.0f, -1000.0f,
+                               INFINITY, -INFINITY, NAN, -0.0f, 0.0f, -448.0f, 0.015625f, -0.013671875f};
+
+// write_kv into fp8 caches: each stored byte is the host encoder's byte (core/dtype.h) of the bf16
+// value in qkv; slots -1 skipped (the zeroed cache stays zero). head_dim 8: 8-element words; 6:
+// one element per thread; kv_dim 2048: several blocks per token.
+void check_write_kv_fp8(Backend& backend, std::mt19937_64& rng, int kv_heads, int head_dim) {
+  const int heads = 2 * kv_heads, block_size = 4, blocks = 3;
+  const int64_t tokens = 4, kv_dim = kv_heads * head_dim, q_dim = heads * head_dim, width = q_dim + 2 * kv_dim;
+  std::vector<float> qkv = random_values(rng, tokens * width, -3.0f, 3.0f);
+  for (size_t i = 0; i < std::size(kE4m3Specials); ++i) qkv[q_dim + i * (2 * kv_dim - 1) / 15] = kE4m3Specials[i];
+  DeviceBuffer d_qkv = to_device_bf16(backend, qkv, {tokens, width});
+  const std::vector<int32_t> slots = {5, -1, 0, 11};
+  DeviceBuffer d_slots = to_device_i32(backend, slots, {tokens});
+  DeviceBuffer k = backend.allocate(DType::F8E4M3, {blocks, block_size, kv_heads, head_dim});
+  DeviceBuffer v = backend.allocate(DType::F8E4M3, {blocks, block_size, kv_heads, head_dim});
+  backend.write_kv(d_qkv.view(), d_slots.view(), {heads, kv_heads, head_dim, block_size, 1.0f, 0}, k.view(), v.view());
+  std::vector<uint8_t> k_bytes(blocks * block_size * kv_dim, 0), v_bytes(k_bytes.size(), 0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (slots[t] < 0) continue;
+    for (int64_t i = 0; i < kv_dim; ++i) {
+      k_bytes[slots[t] * kv_dim + i] = f32_to_e4m3(qkv[t * width + q_dim + i]);
+      v_bytes[slots[t] * kv_dim + i] = f32_to_e4m3(qkv[t * width + q_dim + kv_dim + i]);
+    }
+  }
+  EXPECT_EQ(bytes_to_host(backend, k.view()), k_bytes) << "kv_heads " << kv_heads << " head_dim " << head_dim;
+  EXPECT_EQ(bytes_to_host(backend, v.view()), v_bytes) << "kv_heads " << kv_heads << " head_dim " << head_dim;
+}
+
+TEST_F(CudaKernels, WriteKvEncodesFp8CachesAsTheHostEncoder) {
+  check_write_kv_fp8(*backend, rng, 2, 8);
+  check_write_kv_fp8(*backend, rng, 2, 6);
+  check_write_kv_fp8(*backend, rng, 8, 256);
+}
+
+// rope_write_kv into fp8 caches: qkv rotated exactly as rope() rotates it, each cached k and v
+// byte the host encoder's byte of the bf16 value qkv then holds; the same bytes as rope() then
+// write_kv(). Partial rotary dims and both pairings.
+TEST_F(CudaKernels, RopeWriteKvEncodesFp8Caches) {
+  const int heads = 4, kv_heads = 2, head_dim = 16, block_size = 4, blocks = 6, tokens = 5;
+  const int64_t q_dim = heads * head_dim, kv_dim = kv_heads * head_dim, width = q_dim + 2 * kv_dim;
+  const std::vector<int32_t> slots = {0, 5, -1, 23, 9};
+  for (RopeStyle style : {RopeStyle::Half, RopeStyle::Interleaved})
+    for (int rotary_dim : {16, 6}) {
+      std::vector<float> qkv = random_values(rng, tokens * width, -2.0f, 2.0f);
+      const std::vector<float> table = random_values(rng, 20 * rotary_dim);
+      for (size_t i = 0; i < std::size(kE4m3Specials); ++i)  // into v, which passes as is (NaN: in write_kv's test)
+        if (!std::isnan(kE4m3Specials[i])) qkv[q_dim + kv_dim + i] = kE4m3Specials[i];
+      const RopeParams rope{heads, kv_heads, head_dim, rotary_dim, style};
+      const AttentionParams attention{heads, kv_heads, head_dim, block_size, 1.0f, 0};
+      DeviceBuffer d_table = to_device_f32(*backend, table, {20, 2, rotary_dim / 2});
+      DeviceBuffer rows = to_device_i32(*backend, {3, 0, 19, 7, 7}, {tokens});
+      DeviceBuffer d_slots = to_device_i32(*backend, slots, {tokens});
+      const Shape cache = {blocks, block_size, kv_heads, head_dim};
+      std::vector<std::vector<uint8_t>> caches;
+      std::vector<float> rotated;
+      for (bool fused : {false, true}) {
+        std::vector<float> values = qkv;
+        DeviceBuffer d_qkv = to_device_bf16(*backend, values, {tokens, width});
+        DeviceBuffer k = backend->allocate(DType::F8E4M3, cache), v = backend->allocate(DType::F8E4M3, cache);
+        if (fused) {
+          backend->rope_write_kv(d_qkv.view(), d_table.view(), rows.view(), rope, d_slots.view(), attention, k.view(),
+                                 v.view());
+          EXPECT_EQ(to_host(*backend, d_qkv.view()), rotated) << "rotary_dim " << rotary_dim;
+        } else {
+          backend->rope(d_qkv.view(), d_table.view(), rows.view(), rope);
+          rotated = to_host(*backend, d_qkv.view());
+          backend->write_kv(d_qkv.view(), d_slots.view(), attention, k.view(), v.view());
+        }
+        caches.push_back(bytes_to_host(*backend, k.view()));
+        const std::vector<uint8_t> v_bytes = bytes_to_host(*backend, v.view());
+        caches.back().insert(caches.back().end(), v_bytes.begin(), v_bytes.end());
+      }
+      std::vector<uint8_t> expected(2 * blocks * block_size * kv_dim, 0);
+      for (int t = 0; t < tokens; ++t)
+        if (slots[t] >= 0)
+          for (int64_t i = 0; i < kv_dim; ++i) {
+            expected[slots[t] * kv_dim + i] = f32_to_e4m3(rotated[t * width + q_dim + i]);
+            expected[blocks * block_size * kv_dim + slots[t] * kv_dim + i] =
+                f32_to_e4m3(rotated[t * width + q_dim + kv_dim + i]);
+          }
+      EXPECT_EQ(caches[0], expected) << "rope then write_kv, rotary_dim " << rotary_dim;
+      EXPECT_EQ(caches[1], expected) << "rope_write_kv, rotary_dim " << rotary_dim;
+    }
+}
+
+#ifdef SPLITFLOW_HAS_CUDA
+// The host e4m3 conversions (core/dtype.h) against cuda_fp8.h's host implementation of the ones
+// the kernels call (__nv_cvt_float_to_fp8 with __NV_SATFINITE, __nv_cvt_fp8_to_halfraw): every
+// code decodes alike, and a sweep of floats (every 4093rd bit pattern of either sign, with the
+// specials above) encodes alike. Runs without a GPU.
+TEST(CudaFp8, HostConversionsMatchCudaFp8Header) {
+  for (int code = 0; code < 256; ++code) {
+    const __half_raw half = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
+    const float cuda = f16_to_f32(half.x), ours = e4m3_to_f32(static_cast<uint8_t>(code));
+    if (std::isnan(cuda)) {
+      EXPECT_TRUE(std::isnan(ours)) << code;
+    } else {
+      EXPECT_EQ(ours, cuda) << code;
+    }
+  }
+  std::vector<float> sweep(std::begin(kE4m3Specials), std::end(kE4m3Specials));
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 4093) {
+    float x;
+    const uint32_t word = static_cast<uint32_t>(bits);
+    std::memcpy(&x, &word, sizeof x);
+    sweep.push_back(x);
+  }
+  for (const float x : sweep)
+    ASSERT_EQ(f32_to_e4m3(x), __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)) << x;
+}
+#endif
+
 // Paged attention against a dense float64 reference: S sequences with cached prefixes and new
-// chunks (prefill, chunked prefill and decode mixed), block tables shuffled over the cache.
+// chunks (prefill, chunked prefill and decode mixed), block tables shuffled over the cache. The
+// cache is bf16 or fp8 e4m3 (random values rounded by the host encoder; the reference reads the
+// rounded values): every kernel widens e4m3 exactly to bf16, so both meet kBf16Compute.
 struct AttentionCase {
   int heads, kv_heads, head_dim, block_size, sliding_window;
   std::vector<int> new_tokens, context_lens;
   int max_context_hint = 0;  // > 0: the launch's max_context_len (an upper bound, as a recorded decode passes)
 };
 
-void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase& c) {
+void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase& c, DType cache_dtype = DType::BF16) {
   const int seqs = static_cast<int>(c.new_tokens.size());
   const int64_t q_dim = int64_t{c.heads} * c.head_dim, kv_dim = int64_t{c.kv_heads} * c.head_dim;
   const int64_t width = q_dim + 2 * kv_dim;
@@ -432,7 +579,8 @@ void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase
                      v_cache = random_values(rng, k_cache.size());
   DeviceBuffer d_qkv = to_device_bf16(backend, qkv, {tokens, width});
   const Shape cache_shape = {cache_blocks, c.block_size, c.kv_heads, c.head_dim};
-  DeviceBuffer d_k = to_device_bf16(backend, k_cache, cache_shape), d_v = to_device_bf16(backend, v_cache, cache_shape);
+  DeviceBuffer d_k = cache_to_device(backend, k_cache, cache_shape, cache_dtype);
+  DeviceBuffer d_v = cache_to_device(backend, v_cache, cache_shape, cache_dtype);
   DeviceBuffer d_start = to_device_i32(backend, query_start, {seqs + 1});
   DeviceBuffer d_lens = to_device_i32(backend, std::vector<int32_t>(c.context_lens.begin(), c.context_lens.end()), {seqs});
   DeviceBuffer d_tables = to_device_i32(backend, tables, {seqs, max_blocks});
@@ -477,7 +625,7 @@ void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase
     }
   EXPECT_LE(relative_error(to_host(backend, out.view()), ref), kBf16Compute)
       << "heads " << c.heads << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim << " block " << c.block_size
-      << " window " << c.sliding_window;
+      << " window " << c.sliding_window << " cache " << dtype_name(cache_dtype);
 }
 
 TEST_F(CudaKernels, AttentionHeadDimsAndGqaRatios) {
@@ -537,6 +685,55 @@ TEST_F(CudaKernels, AttentionSplitKvWithContextBound) {
   check_attention(*backend, rng, {32, 8, 128, 16, 0, {1}, {576}, 4096});
   check_attention(*backend, rng, {8, 2, 64, 16, 0, {1, 1, 1}, {5, 130, 1000}, 8192});
   check_attention(*backend, rng, {4, 1, 64, 16, 300, {1, 1}, {2000, 40}, 4096});
+}
+
+// The same kernels over fp8 e4m3 caches (attention_decode.cu and flash_prefill.cu stage the bytes
+// and widen them to bf16 in shared memory, kernels.cu's split-KV kernel as it loads them).
+// Decode: head_dim 64/80/96/128 on the tensor-core kernel (256 the split-KV one), GQA groups 1 to
+// 8, contexts shorter than a tile, odd block sizes, windows, many sequences.
+TEST_F(CudaKernels, AttentionFp8CacheDecodeKernel) {
+  const DType fp8 = DType::F8E4M3;
+  for (int head_dim : {64, 80, 96, 128, 256})
+    for (int kv_heads : {8, 4, 2, 1})
+      check_attention(*backend, rng, {8, kv_heads, head_dim, 16, 0, {1, 1, 1, 1}, {1, 5, 33, 700}}, fp8);
+  check_attention(*backend, rng, {4, 4, 128, 7, 0, {1, 1}, {129, 1500}}, fp8);
+  for (int window : {1, 30, 200}) check_attention(*backend, rng, {4, 1, 128, 16, window, {1, 1}, {10, 900}}, fp8);
+  check_attention(*backend, rng, {32, 8, 128, 16, 0, std::vector<int>(80, 1), std::vector<int>(80, 300)}, fp8);
+}
+// Few decode rows over long contexts: split-KV partitions merged by the last one to finish, also
+// with a recorded decode's context bound and with windows leaving most partitions empty.
+TEST_F(CudaKernels, AttentionFp8CacheSplitKvPartitions) {
+  const DType fp8 = DType::F8E4M3;
+  for (int head_dim : {64, 80, 96, 128}) check_attention(*backend, rng, {8, 2, head_dim, 16, 0, {1}, {4500}}, fp8);
+  check_attention(*backend, rng, {8, 2, 128, 7, 0, {1, 3}, {4100, 2900}}, fp8);
+  for (int window : {100, 1000}) check_attention(*backend, rng, {4, 1, 64, 16, window, {1, 2}, {4200, 3000}}, fp8);
+  check_attention(*backend, rng, {32, 8, 128, 16, 0, {1}, {576}, 4096}, fp8);
+  check_attention(*backend, rng, {8, 2, 64, 16, 0, {1, 1, 1}, {5, 130, 1000}, 8192}, fp8);
+  check_attention(*backend, rng, {4, 1, 64, 16, 300, {1, 1}, {2000, 40}, 4096}, fp8);
+}
+// Prompt chunks on the tensor-core prefill kernel: head_dim 64/80/96/128, GQA 1 to 8, chunks over
+// cached prefixes, several 64-row tiles, windows, odd block sizes, and SplitFuse mixes (decode rows
+// beside prompt chunks go to the decode kernel).
+TEST_F(CudaKernels, AttentionFp8CachePrefillTensorCores) {
+  const DType fp8 = DType::F8E4M3;
+  for (int head_dim : {64, 80, 96, 128})
+    for (int kv_heads : {8, 4, 2, 1})
+      check_attention(*backend, rng, {8, kv_heads, head_dim, 16, 0, {100, 1, 37}, {100, 50, 300}}, fp8);
+  check_attention(*backend, rng, {8, 1, 128, 7, 0, {200, 16}, {520, 16}}, fp8);
+  for (int window : {1, 20, 64, 100})
+    check_attention(*backend, rng, {4, 2, 64, 16, window, {130, 17}, {130, 400}}, fp8);
+  check_attention(*backend, rng, {32, 8, 128, 16, 0, {300, 1, 1, 1, 64, 1}, {300, 1500, 40, 700, 2000, 64}}, fp8);
+  for (int window : {50, 400}) check_attention(*backend, rng, {8, 2, 64, 16, window, {1, 40, 1}, {900, 40, 30}}, fp8);
+}
+// The split-KV kernel for what the tensor-core kernels do not take: head_dim 8 (8-byte words), 12
+// (one element at a time), 256, short chunks.
+TEST_F(CudaKernels, AttentionFp8CacheGenericKernel) {
+  const DType fp8 = DType::F8E4M3;
+  for (int head_dim : {8, 12, 256})
+    for (int kv_heads : {4, 1})
+      check_attention(*backend, rng, {8, kv_heads, head_dim, 16, 0, {1, 7, 13, 1}, {1, 40, 13, 77}}, fp8);
+  check_attention(*backend, rng, {4, 2, 12, 16, 33, {9, 1, 20}, {30, 61, 20}}, fp8);
+  check_attention(*backend, rng, {2, 2, 256, 16, 0, {1}, {3000}}, fp8);
 }
 
 // sample(): the CUDA kernel's radix selects against the CPU backend's sort-based rule on the same

@@ -1,5 +1,6 @@
 // tests/backend_cuda/cuda_test_util.h — a CUDA backend for tests (skipping without a GPU), bf16
-// buffers with the exact values the device holds, and the relative error ‖out − ref‖ / ‖ref‖.
+// and fp8 e4m3 buffers with the exact values the device holds, and the relative error
+// ‖out − ref‖ / ‖ref‖.
 //
 // Tolerances (METHOD.md): a kernel that rounds its fp32 result to bf16 once is within 2^-9
 // relative per element, so ‖err‖/‖ref‖ stays under kOneRounding; GEMMs and attention over
@@ -66,6 +67,26 @@ inline DeviceBuffer to_device_bf16(Backend& backend, std::vector<float>& values,
   DeviceBuffer buffer = backend.allocate(DType::BF16, std::move(shape));
   backend.copy_to_device(bits.data(), buffer.view());
   return buffer;
+}
+
+// A KV cache of `dtype` (BF16 or F8E4M3) holding `values`, rounded in place to what it holds
+// (e4m3 through the host encoder, core/dtype.h).
+inline DeviceBuffer cache_to_device(Backend& backend, std::vector<float>& values, Shape shape, DType dtype) {
+  if (dtype == DType::BF16) return to_device_bf16(backend, values, std::move(shape));
+  std::vector<uint8_t> bytes(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    bytes[i] = f32_to_e4m3(values[i]);
+    values[i] = e4m3_to_f32(bytes[i]);
+  }
+  DeviceBuffer buffer = backend.allocate(DType::F8E4M3, std::move(shape));
+  backend.copy_to_device(bytes.data(), buffer.view());
+  return buffer;
+}
+
+inline std::vector<uint8_t> bytes_to_host(Backend& backend, const DeviceTensor& tensor) {
+  std::vector<uint8_t> bytes(tensor.nbytes());
+  backend.copy_to_host(tensor, bytes.data());
+  return bytes;
 }
 
 inline DeviceBuffer to_device_f32(Backend& backend, const std::vector<float>& values, Shape shape) {

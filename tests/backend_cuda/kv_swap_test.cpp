@@ -1,8 +1,9 @@
 // CudaBackend::copy_blocks (backend/cuda/kv_swap.cpp) against the layouts written out by hand:
 // cache [num_layers, num_blocks, block_size, num_kv_heads, head_dim] on the device, host area
 // [num_host_blocks, num_layers, ...] in pinned memory. The copy is byte-exact, so elements hold
-// bf16 bit patterns naming where they came from. Also a cache whose layer stride exceeds the
-// 2D-copy pitch limit (the per-layer fallback), and the copy bandwidth. Skips without a GPU.
+// bf16 bit patterns naming where they came from. Also an fp8 cache (one byte per element), a
+// cache whose layer stride exceeds the 2D-copy pitch limit (the per-layer fallback), and the copy
+// bandwidth. Skips without a GPU.
 #include "backend_cuda/cuda_test_util.h"
 
 #include "core/error.h"
@@ -47,7 +48,15 @@ std::vector<uint16_t> read_block(Backend& backend, const DeviceTensor& cache, co
   return bits;
 }
 
-void check_round_trip(const Layout& layout, int64_t out_block, int64_t in_block) {
+// The same memory as a cache of one-byte elements (fp8 e4m3): head_dim twice as many.
+DeviceTensor as_fp8(const DeviceTensor& bf16) {
+  Shape shape = bf16.shape;
+  shape.back() *= 2;
+  return DeviceTensor{bf16.data, DType::F8E4M3, shape};
+}
+
+// fp8: the copies go through views of the same memory as e4m3 bytes; the bytes moved are the same.
+void check_round_trip(const Layout& layout, int64_t out_block, int64_t in_block, bool fp8 = false) {
   auto backend = make_test_cuda_backend();
   DeviceBuffer cache = backend->allocate(DType::BF16, layout.cache_shape());
   fill_block(*backend, cache.view(), layout, 1);
@@ -55,10 +64,12 @@ void check_round_trip(const Layout& layout, int64_t out_block, int64_t in_block)
   const size_t host_bytes = static_cast<size_t>(shape_numel(layout.host_shape())) * 2;
   std::shared_ptr<void> host_memory = backend->allocate_host(host_bytes);
   std::memset(host_memory.get(), 0xff, host_bytes);
-  const DeviceTensor host{host_memory.get(), DType::BF16, layout.host_shape()};
+  const DeviceTensor bf16_host{host_memory.get(), DType::BF16, layout.host_shape()};
+  const DeviceTensor host = fp8 ? as_fp8(bf16_host) : bf16_host;
+  const DeviceTensor cache_view = fp8 ? as_fp8(cache.view()) : cache.view();
 
   const std::vector<BlockCopy> out = {{static_cast<int32_t>(out_block), 2}, {1, 0}};
-  backend->copy_blocks(cache.view(), host, out, CopyDirection::DeviceToHost);
+  backend->copy_blocks(cache_view, host, out, CopyDirection::DeviceToHost);
   backend->synchronize();
   const auto* host_bits = static_cast<const uint16_t*>(host_memory.get());
   for (int64_t l = 0; l < layout.layers; ++l) {
@@ -71,7 +82,7 @@ void check_round_trip(const Layout& layout, int64_t out_block, int64_t in_block)
   }
 
   const std::vector<BlockCopy> in = {{static_cast<int32_t>(in_block), 2}};
-  backend->copy_blocks(cache.view(), host, in, CopyDirection::HostToDevice);
+  backend->copy_blocks(cache_view, host, in, CopyDirection::HostToDevice);
   for (int64_t l = 0; l < layout.layers; ++l) {
     const std::vector<uint16_t> bits = read_block(*backend, cache.view(), layout, l, in_block);
     for (int64_t e = 0; e < layout.block_elems(); ++e) ASSERT_EQ(bits[e], tag(l, out_block, e)) << "layer " << l;
@@ -83,6 +94,11 @@ void check_round_trip(const Layout& layout, int64_t out_block, int64_t in_block)
 TEST(CudaKvSwap, BlocksGoToHostLayerContiguousAndBack) {
   SF_REQUIRE_GPU();
   check_round_trip({4, 9, 16, 2, 64, 3}, 7, 5);
+}
+
+TEST(CudaKvSwap, Fp8CacheBlocksMoveOneBytePerElement) {
+  SF_REQUIRE_GPU();
+  check_round_trip({4, 9, 16, 2, 64, 3}, 7, 5, true);
 }
 
 TEST(CudaKvSwap, LayerStridePastThePitchLimitCopiesPerLayer) {

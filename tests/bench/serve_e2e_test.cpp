@@ -447,12 +447,39 @@ TEST(BenchThroughputCommand, BadOptionsAreNamed) {
       {"--input-len 400 --output-len 400", "exceeds the model's context 512"},
       {"--swap-space -1", "--swap-space must not be negative"},
       {"--swap-min-tokens 0", "--swap-min-tokens must be at least 1, not 0"},
+      {"--kv-cache-dtype e4m3", "--kv-cache-dtype must be auto, bf16, fp16 or fp8 (fp8_e4m3), not 'e4m3'"},
   };
   for (const auto& [options, message] : cases) {
     const CommandResult run = run_splitflow(std::string("bench throughput ") + options + model);
     EXPECT_NE(run.status, 0) << options;
     EXPECT_NE(run.output.find(message), std::string::npos) << run.output;
   }
+}
+
+// --kv-cache-gb buys blocks of the cache dtype: on the CPU (f32 activations) an fp8 cache has a
+// quarter of the bytes per token, so four times the blocks; every request still completes.
+TEST(BenchThroughputCommand, Fp8KvCacheBuysMoreBlocksPerGigabyte) {
+  std::vector<json> results;
+  for (const char* dtype : {"auto", "fp8"}) {
+    const std::string dir = fresh_dir(std::string("bench_throughput_kv_") + dtype);
+    const CommandResult run = run_splitflow("bench throughput --model " + shared_path("models/stories260K-hf") +
+                                            " --num-requests 4 --input-len 32 --output-len 8 --max-seqs 4"
+                                            " --max-batch-tokens 64 --kv-cache-gb 0.001 --threads 1 --kv-cache-dtype " +
+                                            dtype + " --results-dir " + dir);
+    ASSERT_EQ(run.status, 0) << run.output;
+    results.push_back(json::parse(read_file(only_file(dir, ".json"))));
+    EXPECT_EQ(results.back()["output_tokens"], 4 * 8);
+  }
+  EXPECT_EQ(results[0]["kv_cache_dtype"], "f32");
+  EXPECT_EQ(results[1]["kv_cache_dtype"], "f8_e4m3");
+  const int64_t f32_bytes = results[0]["kv_bytes_per_token"].get<int64_t>();
+  EXPECT_EQ(results[1]["kv_bytes_per_token"].get<int64_t>() * 4, f32_bytes);
+  for (const json& result : results) {
+    const double block_bytes = result["kv_bytes_per_token"].get<double>() * 16;
+    EXPECT_EQ(result["kv_cache_blocks"].get<int64_t>(),
+              static_cast<int64_t>(0.001 * double(int64_t{1} << 30) / block_bytes));
+  }
+  EXPECT_GE(results[1]["kv_cache_blocks"].get<int64_t>(), 4 * results[0]["kv_cache_blocks"].get<int64_t>());
 }
 
 // 16 requests of 300 + 200 tokens in 78 blocks: victims mostly hold more than 256 computed

@@ -80,6 +80,28 @@ TEST(Cli, BadInputGivesClearErrors) {
                 "--prompt-ids", "1,99999"}, "outside the vocabulary");
 }
 
+// --kv-cache-dtype on every command that runs a model: an unknown value names the flag and the
+// accepted values before any model loads; fp8 runs (stories260K keeps its golden greedy text).
+TEST(Cli, KvCacheDtypeFlag) {
+  const std::string message = "--kv-cache-dtype must be auto, bf16, fp16 or fp8 (fp8_e4m3), not 'fp9'";
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"generate", "--prompt", "hi"}, {"bench", "latency"}, {"bench", "throughput"}
+#ifdef SPLITFLOW_HAS_HTTPLIB
+        , {"serve", "--port", "0"}
+#endif
+       }) {
+    std::vector<std::string> args = command;
+    args.insert(args.end(), {"--model", kStories, "--kv-cache-dtype", "fp9"});
+    expect_error(args, message);
+  }
+  const nlohmann::json golden = read_json_file(test::shared_path("models/stories260K/golden.json"));
+  const nlohmann::json& expected = golden.at("prompt_greedy");
+  const CommandResult result = run_splitflow({"generate", "--model", kStories, "--prompt", "Once upon a time",
+                                              "--temperature", "0", "--max-tokens", "64", "--kv-cache-dtype", "fp8"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, expected.at("generated_text").get<std::string>() + "\n");
+}
+
 TEST(Cli, UnknownArchitectureNamesTheSpecFieldsToAdd) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "sf_cli_unknown_arch";
   std::filesystem::create_directories(dir);

@@ -32,6 +32,7 @@ class FoldingCpuBackend final : public Backend {
 
   std::string name() const override { return "cpu (folding)"; }
   DType activation_dtype() const override { return cpu_->activation_dtype(); }
+  std::span<const DType> kv_cache_dtypes() const override { return cpu_->kv_cache_dtypes(); }
   DeviceBuffer allocate(DType dtype, Shape shape) override { return cpu_->allocate(dtype, std::move(shape)); }
   DeviceBuffer upload(const Tensor& host) override { return cpu_->upload(host); }
   void copy_to_device(const void* host, const DeviceTensor& dst) override { cpu_->copy_to_device(host, dst); }

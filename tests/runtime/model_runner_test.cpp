@@ -360,6 +360,23 @@ TEST_F(RunnerErrors, UnsupportedSpecsAndConfigs) {
   EXPECT_THROW(ModelRunner(spec, weights, *backend, {8, kBlockSize}, {0, 4}), Error);
 }
 
+TEST_F(RunnerErrors, KvCacheDtypeDefaultsToActivationsAndMustBeStorable) {
+  EXPECT_EQ(ModelRunner(spec, weights, *backend, {8, kBlockSize}).kv_cache_dtype(), DType::F32);
+  EXPECT_EQ(ModelRunner(spec, weights, *backend, {8, kBlockSize, 0, DType::F8E4M3}).kv_cache_dtype(), DType::F8E4M3);
+  // 2 (K and V) x 2 layers x 2 kv heads x head_dim 12, one byte each.
+  EXPECT_EQ(kv_cache_bytes_per_token(spec, DType::F8E4M3), 96);
+  EXPECT_EQ(kv_cache_bytes_per_token(spec, DType::F32), 384);
+  try {
+    ModelRunner(spec, weights, *backend, {8, kBlockSize, 0, DType::I8});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the cpu backend does not store a i8 KV cache (it stores f32, f16, bf16, "
+                                         "f8_e4m3)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // ---- block allocator -------------------------------------------------------------------------
 
 TEST(BlockAllocator, AllocatesReleasesAndReportsFull) {

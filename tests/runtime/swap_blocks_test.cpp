@@ -1,6 +1,7 @@
 // ModelRunner::swap_blocks: a sequence's KV copied to the host swap area, its device blocks
 // overwritten by another sequence, then copied back into other blocks, must continue exactly as
-// the unswapped sequence does (same logits, bit for bit: same values, same order of math).
+// the unswapped sequence does (same logits, bit for bit: same values, same order of math), with
+// the cache in the activation dtype and in fp8 (a swap area of one byte per element).
 #include "runtime/runner_test_util.h"
 
 #include "backend/backend.h"
@@ -19,14 +20,16 @@ bool same_logits(const Tensor& a, const Tensor& b) {
   return a.shape == b.shape && std::memcmp(a.data, b.data, a.nbytes()) == 0;
 }
 
-TEST(ModelRunnerSwap, SwappedBlocksContinueTheSequenceFromOtherBlocks) {
+class ModelRunnerSwap : public ::testing::TestWithParam<std::optional<DType>> {};
+
+TEST_P(ModelRunnerSwap, SwappedBlocksContinueTheSequenceFromOtherBlocks) {
   auto backend = make_cpu_backend(1);
   const ModelSpec spec = tiny_spec();
   const ModelWeights weights = random_weights(spec, DType::F32, 21);
   std::mt19937_64 rng(22);
   const std::vector<int32_t> tokens = random_tokens(rng, 13, spec.vocab_size);
   const std::vector<int32_t> other = random_tokens(rng, 12, spec.vocab_size);
-  ModelRunner runner(spec, weights, *backend, {8, kBlockSize, 4});
+  ModelRunner runner(spec, weights, *backend, {8, kBlockSize, 4, GetParam()});
 
   // Positions 0..11 in blocks 0-2; the decode of position 12 (block 3) is the reference.
   runner.forward(single_span(tokens, 0, 12, {0, 1, 2}, LogitsMode::Last));
@@ -45,7 +48,10 @@ TEST(ModelRunnerSwap, SwappedBlocksContinueTheSequenceFromOtherBlocks) {
   runner.swap_blocks({}, CopyDirection::HostToDevice);  // nothing to copy
 }
 
-TEST(ModelRunnerSwap, RejectsCopiesWithoutASwapAreaOrOutsideIt) {
+INSTANTIATE_TEST_SUITE_P(CacheDtypes, ModelRunnerSwap, ::testing::Values(std::nullopt, DType::F8E4M3),
+                         [](const auto& info) { return info.param ? std::string(dtype_name(*info.param)) : "auto"; });
+
+TEST(ModelRunnerSwapErrors, RejectsCopiesWithoutASwapAreaOrOutsideIt) {
   auto backend = make_cpu_backend(1);
   const ModelSpec spec = tiny_spec();
   const ModelWeights weights = random_weights(spec, DType::F32, 23);

@@ -2,7 +2,7 @@
 // tokens, kv head): its tokens' query heads of that group stream over the sequence's KV blocks
 // once, each block's keys transposed so scores vectorise over keys, with an online softmax
 // (running max and sum per query row, the accumulator rescaled when the max grows); no score
-// matrix is built.
+// matrix is built. A cache in another dtype than f32 is converted to f32 a block at a time.
 #include "backend/argument_checks.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd.h"
@@ -19,11 +19,29 @@ namespace {
 // New tokens of one sequence that share each pass over its KV blocks.
 constexpr int64_t kQueryTile = 8;
 
-// Per-thread scratch (grows, never shrinks): one block's keys transposed, its scores, and each
-// query row's running max, sum and output accumulator.
+// Per-thread scratch (grows, never shrinks): one block's keys transposed, its scores, its keys and
+// values in f32 (a cache of another dtype, converted), and each query row's running max, sum and
+// output accumulator.
 struct AttentionScratch {
-  std::vector<float> keys_t, scores, max, sum, acc;
+  std::vector<float> keys_t, scores, key_rows, value_rows, max, sum, acc;
 };
+
+// `count` rows of one kv head in the cache, row 0 at element `first`, as f32: the cache's own
+// memory when it holds f32 (rows kv_dim apart), else converted into `converted` (head_dim apart).
+struct F32Rows {
+  const float* data;
+  int64_t stride;
+};
+F32Rows f32_rows(const DeviceTensor& cache, int64_t first, int64_t count, int head_dim, int64_t kv_dim,
+                 std::vector<float>& converted) {
+  if (cache.dtype == DType::F32) return {cache.as<float>() + first, kv_dim};
+  const char* base = static_cast<const char*>(cache.data);
+  const size_t element_bytes = dtype_size(cache.dtype);
+  for (int64_t j = 0; j < count; ++j)
+    convert_to_f32(cache.dtype, base + static_cast<size_t>(first + j * kv_dim) * element_bytes,
+                   converted.data() + j * head_dim, head_dim);
+  return {converted.data(), head_dim};
+}
 
 // e^(x[j] - shift) for j < n, in place; returns their sum.
 float exp_shifted(float* x, int64_t n, float shift) {
@@ -73,7 +91,8 @@ void block_scores(const float* q, float scale, const float* keys_t, int64_t padd
 
 void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                            const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
-  const int64_t seqs = check_attention_args("cpu", DType::F32, qkv, k_cache, v_cache, batch, params, out);
+  const int64_t seqs = check_attention_args("cpu", DType::F32, kv_cache_dtypes(), qkv, k_cache, v_cache, batch, params,
+                                            out);
   const int heads = params.num_heads, kv_heads = params.num_kv_heads, head_dim = params.head_dim;
   const int64_t q_dim = int64_t{heads} * head_dim, kv_dim = int64_t{kv_heads} * head_dim;
   const int64_t width = q_dim + 2 * kv_dim, tokens = qkv.dim(0);
@@ -113,13 +132,13 @@ void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache,
   const int64_t block_size = params.block_size;
   const int64_t padded = (block_size + 7) / 8 * 8;  // key columns of a block, rounded to whole vectors
   const float scale = params.scale;
-  const float* k_base = k_cache.as<float>();
-  const float* v_base = v_cache.as<float>();
 #pragma omp parallel num_threads(num_threads_) if (items > 1 && work >= kMinParallelWork)
   {
     thread_local AttentionScratch scratch;
     scratch.keys_t.resize(head_dim * padded);
     scratch.scores.resize(padded);
+    scratch.key_rows.resize(block_size * head_dim);
+    scratch.value_rows.resize(block_size * head_dim);
     scratch.max.resize(kQueryTile * group);
     scratch.sum.resize(kQueryTile * group);
     scratch.acc.resize(kQueryTile * group * int64_t{head_dim});
@@ -140,13 +159,13 @@ void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache,
       std::fill_n(scratch.acc.begin(), rows * head_dim, 0.0f);
       for (int64_t b = first_key / block_size; b <= last_pos / block_size; ++b) {
         const int64_t key0 = b * block_size, count = std::min(block_size, last_pos + 1 - key0);
-        const int64_t slot0 = int64_t{table[b]} * block_size;
-        const float* keys = k_base + slot0 * kv_dim + int64_t{kv_head} * head_dim;
-        const float* values = v_base + slot0 * kv_dim + int64_t{kv_head} * head_dim;
+        const int64_t first = int64_t{table[b]} * block_size * kv_dim + int64_t{kv_head} * head_dim;
+        const F32Rows keys = f32_rows(k_cache, first, count, head_dim, kv_dim, scratch.key_rows);
+        const F32Rows values = f32_rows(v_cache, first, count, head_dim, kv_dim, scratch.value_rows);
         // keys_t [head_dim, padded]: the block's keys transposed, so scores vectorise over keys.
         float* keys_t = scratch.keys_t.data();
         for (int64_t j = 0; j < padded; ++j)
-          for (int d = 0; d < head_dim; ++d) keys_t[d * padded + j] = j < count ? keys[j * kv_dim + d] : 0.0f;
+          for (int d = 0; d < head_dim; ++d) keys_t[d * padded + j] = j < count ? keys.data[j * keys.stride + d] : 0.0f;
         for (int64_t i = 0; i < t1 - t0; ++i) {
           const int64_t position = pos0 + i;
           const int64_t lo = params.sliding_window > 0 ? std::max(key0, position - params.sliding_window + 1) : key0;
@@ -169,7 +188,7 @@ void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache,
             }
             scratch.max[row] = new_max;
             scratch.sum[row] += exp_shifted(live, j_count, new_max);
-            add_weighted_rows(live, j_count, values + j_lo * kv_dim, kv_dim, acc, head_dim);
+            add_weighted_rows(live, j_count, values.data + j_lo * values.stride, values.stride, acc, head_dim);
           }
         }
       }

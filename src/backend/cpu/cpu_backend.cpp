@@ -131,6 +131,11 @@ CpuBackend::CpuBackend(int num_threads) : num_threads_(num_threads > 0 ? num_thr
 
 std::string CpuBackend::name() const { return "cpu"; }
 
+std::span<const DType> CpuBackend::kv_cache_dtypes() const {
+  static constexpr DType kDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::F8E4M3};
+  return kDtypes;
+}
+
 DeviceBuffer CpuBackend::allocate(DType dtype, Shape shape) {
   Tensor host = Tensor::zeros(dtype, std::move(shape));
   return DeviceBuffer(DeviceTensor{host.data, host.dtype, host.shape}, host.storage);
@@ -314,18 +319,19 @@ void CpuBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, cons
 
 void CpuBackend::write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
                           const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
-  check_write_kv_args("cpu", DType::F32, qkv, slots, params, k_cache, v_cache);
+  check_write_kv_args("cpu", DType::F32, kv_cache_dtypes(), qkv, slots, params, k_cache, v_cache);
   const int64_t kv_dim = int64_t{params.num_kv_heads} * params.head_dim;
   const int64_t q_dim = int64_t{params.num_heads} * params.head_dim;
   const int64_t tokens = qkv.dim(0), width = q_dim + 2 * kv_dim;
   const int64_t capacity = k_cache.dim(0) * params.block_size;
+  const size_t slot_bytes = static_cast<size_t>(kv_dim) * dtype_size(k_cache.dtype);
   for (int64_t t = 0; t < tokens; ++t) {
     const int32_t slot = slots.as<int32_t>()[t];
     if (slot < 0) continue;
     SF_CHECK(slot < capacity, "cpu write_kv: slot {} of token {} is outside the cache ({} slots)", slot, t, capacity);
     const float* row = qkv.as<float>() + t * width;
-    std::memcpy(k_cache.as<float>() + slot * kv_dim, row + q_dim, kv_dim * sizeof(float));
-    std::memcpy(v_cache.as<float>() + slot * kv_dim, row + q_dim + kv_dim, kv_dim * sizeof(float));
+    convert_from_f32(row + q_dim, k_cache.dtype, static_cast<char*>(k_cache.data) + slot * slot_bytes, kv_dim);
+    convert_from_f32(row + q_dim + kv_dim, v_cache.dtype, static_cast<char*>(v_cache.data) + slot * slot_bytes, kv_dim);
   }
 }
 

@@ -1,6 +1,7 @@
 // backend/cpu/cpu_backend.h — the CPU Backend: fp32 math on host memory, OpenMP threads, AVX2/FMA
 // inner loops (backend/cpu/simd.h). Device memory is host memory, so upload() shares a host
-// tensor's storage (mmapped checkpoints are not copied) and copies are memcpy.
+// tensor's storage (mmapped checkpoints are not copied) and copies are memcpy. The KV cache may be
+// f32 (the default), f16, bf16 or fp8 e4m3: write_kv converts into it, attention back to f32.
 #pragma once
 
 #include "backend/backend.h"
@@ -12,6 +13,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int num_threads);
   std::string name() const override;
   DType activation_dtype() const override { return DType::F32; }
+  std::span<const DType> kv_cache_dtypes() const override;
   int num_threads() const { return num_threads_; }
 
   DeviceBuffer allocate(DType dtype, Shape shape) override;

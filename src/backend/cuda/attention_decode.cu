@@ -13,7 +13,11 @@
 // to the split-KV partials (kernels.cu's layout, natural-log maxima), and the last partition of a
 // (sequence, kv head) to finish, found with a counter, merges them: no combine launch, which cost
 // as much as the attention itself at batch 1.
+// An fp8 (e4m3) cache is read the same way at half the bytes: its tiles land in packed staging
+// rows, still 16-byte cp.async copies kStages deep, and once a tile has landed the block widens it
+// (exactly) into one bf16 tile of the layout above, which the same MMAs read.
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/tensor_core.cuh"
 
 #include <cuda_bf16.h>
@@ -31,27 +35,39 @@ constexpr int kStages = 3;
 constexpr int kMaxGroup = 16;           // query heads per kv head: the MMA's M
 constexpr int kBlocksPerSm = 2;         // resident blocks at head_dim 128 (shared memory bound)
 
-template <int D>
+// Shared memory: the Q rows, then the scratch the key loop uses (and the final merges reuse): for
+// an e4m3 cache the widened bf16 tile, then the stages.
+template <int D, typename Cache>
 struct Layout {
-  static constexpr int kStride = D + 8;  // bf16 per shared row: a 16-byte pad, conflict-free ldmatrix
-  static constexpr int kStageElems = 2 * kTileKeys * kStride;  // K tile, then V tile
-  static constexpr size_t kBytes = sizeof(bf16_bits) * (kMaxGroup * kStride + kStages * kStageElems);
+  static constexpr int kStride = D + 8;  // bf16 per MMA row: a 16-byte pad, conflict-free ldmatrix
+  // bf16 tiles are staged in MMA rows; e4m3 ones in packed rows, widened into kTileElems.
+  static constexpr bool kWidened = sizeof(Cache) == 1;
+  static constexpr int kStageStride = kWidened ? D : kStride;       // elements per staged row
+  static constexpr int kStageElems = 2 * kTileKeys * kStageStride;  // K tile, then V tile
+  static constexpr int kTileElems = kWidened ? 2 * kTileKeys * kStride : 0;
+  static constexpr size_t kQBytes = sizeof(bf16_bits) * kMaxGroup * kStride;
+  static constexpr size_t kScratchBytes = sizeof(bf16_bits) * kTileElems + sizeof(Cache) * kStages * kStageElems;
+  static constexpr size_t kBytes = kQBytes + kScratchBytes;
 };
 
 // Issues the cp.async gather of keys [k0, k0 + kTileKeys) into a stage (zeros past `end`).
-template <int D>
+template <int D, typename Cache>
 __device__ __forceinline__ void load_tile(const AttentionLaunch& a, const int32_t* table, int64_t head_offset, int k0,
-                                          int end, bf16_bits* stage) {
-  constexpr int kChunks = D / 8;
+                                          int end, Cache* stage) {
+  constexpr int kPerCopy = 16 / sizeof(Cache);  // elements per 16-byte copy
+  constexpr int kCopies = D / kPerCopy;
+  constexpr int kStageStride = Layout<D, Cache>::kStageStride;
+  const Cache* k_cache = static_cast<const Cache*>(a.k_cache);
+  const Cache* v_cache = static_cast<const Cache*>(a.v_cache);
   const int64_t kv_dim = static_cast<int64_t>(a.kv_heads) * D;
-  for (int i = threadIdx.x; i < kTileKeys * kChunks; i += kThreads) {
-    const int j = i / kChunks, c = (i % kChunks) * 8, p = k0 + j;
+  for (int i = threadIdx.x; i < kTileKeys * kCopies; i += kThreads) {
+    const int j = i / kCopies, c = (i % kCopies) * kPerCopy, p = k0 + j;
     const bool valid = p < end;
     int64_t src = 0;
     if (valid) src = (static_cast<int64_t>(__ldg(table + p / a.block_size)) * a.block_size + p % a.block_size) * kv_dim +
                      head_offset + c;
-    cp_async16(stage + j * Layout<D>::kStride + c, a.k_cache + src, valid ? 16 : 0);
-    cp_async16(stage + (kTileKeys + j) * Layout<D>::kStride + c, a.v_cache + src, valid ? 16 : 0);
+    cp_async16(stage + j * kStageStride + c, k_cache + src, valid ? 16 : 0);
+    cp_async16(stage + (kTileKeys + j) * kStageStride + c, v_cache + src, valid ? 16 : 0);
   }
 }
 
@@ -96,14 +112,18 @@ __device__ void merge_partitions(const AttentionLaunch& a, const float* partials
   }
 }
 
-template <int D>
+template <int D, typename Cache>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLaunch a, float* partials) {
-  static_assert(kStages * Layout<D>::kStageElems * sizeof(bf16_bits) >= kWarps * kMaxAttentionPartitions * sizeof(float),
-                "the merge's partition weights reuse the stages");
+  using L = Layout<D, Cache>;
+  static_assert(L::kScratchBytes >= kWarps * kMaxAttentionPartitions * sizeof(float) &&
+                    L::kScratchBytes >= sizeof(float) * kWarps * kMaxGroup * (D + 2),
+                "the merges reuse the key loop's scratch");
   extern __shared__ __align__(16) bf16_bits smem[];
-  constexpr int kStride = Layout<D>::kStride;
-  bf16_bits* q_s = smem;                           // [kMaxGroup, kStride]
-  bf16_bits* stages = smem + kMaxGroup * kStride;  // kStages x (K [kTileKeys], V [kTileKeys])
+  constexpr int kStride = L::kStride;
+  bf16_bits* q_s = smem;                                                  // [kMaxGroup, kStride]
+  char* scratch = reinterpret_cast<char*>(smem) + L::kQBytes;
+  bf16_bits* widened = reinterpret_cast<bf16_bits*>(scratch);            // e4m3: K, V [kTileKeys, kStride]
+  Cache* stages = reinterpret_cast<Cache*>(scratch + sizeof(bf16_bits) * L::kTileElems);  // kStages x (K, V)
 
   const int s = blockIdx.x, kv_head = blockIdx.y;
   const int group_size = a.heads / a.kv_heads, head0 = kv_head * group_size;
@@ -137,7 +157,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLau
   // wait count below holds).
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) {
-    if (t < tiles) load_tile<D>(a, table, head_offset, begin + t * kTileKeys, end, stages + t * Layout<D>::kStageElems);
+    if (t < tiles) load_tile<D, Cache>(a, table, head_offset, begin + t * kTileKeys, end, stages + t * L::kStageElems);
     cp_async_commit();
   }
 
@@ -151,8 +171,10 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLau
 
   for (int t = 0; t < tiles; ++t) {
     const int next = t + kStages - 1;
-    if (next < tiles)
-      load_tile<D>(a, table, head_offset, begin + next * kTileKeys, end, stages + (next % kStages) * Layout<D>::kStageElems);
+    if (next < tiles) {
+      load_tile<D, Cache>(a, table, head_offset, begin + next * kTileKeys, end,
+                          stages + (next % kStages) * L::kStageElems);
+    }
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // tile t (and Q) have landed
     __syncthreads();
@@ -160,7 +182,15 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLau
 #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc) ldmatrix_x4(q_frag[kc], q_s + (lane % 16) * kStride + kc * 16 + (lane / 16) * 8);
     }
-    const bf16_bits* k_s = stages + (t % kStages) * Layout<D>::kStageElems;
+    const Cache* staged = stages + (t % kStages) * L::kStageElems;
+    const bf16_bits* k_s;
+    if constexpr (L::kWidened) {
+      widen_e4m3_rows<D, kStride, 2 * kTileKeys, kThreads>(staged, widened);
+      __syncthreads();
+      k_s = widened;
+    } else {
+      k_s = staged;
+    }
     const bf16_bits* v_s = k_s + kTileKeys * kStride;
 
     // S for the warp's 16 keys: two n-tiles of 8.
@@ -192,13 +222,13 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLau
       mma_bf16(o[2 * dp], p, b[0], b[1]);
       mma_bf16(o[2 * dp + 1], p, b[2], b[3]);
     }
-    __syncthreads();  // this stage is refilled kStages - 1 tiles later
+    __syncthreads();  // this stage (and the widened tile) is refilled later
   }
   cp_async_wait<0>();
   __syncthreads();
 
-  // Merge the warps' states per row through shared memory (over the stages, now free).
-  float* warp_m = reinterpret_cast<float*>(stages);      // [kWarps][kMaxGroup]
+  // Merge the warps' states per row through shared memory (over the scratch, now free).
+  float* warp_m = reinterpret_cast<float*>(scratch);     // [kWarps][kMaxGroup]
   float* warp_l = warp_m + kWarps * kMaxGroup;           // [kWarps][kMaxGroup]
   float* warp_o = warp_l + kWarps * kMaxGroup;           // [kWarps][group_size][D]
 #pragma unroll
@@ -259,19 +289,19 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLau
   __syncthreads();
   if (!last_partition) return;
   __threadfence();
-  merge_partitions<D>(a, partials, q_row, head0, group_size, parts, reinterpret_cast<float*>(stages));
+  merge_partitions<D>(a, partials, q_row, head0, group_size, parts, reinterpret_cast<float*>(scratch));
 }
 
-template <int D>
+template <int D, typename Cache>
 cudaError_t launch_d(const AttentionLaunch& a, int partitions, float* partials, cudaStream_t stream) {
-  constexpr size_t smem = Layout<D>::kBytes;
+  constexpr size_t smem = Layout<D, Cache>::kBytes;
   // Past the default 48 KB of shared memory; the attribute is per device, so set it every launch
   // (about a microsecond; recorded steps replay without it).
-  const cudaError_t opt_in =
-      cudaFuncSetAttribute(attention_decode_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  const cudaError_t opt_in = cudaFuncSetAttribute(attention_decode_kernel<D, Cache>,
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (opt_in != cudaSuccess) return opt_in;
   const dim3 grid(static_cast<unsigned>(a.seqs), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(partitions));
-  attention_decode_kernel<D><<<grid, kThreads, smem, stream>>>(a, partials);
+  attention_decode_kernel<D, Cache><<<grid, kThreads, smem, stream>>>(a, partials);
   return cudaGetLastError();
 }
 
@@ -308,13 +338,16 @@ int attention_decode_partitions(const AttentionLaunch& a) {
 
 cudaError_t launch_attention_decode(const AttentionLaunch& a, int partitions, cudaStream_t stream) {
   float* partials = partitions > 1 ? a.partials : nullptr;
-  switch (a.head_dim) {
-    case 64: return launch_d<64>(a, partitions, partials, stream);
-    case 80: return launch_d<80>(a, partitions, partials, stream);
-    case 96: return launch_d<96>(a, partitions, partials, stream);
-    case 128: return launch_d<128>(a, partitions, partials, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return with_kv_element(a.kv_fp8, [&](auto element) {
+    using Cache = decltype(element);
+    switch (a.head_dim) {
+      case 64: return launch_d<64, Cache>(a, partitions, partials, stream);
+      case 80: return launch_d<80, Cache>(a, partitions, partials, stream);
+      case 96: return launch_d<96, Cache>(a, partitions, partials, stream);
+      case 128: return launch_d<128, Cache>(a, partitions, partials, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  });
 }
 
 }  // namespace splitflow::cuda

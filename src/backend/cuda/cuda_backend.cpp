@@ -48,6 +48,8 @@ void check_shape(const DeviceTensor& t, const Shape& expected, const char* kerne
 bool is_float(DType dtype) { return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16; }
 
 bf16_bits* bf16_ptr(const DeviceTensor& t) { return static_cast<bf16_bits*>(t.data); }
+// A cache the argument checks accepted holds e4m3 (else bf16).
+bool is_fp8(const DeviceTensor& cache) { return cache.dtype == DType::F8E4M3; }
 
 // The largest power of two (<= 256) dividing every address: cuBLASLt picks kernels by alignment.
 int common_alignment(std::initializer_list<const void*> pointers) {
@@ -114,6 +116,11 @@ CudaBackend::~CudaBackend() {
 }
 
 std::string CudaBackend::name() const { return fmt::format("cuda:{} ({})", device_, device_name_); }
+
+std::span<const DType> CudaBackend::kv_cache_dtypes() const {
+  static constexpr DType kDtypes[] = {DType::BF16, DType::F8E4M3};
+  return kDtypes;
+}
 
 DeviceBuffer CudaBackend::allocate(DType dtype, Shape shape) {
   DeviceTensor view{nullptr, dtype, std::move(shape)};
@@ -430,9 +437,9 @@ void CudaBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, con
 
 void CudaBackend::write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
                            const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
-  check_write_kv_args("cuda", DType::BF16, qkv, slots, params, k_cache, v_cache);
-  SF_CUDA_CHECK(launch_write_kv(bf16_ptr(qkv), slots.as<int32_t>(), bf16_ptr(k_cache), bf16_ptr(v_cache), qkv.dim(0),
-                                params.num_heads, params.num_kv_heads, params.head_dim,
+  check_write_kv_args("cuda", DType::BF16, kv_cache_dtypes(), qkv, slots, params, k_cache, v_cache);
+  SF_CUDA_CHECK(launch_write_kv(bf16_ptr(qkv), slots.as<int32_t>(), k_cache.data, v_cache.data, is_fp8(k_cache),
+                                qkv.dim(0), params.num_heads, params.num_kv_heads, params.head_dim,
                                 k_cache.dim(0) * params.block_size, stream_),
                 "write_kv");
 }
@@ -441,10 +448,10 @@ void CudaBackend::rope_write_kv(const DeviceTensor& qkv, const DeviceTensor& cos
                                 const RopeParams& rope_params, const DeviceTensor& slots,
                                 const AttentionParams& attention_params, const DeviceTensor& k_cache,
                                 const DeviceTensor& v_cache) {
-  check_rope_write_kv_args("cuda", "rope_write_kv", DType::BF16, qkv, cos_sin, table_rows, rope_params, slots,
-                           attention_params, k_cache, v_cache);
+  check_rope_write_kv_args("cuda", "rope_write_kv", DType::BF16, kv_cache_dtypes(), qkv, cos_sin, table_rows,
+                           rope_params, slots, attention_params, k_cache, v_cache);
   SF_CUDA_CHECK(launch_rope_write_kv(bf16_ptr(qkv), cos_sin.as<float>(), table_rows.as<int32_t>(), slots.as<int32_t>(),
-                                     bf16_ptr(k_cache), bf16_ptr(v_cache), qkv.dim(0), rope_params.num_heads,
+                                     k_cache.data, v_cache.data, is_fp8(k_cache), qkv.dim(0), rope_params.num_heads,
                                      rope_params.num_kv_heads, rope_params.head_dim, rope_params.rotary_dim,
                                      rope_params.style == RopeStyle::Interleaved,
                                      k_cache.dim(0) * attention_params.block_size, stream_),
@@ -487,8 +494,8 @@ void CudaBackend::matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor
                                   k_cache, v_cache);
     return;
   }
-  check_rope_write_kv_args("cuda", "matmul_rope_write_kv", DType::BF16, qkv, cos_sin, table_rows, rope_params, slots,
-                           attention_params, k_cache, v_cache);
+  check_rope_write_kv_args("cuda", "matmul_rope_write_kv", DType::BF16, kv_cache_dtypes(), qkv, cos_sin, table_rows,
+                           rope_params, slots, attention_params, k_cache, v_cache);
   check_shape(w, {qkv.dim(1), k}, "matmul_rope_write_kv", "w");
   SF_CHECK(qkv.dim(0) == m, "cuda matmul_rope_write_kv: x has {} rows, qkv {}", m, qkv.dim(0));
   if (!bias.empty()) {
@@ -502,8 +509,9 @@ void CudaBackend::matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor
                              cos_sin.as<float>(),
                              table_rows.as<int32_t>(),
                              slots.as<int32_t>(),
-                             bf16_ptr(k_cache),
-                             bf16_ptr(v_cache),
+                             k_cache.data,
+                             v_cache.data,
+                             is_fp8(k_cache),
                              k,
                              k_cache.dim(0) * attention_params.block_size,
                              static_cast<int>(m),
@@ -518,12 +526,14 @@ void CudaBackend::matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor
 
 void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                             const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
-  const int64_t seqs = check_attention_args("cuda", DType::BF16, qkv, k_cache, v_cache, batch, params, out);
+  const int64_t seqs =
+      check_attention_args("cuda", DType::BF16, kv_cache_dtypes(), qkv, k_cache, v_cache, batch, params, out);
   const int heads = params.num_heads, kv_heads = params.num_kv_heads, head_dim = params.head_dim;
   SF_CHECK(head_dim <= kMaxHeadDim, "cuda attention: head_dim {} is above {}", head_dim, kMaxHeadDim);
   AttentionLaunch launch{bf16_ptr(qkv),
-                         bf16_ptr(k_cache),
-                         bf16_ptr(v_cache),
+                         k_cache.data,
+                         v_cache.data,
+                         is_fp8(k_cache),
                          batch.query_start.as<int32_t>(),
                          batch.context_lens.as<int32_t>(),
                          batch.block_tables.as<int32_t>(),

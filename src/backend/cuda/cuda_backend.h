@@ -1,6 +1,7 @@
-// backend/cuda/cuda_backend.h — the CUDA Backend on one GPU: BF16 activations and KV cache, fp32
-// accumulation everywhere, one stream, GEMMs through cuBLASLt (decode-sized ones, m <= 8, through
-// backend/cuda/gemv.cu), the rest in backend/cuda/kernels.cu.
+// backend/cuda/cuda_backend.h — the CUDA Backend on one GPU: BF16 activations, a BF16 or fp8 e4m3
+// KV cache (backend/cuda/kv_cache.cuh), fp32 accumulation everywhere, one stream, GEMMs through
+// cuBLASLt (decode-sized ones, m <= 8, through backend/cuda/gemv.cu), the rest in
+// backend/cuda/kernels.cu.
 //
 // Weights: upload() stores every float matrix (rank >= 2: weights, embedding and position
 // tables) as BF16, converting F32 and F16 on the host, so there is one GEMM path (bf16 x bf16,
@@ -31,6 +32,7 @@ class CudaBackend final : public Backend {
 
   std::string name() const override;
   DType activation_dtype() const override { return DType::BF16; }
+  std::span<const DType> kv_cache_dtypes() const override;
 
   DeviceBuffer allocate(DType dtype, Shape shape) override;
   DeviceBuffer upload(const Tensor& host) override;

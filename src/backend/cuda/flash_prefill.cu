@@ -4,8 +4,10 @@
 // through the block table with cp.async, two stages so the next tile loads during the math),
 // computes S = Q K^T and O += P V with mma.sync m16n8k16 (bf16 in, fp32 accumulate) and keeps an
 // online softmax per row in registers. Q fragments stay in registers for the whole key loop; P
-// goes from the S accumulators to A fragments without shared memory.
+// goes from the S accumulators to A fragments without shared memory. An fp8 (e4m3) cache's tiles
+// are staged in packed rows and widened (exactly) into one bf16 tile before the MMAs read it.
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/tensor_core.cuh"
 
 #include <cuda_bf16.h>
@@ -20,37 +22,50 @@ constexpr int kKeys = 64;     // keys per tile
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
-template <int D>
+// Shared memory: Q, for an e4m3 cache the widened bf16 K and V tile, then two stages of K and V.
+template <int D, typename Cache>
 struct Smem {
-  static constexpr int kStride = D + 8;  // bf16 per row: 16-byte pad, conflict-free ldmatrix
-  static constexpr size_t kBytes = sizeof(bf16_bits) * kStride * (kRows + 4 * kKeys);  // Q, 2 x (K, V)
+  static constexpr int kStride = D + 8;  // bf16 per MMA row: 16-byte pad, conflict-free ldmatrix
+  // bf16 tiles are staged in MMA rows; e4m3 ones in packed rows, widened into kTileElems.
+  static constexpr bool kWidened = sizeof(Cache) == 1;
+  static constexpr int kStageStride = kWidened ? D : kStride;   // elements per staged row
+  static constexpr int kStageElems = 2 * kKeys * kStageStride;  // K tile, then V tile
+  static constexpr int kTileElems = kWidened ? 2 * kKeys * kStride : 0;
+  static constexpr size_t kBytes =
+      sizeof(bf16_bits) * (kRows * kStride + kTileElems) + sizeof(Cache) * 2 * kStageElems;
 };
 
-// Loads key tile [k0, k0 + kKeys) of the sequence (zeros past key_end) into k_s / v_s.
-template <int D>
+// Loads key tile [k0, k0 + kKeys) of the sequence (zeros past key_end) into a stage: K rows, then V.
+template <int D, typename Cache>
 __device__ __forceinline__ void load_kv_tile(const AttentionLaunch& a, const int32_t* table, int kv_head, int k0,
-                                             int key_end, bf16_bits* k_s, bf16_bits* v_s) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+                                             int key_end, Cache* stage) {
+  constexpr int kPerCopy = 16 / sizeof(Cache);  // elements per 16-byte copy
+  constexpr int kCopies = D / kPerCopy;         // per row
+  constexpr int kStageStride = Smem<D, Cache>::kStageStride;
+  const Cache* k_cache = static_cast<const Cache*>(a.k_cache);
+  const Cache* v_cache = static_cast<const Cache*>(a.v_cache);
   const int64_t kv_dim = static_cast<int64_t>(a.kv_heads) * D;
-  for (int i = threadIdx.x; i < kKeys * kChunks; i += kThreads) {
-    const int j = i / kChunks, c = (i % kChunks) * 8, p = k0 + j;
+  for (int i = threadIdx.x; i < kKeys * kCopies; i += kThreads) {
+    const int j = i / kCopies, c = (i % kCopies) * kPerCopy, p = k0 + j;
     const bool valid = p < key_end;
     int64_t src = 0;
     if (valid) {
       const int64_t slot = static_cast<int64_t>(__ldg(table + p / a.block_size)) * a.block_size + p % a.block_size;
       src = slot * kv_dim + static_cast<int64_t>(kv_head) * D + c;
     }
-    cp_async16(k_s + j * Smem<D>::kStride + c, a.k_cache + src, valid ? 16 : 0);
-    cp_async16(v_s + j * Smem<D>::kStride + c, a.v_cache + src, valid ? 16 : 0);
+    cp_async16(stage + j * kStageStride + c, k_cache + src, valid ? 16 : 0);
+    cp_async16(stage + (kKeys + j) * kStageStride + c, v_cache + src, valid ? 16 : 0);
   }
 }
 
-template <int D>
+template <int D, typename Cache>
 __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch a, int tiles_per_seq, bool skip_single) {
+  using S = Smem<D, Cache>;
   extern __shared__ __align__(16) bf16_bits smem[];
-  constexpr int kStride = Smem<D>::kStride;
+  constexpr int kStride = S::kStride;
   bf16_bits* q_s = smem;
-  bf16_bits* kv_s = smem + kRows * kStride;  // stage s: K at kv_s + 2 s kKeys kStride, V after it
+  bf16_bits* widened = smem + kRows * kStride;                        // e4m3: K, V [kKeys, kStride]
+  Cache* stages = reinterpret_cast<Cache*>(widened + S::kTileElems);  // stage s at stages + s kStageElems
 
   const int s = blockIdx.x / tiles_per_seq, tile = blockIdx.x % tiles_per_seq;
   const int head = blockIdx.y, kv_head = head / (a.heads / a.kv_heads);
@@ -72,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
     const bf16_bits* src = a.qkv + (valid ? (q0 + t_begin + r) * width + static_cast<int64_t>(head) * D + c : 0);
     cp_async16(q_s + r * kStride + c, src, valid ? 16 : 0);
   }
-  load_kv_tile<D>(a, table, kv_head, key_begin, key_end, kv_s, kv_s + kKeys * kStride);
+  load_kv_tile<D, Cache>(a, table, kv_head, key_begin, key_end, stages);
   cp_async_commit();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -90,12 +105,8 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
   const int tiles = (key_end - key_begin + kKeys - 1) / kKeys;
   for (int t = 0; t < tiles; ++t) {
     const int k0 = key_begin + t * kKeys;
-    bf16_bits* k_s = kv_s + (t % 2) * 2 * kKeys * kStride;
-    bf16_bits* v_s = k_s + kKeys * kStride;
-    if (t + 1 < tiles) {
-      bf16_bits* next_k = kv_s + ((t + 1) % 2) * 2 * kKeys * kStride;
-      load_kv_tile<D>(a, table, kv_head, k0 + kKeys, key_end, next_k, next_k + kKeys * kStride);
-    }
+    if (t + 1 < tiles)
+      load_kv_tile<D, Cache>(a, table, kv_head, k0 + kKeys, key_end, stages + ((t + 1) % 2) * S::kStageElems);
     cp_async_commit();
     cp_async_wait<1>();  // everything but the tile just requested has landed
     __syncthreads();
@@ -104,6 +115,16 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
       for (int kc = 0; kc < D / 16; ++kc)
         ldmatrix_x4(q_frag[kc], q_s + (warp * 16 + lane % 16) * kStride + kc * 16 + (lane / 16) * 8);
     }
+    const Cache* staged = stages + (t % 2) * S::kStageElems;
+    const bf16_bits* k_s;
+    if constexpr (S::kWidened) {
+      widen_e4m3_rows<D, kStride, 2 * kKeys, kThreads>(staged, widened);
+      __syncthreads();
+      k_s = widened;
+    } else {
+      k_s = staged;
+    }
+    const bf16_bits* v_s = k_s + kKeys * kStride;
 
     // S = Q K^T for this warp's 16 rows and the tile's 64 keys: 8 n-tiles of 8 keys.
     float sc[kKeys / 8][4];
@@ -150,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
         mma_bf16(o[2 * dp + 1], p, b[2], b[3]);
       }
     }
-    __syncthreads();  // this stage is refilled two tiles later
+    __syncthreads();  // this stage is refilled two tiles later (the widened tile at the next one)
   }
 
   // Normalize and store the rows that exist.
@@ -169,17 +190,17 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
   }
 }
 
-template <int D>
+template <int D, typename Cache>
 cudaError_t launch_d(const AttentionLaunch& a, bool skip_single, cudaStream_t stream) {
   const int tiles_per_seq = (a.max_query_len + kRows - 1) / kRows;
-  const size_t smem = Smem<D>::kBytes;
+  const size_t smem = Smem<D, Cache>::kBytes;
   // More than the default 48 KB of shared memory; the attribute is per device, so set it on every
   // launch (about a microsecond, against a prompt chunk's milliseconds).
-  const cudaError_t opt_in =
-      cudaFuncSetAttribute(flash_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  const cudaError_t opt_in = cudaFuncSetAttribute(flash_prefill_kernel<D, Cache>,
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (opt_in != cudaSuccess) return opt_in;
   const dim3 grid(static_cast<unsigned>(a.seqs * tiles_per_seq), static_cast<unsigned>(a.heads));
-  flash_prefill_kernel<D><<<grid, kThreads, smem, stream>>>(a, tiles_per_seq, skip_single);
+  flash_prefill_kernel<D, Cache><<<grid, kThreads, smem, stream>>>(a, tiles_per_seq, skip_single);
   return cudaGetLastError();
 }
 
@@ -192,13 +213,16 @@ bool flash_prefill_supported(const AttentionLaunch& a) {
 }
 
 cudaError_t launch_flash_prefill(const AttentionLaunch& a, bool skip_single, cudaStream_t stream) {
-  switch (a.head_dim) {
-    case 64: return launch_d<64>(a, skip_single, stream);
-    case 80: return launch_d<80>(a, skip_single, stream);
-    case 96: return launch_d<96>(a, skip_single, stream);
-    case 128: return launch_d<128>(a, skip_single, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return with_kv_element(a.kv_fp8, [&](auto element) {
+    using Cache = decltype(element);
+    switch (a.head_dim) {
+      case 64: return launch_d<64, Cache>(a, skip_single, stream);
+      case 80: return launch_d<80, Cache>(a, skip_single, stream);
+      case 96: return launch_d<96, Cache>(a, skip_single, stream);
+      case 128: return launch_d<128, Cache>(a, skip_single, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  });
 }
 
 }  // namespace splitflow::cuda

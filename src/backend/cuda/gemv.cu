@@ -6,6 +6,7 @@
 // applies the MLP activation, so the up projection's product never goes to memory.
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/activation.cuh"
+#include "backend/cuda/kv_cache.cuh"
 
 #include <cuda_bf16.h>
 
@@ -163,7 +164,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // remaining ones (dims past rotary_dim of q and k heads, every v row). A pair is rotated from its
 // fp32 sums. Every task reads two rows so the blocks, all resident at once, load the SMs evenly
 // (one-row v tasks left a third of the SMs with a quarter more bytes than the others).
-template <int M, bool kNorm>
+template <int M, bool kNorm, typename Cache>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_qkv_rope_kernel(QkvRopeLaunch a) {
   const int64_t task = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -180,10 +181,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_qkv_rope_kernel(QkvR
     return static_cast<int64_t>(slot) * kv_dim + (row - q_dim) % kv_dim;
   };
   const auto store = [&](int64_t row, int r, float value) {
-    const __nv_bfloat16 rounded = __float2bfloat16(value);
-    reinterpret_cast<__nv_bfloat16*>(a.qkv)[r * width + row] = rounded;
+    const bf16_bits rounded = __bfloat16_as_ushort(__float2bfloat16(value));
+    a.qkv[r * width + row] = rounded;
     const int64_t at = cache_index(row, r);
-    if (at >= 0) reinterpret_cast<__nv_bfloat16*>(row < q_dim + kv_dim ? a.k_cache : a.v_cache)[at] = rounded;
+    if (at < 0) return;
+    store_kv(static_cast<Cache*>(row < q_dim + kv_dim ? a.k_cache : a.v_cache) + at, rounded);
   };
   if (task < pair_tasks) {
     const int64_t head = task / half, i = task % half;
@@ -229,13 +231,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_qkv_rope_kernel(QkvR
   }
 }
 
-template <int M, bool kNorm>
+template <int M, bool kNorm, typename Cache>
 cudaError_t launch_qkv_rope(const QkvRopeLaunch& a, cudaStream_t stream) {
   const int64_t rotated_heads = a.heads + a.kv_heads, half = a.rotary_dim / 2;
   const int64_t plain_rows = rotated_heads * (a.head_dim - 2 * half) + static_cast<int64_t>(a.kv_heads) * a.head_dim;
   const int64_t tasks = rotated_heads * half + (plain_rows + 1) / 2;
   const auto blocks = static_cast<unsigned>((tasks + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  gemv_qkv_rope_kernel<M, kNorm><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a);
+  gemv_qkv_rope_kernel<M, kNorm, Cache><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -297,9 +299,12 @@ cudaError_t launch_gemv_gated(const bf16_bits* x, const bf16_bits* w, const floa
 }
 
 cudaError_t launch_gemv_qkv_rope(const QkvRopeLaunch& a, cudaStream_t stream) {
-  return with_rows(a.m, [&](auto rows) {
-    constexpr int kRows = decltype(rows)::value;
-    return a.norm.on ? launch_qkv_rope<kRows, true>(a, stream) : launch_qkv_rope<kRows, false>(a, stream);
+  return with_kv_element(a.kv_fp8, [&](auto element) {
+    using Cache = decltype(element);
+    return with_rows(a.m, [&](auto rows) {
+      constexpr int kRows = decltype(rows)::value;
+      return a.norm.on ? launch_qkv_rope<kRows, true, Cache>(a, stream) : launch_qkv_rope<kRows, false, Cache>(a, stream);
+    });
   });
 }
 

@@ -1,10 +1,12 @@
-// backend/cuda/kernels.cu — the CUDA backend's own kernels: bf16 storage, fp32 math. A first,
+// backend/cuda/kernels.cu — the CUDA backend's own kernels: bf16 storage (the KV cache bf16 or
+// fp8 e4m3: kv_cache.cuh), fp32 math. A first,
 // correct version: one thread per element for the elementwise kernels, one block per row for
 // the norm (the row in registers), one block per (sequence, query head, tile of query rows, KV
 // partition) for attention, plus a combine kernel when the KV length is split.
 #include "backend/cuda/kernels.h"
 
 #include "backend/cuda/activation.cuh"
+#include "backend/cuda/kv_cache.cuh"
 
 #include "core/counter_hash.h"
 
@@ -238,8 +240,9 @@ __global__ void rope_kernel(bf16_bits* qkv, const float* cos_sin, const int32_t*
 // RoPE and the KV write in one launch: block (token, head) over the q heads, then the kv heads;
 // a thread per rotated pair and per pass-through dim. K heads are rotated in qkv and stored in
 // the cache; the block of kv head h also stores v head h.
+template <typename Cache>
 __global__ void rope_write_kv_kernel(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows,
-                                     const int32_t* slots, bf16_bits* k_cache, bf16_bits* v_cache, int heads,
+                                     const int32_t* slots, Cache* k_cache, Cache* v_cache, int heads,
                                      int kv_heads, int head_dim, int half, bool interleaved, int64_t capacity_slots) {
   const int64_t t = blockIdx.x;
   const int head = blockIdx.y;  // [0, heads): q heads; [heads, heads + kv_heads): kv heads
@@ -249,31 +252,33 @@ __global__ void rope_write_kv_kernel(bf16_bits* qkv, const float* cos_sin, const
   const int64_t slot = is_k ? slots[t] : -1;
   const bool to_cache = slot >= 0 && slot < capacity_slots;
   const int64_t kv_dim = static_cast<int64_t>(kv_heads) * head_dim;
-  bf16_bits* k_dst = to_cache ? k_cache + slot * kv_dim + static_cast<int64_t>(head - heads) * head_dim : nullptr;
+  Cache* k_dst = to_cache ? k_cache + slot * kv_dim + static_cast<int64_t>(head - heads) * head_dim : nullptr;
   const float* table = cos_sin + static_cast<int64_t>(table_rows[t]) * 2 * half;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const int i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
     const float c = table[i], s = table[half + i];
     const float x1 = load(row, i1), x2 = load(row, i2);
-    const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
-    store(row, i1, y1);
-    store(row, i2, y2);
+    const bf16_bits y1 = __bfloat16_as_ushort(__float2bfloat16(x1 * c - x2 * s));
+    const bf16_bits y2 = __bfloat16_as_ushort(__float2bfloat16(x2 * c + x1 * s));
+    row[i1] = y1;
+    row[i2] = y2;
     if (to_cache) {
-      store(k_dst, i1, y1);
-      store(k_dst, i2, y2);
+      store_kv(k_dst + i1, y1);
+      store_kv(k_dst + i2, y2);
     }
   }
   if (!to_cache) return;
-  for (int d = 2 * half + threadIdx.x; d < head_dim; d += blockDim.x) k_dst[d] = row[d];  // past rotary_dim
+  for (int d = 2 * half + threadIdx.x; d < head_dim; d += blockDim.x) store_kv(k_dst + d, row[d]);  // past rotary_dim
   const bf16_bits* v_src = row + kv_dim;
-  bf16_bits* v_dst = v_cache + slot * kv_dim + static_cast<int64_t>(head - heads) * head_dim;
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) v_dst[d] = v_src[d];
+  Cache* v_dst = v_cache + slot * kv_dim + static_cast<int64_t>(head - heads) * head_dim;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) store_kv(v_dst + d, v_src[d]);
 }
 
-// Grid (tokens, pieces of the row): each thread copies one unit of `unit` bf16 (8: one 16-byte
-// word, when rows and caches are 16-byte aligned; else 1) of the token's k and of its v heads, so
-// even one token spreads over several blocks.
-__global__ void write_kv_kernel(const bf16_bits* qkv, const int32_t* slots, bf16_bits* k_cache, bf16_bits* v_cache,
+// Grid (tokens, pieces of the row): each thread stores one unit of `unit` elements (8: one 16-byte
+// word of qkv, when rows and caches are aligned to their 8-element words; else 1) of the token's
+// k and of its v heads, so even one token spreads over several blocks.
+template <typename Cache>
+__global__ void write_kv_kernel(const bf16_bits* qkv, const int32_t* slots, Cache* k_cache, Cache* v_cache,
                                 int64_t width, int64_t q_dim, int64_t kv_dim, int64_t capacity_slots, int unit) {
   const int64_t t = blockIdx.x;
   const int64_t slot = slots[t];
@@ -282,11 +287,11 @@ __global__ void write_kv_kernel(const bf16_bits* qkv, const int32_t* slots, bf16
   if (i >= kv_dim) return;
   const bf16_bits* row = qkv + t * width;
   if (unit == 8) {
-    *reinterpret_cast<uint4*>(k_cache + slot * kv_dim + i) = *reinterpret_cast<const uint4*>(row + q_dim + i);
-    *reinterpret_cast<uint4*>(v_cache + slot * kv_dim + i) = *reinterpret_cast<const uint4*>(row + q_dim + kv_dim + i);
+    store_kv_word(k_cache + slot * kv_dim + i, *reinterpret_cast<const uint4*>(row + q_dim + i));
+    store_kv_word(v_cache + slot * kv_dim + i, *reinterpret_cast<const uint4*>(row + q_dim + kv_dim + i));
   } else {
-    k_cache[slot * kv_dim + i] = row[q_dim + i];
-    v_cache[slot * kv_dim + i] = row[q_dim + kv_dim + i];
+    store_kv(k_cache + slot * kv_dim + i, row[q_dim + i]);
+    store_kv(v_cache + slot * kv_dim + i, row[q_dim + kv_dim + i]);
   }
 }
 
@@ -309,8 +314,10 @@ size_t attention_smem_bytes(int head_dim) {
          sizeof(bf16_bits) * kKeyChunk * head_dim;
 }
 
-// vector_kv: head_dim % 8 == 0 and both caches 16-byte aligned, so a head row is whole 16-byte words.
+// vector_kv: head_dim % 8 == 0 and both caches aligned to 8-element words, so a head row is whole
+// words (KvWord). Cache elements are widened to bf16 on their way into shared memory.
 // partials: [tokens, heads, partitions] rows of (m, l, acc[head_dim]) floats.
+template <typename Cache>
 __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vector_kv, float* partials) {
   extern __shared__ __align__(16) float smem[];
   const int hd = a.head_dim, key_stride = hd + 2;  // +2 bf16: odd word stride, no bank conflicts
@@ -342,6 +349,8 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
   const int64_t width = static_cast<int64_t>(a.heads + 2 * a.kv_heads) * hd;
   const int64_t kv_dim = static_cast<int64_t>(a.kv_heads) * hd;
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.table_width;
+  const Cache* k_cache = static_cast<const Cache*>(a.k_cache);
+  const Cache* v_cache = static_cast<const Cache*>(a.v_cache);
 
   for (int i = threadIdx.x; i < t_count * hd; i += blockDim.x) {
     const int r = i / hd, d = i % hd;
@@ -355,10 +364,11 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
     __syncthreads();  // q loaded / the previous chunk fully read
     const int count = min(kKeyChunk, end_key - chunk0);
     if (vector_kv) {
-      // 16-byte loads, all issued before the first store: one memory latency per chunk instead of
+      // Word loads, all issued before the first store: one memory latency per chunk instead of
       // one per element (with one block per head at batch 1, that latency is the decode step's cost).
       const int vecs_per_row = hd / 8, vecs = count * vecs_per_row;
-      uint4 k_r[kVecsPerThread], v_r[kVecsPerThread];
+      using Word = typename KvWord<Cache>::type;
+      Word k_r[kVecsPerThread], v_r[kVecsPerThread];
 #pragma unroll
       for (int r = 0; r < kVecsPerThread; ++r) {
         const int i = threadIdx.x + r * kQueryTile * 32;
@@ -366,8 +376,8 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
         const int j = i / vecs_per_row, d = (i % vecs_per_row) * 8, p = chunk0 + j;
         const int64_t slot = static_cast<int64_t>(__ldg(table + p / a.block_size)) * a.block_size + p % a.block_size;
         const int64_t src = slot * kv_dim + static_cast<int64_t>(kv_head) * hd + d;
-        k_r[r] = __ldg(reinterpret_cast<const uint4*>(a.k_cache + src));
-        v_r[r] = __ldg(reinterpret_cast<const uint4*>(a.v_cache + src));
+        k_r[r] = __ldg(reinterpret_cast<const Word*>(k_cache + src));
+        v_r[r] = __ldg(reinterpret_cast<const Word*>(v_cache + src));
       }
 #pragma unroll
       for (int r = 0; r < kVecsPerThread; ++r) {
@@ -375,20 +385,21 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
         if (i >= vecs) continue;
         const int j = i / vecs_per_row, d = (i % vecs_per_row) * 8;
         // k rows have an odd word stride (hd + 2 bf16): 4-byte stores; v rows are 16-byte aligned.
+        const uint4 k_bf16 = widen_kv_word(k_r[r]);
         uint32_t* k_dst = reinterpret_cast<uint32_t*>(k_s + j * key_stride + d);
-        k_dst[0] = k_r[r].x;
-        k_dst[1] = k_r[r].y;
-        k_dst[2] = k_r[r].z;
-        k_dst[3] = k_r[r].w;
-        *reinterpret_cast<uint4*>(v_s + j * hd + d) = v_r[r];
+        k_dst[0] = k_bf16.x;
+        k_dst[1] = k_bf16.y;
+        k_dst[2] = k_bf16.z;
+        k_dst[3] = k_bf16.w;
+        *reinterpret_cast<uint4*>(v_s + j * hd + d) = widen_kv_word(v_r[r]);
       }
     } else {
       for (int i = threadIdx.x; i < count * hd; i += blockDim.x) {
         const int j = i / hd, d = i % hd, p = chunk0 + j;
         const int64_t slot = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
         const int64_t src = slot * kv_dim + static_cast<int64_t>(kv_head) * hd + d;
-        k_s[j * key_stride + d] = a.k_cache[src];
-        v_s[j * hd + d] = a.v_cache[src];
+        k_s[j * key_stride + d] = kv_to_bf16(k_cache[src]);
+        v_s[j * hd + d] = kv_to_bf16(v_cache[src]);
       }
     }
     __syncthreads();
@@ -576,32 +587,41 @@ cudaError_t launch_rope(bf16_bits* qkv, const float* cos_sin, const int32_t* tab
 }
 
 cudaError_t launch_rope_write_kv(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows, const int32_t* slots,
-                                 bf16_bits* k_cache, bf16_bits* v_cache, int64_t tokens, int heads, int kv_heads,
+                                 void* k_cache, void* v_cache, bool kv_fp8, int64_t tokens, int heads, int kv_heads,
                                  int head_dim, int rotary_dim, bool interleaved, int64_t capacity_slots,
                                  cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
   const int threads = std::max(32, std::min(256, (head_dim / 2 + 31) / 32 * 32));
-  rope_write_kv_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads + kv_heads)), threads, 0, stream>>>(
-      qkv, cos_sin, table_rows, slots, k_cache, v_cache, heads, kv_heads, head_dim, rotary_dim / 2, interleaved,
-      capacity_slots);
-  return cudaGetLastError();
+  return with_kv_element(kv_fp8, [&](auto element) {
+    using Cache = decltype(element);
+    rope_write_kv_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads + kv_heads)), threads, 0,
+                           stream>>>(qkv, cos_sin, table_rows, slots, static_cast<Cache*>(k_cache),
+                                     static_cast<Cache*>(v_cache), heads, kv_heads, head_dim, rotary_dim / 2,
+                                     interleaved, capacity_slots);
+    return cudaGetLastError();
+  });
 }
 
-cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, bf16_bits* k_cache, bf16_bits* v_cache,
+cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, void* k_cache, void* v_cache, bool kv_fp8,
                             int64_t tokens, int heads, int kv_heads, int head_dim, int64_t capacity_slots,
                             cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
   const int64_t q_dim = static_cast<int64_t>(heads) * head_dim, kv_dim = static_cast<int64_t>(kv_heads) * head_dim;
+  const uintptr_t cache_word_bytes = kv_fp8 ? 8 : 16;  // 8 elements
   const int unit = kv_dim % 8 == 0 && q_dim % 8 == 0 && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 &&
-                           reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
-                           reinterpret_cast<uintptr_t>(v_cache) % 16 == 0
+                           reinterpret_cast<uintptr_t>(k_cache) % cache_word_bytes == 0 &&
+                           reinterpret_cast<uintptr_t>(v_cache) % cache_word_bytes == 0
                        ? 8
                        : 1;
   constexpr int kCopyThreads = 128;
   const int64_t pieces = (kv_dim / unit + kCopyThreads - 1) / kCopyThreads;
-  write_kv_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(pieces)), kCopyThreads, 0, stream>>>(qkv,
-      slots, k_cache, v_cache, q_dim + 2 * kv_dim, q_dim, kv_dim, capacity_slots, unit);
-  return cudaGetLastError();
+  return with_kv_element(kv_fp8, [&](auto element) {
+    using Cache = decltype(element);
+    write_kv_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(pieces)), kCopyThreads, 0, stream>>>(
+        qkv, slots, static_cast<Cache*>(k_cache), static_cast<Cache*>(v_cache), q_dim + 2 * kv_dim, q_dim, kv_dim,
+        capacity_slots, unit);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
@@ -632,12 +652,15 @@ cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   }
   const dim3 grid(static_cast<unsigned>(a.seqs * tiles_per_seq), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(partitions));
-  const bool vector_kv = a.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0;
+  const uintptr_t cache_word_bytes = a.kv_fp8 ? 8 : 16;  // 8 elements
+  const bool vector_kv = a.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(a.k_cache) % cache_word_bytes == 0 &&
+                         reinterpret_cast<uintptr_t>(a.v_cache) % cache_word_bytes == 0;
   float* partials = partitions > 1 ? a.partials : nullptr;
-  attention_kernel<<<grid, kQueryTile * 32, attention_smem_bytes(a.head_dim), stream>>>(a, tiles_per_seq, vector_kv,
-      partials);
-  const cudaError_t err = cudaGetLastError();
+  const cudaError_t err = with_kv_element(a.kv_fp8, [&](auto element) {
+    attention_kernel<decltype(element)><<<grid, kQueryTile * 32, attention_smem_bytes(a.head_dim), stream>>>(
+        a, tiles_per_seq, vector_kv, partials);
+    return cudaGetLastError();
+  });
   if (err != cudaSuccess || partitions == 1) return err;
   attention_combine_kernel<<<dim3(static_cast<unsigned>(a.tokens), static_cast<unsigned>(a.heads)), 128, 0, stream>>>(
       partials, partitions, a.heads, a.head_dim, a.out);

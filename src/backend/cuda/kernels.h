@@ -1,8 +1,9 @@
 // backend/cuda/kernels.h — launchers for the CUDA backend's own kernels (backend/cuda/kernels.cu).
 // Plain pointers and sizes only: the kernels compile as C++17 under nvcc, the CudaBackend class
-// (cuda_backend.cpp, C++20) checks shapes and dtypes and calls these. Activations and the KV
-// cache are bf16 (uint16_t bits), norms, biases and RoPE tables f32; all math accumulates in
-// fp32. Every launcher enqueues on `stream` and returns the launch error (cudaSuccess when fine).
+// (cuda_backend.cpp, C++20) checks shapes and dtypes and calls these. Activations are bf16
+// (uint16_t bits), norms, biases and RoPE tables f32; all math accumulates in fp32. The KV cache
+// is bf16, or fp8 e4m3 where a launch says kv_fp8 (backend/cuda/kv_cache.cuh). Every launcher
+// enqueues on `stream` and returns the launch error (cudaSuccess when fine).
 #pragma once
 
 #include "backend/sampling_rule.h"
@@ -62,8 +63,8 @@ cudaError_t launch_gemv_gated(const bf16_bits* x, const bf16_bits* w, const floa
 // The QKV projection of m <= kMaxGemvRows tokens with RoPE and the KV write in its epilogue:
 // qkv = x w^T + bias, q and k heads rotated (cos_sin [rows, 2, rotary_dim / 2] at table_rows[r]),
 // k and v heads also stored at slots[r] (negative or >= capacity_slots: skipped). One rounding to
-// bf16 after the rotation; x normalized first when norm.on. Same
-// requirements on x and w as launch_gemv.
+// bf16 after the rotation; the cache stores that bf16 value; x normalized first when norm.on.
+// Same requirements on x and w as launch_gemv.
 struct QkvRopeLaunch {
   const bf16_bits* x;
   const bf16_bits* w;
@@ -72,8 +73,9 @@ struct QkvRopeLaunch {
   const float* cos_sin;
   const int32_t* table_rows;
   const int32_t* slots;
-  bf16_bits* k_cache;
-  bf16_bits* v_cache;
+  void* k_cache;  // bf16, or e4m3 with kv_fp8
+  void* v_cache;
+  bool kv_fp8;
   int64_t k;
   int64_t capacity_slots;
   int m, heads, kv_heads, head_dim, rotary_dim;
@@ -98,20 +100,21 @@ cudaError_t launch_rope(bf16_bits* qkv, const float* cos_sin, const int32_t* tab
 
 // launch_rope then launch_write_kv in one launch (the same results).
 cudaError_t launch_rope_write_kv(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows, const int32_t* slots,
-                                 bf16_bits* k_cache, bf16_bits* v_cache, int64_t tokens, int heads, int kv_heads,
+                                 void* k_cache, void* v_cache, bool kv_fp8, int64_t tokens, int heads, int kv_heads,
                                  int head_dim, int rotary_dim, bool interleaved, int64_t capacity_slots,
                                  cudaStream_t stream);
 
 // k/v heads of qkv -> caches at slots[t] (negative: skipped; >= capacity_slots: skipped, the
-// runner validates slots on the host).
-cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, bf16_bits* k_cache, bf16_bits* v_cache,
+// runner validates slots on the host); the caches are bf16, or e4m3 with kv_fp8.
+cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, void* k_cache, void* v_cache, bool kv_fp8,
                             int64_t tokens, int heads, int kv_heads, int head_dim, int64_t capacity_slots,
                             cudaStream_t stream);
 
 struct AttentionLaunch {
   const bf16_bits* qkv;          // [tokens, (heads + 2 kv_heads) * head_dim]
-  const bf16_bits* k_cache;      // [blocks, block_size, kv_heads, head_dim]
-  const bf16_bits* v_cache;
+  const void* k_cache;           // [blocks, block_size, kv_heads, head_dim], bf16 or (kv_fp8) e4m3
+  const void* v_cache;
+  bool kv_fp8;
   const int32_t* query_start;    // [seqs + 1]
   const int32_t* context_lens;   // [seqs]
   const int32_t* block_tables;   // [seqs, table_width]
