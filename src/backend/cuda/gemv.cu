@@ -303,7 +303,8 @@ cudaError_t launch_gemv_qkv_rope(const QkvRopeLaunch& a, cudaStream_t stream) {
     using Cache = decltype(element);
     return with_rows(a.m, [&](auto rows) {
       constexpr int kRows = decltype(rows)::value;
-      return a.norm.on ? launch_qkv_rope<kRows, true, Cache>(a, stream) : launch_qkv_rope<kRows, false, Cache>(a, stream);
+      return a.norm.on ? launch_qkv_rope<kRows, true, Cache>(a, stream)
+                       : launch_qkv_rope<kRows, false, Cache>(a, stream);
     });
   });
 }
