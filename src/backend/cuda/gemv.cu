@@ -31,39 +31,33 @@ __device__ __forceinline__ float2 bf16x2_to_float2(uint32_t bits) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
 }
 
+// The 8 bf16 values of a 16-byte word, in order.
+__device__ __forceinline__ void unpack_word(const uint4& word, float (&out)[8]) {
+  const uint32_t halves[4] = {word.x, word.y, word.z, word.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 pair = bf16x2_to_float2(halves[i]);
+    out[2 * i] = pair.x;
+    out[2 * i + 1] = pair.y;
+  }
+}
+
 // acc[r] += dot(8 weights in w, 8 values of x row r at column word `word`); with kSquares also
 // squares[r] += the 8 values' squares (for the row's RMS).
 template <int M, bool kSquares>
 __device__ __forceinline__ void fma_word(float (&acc)[M], float (&squares)[M], const uint4& w, const bf16_bits* x,
                                          int64_t k, int64_t word) {
-  const float2 w0 = bf16x2_to_float2(w.x), w1 = bf16x2_to_float2(w.y), w2 = bf16x2_to_float2(w.z),
-               w3 = bf16x2_to_float2(w.w);
+  float wf[8];
+  unpack_word(w, wf);
 #pragma unroll
   for (int r = 0; r < M; ++r) {
-    const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + r * k) + word);
-    const float2 x0 = bf16x2_to_float2(xv.x), x1 = bf16x2_to_float2(xv.y), x2 = bf16x2_to_float2(xv.z),
-                 x3 = bf16x2_to_float2(xv.w);
-    float a = acc[r];
-    a = fmaf(w0.x, x0.x, a);
-    a = fmaf(w0.y, x0.y, a);
-    a = fmaf(w1.x, x1.x, a);
-    a = fmaf(w1.y, x1.y, a);
-    a = fmaf(w2.x, x2.x, a);
-    a = fmaf(w2.y, x2.y, a);
-    a = fmaf(w3.x, x3.x, a);
-    a = fmaf(w3.y, x3.y, a);
-    acc[r] = a;
+    float xf[8];
+    unpack_word(__ldg(reinterpret_cast<const uint4*>(x + r * k) + word), xf);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[r] = fmaf(wf[i], xf[i], acc[r]);
     if constexpr (kSquares) {
-      float q = squares[r];
-      q = fmaf(x0.x, x0.x, q);
-      q = fmaf(x0.y, x0.y, q);
-      q = fmaf(x1.x, x1.x, q);
-      q = fmaf(x1.y, x1.y, q);
-      q = fmaf(x2.x, x2.x, q);
-      q = fmaf(x2.y, x2.y, q);
-      q = fmaf(x3.x, x3.x, q);
-      q = fmaf(x3.y, x3.y, q);
-      squares[r] = q;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) squares[r] = fmaf(xf[i], xf[i], squares[r]);
     }
   }
 }
