@@ -183,14 +183,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLau
       for (int kc = 0; kc < D / 16; ++kc) ldmatrix_x4(q_frag[kc], q_s + (lane % 16) * kStride + kc * 16 + (lane / 16) * 8);
     }
     const Cache* staged = stages + (t % kStages) * L::kStageElems;
-    const bf16_bits* k_s;
-    if constexpr (L::kWidened) {
-      widen_e4m3_rows<D, kStride, 2 * kTileKeys, kThreads>(staged, widened);
-      __syncthreads();
-      k_s = widened;
-    } else {
-      k_s = staged;
-    }
+    const bf16_bits* k_s = tile_rows_bf16<D, kStride, 2 * kTileKeys, kThreads>(staged, widened);
     const bf16_bits* v_s = k_s + kTileKeys * kStride;
 
     // S for the warp's 16 keys: two n-tiles of 8.

@@ -116,14 +116,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
         ldmatrix_x4(q_frag[kc], q_s + (warp * 16 + lane % 16) * kStride + kc * 16 + (lane / 16) * 8);
     }
     const Cache* staged = stages + (t % 2) * S::kStageElems;
-    const bf16_bits* k_s;
-    if constexpr (S::kWidened) {
-      widen_e4m3_rows<D, kStride, 2 * kKeys, kThreads>(staged, widened);
-      __syncthreads();
-      k_s = widened;
-    } else {
-      k_s = staged;
-    }
+    const bf16_bits* k_s = tile_rows_bf16<D, kStride, 2 * kKeys, kThreads>(staged, widened);
     const bf16_bits* v_s = k_s + kKeys * kStride;
 
     // S = Q K^T for this warp's 16 rows and the tile's 64 keys: 8 n-tiles of 8 keys.

@@ -90,4 +90,17 @@ __device__ __forceinline__ void widen_e4m3_rows(const e4m3_bits* staged, bf16_bi
   }
 }
 
+// A staged K/V tile as the bf16 rows the MMAs read: a bf16 stage as it is; an e4m3 one widened
+// into `widened` (followed by the barrier that publishes it).
+template <int RowElems, int Stride, int Rows, int Threads>
+__device__ __forceinline__ const bf16_bits* tile_rows_bf16(const bf16_bits* staged, bf16_bits* /*widened*/) {
+  return staged;
+}
+template <int RowElems, int Stride, int Rows, int Threads>
+__device__ __forceinline__ const bf16_bits* tile_rows_bf16(const e4m3_bits* staged, bf16_bits* widened) {
+  widen_e4m3_rows<RowElems, Stride, Rows, Threads>(staged, widened);
+  __syncthreads();
+  return widened;
+}
+
 }  // namespace splitflow::cuda
