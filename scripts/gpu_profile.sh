@@ -3,7 +3,8 @@
 # splitflow like scripts/gpu_bench.sh, then runs `bench latency` under Nsight Compute with only
 # the decode steps collected (bench latency marks them with Backend::profile_region) and prints
 # the kernels by total time: name and grid, launches, mean and total µs, share of the profiled time.
-# Each case in $CASES is config:batch:input_len (default llama-3-8b:1:512 llama-3-8b:64:512);
+# Each case in $CASES is config:batch:input_len[:kv_cache_dtype] (default llama-3-8b:1:512
+# llama-3-8b:64:512; the cache dtype defaults to auto);
 # $STEPS decode steps are collected per case (default 2). ncu times each kernel alone (serialized,
 # caches flushed between launches: --cache-control all), so the total is above the graph replay's
 # step time; the shares are what to read.
@@ -28,13 +29,14 @@ echo "configure + build: $((SECONDS - start)) s"
 
 rc=0
 for c in $cases; do
-  IFS=: read -r config batch input_len <<<"$c"
-  name=$config-b$batch-in$input_len
+  IFS=: read -r config batch input_len kv_dtype <<<"$c"
+  kv_dtype=${kv_dtype:-auto}
+  name=$config-b$batch-in$input_len-kv$kv_dtype
   echo "=== $name: $steps decode steps ==="
   # The output length leaves one warm-up step (recording the graph) before the collected ones.
   "$ncu" --profile-from-start off --clock-control none --cache-control all --metrics gpu__time_duration.sum \
     --csv --page raw "$build/splitflow" bench latency --backend cuda --dummy-weights \
-    --config "bench/configs/$config.json" --batch "$batch" --input-len "$input_len" --output-len $((steps + 1)) \
+    --config "bench/configs/$config.json" --batch "$batch" --input-len "$input_len" --output-len $((steps + 1)) --kv-cache-dtype "$kv_dtype" \
     --results-dir "$logs/results" >"$logs/$name.csv" 2>"$logs/$name.err" || { rc=1; tail -5 "$logs/$name.err"; continue; }
   python3 - "$logs/$name.csv" <<'PY'
 import csv, sys, collections
