@@ -46,7 +46,7 @@ cols = rows[head]
 name_col, time_col = cols.index("Kernel Name"), cols.index("gpu__time_duration.sum")
 grid_col = cols.index("Grid Size") if "Grid Size" in cols else None
 unit = rows[head + 1][time_col]
-scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit, 1.0)
+scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(unit, 1.0)
 total, count = collections.Counter(), collections.Counter()
 for r in rows[head + 2:]:
     if len(r) <= time_col: continue
