@@ -259,11 +259,8 @@ class Backend {
 
   // Paged causal attention of the batch's new tokens (q heads of qkv) over each sequence's cached
   // keys and values (the new tokens' k/v must already be written). out [T, num_heads * head_dim].
-  // next_weight (may be empty) is the matrix the step after attention reads: decode attention at
-  // small batches leaves memory bandwidth idle, and a backend may stage it in a cache meanwhile.
   virtual void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
-                         const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out,
-                         const DeviceTensor& next_weight) = 0;
+                         const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) = 0;
 
   // gated: out[t, j] = act(x[t, j]) * x[t, I + j] with x [T, 2I] (gate columns, then up columns);
   // else out = act(x) with x [T, I]. out [T, I]. GELU is the erf form; GELUTanh the tanh form.

@@ -445,8 +445,7 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
                              spec_.attention.head_dim};
   const DeviceTensor k_cache = k_cache_.view().rows(layer, 1).reshape(cache_shape);
   const DeviceTensor v_cache = v_cache_.view().rows(layer, 1).reshape(cache_shape);
-  for (size_t i = 0; i < plan_.steps.size(); ++i) {
-    const PlanStep& step = plan_.steps[i];
+  for (const PlanStep& step : plan_.steps) {
     const DeviceTensor input = slot_rows(step.input, tokens);
     const DeviceTensor output = slot_rows(step.output, tokens);
     switch (step.kind) {
@@ -471,14 +470,9 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
       case StepKind::WriteKv:
         backend_.write_kv(input, step_view(kSlots, tokens), attention_params_, k_cache, v_cache);
         break;
-      case StepKind::Attention: {
-        // The next step's matrix, which the backend may stage in a cache while attention runs.
-        const bool next_has_weight = i + 1 < plan_.steps.size() && plan_.steps[i + 1].weight != LayerWeight::None;
-        const DeviceTensor next_weight =
-            next_has_weight ? layer_weight(weights, plan_.steps[i + 1].weight).first->view() : DeviceTensor{};
-        backend_.attention(input, k_cache, v_cache, attention_batch_, attention_params_, output, next_weight);
+      case StepKind::Attention:
+        backend_.attention(input, k_cache, v_cache, attention_batch_, attention_params_, output);
         break;
-      }
       case StepKind::LinearActivation: {
         const auto [w, b] = layer_weight(weights, step.weight);
         backend_.matmul_activation(input_norm(weights, step, tokens), input, w->view(), b->view(),

@@ -97,7 +97,7 @@ void run_case(Backend& backend, const AttentionCase& c, uint64_t seed, DType cac
     batch.max_context_len = std::max(batch.max_context_len, context_lens[s]);
   }
   const AttentionParams params{c.heads, c.kv_heads, c.head_dim, c.block_size, scale, c.window};
-  backend.attention(d_qkv.view(), d_k.view(), d_v.view(), batch, params, d_out.view(), {});
+  backend.attention(d_qkv.view(), d_k.view(), d_v.view(), batch, params, d_out.view());
   const std::vector<float> got = to_host(backend, d_out.view());
   if (output != nullptr) *output = got;
 
@@ -198,11 +198,11 @@ TEST_F(PagedAttention, RejectsBlockOutsideCache) {
   DeviceBuffer out = backend->allocate(DType::F32, {2, 2});
   const AttentionParams params{2, 1, 1, 2, 1.0f, 0};
   EXPECT_THROW(backend->attention(d_qkv.view(), cache.view(), cache.view(), {qs.view(), cl.view(), bt.view(), 2, 3},
-                                  params, out.view(), {}),
+                                  params, out.view()),
                Error);
   DeviceBuffer short_table = to_device(*backend, std::vector<int32_t>{1}, {1, 1});  // 3 tokens need 2 blocks
   EXPECT_THROW(backend->attention(d_qkv.view(), cache.view(), cache.view(),
-                                  {qs.view(), cl.view(), short_table.view(), 2, 3}, params, out.view(), {}),
+                                  {qs.view(), cl.view(), short_table.view(), 2, 3}, params, out.view()),
                Error);
 }
 

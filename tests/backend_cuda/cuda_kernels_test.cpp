@@ -551,7 +551,6 @@ struct AttentionCase {
   int heads, kv_heads, head_dim, block_size, sliding_window;
   std::vector<int> new_tokens, context_lens;
   int max_context_hint = 0;  // > 0: the launch's max_context_len (an upper bound, as a recorded decode passes)
-  int64_t next_weight_elems = 0;  // > 0: attention is told of a next matrix (bf16, its start 2 bytes past 16-byte alignment)
 };
 
 void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase& c, DType cache_dtype = DType::BF16) {
@@ -589,11 +588,10 @@ void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase
   poison_bf16(backend, out.view());
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const AttentionParams params{c.heads, c.kv_heads, c.head_dim, c.block_size, scale, c.sliding_window};
-  DeviceBuffer next_weight = backend.allocate(DType::BF16, {c.next_weight_elems + 1});
   backend.attention(d_qkv.view(), d_k.view(), d_v.view(),
                     {d_start.view(), d_lens.view(), d_tables.view(), max_query,
                      c.max_context_hint > 0 ? c.max_context_hint : max_context},
-                    params, out.view(), c.next_weight_elems > 0 ? next_weight.view().rows(1, c.next_weight_elems) : DeviceTensor{});
+                    params, out.view());
 
   std::vector<double> ref(tokens * q_dim);
   const int group = c.heads / c.kv_heads;
@@ -689,18 +687,6 @@ TEST_F(CudaKernels, AttentionSplitKvWithContextBound) {
   check_attention(*backend, rng, {4, 1, 64, 16, 300, {1, 1}, {2000, 40}, 4096});
 }
 
-// Decode launches told of the next matrix stage it in L2 (a hint: the output must not change):
-// a 7B-sized o projection beside a short context, one larger than L2, a context whose K/V leaves
-// no room (64 MB of bf16 K/V), odd sizes and an unaligned start; bf16 and fp8 caches.
-TEST_F(CudaKernels, AttentionDecodeStagingTheNextWeight) {
-  for (const DType cache : {DType::BF16, DType::F8E4M3}) {
-    check_attention(*backend, rng, {32, 32, 128, 16, 0, {1}, {576}, 4096, 4096 * 4096 + 3}, cache);
-    check_attention(*backend, rng, {32, 8, 128, 16, 0, {1, 1, 1}, {40, 700, 1}, 0, 48'000'001}, cache);
-    check_attention(*backend, rng, {8, 8, 128, 16, 0, {1}, {16'400}, 0, 1'000'003}, cache);
-    check_attention(*backend, rng, {8, 2, 64, 7, 0, {1, 1}, {5, 300}, 0, 5}, cache);
-  }
-}
-
 // The same kernels over fp8 e4m3 caches (attention_decode.cu and flash_prefill.cu stage the bytes
 // and widen them to bf16 in shared memory, kernels.cu's split-KV kernel as it loads them).
 // Decode: head_dim 64/80/96/128 on the tensor-core kernel (256 the split-KV one), GQA groups 1 to
@@ -792,7 +778,7 @@ TEST_F(CudaKernels, AttentionRejectsHeadDimPastLimit) {
   const AttentionParams params{1, 1, 512, 4, 1.0f, 0};
   EXPECT_THROW(backend->attention(qkv.view(), k.view(), k.view(),
                                   {i.view(), i.view().rows(0, 1), i.view().rows(0, 1).reshape({1, 1}), 1, 1}, params,
-                                  out.view(), {}),
+                                  out.view()),
                Error);
 }
 TEST_F(CudaKernels, AttentionRejectsContextBelowQueryLength) {
@@ -801,7 +787,7 @@ TEST_F(CudaKernels, AttentionRejectsContextBelowQueryLength) {
   const AttentionParams params{1, 1, 8, 4, 1.0f, 0};
   EXPECT_THROW(backend->attention(qkv.view(), k.view(), k.view(),
                                   {i.view(), i.view().rows(0, 1), i.view().rows(0, 1).reshape({1, 1}), 2, 1}, params,
-                                  out.view(), {}),
+                                  out.view()),
                Error);
 }
 

@@ -64,9 +64,8 @@ class FoldingCpuBackend final : public Backend {
     cpu_->write_kv(qkv, slots, params, k_cache, v_cache);
   }
   void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
-                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out,
-                 const DeviceTensor& next_weight) override {
-    cpu_->attention(qkv, k_cache, v_cache, batch, params, out, next_weight);
+                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override {
+    cpu_->attention(qkv, k_cache, v_cache, batch, params, out);
   }
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override {
     cpu_->activation(x, act, gated, out);

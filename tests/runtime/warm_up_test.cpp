@@ -78,9 +78,8 @@ class RecordingCpuBackend final : public Backend {
     });
   }
   void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
-                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out,
-                 const DeviceTensor& next_weight) override {
-    run([=, cpu = cpu_.get()] { cpu->attention(qkv, k_cache, v_cache, batch, params, out, next_weight); });
+                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override {
+    run([=, cpu = cpu_.get()] { cpu->attention(qkv, k_cache, v_cache, batch, params, out); });
   }
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override {
     run([=, cpu = cpu_.get()] { cpu->activation(x, act, gated, out); });

@@ -90,8 +90,7 @@ void block_scores(const float* q, float scale, const float* keys_t, int64_t padd
 }  // namespace
 
 void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
-                           const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out,
-                           const DeviceTensor& /*next_weight*/) {
+                           const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
   const int64_t seqs = check_attention_args("cpu", DType::F32, kv_cache_dtypes(), qkv, k_cache, v_cache, batch, params,
                                             out);
   const int heads = params.num_heads, kv_heads = params.num_kv_heads, head_dim = params.head_dim;

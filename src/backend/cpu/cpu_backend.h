@@ -36,8 +36,7 @@ class CpuBackend final : public Backend {
   void write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
                 const DeviceTensor& k_cache, const DeviceTensor& v_cache) override;
   void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
-                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out,
-                 const DeviceTensor& next_weight) override;
+                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override;
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override;
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
   void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override;

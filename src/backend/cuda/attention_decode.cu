@@ -112,29 +112,6 @@ __device__ void merge_partitions(const AttentionLaunch& a, const float* partials
   }
 }
 
-// Stages the next kernel's matrix (a.next_weight) in L2 while this kernel runs: at a few sequences
-// decode attention is latency-bound and DRAM mostly idle, and the matrix (the o projection) then
-// streams from L2. Only what fits beside this launch's K/V reads is staged, so a long context
-// stages less or nothing. Each thread of the grid issues its share of 4 KB bulk prefetches
-// (sm_90 cp.async.bulk.prefetch.L2: a hint, nothing to wait for).
-template <int D, typename Cache>
-__device__ __forceinline__ void prefetch_next_weight(const AttentionLaunch& a) {
-  constexpr int64_t kChunk = 4096;
-  int64_t kv_bytes = 0;
-  for (int s = 0; s < a.seqs; ++s) kv_bytes += __ldg(a.context_lens + s);
-  kv_bytes *= int64_t{2} * a.kv_heads * D * sizeof(Cache);
-  const auto first = (reinterpret_cast<uintptr_t>(a.next_weight) + 15) & ~uintptr_t{15};
-  const int64_t room = min(a.next_weight_bytes - static_cast<int64_t>(first - reinterpret_cast<uintptr_t>(a.next_weight)),
-                           a.l2_bytes - kv_bytes) & ~int64_t{15};
-  const int64_t thread = (int64_t{blockIdx.z} * gridDim.y + blockIdx.y) * gridDim.x * kThreads +
-                         int64_t{blockIdx.x} * kThreads + threadIdx.x;
-  const int64_t threads = int64_t{gridDim.x} * gridDim.y * gridDim.z * kThreads;
-  for (int64_t offset = thread * kChunk; offset < room; offset += threads * kChunk) {
-    const auto bytes = static_cast<uint32_t>(min(kChunk, room - offset));
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first + offset), "r"(bytes) : "memory");
-  }
-}
-
 template <int D, typename Cache>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLaunch a, float* partials) {
   using L = Layout<D, Cache>;
@@ -148,7 +125,6 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionLau
   bf16_bits* widened = reinterpret_cast<bf16_bits*>(scratch);            // e4m3: K, V [kTileKeys, kStride]
   Cache* stages = reinterpret_cast<Cache*>(scratch + sizeof(bf16_bits) * L::kTileElems);  // kStages x (K, V)
 
-  if (a.next_weight != nullptr) prefetch_next_weight<D, Cache>(a);
   const int s = blockIdx.x, kv_head = blockIdx.y;
   const int group_size = a.heads / a.kv_heads, head0 = kv_head * group_size;
   const int q_row = a.query_start[s];

@@ -525,16 +525,11 @@ void CudaBackend::matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor
 }
 
 void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
-                            const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out,
-                            const DeviceTensor& next_weight) {
+                            const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
   const int64_t seqs =
       check_attention_args("cuda", DType::BF16, kv_cache_dtypes(), qkv, k_cache, v_cache, batch, params, out);
   const int heads = params.num_heads, kv_heads = params.num_kv_heads, head_dim = params.head_dim;
   SF_CHECK(head_dim <= kMaxHeadDim, "cuda attention: head_dim {} is above {}", head_dim, kMaxHeadDim);
-  // Decode steps of a few sequences read little K/V and leave DRAM mostly idle: worth staging the
-  // next matrix in L2 then (at larger batches the K/V stream would evict it before its use).
-  constexpr int64_t kPrefetchMaxSeqs = 8;
-  const bool prefetch = batch.max_query_len == 1 && seqs <= kPrefetchMaxSeqs && !next_weight.empty();
   AttentionLaunch launch{bf16_ptr(qkv),
                          k_cache.data,
                          v_cache.data,
@@ -557,10 +552,7 @@ void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache
                          sm_count_,
                          attention_partials_,
                          attention_partials_floats(sm_count_),
-                         partition_counters_,
-                         prefetch ? next_weight.data : nullptr,
-                         prefetch ? static_cast<int64_t>(next_weight.nbytes()) : 0,
-                         l2_bytes_};
+                         partition_counters_};
   SF_CUDA_CHECK(launch_attention(launch, stream_), "attention");
 }
 

@@ -63,8 +63,7 @@ class CudaBackend final : public Backend {
                      const RopeParams& rope_params, const DeviceTensor& slots, const AttentionParams& attention_params,
                      const DeviceTensor& k_cache, const DeviceTensor& v_cache) override;
   void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
-                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out,
-                 const DeviceTensor& next_weight) override;
+                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override;
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override;
   bool fold_norm_weight(const DeviceTensor& w, const DeviceTensor& norm_weight, float weight_offset) override;
   void matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w,

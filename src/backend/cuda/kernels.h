@@ -129,10 +129,6 @@ struct AttentionLaunch {
   // Zeroed counters, attention_partition_counters(sm_count) of them: the decode kernel's last
   // partition of each (sequence, kv head) to finish merges the partials and resets its counter.
   int32_t* partition_counters;
-  // The matrix the next kernel reads (null: none) and the device's L2 size: the decode kernel
-  // stages as much of it in L2 as fits beside its own K/V reads (see attention_decode.cu).
-  const void* next_weight;
-  int64_t next_weight_bytes, l2_bytes;
 };
 
 // Scratch attention() needs to split the KV length whenever it chooses to: at most 4 sm_count
