@@ -2,7 +2,9 @@
 // e4m3 (e4m3_bits). Kernels that write the cache store the qkv activation's bf16 values as cache
 // elements (e4m3 with core/dtype.h's rounding: nearest even, saturating to +-448, CUDA's
 // __NV_SATFINITE); kernels that read it widen elements to bf16 exactly (every e4m3 value is a bf16
-// value) and keep their bf16 math. Kernels template on the element type; with_kv_element picks it.
+// value) and keep their bf16 math, except the decode attention kernel, which turns e4m3 MMA
+// fragments into f16 in registers (tensor_core.cuh; every e4m3 value is an f16 value too). Kernels
+// template on the element type; with_kv_element picks it.
 #pragma once
 
 #include "backend/cuda/kernels.h"
@@ -76,7 +78,7 @@ __device__ __forceinline__ void store_kv_word(e4m3_bits* dst, uint4 bf16x8) {
                                               bf16x2_to_e4m3x2(bf16x8.z) | bf16x2_to_e4m3x2(bf16x8.w) << 16);
 }
 
-// The tensor-core attention kernels' staging: a tile of Rows packed rows of RowElems e4m3 bytes
+// The tensor-core prefill kernel's staging: a tile of Rows packed rows of RowElems e4m3 bytes
 // (cp.async'd from the cache, RowElems % 8 == 0) widened by the block's Threads threads into bf16
 // rows Stride elements apart (16-byte aligned), the layout their ldmatrix loads read. Each thread
 // takes 8 bytes in and writes 16 out, consecutive across the warp.

@@ -1,8 +1,17 @@
 // backend/cuda/tensor_core.cuh — the PTX building blocks the attention kernels share: cp.async
-// copies into shared memory, ldmatrix fragment loads and the m16n8k16 bf16 MMA.
+// copies into shared memory, ldmatrix fragment loads, the m16n8k16 bf16 and f16 MMAs, and e4m3
+// fragments turned into f16 operands in registers.
+//
+// Fragment layouts of m16n8k16 (g = lane / 4, t = lane % 4; each 32-bit register holds two 16-bit
+// values, the first in the low half): A (16 x 16, row-major) a0 = A[g][2t, 2t+1], a1 = A[g+8][2t,
+// 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]; B (16 x 8, k x n) b0 = B[2t, 2t+1][g],
+// b1 = B[2t+8, 2t+9][g]; C (16 x 8) c0, c1 = C[g][2t, 2t+1], c2, c3 = C[g+8][2t, 2t+1]. ldmatrix
+// m8n8.b16 reads 8 rows of 16 bytes (8 16-bit units), row r of matrix i at the address of lane
+// 8i + r; lane gets units 2t, 2t+1 of row g, or with .trans units g of rows 2t, 2t+1.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -25,9 +34,19 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
 }
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr(p)));
+}
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
                : "r"(smem_addr(p)));
 }
 
@@ -40,9 +59,47 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The same with f16 inputs.
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+// Round to nearest, saturating to +-65504 (cvt's first source is the high half).
+__device__ __forceinline__ uint32_t pack_f16_satfinite(float lo, float hi) {
+  uint32_t v;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;\n" : "=r"(v) : "f"(hi), "f"(lo));
+  return v;
+}
+
+// Four e4m3 bytes as two f16x2 words, exactly (every e4m3 value is an f16 value): bytes 0, 1 in
+// `low`, bytes 2, 3 in `high` (cvt e4m3x2 puts its low byte in the low half).
+__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t bytes, uint32_t& low, uint32_t& high) {
+  asm("{\n"
+      ".reg .b16 e4lo, e4hi;\n"
+      "mov.b32 {e4lo, e4hi}, %2;\n"
+      "cvt.rn.f16x2.e4m3x2 %0, e4lo;\n"
+      "cvt.rn.f16x2.e4m3x2 %1, e4hi;\n"
+      "}\n"
+      : "=r"(low), "=r"(high)
+      : "r"(bytes));
+}
+// The bytes [x0, x1, x2, x3] as f16x2 words [x0, x2] (`even`) and [x1, x3] (`odd`): what an
+// ldmatrix .trans register of e4m3 rows holds (units of two bytes, x0 x1 from one row, x2 x3 from
+// the next) split into the two columns' B fragments.
+__device__ __forceinline__ void e4m3x4_columns_to_f16x2(uint32_t bytes, uint32_t& even, uint32_t& odd) {
+  e4m3x4_to_f16x2(__byte_perm(bytes, 0, 0x3120), even, odd);
 }
 
 // One online-softmax step over an S tile held in m16n8 accumulators (sc[j]: keys 8j.., rows lane/4
