@@ -45,7 +45,8 @@ for case in ${CASES:-llama-2-7b:1 llama-3-8b:1}; do
     for variant in "${variants[@]}"; do
       name=${variant%%=*}
       log="$logs/$config-b$batch-$name-$round.log"
-      "/tmp/ab-$name/splitflow" bench latency --backend cuda --dummy-weights --config "${variant#*=}/bench/configs/$config.json" \
+      # The JSON names the variant's commit (a snapshot's .source-commit), not the enclosing checkout's.
+      SPLITFLOW_COMMIT=$(cat "${variant#*=}/.source-commit" 2>/dev/null) "/tmp/ab-$name/splitflow" bench latency --backend cuda --dummy-weights --config "${variant#*=}/bench/configs/$config.json" \
         --input-len "${input:-512}" --output-len 128 --batch "$batch" --results-dir "${OUT:-$logs}/$name" >"$log" 2>&1
       echo "$config b$batch $name: $(grep -E 'decode tokens/s|fraction of bandwidth|error' "$log" | tr -s ' ' | tr '\n' ' ')"
     done

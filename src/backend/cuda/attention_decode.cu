@@ -437,15 +437,10 @@ __global__ void __launch_bounds__(kThreads, Layout<D, Cache>::kMinBlocks)
 template <int D, typename Cache>
 cudaError_t launch_d(const AttentionLaunch& a, int partitions, float* partials, cudaStream_t stream) {
   constexpr size_t smem = Layout<D, Cache>::kBytes;
-  // Past the default 48 KB of shared memory, and all of the SM's shared memory carved out of L1 so
-  // that Layout::kBlocksPerSm blocks fit; the attributes are per device, so set them every launch
-  // (about a microsecond each; recorded steps replay without them).
-  cudaError_t err = cudaFuncSetAttribute(attention_decode_kernel<D, Cache>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
-  if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(attention_decode_kernel<D, Cache>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                               cudaSharedmemCarveoutMaxShared);
-  if (err != cudaSuccess) return err;
+  // All of the SM's shared memory carved out of L1, so that Layout::kBlocksPerSm blocks fit.
+  const cudaError_t opt_in =
+      allow_shared_memory(reinterpret_cast<const void*>(attention_decode_kernel<D, Cache>), smem, true);
+  if (opt_in != cudaSuccess) return opt_in;
   const dim3 grid(static_cast<unsigned>(a.seqs), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(partitions));
   attention_decode_kernel<D, Cache><<<grid, kThreads, smem, stream>>>(a, partials);
   return cudaGetLastError();

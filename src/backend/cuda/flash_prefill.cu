@@ -187,10 +187,8 @@ template <int D, typename Cache>
 cudaError_t launch_d(const AttentionLaunch& a, bool skip_single, cudaStream_t stream) {
   const int tiles_per_seq = (a.max_query_len + kRows - 1) / kRows;
   const size_t smem = Smem<D, Cache>::kBytes;
-  // More than the default 48 KB of shared memory; the attribute is per device, so set it on every
-  // launch (about a microsecond, against a prompt chunk's milliseconds).
-  const cudaError_t opt_in = cudaFuncSetAttribute(flash_prefill_kernel<D, Cache>,
-                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  const cudaError_t opt_in =
+      allow_shared_memory(reinterpret_cast<const void*>(flash_prefill_kernel<D, Cache>), smem, false);
   if (opt_in != cudaSuccess) return opt_in;
   const dim3 grid(static_cast<unsigned>(a.seqs * tiles_per_seq), static_cast<unsigned>(a.heads));
   flash_prefill_kernel<D, Cache><<<grid, kThreads, smem, stream>>>(a, tiles_per_seq, skip_single);

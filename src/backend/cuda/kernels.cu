@@ -15,8 +15,25 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
+#include <set>
+#include <tuple>
 
 namespace splitflow::cuda {
+
+cudaError_t allow_shared_memory(const void* kernel, size_t bytes, bool carve_out_all) {
+  static std::mutex mutex;
+  static std::set<std::tuple<const void*, int, size_t>> allowed;  // (kernel, device, bytes)
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  const std::lock_guard lock(mutex);
+  if (allowed.count({kernel, device, bytes}) > 0) return cudaSuccess;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err == cudaSuccess && carve_out_all)
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (err == cudaSuccess) allowed.insert({kernel, device, bytes});
+  return err;
+}
 namespace {
 
 __device__ __forceinline__ float load(const bf16_bits* p, int64_t i) {

@@ -139,6 +139,10 @@ constexpr int64_t attention_partials_floats(int sm_count) {
 // Split launches need tokens * heads * 2 partition rows of partials, so tokens * heads and hence
 // seqs * kv_heads stay under 16 sm_count.
 constexpr int64_t attention_partition_counters(int sm_count) { return int64_t{16} * sm_count; }
+// Lets `kernel` launch with `bytes` of dynamic shared memory (past the default 48 KB) and, with
+// carve_out_all, all of the SM's shared memory taken from L1. Both are per-device attributes: set at
+// a kernel's first launch on each device and remembered, so hot-path launches skip the driver calls.
+cudaError_t allow_shared_memory(const void* kernel, size_t bytes, bool carve_out_all);
 // Prompt chunks (max_query_len >= kFlashMinQueryLen) with head_dim 64/80/96/128 and 16-byte
 // aligned tensors run on tensor cores (backend/cuda/flash_prefill.cu), decode steps on the decode
 // kernel below, the rest (other head dims, unaligned tensors) on the split-KV kernel.
