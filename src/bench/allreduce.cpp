@@ -207,22 +207,31 @@ json run_worker(comm::CommGroup& group, const AllreduceBenchOptions& options) {
     custom->set_max_blocks(default_blocks);
   }
 
-  // One-shot's two protocols at the sizes LL may take (graph): pushed packs with flags (LL) vs
-  // reading the peers' buffers between barriers; the LL limit comes from this table.
+  // One-shot's protocols at the sizes LL or LL128 may take (graph): pushed packs with flags (LL),
+  // pushed 128-byte lines with flags (LL128, NVLink only: off where the group turned it off) and
+  // reading the peers' buffers between barriers; the LL and LL128 limits come from this table.
   json protocols = json::array();
   if (comm::CustomAllreduce* custom = group.custom()) {
     const size_t ll_default = custom->ll_max_bytes(), ll_capacity = custom->ll_capacity_bytes();
-    for (size_t bytes = options.min_bytes; bytes <= std::min(ll_capacity, options.max_bytes); bytes *= 2) {
+    const size_t ll128_default = custom->ll128_max_bytes();
+    const size_t ll128_capacity = ll128_default > 0 ? custom->ll128_capacity_bytes() : 0;
+    const size_t largest = std::min(std::max(ll_capacity, ll128_capacity), options.max_bytes);
+    for (size_t bytes = options.min_bytes; bytes <= largest; bytes *= 2) {
       const size_t count = bytes / element;
       json row = {{"bytes", bytes}};
-      for (const char* protocol : {"ll_us", "read_us"}) {
-        custom->set_ll_max_bytes(std::string(protocol) == "ll_us" ? ll_capacity : 0);
+      const auto time = [&](const char* protocol, size_t ll_max, size_t ll128_max) {
+        custom->set_ll_max_bytes(ll_max);
+        custom->set_ll128_max_bytes(ll128_max);
         row[protocol] = worker.time_graph(
             [&] { custom->allreduce(AllreduceAlgorithm::OneShot, in, out, count, dtype, stream); }, calls_for(bytes));
-      }
+      };
+      if (bytes <= ll_capacity) time("ll_us", ll_capacity, 0);
+      if (bytes <= ll128_capacity) time("ll128_us", 0, ll128_capacity);
+      time("read_us", 0, 0);
       protocols.push_back(row);
     }
     custom->set_ll_max_bytes(ll_default);
+    custom->set_ll128_max_bytes(ll128_default);
   }
 
   // allreduce + residual + RMSNorm: one kernel vs three launches (custom or NCCL allreduce, add, norm).
@@ -290,6 +299,7 @@ json run_worker(comm::CommGroup& group, const AllreduceBenchOptions& options) {
                  {"sweep", sweep},
                  {"one_shot_protocols", protocols},
                  {"one_shot_ll_max_bytes", group.custom() ? group.custom()->ll_max_bytes() : 0},
+                 {"one_shot_ll128_max_bytes", group.custom() ? group.custom()->ll128_max_bytes() : 0},
                  {"fused", fused},
                  {"fused_shape", {rows_n, hidden}}};
   return result;
@@ -378,11 +388,16 @@ void print_tables(const json& result, const AllreduceBenchOptions& options) {
   }
 
   if (!result["one_shot_protocols"].empty()) {
-    fmt::print("\none-shot protocol (graph, us; LL by default up to {})\n| size | LL | read |\n|---|---|---|\n",
-               size_label(result["one_shot_ll_max_bytes"].get<size_t>()));
+    fmt::print("\none-shot protocol (graph, us; LL by default up to {}, LL128 above it up to {})\n"
+               "| size | LL | LL128 | read |\n|---|---|---|---|\n",
+               size_label(result["one_shot_ll_max_bytes"].get<size_t>()),
+               size_label(result.value("one_shot_ll128_max_bytes", size_t{0})));
+    const auto cell = [](const json& row, const char* key) {
+      return row.contains(key) ? fmt::format("{:.1f}", row[key].get<double>()) : std::string("-");
+    };
     for (const json& row : result["one_shot_protocols"]) {
-      fmt::print("| {} | {:.1f} | {:.1f} |\n", size_label(row["bytes"].get<size_t>()), row["ll_us"].get<double>(),
-                 row["read_us"].get<double>());
+      fmt::print("| {} | {} | {} | {} |\n", size_label(row["bytes"].get<size_t>()), cell(row, "ll_us"),
+                 cell(row, "ll128_us"), cell(row, "read_us"));
     }
   }
 

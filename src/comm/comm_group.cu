@@ -41,6 +41,8 @@ std::unique_ptr<CommGroup> CommGroup::create(const LaunchInfo& launch, const Com
   if (options.enable_custom && custom_world && group->topology_.link != LinkType::None) {
     group->custom_ = std::make_unique<CustomAllreduce>(*group->store_, group->device_, options.custom_max_bytes,
                                                        options.custom_max_blocks);
+    // LL128 needs the 128-byte store atomicity NVLink gives and PCIe does not.
+    if (group->topology_.link != LinkType::NVLink) group->custom_->set_ll128_max_bytes(0);
   }
   return group;
 }

@@ -29,6 +29,21 @@ constexpr size_t kSignalBytes = (sizeof(detail::Signal) + 255) / 256 * 256;
 // The LL protocol's buffers hold messages up to kLLCapacityBytes.
 constexpr size_t kLLCapacityBytes = size_t{256} << 10;
 
+// The LL128 protocol's buffers hold messages up to kLL128CapacityBytes.
+constexpr size_t kLL128CapacityBytes = size_t{2} << 20;
+
+// One-shot calls above the LL limit and up to this size use LL128 where the GPUs are linked by
+// NVLink (CommGroup turns it off elsewhere). Measured on H200 x2 (bench allreduce's protocol
+// table, docs/comm.md): LL128 wins from 128 KB to 1 MB, reads at 2 MB. N = 4, 6, 8 were not
+// measured (LL128 pushes N - 1 copies, which lost for LL at N = 4 above 2 KB): off.
+size_t ll128_default_max_bytes(int world_size) { return world_size == 2 ? size_t{1} << 20 : 0; }
+
+// 16-byte slots of a (parity, sender) region of LL128 lines for messages up to `bytes`.
+int64_t ll128_sender_slots(size_t bytes) {
+  const int64_t words = static_cast<int64_t>((bytes + 7) / 8);
+  return (words + detail::kGroupDataWords - 1) / detail::kGroupDataWords * detail::kGroupSlots;
+}
+
 // One-shot calls up to this size use LL (custom_allreduce_kernels.cuh). Measured over NVLink on
 // H200 (bench allreduce's protocol table, docs/comm.md): N = 2 LL wins to 64 KB (ties at 128 KB);
 // N = 4 it pushes three copies and wins only to 2 KB. N = 6 and 8 were not measured: no LL.
@@ -98,6 +113,7 @@ std::string export_buffer(const void* ptr) {
 using KernelFn = void (*)(KernelArgs);
 using LLKernelFn = void (*)(KernelArgs, detail::LLArgs);
 
+using LL128KernelFn = void (*)(KernelArgs, detail::LL128Args);
 using NormKernelFn = void (*)(KernelArgs, detail::NormArgs);
 
 // make(T{}, std::integral_constant<int, N>{}) for the dtype and world size: a kernel instance, or
@@ -124,6 +140,12 @@ Fn pick_kernel(DType dtype, int world_size, Make&& make) {
 LLKernelFn ll_kernel_for(int world_size, DType dtype) {
   return pick_kernel<LLKernelFn>(dtype, world_size, [](auto type, auto n) -> LLKernelFn {
     return detail::one_shot_ll_kernel<decltype(type), decltype(n)::value>;
+  });
+}
+
+LL128KernelFn ll128_kernel_for(int world_size, DType dtype) {
+  return pick_kernel<LL128KernelFn>(dtype, world_size, [](auto type, auto n) -> LL128KernelFn {
+    return detail::one_shot_ll128_kernel<decltype(type), decltype(n)::value>;
   });
 }
 
@@ -169,6 +191,10 @@ struct CustomAllreduce::State {
   size_t ll_use_max_bytes = 0;  // one-shot calls up to this size use LL
   int64_t ll_sender_lines = 0;
   detail::LLArgs ll_args{};
+  char* ll128 = nullptr;           // LL128 receive buffers: [2][world_size][ll128_args.sender_slots] 16-byte slots
+  size_t ll128_max_bytes = 0;      // their capacity
+  size_t ll128_use_max_bytes = 0;  // one-shot calls above the LL limit and up to this size use LL128
+  detail::LL128Args ll128_args{};
   RankPtrs* slots = nullptr;
   detail::PeerSignals signals{};
   detail::PeerTmps tmps{};
@@ -273,19 +299,27 @@ CustomAllreduce::CustomAllreduce(FileStore& store, int device, size_t max_bytes,
   const size_t ll_bytes = 2 * static_cast<size_t>(s.world_size) * static_cast<size_t>(s.ll_sender_lines) * 16;
   SF_CUDA_CHECK(cudaMalloc(&s.ll, ll_bytes));
   SF_CUDA_CHECK(cudaMemset(s.ll, 0, ll_bytes));
+  s.ll128_max_bytes = std::min(s.max_bytes, kLL128CapacityBytes);
+  s.ll128_use_max_bytes = std::min(s.ll128_max_bytes, ll128_default_max_bytes(s.world_size));
+  s.ll128_args.sender_slots = ll128_sender_slots(s.ll128_max_bytes);
+  const size_t ll128_bytes = 2 * static_cast<size_t>(s.world_size) * static_cast<size_t>(s.ll128_args.sender_slots) * 16;
+  SF_CUDA_CHECK(cudaMalloc(&s.ll128, ll128_bytes));
+  SF_CUDA_CHECK(cudaMemset(s.ll128, 0, ll128_bytes));
   SF_CUDA_CHECK(cudaDeviceSynchronize());
 
-  const std::vector<std::string> records =
-      store.allgather("custom_ipc", export_buffer(s.meta) + export_buffer(s.staging) + export_buffer(s.ll));
+  const std::vector<std::string> records = store.allgather(
+      "custom_ipc", export_buffer(s.meta) + export_buffer(s.staging) + export_buffer(s.ll) + export_buffer(s.ll128));
   const size_t record_size = sizeof(ExportedBuffer);
   RankPtrs fixed[kFirstGraphSlot] = {};
   s.ll_args.sender_lines = s.ll_sender_lines;
   for (int r = 0; r < s.world_size; ++r) {
-    SF_CHECK(records[r].size() == 3 * record_size, "custom allreduce: rank {} published malformed buffer records", r);
+    SF_CHECK(records[r].size() == 4 * record_size, "custom allreduce: rank {} published malformed buffer records", r);
     char* meta = r == s.rank ? s.meta : s.import_buffer(r, records[r].substr(0, record_size));
     char* staging = r == s.rank ? s.staging : s.import_buffer(r, records[r].substr(record_size, record_size));
     char* ll = r == s.rank ? s.ll : s.import_buffer(r, records[r].substr(2 * record_size, record_size));
+    char* ll128 = r == s.rank ? s.ll128 : s.import_buffer(r, records[r].substr(3 * record_size, record_size));
     s.ll_args.recv[r] = reinterpret_cast<uint4*>(ll);
+    s.ll128_args.recv[r] = reinterpret_cast<uint4*>(ll128);
     s.signals.signal[r] = reinterpret_cast<detail::Signal*>(meta);
     s.tmps.tmp[r] = meta + kSignalBytes;
     for (int slot = 0; slot < kFirstGraphSlot; ++slot) fixed[slot].ptr[r] = staging + slot * s.max_bytes;
@@ -308,6 +342,7 @@ CustomAllreduce::~CustomAllreduce() {
     // A peer that died cannot read our memory any more; free it anyway.
   }
   cudaFree(s.slots);
+  cudaFree(s.ll128);
   cudaFree(s.ll);
   cudaFree(s.staging);
   cudaFree(s.meta);
@@ -333,6 +368,15 @@ void CustomAllreduce::set_ll_max_bytes(size_t bytes) {
   state_->ll_use_max_bytes = bytes;
 }
 
+size_t CustomAllreduce::ll128_max_bytes() const { return state_->ll128_use_max_bytes; }
+size_t CustomAllreduce::ll128_capacity_bytes() const { return state_->ll128_max_bytes; }
+
+void CustomAllreduce::set_ll128_max_bytes(size_t bytes) {
+  SF_CHECK(bytes <= state_->ll128_max_bytes, "custom allreduce: LL128 up to {} bytes, its buffers hold {}", bytes,
+           state_->ll128_max_bytes);
+  state_->ll128_use_max_bytes = bytes;
+}
+
 void CustomAllreduce::allreduce(AllreduceAlgorithm algorithm, const void* in, void* out, size_t count, DType dtype,
                                 cudaStream_t stream, const void* residual) {
   State& s = *state_;
@@ -348,6 +392,15 @@ void CustomAllreduce::allreduce(AllreduceAlgorithm algorithm, const void* in, vo
     ll.in = in;
     const KernelArgs args{nullptr, nullptr, s.signals, s.tmps, s.rank, false, out, residual, static_cast<int64_t>(count)};
     ll_kernel_for(s.world_size, dtype)<<<detail::kLLBlocks, detail::kLLThreads, 0, stream>>>(args, ll);
+    SF_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  if (algorithm == AllreduceAlgorithm::OneShot && bytes <= s.ll128_use_max_bytes) {
+    // Pushed 128-byte lines with their flags (LL128, NVLink): nothing to stage or register either.
+    detail::LL128Args ll = s.ll128_args;
+    ll.in = in;
+    const KernelArgs args{nullptr, nullptr, s.signals, s.tmps, s.rank, false, out, residual, static_cast<int64_t>(count)};
+    ll128_kernel_for(s.world_size, dtype)<<<detail::kLL128Blocks, detail::kLL128Threads, 0, stream>>>(args, ll);
     SF_CUDA_CHECK(cudaGetLastError());
     return;
   }

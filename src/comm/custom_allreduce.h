@@ -3,10 +3,13 @@
 // allreduce + residual (+ RMSNorm) variants, and CUDA-graph support. Device code and the
 // synchronization protocol are described in comm/custom_allreduce_kernels.cuh.
 //
-// Memory. Each rank cudaMallocs, zeroes and exports (cudaIpcGetMemHandle) two allocations:
+// Memory. Each rank cudaMallocs, zeroes and exports (cudaIpcGetMemHandle) four allocations:
 //   meta:    the barrier flags, then the tmp buffer (two-shot partitions, half-butterfly partials)
 //   staging: three buffers of max_bytes: two that eager calls alternate between, one for captured
 //            calls whose input cannot be read in place
+//   ll, ll128: receive buffers of the one-shot LL and LL128 protocols (two parities per sender),
+//            into which peers push their input with flags: those calls need no staging, barrier
+//            or graph registration
 // and opens every peer's, all through the bootstrap store at construction.
 //
 // Eager calls launch one kernel, which first copies this rank's input into a staging buffer (the
@@ -52,6 +55,12 @@ class CustomAllreduce {
   size_t ll_max_bytes() const;
   size_t ll_capacity_bytes() const;
   void set_ll_max_bytes(size_t bytes);
+  // One-shot calls above the LL limit and up to this many bytes use LL128 (pushed 128-byte lines
+  // with their flags): NVLink only, 0 elsewhere (CommGroup sets it from the topology); set (for
+  // the benchmark's comparison) up to ll128_capacity_bytes(), the same on every rank.
+  size_t ll128_max_bytes() const;
+  size_t ll128_capacity_bytes() const;
+  void set_ll128_max_bytes(size_t bytes);
 
   // out = sum over ranks of `in` (+ `residual` when not null; tensor parallelism keeps it identical
   // on every rank, as two-shot adds it where each partition is reduced). `count` elements of F32,

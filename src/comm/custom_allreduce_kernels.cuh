@@ -47,7 +47,8 @@ constexpr int kNormPacksPerThread = 2;  // fused RMSNorm keeps a row in register
 struct Signal {
   uint32_t arrived[kMaxBlocks][kMaxRanks];
   uint32_t counter[kMaxBlocks];
-  uint32_t ll_calls[kMaxBlocks];  // the last flag block b used in an LL one-shot call
+  uint32_t ll_calls[kMaxBlocks];     // the last flag block b used in an LL one-shot call
+  uint32_t ll128_calls[kMaxBlocks];  // the same for LL128 calls
 };
 
 // One call's input pointers, in every rank's address space (device memory, read by the kernel so a
@@ -69,6 +70,13 @@ struct LLArgs {
   uint4* recv[kMaxRanks];
   const void* in;           // this rank's input, read in place
   int64_t sender_lines;     // lines per (parity, sender) region
+};
+
+// The LL128 receive buffers, one per rank: [2 parities][N senders][sender_slots] 16-byte slots.
+struct LL128Args {
+  uint4* recv[kMaxRanks];
+  const void* in;        // this rank's input, read in place
+  int64_t sender_slots;  // 16-byte slots per (parity, sender) region
 };
 
 struct KernelArgs {
@@ -477,6 +485,169 @@ __global__ void __launch_bounds__(kLLThreads) one_shot_ll_kernel(KernelArgs a, L
         const float sum = acc[e] + (residual != nullptr ? Elem<T>::load(residual + i * E + e) : 0.0f);
         Elem<T>::store(out + i * E + e, sum);
       }
+    }
+  }
+}
+
+// ---- one-shot, LL128 protocol (NVLink, medium messages) -----------------------------------------
+// NCCL's LL128 format: a 128-byte line carries 15 eight-byte data words and, in its last word, the
+// flag. A warp stores four whole lines with one 16-byte store per lane (lane l: line l / 8, slot
+// l % 8; slot 7 holds the line's last data word and the flag), and reads them back the same way;
+// the protocol relies on NVLink delivering each 128-byte line of a warp's store whole, so a reader
+// that sees a line's flag sees its data (NCCL enables LL128 on NVLink for the same reason; PCIe
+// gives no such guarantee and never uses it: CommGroup switches it off there). No barriers, as
+// with LL, for 128/120 of the message on the wire instead of twice it.
+// Line group g (4 lines, 60 data words) is pushed and received by warp g mod (kLL128Blocks x
+// warps per block), the same on every rank. The kernel always launches kLL128Blocks blocks, each
+// advancing its flag (ll128_calls[b]) once per call, so the flags move in lockstep and one names a
+// call. Two parities of buffers, reused as with LL: a rank writes a parity again two calls later,
+// after it received (in the call between) lines every peer pushed only once it had finished the
+// earlier call.
+
+// Fixed grid (bench allreduce on H200 x2: 96 blocks beat 128 at 128-256 KB, 512 threads lose
+// everywhere; docs/comm.md).
+constexpr int kLL128Blocks = 96;
+constexpr int kLL128Threads = 256;
+constexpr int kLineDataWords = 15;
+constexpr int kGroupSlots = 32;  // 16-byte slots of a line group: one per lane
+constexpr int kGroupDataWords = 4 * kLineDataWords;
+
+__device__ __forceinline__ uint32_t next_ll128_flag(const KernelArgs& a) {
+  uint32_t* calls = &a.signals.signal[a.rank]->ll128_calls[blockIdx.x];
+  uint32_t flag = *reinterpret_cast<volatile uint32_t*>(calls) + 1;
+  if (flag == 0) flag = 2;  // 0 is the zeroed buffers' flag; 2 keeps the parity alternating
+  __syncthreads();
+  if (threadIdx.x == 0) *calls = flag;
+  return flag;
+}
+
+// Eight-byte word `index` of `p` (`count` elements; elements past it read as zero bits = 0.0).
+template <typename T>
+__device__ __forceinline__ uint2 load_word(const T* p, int64_t index, int64_t count, bool aligned8) {
+  constexpr int W = 8 / sizeof(T);
+  if (aligned8 && (index + 1) * W <= count) return *reinterpret_cast<const uint2*>(p + index * W);
+  uint2 word = make_uint2(0, 0);
+  T* elements = reinterpret_cast<T*>(&word);
+#pragma unroll
+  for (int e = 0; e < W; ++e)
+    if (index * W + e < count) elements[e] = p[index * W + e];
+  return word;
+}
+
+// acc[0, W) += the word's elements.
+template <typename T>
+__device__ __forceinline__ void add_word(uint2 word, float* acc) {
+  float values[Elem<T>::kPack];
+  Elem<T>::unpack(make_int4(static_cast<int>(word.x), static_cast<int>(word.y), 0, 0), values);
+#pragma unroll
+  for (int e = 0; e < 8 / static_cast<int>(sizeof(T)); ++e) acc[e] += values[e];
+}
+
+template <typename T>
+__device__ __forceinline__ void store_word(T* p, int64_t index, int64_t count, bool aligned8, const float* values) {
+  constexpr int W = 8 / sizeof(T);
+  if (aligned8 && (index + 1) * W <= count) {
+    float padded[Elem<T>::kPack] = {};
+#pragma unroll
+    for (int e = 0; e < W; ++e) padded[e] = values[e];
+    const int4 packed = Elem<T>::pack(padded);
+    *reinterpret_cast<uint2*>(p + index * W) = make_uint2(static_cast<uint32_t>(packed.x), static_cast<uint32_t>(packed.y));
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < W; ++e)
+    if (index * W + e < count) Elem<T>::store(p + index * W + e, values[e]);
+}
+
+__device__ __forceinline__ bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; }
+
+// The lane's slot of a line group: its first data word within the group's 60, and whether it
+// carries two words (slots 0-6) or one and the flag (slot 7).
+struct GroupSlot {
+  int first_word;
+  bool two_words;
+  __device__ explicit GroupSlot(int lane)
+      : first_word((lane / 8) * kLineDataWords + 2 * (lane % 8)), two_words(lane % 8 != 7) {}
+};
+
+// The slot's 16 bytes: words `word` (and word + 1) of `in`, or word and the flag.
+template <typename T>
+__device__ __forceinline__ uint4 make_slot(const T* in, int64_t word, int64_t count, bool in_aligned, bool two_words,
+                                           uint32_t flag) {
+  const uint2 first = load_word<T>(in, word, count, in_aligned);
+  const uint2 second = two_words ? load_word<T>(in, word + 1, count, in_aligned) : make_uint2(flag, flag);
+  return make_uint4(first.x, first.y, second.x, second.y);
+}
+
+// This lane's slot of a line group in the receive buffer, once the group's four flags show `flag`.
+__device__ __forceinline__ uint4 wait_group(const uint4* slot, uint32_t flag, bool flag_lane) {
+  const uint64_t start = global_time_ns();
+  while (true) {
+    const uint4 value = load_line(slot);
+    if (__all_sync(0xffffffffu, !flag_lane || (value.z == flag && value.w == flag))) return value;
+    if (global_time_ns() - start > kHangNs) {
+      printf("splitflow custom allreduce (LL128): block %d waited %llu s for a peer's line with flag %u; trapping\n",
+             blockIdx.x, static_cast<unsigned long long>(kHangNs / 1000000000ull), flag);
+      __trap();
+    }
+  }
+}
+
+// acc[0, 2W) = the slot's words summed over the ranks in rank order (this rank's from `in`).
+template <typename T, int N>
+__device__ __forceinline__ void receive_slot(const KernelArgs& a, const uint4* received, int64_t sender_slots,
+                                             int64_t slot_index, const T* in, int64_t word, int64_t count,
+                                             bool in_aligned, bool two_words, uint32_t flag, float* acc) {
+  constexpr int W = 8 / sizeof(T);
+#pragma unroll
+  for (int e = 0; e < 2 * W; ++e) acc[e] = 0.0f;
+  uint4 slots[N];
+#pragma unroll
+  for (int r = 0; r < N; ++r) {
+    slots[r] = r == a.rank ? make_slot<T>(in, word, count, in_aligned, two_words, flag)
+                           : wait_group(received + r * sender_slots + slot_index, flag, !two_words);
+  }
+#pragma unroll
+  for (int r = 0; r < N; ++r) {
+    add_word<T>(make_uint2(slots[r].x, slots[r].y), acc);
+    if (two_words) add_word<T>(make_uint2(slots[r].z, slots[r].w), acc + W);
+  }
+}
+
+template <typename T, int N>
+__global__ void __launch_bounds__(kLL128Threads) one_shot_ll128_kernel(KernelArgs a, LL128Args ll) {
+  constexpr int W = 8 / sizeof(T);
+  const uint32_t flag = next_ll128_flag(a);
+  const int lane = threadIdx.x % 32;
+  const GroupSlot slot(lane);
+  const int64_t words = (a.count + W - 1) / W;
+  const int64_t groups = (words + kGroupDataWords - 1) / kGroupDataWords;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const T* in = static_cast<const T*>(ll.in);
+  T* out = static_cast<T*>(a.out);
+  const T* residual = static_cast<const T*>(a.residual);
+  const bool in_aligned = aligned8(in), out_aligned = aligned8(out), residual_aligned = aligned8(residual);
+  const int64_t parity_slots = static_cast<int64_t>(N) * ll.sender_slots;
+  const int64_t region = (flag & 1u) * parity_slots + a.rank * ll.sender_slots;  // where peers keep ours
+
+  for (int64_t g = first; g < groups; g += warps) {
+    const uint4 value = make_slot<T>(in, g * kGroupDataWords + slot.first_word, a.count, in_aligned, slot.two_words, flag);
+#pragma unroll
+    for (int step = 1; step < N; ++step) store_line(ll.recv[(a.rank + step) % N] + region + g * kGroupSlots + lane, value);
+  }
+  const uint4* received = ll.recv[a.rank] + (flag & 1u) * parity_slots;
+  for (int64_t g = first; g < groups; g += warps) {
+    const int64_t word = g * kGroupDataWords + slot.first_word;
+    float acc[2 * W];
+    receive_slot<T, N>(a, received, ll.sender_slots, g * kGroupSlots + lane, in, word, a.count, in_aligned,
+                       slot.two_words, flag, acc);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      if (k == 1 && !slot.two_words) break;
+      float* values = acc + k * W;
+      if (residual != nullptr) add_word<T>(load_word<T>(residual, word + k, a.count, residual_aligned), values);
+      store_word<T>(out, word + k, a.count, out_aligned, values);
     }
   }
 }

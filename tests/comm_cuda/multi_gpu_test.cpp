@@ -332,6 +332,72 @@ void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
   }
 }
 
+// One-shot's protocols, each forced over every size its buffers take (LL128 only where the group
+// allows it: NVLink), against fp64: unaligned, in place, with and without a residual.
+enum class Protocol { LL, LL128, Read };
+
+void force_protocol(CustomAllreduce& custom, Protocol protocol) {
+  custom.set_ll_max_bytes(protocol == Protocol::LL ? custom.ll_capacity_bytes() : 0);
+  custom.set_ll128_max_bytes(protocol == Protocol::LL128 ? custom.ll128_capacity_bytes() : 0);
+}
+
+void protocols_scenario(CommGroup& group, cudaStream_t stream, json& report) {
+  const int rank = group.rank(), n = group.world_size();
+  CustomAllreduce* custom = group.custom();
+  if (custom == nullptr) return;
+  report["protocol_checks"] = json::object();
+  const size_t ll_default = custom->ll_max_bytes(), ll128_default = custom->ll128_max_bytes();
+  const size_t capacity = std::max(custom->ll_capacity_bytes(), custom->ll128_capacity_bytes());
+  std::vector<std::pair<Protocol, size_t>> protocols = {{Protocol::LL, custom->ll_capacity_bytes()},
+                                                        {Protocol::Read, capacity}};
+  // LL128 needs NVLink: the group switched it off elsewhere (where forcing it would be unsafe).
+  if (group.topology().link == LinkType::NVLink) protocols.push_back({Protocol::LL128, custom->ll128_capacity_bytes()});
+  const char* names[] = {"LL", "LL128", "read"};
+  DeviceBuffer in(capacity + 16), out(capacity + 16), res(capacity + 16);
+  for (auto [protocol, largest] : protocols) {
+    force_protocol(*custom, protocol);
+    const char* name = names[static_cast<int>(protocol)];
+    for (DType dtype : kDtypes) {
+      const size_t size = dtype_size(dtype);
+      for (size_t count : counts_for(dtype)) {
+        if (count * size > largest) continue;
+        const Case c = make_case(2000 + count, rank, n, count, dtype);
+        std::vector<uint8_t> residual_bytes;
+        const std::vector<double> residual = rank_input(555, -1, count, dtype, &residual_bytes);
+        std::vector<double> with_residual(count), abs_with_residual(count);
+        for (size_t i = 0; i < count; ++i) {
+          with_residual[i] = c.sum[i] + residual[i];
+          abs_with_residual[i] = c.abs_sum[i] + std::abs(residual[i]);
+        }
+        for (size_t shift : {size_t{0}, size}) {
+          if (shift != 0 && count > 4097) continue;
+          for (const bool add : {false, true}) {
+            for (const bool in_place : {false, true}) {
+              SF_COMM_CUDA_OK(upload(in.bytes() + shift, c.my_bytes.data(), count * size));
+              SF_COMM_CUDA_OK(upload(res.bytes() + shift, residual_bytes.data(), count * size));
+              void* target = in_place ? in.bytes() + shift : out.bytes() + shift;
+              if (!in_place) SF_COMM_CUDA_OK(cudaMemsetAsync(out.ptr, 0xff, capacity + 16, stream));  // NaN
+              custom->allreduce(AllreduceAlgorithm::OneShot, in.bytes() + shift, target, count, dtype, stream,
+                                add ? res.bytes() + shift : nullptr);
+              SF_COMM_CUDA_OK(cudaStreamSynchronize(stream));
+              const std::vector<double> got = decode(download(target, count * size), dtype);
+              const ErrorStats stats = compare(got, add ? with_residual : c.sum, add ? abs_with_residual : c.abs_sum,
+                                               true, n, dtype);
+              EXPECT_EQ(stats.violations, 0u) << name << " " << dtype_name(dtype) << " count " << count << " shift "
+                                              << shift << (add ? " + residual" : "") << (in_place ? " in place" : "")
+                                              << ": element " << stats.first_bad << " = " << stats.first_bad_value
+                                              << ", fp64 " << stats.first_bad_ref;
+            }
+          }
+        }
+        report["protocol_checks"][name] = report["protocol_checks"].value(name, 0) + 1;
+      }
+    }
+  }
+  custom->set_ll_max_bytes(ll_default);
+  custom->set_ll128_max_bytes(ll128_default);
+}
+
 // NCCL's other collectives with integer-valued f32 (exact).
 void collectives_scenario(CommGroup& group, cudaStream_t stream, json& report) {
   const int rank = group.rank(), n = group.world_size();
@@ -438,6 +504,7 @@ TEST(CommWorker, Run) {
   if (name == "allreduce") allreduce_scenario(*group, stream, report);
   else if (name == "graph") graph_scenario(*group, stream, report);
   else if (name == "fused") fused_scenario(*group, stream, report);
+  else if (name == "protocols") protocols_scenario(*group, stream, report);
   else if (name == "collectives") collectives_scenario(*group, stream, report);
   else FAIL() << "unknown scenario " << name;
   SF_COMM_CUDA_OK(cudaStreamSynchronize(stream));
@@ -487,6 +554,20 @@ TEST(CommMultiGpu, FusedResidualAndRmsNorm) {
   for (int n : world_sizes()) {
     const json report = run_scenario("fused", n);
     EXPECT_EQ(report.value("fused_checks", 0), 9) << "N=" << n;
+  }
+}
+
+TEST(CommMultiGpu, OneShotProtocolsMatchFp64) {
+  if (world_sizes().empty()) GTEST_SKIP() << "needs at least 2 GPUs";
+  for (int n : world_sizes()) {
+    const json report = run_scenario("protocols", n);
+    const json checks = report.value("protocol_checks", json::object());
+    EXPECT_GT(checks.value("LL", 0), 0) << "N=" << n;
+    EXPECT_GT(checks.value("read", 0), 0) << "N=" << n;
+    if (report.value("link", "") == "nvlink") {
+      EXPECT_GT(checks.value("LL128", 0), 0) << "N=" << n;
+    }
+    fmt::print("[comm] N={} protocol checks: {}\n", n, checks.dump());
   }
 }
 
