@@ -89,6 +89,12 @@ struct BlockCopy {
 
 enum class CopyDirection : int8_t { DeviceToHost, HostToDevice };
 
+// The memory of the device a backend allocates from, in bytes (Backend::memory_info).
+struct DeviceMemoryInfo {
+  int64_t free_bytes = 0;   // allocatable now, whoever holds the rest (this process or another)
+  int64_t total_bytes = 0;  // the device's capacity (on the CPU: what this process may have at most)
+};
+
 
 struct NormParams {
   NormType type = NormType::RMSNorm;
@@ -166,6 +172,12 @@ class Backend {
   // Waits for issued work, then copies src.nbytes() bytes into host.
   virtual void copy_to_host(const DeviceTensor& src, void* host) = 0;
   virtual void synchronize() = 0;
+  // Free and total memory of the device, at the moment of the call (what ModelRunner sizes an
+  // automatic KV cache from). CUDA: cudaMemGetInfo, device-wide (other processes' use is not
+  // free). CPU: host memory (backend/cpu/host_memory.h): MemAvailable and MemTotal capped by the
+  // process's cgroup limit, free less the allocate_host areas alive (not resident until written,
+  // so MemAvailable does not see them yet).
+  virtual DeviceMemoryInfo memory_info() const = 0;
   // Host memory the device copies from and to without staging (pinned on CUDA), `bytes` long,
   // 64-byte aligned. A copy_to_device from it may still be in flight when the call returns: the
   // caller rewrites it only after a copy_to_host or synchronize().

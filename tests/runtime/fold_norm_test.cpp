@@ -38,6 +38,7 @@ class FoldingCpuBackend final : public Backend {
   void copy_to_device(const void* host, const DeviceTensor& dst) override { cpu_->copy_to_device(host, dst); }
   void copy_to_host(const DeviceTensor& src, void* host) override { cpu_->copy_to_host(src, host); }
   void synchronize() override { cpu_->synchronize(); }
+  DeviceMemoryInfo memory_info() const override { return cpu_->memory_info(); }
   std::shared_ptr<void> allocate_host(size_t bytes) override { return cpu_->allocate_host(bytes); }
   void copy_blocks(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
                    CopyDirection direction) override {

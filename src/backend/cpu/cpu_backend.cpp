@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include "backend/argument_checks.h"
+#include "backend/cpu/host_memory.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/simd.h"
 #include "core/error.h"
@@ -365,10 +366,21 @@ void CpuBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, co
   }
 }
 
+DeviceMemoryInfo CpuBackend::memory_info() const {
+  DeviceMemoryInfo memory = read_host_memory();
+  memory.free_bytes = std::max<int64_t>(memory.free_bytes - host_area_bytes_->load(), 0);
+  return memory;
+}
+
 std::shared_ptr<void> CpuBackend::allocate_host(size_t bytes) {
-  void* memory = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  void* memory = std::aligned_alloc(64, rounded);
   SF_CHECK(memory != nullptr, "cpu allocate_host: out of memory for {} bytes", bytes);
-  return std::shared_ptr<void>(memory, std::free);
+  *host_area_bytes_ += static_cast<int64_t>(rounded);
+  return std::shared_ptr<void>(memory, [counter = host_area_bytes_, rounded](void* p) {
+    *counter -= static_cast<int64_t>(rounded);
+    std::free(p);
+  });
 }
 
 void CpuBackend::sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) {

@@ -6,6 +6,9 @@
 
 #include "backend/backend.h"
 
+#include <atomic>
+#include <memory>
+
 namespace splitflow::cpu {
 
 class CpuBackend final : public Backend {
@@ -21,6 +24,8 @@ class CpuBackend final : public Backend {
   void copy_to_device(const void* host, const DeviceTensor& dst) override;
   void copy_to_host(const DeviceTensor& src, void* host) override;
   void synchronize() override {}
+  // Host memory (backend/cpu/host_memory.h), free less the allocate_host areas still alive.
+  DeviceMemoryInfo memory_info() const override;
   std::shared_ptr<void> allocate_host(size_t bytes) override;
   void copy_blocks(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
                    CopyDirection direction) override;
@@ -43,6 +48,9 @@ class CpuBackend final : public Backend {
 
  private:
   int num_threads_;
+  // Bytes of allocate_host areas alive: unwritten pages are not resident, so MemAvailable does not
+  // count them yet (a swap area before its first swap). Shared with each area's deleter.
+  std::shared_ptr<std::atomic<int64_t>> host_area_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 }  // namespace splitflow::cpu

@@ -190,6 +190,13 @@ void CudaBackend::profile_region(bool on) {
 
 void CudaBackend::synchronize() { SF_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize (a kernel failed)"); }
 
+DeviceMemoryInfo CudaBackend::memory_info() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  SF_CUDA_CHECK(cudaSetDevice(device_), "set device");
+  SF_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes), "query device memory");
+  return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+}
+
 std::shared_ptr<void> CudaBackend::allocate_host(size_t bytes) {
   void* memory = nullptr;
   SF_CUDA_CHECK(cudaHostAlloc(&memory, std::max<size_t>(bytes, 1), cudaHostAllocDefault),

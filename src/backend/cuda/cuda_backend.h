@@ -39,6 +39,8 @@ class CudaBackend final : public Backend {
   void copy_to_device(const void* host, const DeviceTensor& dst) override;
   void copy_to_host(const DeviceTensor& src, void* host) override;
   void synchronize() override;
+  // cudaMemGetInfo on this backend's device: device-wide, so other processes' use is not free.
+  DeviceMemoryInfo memory_info() const override;
   std::shared_ptr<void> allocate_host(size_t bytes) override;
   // backend/cuda/kv_swap.cpp
   void copy_blocks(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
