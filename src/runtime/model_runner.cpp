@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 namespace splitflow {
 namespace {
@@ -87,20 +88,20 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
            "attention: num_heads {} must be a positive multiple of num_kv_heads {}, head_dim {} > 0", attention.num_heads,
            attention.num_kv_heads, attention.head_dim);
   SF_CHECK(spec.mlp.intermediate_size > 0, "mlp.intermediate_size: must be > 0, got {}", spec.mlp.intermediate_size);
-  SF_CHECK(kv_config.num_blocks > 0 && kv_config.block_size > 0,
-           "kv cache: num_blocks ({}) and block_size ({}) must be > 0", kv_config.num_blocks, kv_config.block_size);
+  if (kv_config.memory_budget) {
+    SF_CHECK(kv_config.num_blocks == 0 && kv_config.block_size > 0,
+             "kv cache: num_blocks ({}) must be 0 when sized from memory, and block_size ({}) > 0",
+             kv_config.num_blocks, kv_config.block_size);
+  } else {
+    SF_CHECK(kv_config.num_blocks > 0 && kv_config.block_size > 0,
+             "kv cache: num_blocks ({}) and block_size ({}) must be > 0", kv_config.num_blocks, kv_config.block_size);
+  }
   SF_CHECK(kv_config.num_host_blocks >= 0, "kv cache: num_host_blocks must not be negative, got {}",
            kv_config.num_host_blocks);
   SF_CHECK(limits.max_batch_tokens > 0 && limits.max_seqs > 0,
            "runner limits: max_batch_tokens ({}) and max_seqs ({}) must be > 0", limits.max_batch_tokens,
            limits.max_seqs);
 
-  // Dynamic NTK exists to run past max_position (HF sets no limit): only the cache bounds it.
-  const int64_t cache_tokens = int64_t{kv_config.num_blocks} * kv_config.block_size;
-  const bool dynamic_ntk = spec.position == PositionType::Rope && spec.rope.scaling.type == RopeScalingType::DynamicNTK;
-  context_limit_ = dynamic_ntk ? cache_tokens : spec.max_position;
-  max_blocks_per_seq_ =
-      static_cast<int32_t>((std::min(context_limit_, cache_tokens) + kv_config.block_size - 1) / kv_config.block_size);
   q_dim_ = int64_t{attention.num_heads} * attention.head_dim;
   kv_dim_ = int64_t{attention.num_kv_heads} * attention.head_dim;
   mlp_up_width_ = spec.mlp.gated ? 2 * int64_t{spec.mlp.intermediate_size} : spec.mlp.intermediate_size;
@@ -110,16 +111,17 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
   attention_params_ = {attention.num_heads,  attention.num_kv_heads, attention.head_dim, kv_config.block_size,
                        static_cast<float>(spec.attention_scale()), attention.sliding_window};
 
+  const DType act = backend.activation_dtype(), cache_dtype = resolve_kv_cache_dtype(backend, kv_config.dtype);
+  // An automatic cache is sized below, once everything but it is allocated: until then the
+  // position tables cover every position the context allows.
+  const int64_t cache_tokens_bound = kv_config.memory_budget ? std::numeric_limits<int64_t>::max()
+                                                             : int64_t{kv_config.num_blocks} * kv_config.block_size;
+  set_cache_extent(cache_tokens_bound);
   upload_weights(weights);
   fold_norm_weights();
-  build_position_tables();
+  build_position_tables(std::min(context_limit_, cache_tokens_bound));
 
   const int64_t max_tokens = limits.max_batch_tokens, hidden = spec.hidden_size;
-  const Shape cache_shape = {spec.num_layers, kv_config.num_blocks, kv_config.block_size, attention.num_kv_heads,
-                             attention.head_dim};
-  const DType act = backend.activation_dtype(), cache_dtype = resolve_kv_cache_dtype(backend, kv_config.dtype);
-  k_cache_ = backend.allocate(cache_dtype, cache_shape);
-  v_cache_ = backend.allocate(cache_dtype, cache_shape);
   if (kv_config.num_host_blocks > 0) {
     const Shape host_shape = {kv_config.num_host_blocks, spec.num_layers, kv_config.block_size, attention.num_kv_heads,
                               attention.head_dim};
@@ -147,8 +149,47 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
   selected_ = backend.allocate(act, {logit_rows_capacity_, hidden});
   selected_normed_ = backend.allocate(act, {logit_rows_capacity_, hidden});
   logits_ = backend.allocate(DType::F32, {logit_rows_capacity_, spec.vocab_size});
+  d_sampled_ = backend.allocate(DType::I32, {max_tokens});
 
+  if (kv_config.memory_budget) {
+    kv_config_.num_blocks = size_kv_cache_from_memory(*kv_config.memory_budget, cache_dtype);
+    set_cache_extent(int64_t{kv_config_.num_blocks} * kv_config.block_size);
+  }
+  const Shape cache_shape = {spec.num_layers, kv_config_.num_blocks, kv_config.block_size, attention.num_kv_heads,
+                             attention.head_dim};
+  k_cache_ = backend.allocate(cache_dtype, cache_shape);
+  v_cache_ = backend.allocate(cache_dtype, cache_shape);
   allocate_step_buffers();
+}
+
+void ModelRunner::set_cache_extent(int64_t cache_tokens) {
+  // Dynamic NTK exists to run past max_position (HF sets no limit): only the cache bounds it.
+  const bool dynamic_ntk =
+      spec_.position == PositionType::Rope && spec_.rope.scaling.type == RopeScalingType::DynamicNTK;
+  context_limit_ = dynamic_ntk ? cache_tokens : spec_.max_position;
+  const int64_t block_size = kv_config_.block_size;
+  max_blocks_per_seq_ = static_cast<int32_t>(
+      std::min<int64_t>((std::min(context_limit_, cache_tokens) + block_size - 1) / block_size, INT32_MAX));
+}
+
+int32_t ModelRunner::size_kv_cache_from_memory(const KvCacheMemoryBudget& budget, DType cache_dtype) {
+  // A block costs its K and V, and an entry in each of max_seqs rows of the staged block tables
+  // ([max_seqs, max_blocks_per_seq] I32, allocated after the cache; max_blocks_per_seq <= blocks).
+  const int64_t block_bytes = kv_cache_bytes_per_token(spec_, cache_dtype) * kv_config_.block_size +
+                              int64_t{limits_.max_seqs} * static_cast<int64_t>(sizeof(int32_t));
+  backend_.synchronize();
+  kv_cache_sizing_ = size_kv_cache(backend_.memory_info(), budget, block_bytes, kv_config_.block_size);
+  const KvCacheSizing& sizing = *kv_cache_sizing_;
+  const double gib = double(int64_t{1} << 30);
+  spdlog::info("kv cache: {} blocks of {} tokens ({:.2f} GiB {}) from device memory: {:.2f} GiB free of {:.2f} GiB, "
+               "memory fraction {}, reserve {:.2f} GiB",
+               sizing.num_blocks, kv_config_.block_size,
+               static_cast<double>(sizing.num_blocks * kv_cache_bytes_per_token(spec_, cache_dtype) *
+                                   kv_config_.block_size) / gib,
+               dtype_name(cache_dtype), static_cast<double>(sizing.memory.free_bytes) / gib,
+               static_cast<double>(sizing.memory.total_bytes) / gib, budget.memory_fraction,
+               static_cast<double>(budget.reserve_bytes) / gib);
+  return static_cast<int32_t>(sizing.num_blocks);
 }
 
 void ModelRunner::swap_blocks(std::span<const BlockCopy> copies, CopyDirection direction) {
@@ -171,7 +212,6 @@ void ModelRunner::allocate_step_buffers() {
   }
   staging_ = backend_.allocate_host(static_cast<size_t>(offset) * sizeof(int32_t));
   d_step_ = backend_.allocate(DType::I32, {offset});
-  d_sampled_ = backend_.allocate(DType::I32, {max_tokens});
   logit_rows_.reserve(max_tokens);
 }
 
@@ -250,14 +290,13 @@ void ModelRunner::fold_norm_weights() {
   unit_norm_weight_ = backend_.upload(ones);
 }
 
-void ModelRunner::build_position_tables() {
+void ModelRunner::build_position_tables(int64_t max_positions) {
   if (spec_.position == PositionType::Sinusoidal)
     pos_embed_ = backend_.upload(sinusoidal_table(spec_.max_position, spec_.hidden_size));
   if (spec_.position != PositionType::Rope) return;
-  // Positions a sequence can reach: bounded by the context and by the cache's capacity.
-  static_rope_rows_ = std::min<int64_t>(context_limit_, int64_t{kv_config_.num_blocks} * kv_config_.block_size);
-  // Length-specific frequencies take over past rope_static_length; the table stops there.
-  static_rope_rows_ = std::min(static_rope_rows_, rope_static_length(spec_));
+  // Positions a sequence can reach (bounded by the context and the cache's capacity); past
+  // rope_static_length length-specific frequencies take over, and the table stops there.
+  static_rope_rows_ = std::min(max_positions, rope_static_length(spec_));
   rope_static_length_ = rope_static_length(spec_);
   const int64_t rotary_dim = spec_.rotary_dim(), half = rotary_dim / 2;
   const int64_t rows = static_rope_rows_ + limits_.max_batch_tokens;

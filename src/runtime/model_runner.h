@@ -12,6 +12,13 @@
 // Position p of a sequence lives in block block_table[p / block_size], slot p % block_size.
 // The runner never decides which blocks a sequence owns: spans bring their block tables.
 //
+// Automatic size (KvCacheConfig::memory_budget, runtime/kv_cache_sizing.h): the runner allocates
+// the weights, every activation and step buffer and the host swap area first, then asks the
+// backend for its free memory and takes the blocks the budget leaves (kv_config().num_blocks
+// reports them, kv_cache_sizing() the numbers behind them; spdlog::info logs both). Only the
+// per-step index buffers follow the cache: their block tables grow with it, so each block is
+// charged its entries there too.
+//
 // Host swap area (num_host_blocks > 0), for preemption by swapping: pinned host memory of
 // [num_host_blocks, num_layers, block_size, num_kv_heads, head_dim] each for K and V (a host
 // block holds one cache block of every layer). swap_blocks() runs the scheduler's copies.
@@ -26,6 +33,7 @@
 #include "model/spec.h"
 #include "model/weights.h"
 #include "runtime/batch.h"
+#include "runtime/kv_cache_sizing.h"
 #include "runtime/layer_plan.h"
 
 #include <cstdint>
@@ -39,12 +47,15 @@
 namespace splitflow {
 
 struct KvCacheConfig {
-  int32_t num_blocks = 0;
+  int32_t num_blocks = 0;       // 0 with memory_budget: sized by the runner, which writes it here
   int32_t block_size = 16;      // tokens per block
   int32_t num_host_blocks = 0;  // blocks of the host swap area (0: none)
   // Element type of K and V (and of the swap area): one of the backend's kv_cache_dtypes();
   // nullopt: its activation_dtype(). F8E4M3 halves the bytes of a bf16 cache (3 mantissa bits).
   std::optional<DType> dtype = std::nullopt;
+  // Set: num_blocks (given as 0) is what the device's memory leaves once everything else is
+  // allocated (runtime/kv_cache_sizing.h).
+  std::optional<KvCacheMemoryBudget> memory_budget = std::nullopt;
 };
 
 // The cache dtype `requested` names on `backend` (nullopt: its activation_dtype()); throws naming
@@ -73,7 +84,8 @@ struct WarmupReport {
 class ModelRunner {
  public:
   // Checks every weight against the spec (presence, shape, dtype) and uploads it; the error names
-  // the tensor ("layer 3 w_down") and the expected shape.
+  // the tensor ("layer 3 w_down") and the expected shape. With kv_config.memory_budget, throws
+  // naming the memory figures when the cache would not hold one sequence of its min_tokens.
   ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& backend, KvCacheConfig kv_config,
               RunnerLimits limits = {});
 
@@ -102,7 +114,10 @@ class ModelRunner {
 
   const ModelSpec& spec() const { return spec_; }
   const LayerPlan& plan() const { return plan_; }
+  // num_blocks is the cache's block count, also when the runner sized it.
   const KvCacheConfig& kv_config() const { return kv_config_; }
+  // The memory figures an automatic size came from (nullopt: num_blocks was given).
+  const std::optional<KvCacheSizing>& kv_cache_sizing() const { return kv_cache_sizing_; }
   DType kv_cache_dtype() const { return k_cache_.view().dtype; }
   const RunnerLimits& limits() const { return limits_; }
   // Tokens a sequence may reach: max_position; with dynamic NTK scaling, which exists to run
@@ -120,7 +135,14 @@ class ModelRunner {
   // Folds each pre-norm's weight into the matrix its norm feeds when the backend wants it
   // (Backend::fold_norm_weight); those norms then run with unit_norm_weight_.
   void fold_norm_weights();
-  void build_position_tables();
+  // RoPE (or sinusoidal) tables for positions below max_positions.
+  void build_position_tables(int64_t max_positions);
+  // context_limit_ and max_blocks_per_seq_ for a cache of cache_tokens.
+  void set_cache_extent(int64_t cache_tokens);
+  // KvCacheConfig::memory_budget: num_blocks from the backend's free memory, logged.
+  int32_t size_kv_cache_from_memory(const KvCacheMemoryBudget& budget, DType cache_dtype);
+  // The per-step index staging area and its device mirror (their block tables are
+  // [max_seqs, max_blocks_per_seq_]: allocated once the cache is sized).
   void allocate_step_buffers();
   // Validates the batch, fills the pinned staging buffer and copies it to the device in one go.
   // Returns the decode bucket (spans padded to it) when the step can replay a recording, else 0.
@@ -149,6 +171,7 @@ class ModelRunner {
   LayerPlan plan_;
   Backend& backend_;
   KvCacheConfig kv_config_;
+  std::optional<KvCacheSizing> kv_cache_sizing_;
   RunnerLimits limits_;
   int64_t context_limit_ = 0;
   int32_t max_blocks_per_seq_ = 0;
