@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
+#include "runtime/kv_cache_sizing.h"
 #include "runtime/model_runner.h"
 
 #include <fmt/format.h>
@@ -44,6 +45,13 @@ void check_throughput_options(const ThroughputOptions& options, const ModelSpec&
   SF_CHECK(options.block_size >= 1, "--block-size must be at least 1, not {}", options.block_size);
   SF_CHECK(std::isfinite(options.kv_cache_gb) && options.kv_cache_gb >= 0, "--kv-cache-gb must not be negative, not {}",
            options.kv_cache_gb);
+  if (const std::optional<double> fraction = options.kv_cache_memory_fraction) {
+    SF_CHECK(std::isfinite(*fraction) && *fraction > 0 && *fraction <= 1,
+             "--gpu-memory-utilization must be a fraction of the device's memory in (0, 1], not {}", *fraction);
+    SF_CHECK(options.kv_cache_gb == 0,
+             "--gpu-memory-utilization sizes the KV cache from device memory: give it alone or with --kv-cache-gb "
+             "auto, not with --kv-cache-gb {}", options.kv_cache_gb);
+  }
   SF_CHECK(std::isfinite(options.swap_space_gb) && options.swap_space_gb >= 0, "--swap-space must not be negative, not {}",
            options.swap_space_gb);
   SF_CHECK(options.swap_min_tokens >= 1, "--swap-min-tokens must be at least 1, not {}", options.swap_min_tokens);
@@ -54,6 +62,7 @@ void check_throughput_options(const ThroughputOptions& options, const ModelSpec&
 
 int64_t throughput_kv_blocks(const ThroughputOptions& options, int64_t kv_bytes_per_block) {
   SF_CHECK(kv_bytes_per_block > 0, "KV block size in bytes must be positive, not {}", kv_bytes_per_block);
+  if (options.kv_cache_memory_fraction) return 0;
   if (options.kv_cache_gb > 0) {
     return static_cast<int64_t>(options.kv_cache_gb * double(int64_t{1} << 30) / static_cast<double>(kv_bytes_per_block));
   }
@@ -69,23 +78,37 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
   const int64_t weight_bytes = weight_stream_bytes(model.weights);
   const DType kv_cache_dtype = resolve_kv_cache_dtype(backend, options.kv_cache_dtype);
   const int64_t kv_bytes_per_token = kv_cache_bytes_per_token(spec, kv_cache_dtype);
-  const int64_t num_blocks = throughput_kv_blocks(options, kv_bytes_per_token * options.block_size);
+  const bool sized_from_memory = options.kv_cache_memory_fraction.has_value();
+  int64_t num_blocks = throughput_kv_blocks(options, kv_bytes_per_token * options.block_size);
   const int64_t blocks_per_request = blocks_for_tokens(total_len, options.block_size);
   const int64_t num_host_blocks =
       std::min<int64_t>(static_cast<int64_t>(options.swap_space_gb * double(int64_t{1} << 30) /
                                              static_cast<double>(kv_bytes_per_token * options.block_size)),
                         INT32_MAX);
-  SF_CHECK(num_blocks >= blocks_per_request && num_blocks <= INT32_MAX,
+  SF_CHECK(sized_from_memory || (num_blocks >= blocks_per_request && num_blocks <= INT32_MAX),
            "--kv-cache-gb {} gives {} KV blocks of {} tokens; one request of {} tokens needs {}", options.kv_cache_gb,
            num_blocks, options.block_size, total_len, blocks_per_request);
 
+  KvCacheConfig kv_config{static_cast<int32_t>(num_blocks), options.block_size, static_cast<int32_t>(num_host_blocks),
+                          kv_cache_dtype};
+  if (sized_from_memory)
+    kv_config.memory_budget = KvCacheMemoryBudget{*options.kv_cache_memory_fraction, kDefaultKvReserveBytes, total_len};
   const auto setup_start = Clock::now();
-  ModelRunner runner(spec, std::move(model.weights), backend,
-                     KvCacheConfig{static_cast<int32_t>(num_blocks), options.block_size,
-                                   static_cast<int32_t>(num_host_blocks), kv_cache_dtype},
+  ModelRunner runner(spec, std::move(model.weights), backend, kv_config,
                      RunnerLimits{options.max_batch_tokens, options.max_seqs});
   backend.synchronize();
   const double setup_seconds = seconds_between(setup_start, Clock::now());
+  num_blocks = runner.kv_config().num_blocks;
+  nlohmann::json kv_memory = nullptr;  // what an automatic size came from
+  if (const std::optional<KvCacheSizing>& sizing = runner.kv_cache_sizing()) {
+    const KvCacheMemoryBudget& budget = *runner.kv_config().memory_budget;
+    kv_memory = {{"memory_fraction", budget.memory_fraction},
+                 {"reserve_bytes", budget.reserve_bytes},
+                 {"device_free_bytes", sizing->memory.free_bytes},
+                 {"device_total_bytes", sizing->memory.total_bytes},
+                 {"usable_bytes", sizing->usable_bytes},
+                 {"bytes_per_block", sizing->bytes_per_block}};
+  }
 
   SchedulerConfig config;
   config.max_batch_tokens = options.max_batch_tokens;
@@ -193,6 +216,8 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
       {"splitfuse", options.splitfuse},
       {"block_size", options.block_size},
       {"kv_cache_dtype", dtype_name(kv_cache_dtype)},
+      {"kv_cache_sizing", sized_from_memory ? "memory" : options.kv_cache_gb > 0 ? "gib" : "requests"},
+      {"kv_cache_memory", kv_memory},
       {"kv_cache_blocks", num_blocks},
       {"kv_cache_gib", static_cast<double>(num_blocks * kv_bytes_per_token * options.block_size) / double(int64_t{1} << 30)},
       {"swap_space_blocks", num_host_blocks},

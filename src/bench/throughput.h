@@ -25,7 +25,11 @@ struct ThroughputOptions {
   int32_t max_batch_tokens = 2048;  // the SplitFuse token budget of one step
   int32_t max_seqs = 256;
   bool splitfuse = true;            // false: prefill-first
-  double kv_cache_gb = 0;           // 0: room for min(N, max_seqs) whole requests
+  double kv_cache_gb = 0;           // > 0: a cache of this many GiB
+  // Set (with kv_cache_gb 0): the cache is what device memory leaves at this fraction of the
+  // device's total (KvCacheMemoryBudget, runtime/kv_cache_sizing.h), holding one request at least.
+  // Neither: room for min(N, max_seqs) whole requests.
+  std::optional<double> kv_cache_memory_fraction = std::nullopt;
   double swap_space_gb = 4;         // host memory for KV swapped out by preemption (0: recompute only)
   int32_t swap_min_tokens = SchedulerConfig{}.swap_min_tokens;  // swap a victim whose recompute reruns >= this
   int32_t block_size = 16;
@@ -38,7 +42,8 @@ struct ThroughputOptions {
 // max_seqs); run_throughput() checks the same.
 void check_throughput_options(const ThroughputOptions& options, const ModelSpec& spec);
 
-// KV cache blocks the options ask for, for a model whose cache takes kv_bytes_per_block per block.
+// KV cache blocks the options ask for, for a model whose cache takes kv_bytes_per_block per block;
+// 0 when kv_cache_memory_fraction leaves the count to the runner.
 int64_t throughput_kv_blocks(const ThroughputOptions& options, int64_t kv_bytes_per_block);
 
 // Runs the benchmark; `bandwidth_gbps` is the memory roofline measured in the same process.

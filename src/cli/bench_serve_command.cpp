@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
+#include "runtime/kv_cache_sizing.h"
 #include "sim/workload.h"
 
 #ifdef SPLITFLOW_HAS_CUDA
@@ -188,6 +189,8 @@ struct ThroughputFlags {
   ModelFlags model;
   bench::ThroughputOptions options;
   std::string kv_cache_dtype = "auto";
+  std::string kv_cache_gb;  // GiB, or "auto"
+  std::optional<double> gpu_memory_utilization;
   bool no_splitfuse = false;
   std::string results_dir = "bench/results/serve";
 };
@@ -211,6 +214,13 @@ void run_bench_throughput(const ThroughputFlags& flags) {
   bench::ThroughputOptions options = flags.options;
   options.splitfuse = !flags.no_splitfuse;
   options.kv_cache_dtype = parse_kv_cache_dtype_flag(flags.kv_cache_dtype);
+  // Without a size: on CUDA what the GPU's memory leaves (vLLM's default too), on the CPU room for
+  // min(N, max-seqs) whole requests.
+  const KvCacheSizeRequest kv_size = parse_kv_cache_size(0, flags.kv_cache_gb, flags.gpu_memory_utilization);
+  if (kv_size.mode == KvCacheSizeRequest::Mode::Gib) options.kv_cache_gb = kv_size.gib;
+  if (kv_size.mode == KvCacheSizeRequest::Mode::Memory ||
+      (kv_size.mode == KvCacheSizeRequest::Mode::Default && flags.model.backend == "cuda"))
+    options.kv_cache_memory_fraction = kv_size.memory_fraction;
   std::unique_ptr<Backend> backend = flags.model.make_backend();
   const auto load_start = std::chrono::steady_clock::now();
   LoadedModel model = load_model(flags.model.options());
@@ -235,6 +245,8 @@ void run_bench_throughput(const ThroughputFlags& flags) {
   row("requests x (in / out)", fmt::format("{} x {}/{}", options.num_requests, options.input_len, options.output_len));
   row("scheduler", fmt::format("{} {}/{}", options.splitfuse ? "splitfuse" : "prefill-first", options.max_batch_tokens,
                                options.max_seqs));
+  row(result["kv_cache_sizing"] == "memory" ? "KV blocks (GiB), from memory" : "KV blocks (GiB)",
+      fmt::format("{} ({:.2f})", result["kv_cache_blocks"].get<int64_t>(), result["kv_cache_gib"].get<double>()));
   row("elapsed (s)", fmt::format("{:.2f}", result["elapsed_s"].get<double>()));
   row("output tokens/s", fmt::format("{:.1f}", result["output_throughput_tps"].get<double>()));
   row("total tokens/s", fmt::format("{:.1f}", result["total_token_throughput_tps"].get<double>()));
@@ -300,8 +312,12 @@ void register_bench_serving(CLI::App& bench) {
       ->capture_default_str();
   throughput->add_option("--max-seqs", t.options.max_seqs, "sequences running at once")->capture_default_str();
   throughput->add_flag("--no-splitfuse", t.no_splitfuse, "prefill-first scheduling");
-  throughput->add_option("--kv-cache-gb", t.options.kv_cache_gb,
-                         "KV cache in GiB (default: room for min(N, max-seqs) whole requests)");
+  throughput->add_option("--kv-cache-gb", t.kv_cache_gb,
+                         "KV cache in GiB, or auto: what the device's memory leaves once the weights and step "
+                         "buffers are allocated (default on cuda; on cpu: room for min(N, max-seqs) whole requests)");
+  throughput->add_option("--gpu-memory-utilization", t.gpu_memory_utilization,
+                         "with --kv-cache-gb auto (implied): the fraction of the device's total memory this process "
+                         "may use, in (0, 1] (default 0.9; the CPU backend's device is host memory)");
   throughput->add_option("--swap-space", t.options.swap_space_gb,
                          "host memory in GiB for KV swapped out by preemption (0: recompute only)")
       ->capture_default_str();

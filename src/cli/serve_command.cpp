@@ -7,6 +7,7 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "runtime/kv_cache_sizing.h"
 #include "server/async_engine.h"
 #include "server/http_server.h"
 
@@ -18,6 +19,8 @@
 #include <csignal>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <string>
 #include <thread>
 
 namespace splitflow::cli {
@@ -32,7 +35,8 @@ struct ServeFlags {
   int max_seqs = 256;
   int max_model_len = 0;
   int num_blocks = 0;
-  double kv_cache_gb = 0;
+  std::string kv_cache_gb;  // GiB, or "auto"
+  std::optional<double> gpu_memory_utilization;
   double swap_space_gb = 4;
   int swap_min_tokens = SchedulerConfig{}.swap_min_tokens;
   int block_size = 16;
@@ -47,8 +51,10 @@ struct ServeFlags {
   double drain_timeout_s = 30;
 };
 
-// Without --num-blocks or --kv-cache-gb: room for max_seqs sequences of max_model_len tokens,
-// capped at this much memory.
+// Without --num-blocks, --kv-cache-gb or --gpu-memory-utilization: on CUDA, what the GPU's memory
+// leaves (--kv-cache-gb auto: the GPU serves this process alone, and the cache is what buys
+// batch size); on the CPU, whose memory the rest of the machine shares, room for max_seqs
+// sequences of max_model_len tokens, capped at this much memory.
 constexpr double kDefaultKvCapGb = 4.0;
 
 std::string default_model_name(const ModelFlags& flags) {
@@ -69,8 +75,9 @@ void run_serve(const ServeFlags& flags) {
            "--max-batch-tokens ({}) must be at least --max-seqs ({}) so every running sequence can decode",
            flags.max_batch_tokens, flags.max_seqs);
   SF_CHECK(flags.block_size > 0, "--block-size must be positive, not {}", flags.block_size);
-  SF_CHECK(flags.num_blocks >= 0 && flags.kv_cache_gb >= 0, "--num-blocks and --kv-cache-gb must not be negative");
-  SF_CHECK(flags.num_blocks == 0 || flags.kv_cache_gb == 0, "give --num-blocks or --kv-cache-gb, not both");
+  KvCacheSizeRequest kv_size = parse_kv_cache_size(flags.num_blocks, flags.kv_cache_gb, flags.gpu_memory_utilization);
+  if (kv_size.mode == KvCacheSizeRequest::Mode::Default && flags.model.backend == "cuda")
+    kv_size.mode = KvCacheSizeRequest::Mode::Memory;
   SF_CHECK(std::isfinite(flags.swap_space_gb) && flags.swap_space_gb >= 0, "--swap-space must not be negative, not {}",
            flags.swap_space_gb);
   SF_CHECK(flags.swap_min_tokens >= 1, "--swap-min-tokens must be at least 1, not {}", flags.swap_min_tokens);
@@ -99,24 +106,37 @@ void run_serve(const ServeFlags& flags) {
   const DType kv_cache_dtype = resolve_kv_cache_dtype(*backend, requested_kv_dtype);
   const int64_t kv_bytes_per_block = kv_cache_bytes_per_token(spec, kv_cache_dtype) * flags.block_size;
   int64_t max_model_len = flags.max_model_len > 0 ? flags.max_model_len : spec.max_position;
-  int64_t num_blocks = flags.num_blocks;
-  if (flags.kv_cache_gb > 0) {
-    num_blocks = static_cast<int64_t>(flags.kv_cache_gb * double(1 << 30) / static_cast<double>(kv_bytes_per_block));
-  } else if (num_blocks == 0) {
-    const int64_t wanted = int64_t{flags.max_seqs} * ((max_model_len + flags.block_size - 1) / flags.block_size);
-    num_blocks = std::min<int64_t>(wanted, static_cast<int64_t>(kDefaultKvCapGb * double(1 << 30) / kv_bytes_per_block));
+  const bool sized_from_memory = kv_size.mode == KvCacheSizeRequest::Mode::Memory;
+  int64_t num_blocks = 0;  // sized from memory: the runner picks
+  switch (kv_size.mode) {
+    case KvCacheSizeRequest::Mode::Blocks: num_blocks = kv_size.num_blocks; break;
+    case KvCacheSizeRequest::Mode::Gib:
+      num_blocks = static_cast<int64_t>(kv_size.gib * double(1 << 30) / static_cast<double>(kv_bytes_per_block));
+      break;
+    case KvCacheSizeRequest::Mode::Default: {
+      const int64_t wanted = int64_t{flags.max_seqs} * ((max_model_len + flags.block_size - 1) / flags.block_size);
+      num_blocks =
+          std::min<int64_t>(wanted, static_cast<int64_t>(kDefaultKvCapGb * double(1 << 30) / kv_bytes_per_block));
+      break;
+    }
+    case KvCacheSizeRequest::Mode::Memory: break;
   }
-  SF_CHECK(num_blocks > 0 && num_blocks <= INT32_MAX, "the KV cache would have {} blocks: give --num-blocks or --kv-cache-gb",
-           num_blocks);
+  SF_CHECK(sized_from_memory || (num_blocks > 0 && num_blocks <= INT32_MAX),
+           "the KV cache would have {} blocks: give --num-blocks or --kv-cache-gb", num_blocks);
   const int64_t num_host_blocks = std::min<int64_t>(
       static_cast<int64_t>(flags.swap_space_gb * double(1 << 30) / static_cast<double>(kv_bytes_per_block)), INT32_MAX);
+
+  KvCacheConfig kv_config{static_cast<int32_t>(num_blocks), flags.block_size, static_cast<int32_t>(num_host_blocks),
+                          kv_cache_dtype};
+  // Sized from memory, the cache must hold one sequence of an explicit --max-model-len; without
+  // one, a cache smaller than the model's context shortens the context, as a fixed size does.
+  if (sized_from_memory) kv_config.memory_budget = KvCacheMemoryBudget{kv_size.memory_fraction, kDefaultKvReserveBytes,
+                                                                       flags.max_model_len};
+  ModelRunner runner(spec, std::move(model.weights), *backend, kv_config,
+                     RunnerLimits{flags.max_batch_tokens, flags.max_seqs});
+  num_blocks = runner.kv_config().num_blocks;
   // A cache smaller than one full-length sequence shortens the context rather than failing.
   if (flags.max_model_len == 0) max_model_len = std::min<int64_t>(max_model_len, num_blocks * flags.block_size);
-
-  ModelRunner runner(spec, std::move(model.weights), *backend,
-                     KvCacheConfig{static_cast<int32_t>(num_blocks), flags.block_size,
-                                   static_cast<int32_t>(num_host_blocks), kv_cache_dtype},
-                     RunnerLimits{flags.max_batch_tokens, flags.max_seqs});
   max_model_len = std::min<int64_t>(max_model_len, runner.context_limit());
 
   SchedulerConfig scheduler;
@@ -145,9 +165,12 @@ void run_serve(const ServeFlags& flags) {
 
   fmt::print(stderr,
              "splitflow serve: {} as '{}' on http://{}:{}\n  context {} tokens; KV cache {} blocks of {} tokens in {} "
-             "({:.2f} GiB), swap space {} blocks ({:.2f} GiB, for victims of >= {} tokens); batch {} tokens, {} sequences; {}; queue {} sequences; chat template: {}\n",
+             "({:.2f} GiB{}), swap space {} blocks ({:.2f} GiB, for victims of >= {} tokens); batch {} tokens, {} sequences; {}; queue {} sequences; chat template: {}\n",
              model.description, http.served_model_name, flags.host, port, max_model_len, num_blocks, flags.block_size,
              dtype_name(kv_cache_dtype), static_cast<double>(num_blocks * kv_bytes_per_block) / double(1 << 30),
+             sized_from_memory
+                 ? fmt::format(", from device memory at --gpu-memory-utilization {}", kv_size.memory_fraction)
+                 : std::string(),
              num_host_blocks,
              static_cast<double>(num_host_blocks * kv_bytes_per_block) / double(1 << 30), flags.swap_min_tokens,
              flags.max_batch_tokens,
@@ -183,7 +206,13 @@ void register_serve(CLI::App& app) {
   command->add_option("--max-seqs", flags->max_seqs, "sequences running at once")->capture_default_str();
   command->add_option("--max-model-len", flags->max_model_len, "tokens a sequence may reach (0: the model's context)");
   command->add_option("--num-blocks", flags->num_blocks, "KV cache blocks");
-  command->add_option("--kv-cache-gb", flags->kv_cache_gb, "KV cache size in GiB (instead of --num-blocks)");
+  command->add_option("--kv-cache-gb", flags->kv_cache_gb,
+                      "KV cache size in GiB (instead of --num-blocks), or auto: what the device's memory leaves once "
+                      "the weights and step buffers are allocated (default on cuda; on cpu: room for max-seqs "
+                      "full-length sequences, at most 4 GiB)");
+  command->add_option("--gpu-memory-utilization", flags->gpu_memory_utilization,
+                      "with --kv-cache-gb auto (implied): the fraction of the device's total memory this process may "
+                      "use, in (0, 1] (default 0.9; the CPU backend's device is host memory)");
   command->add_option("--swap-space", flags->swap_space_gb,
                       "host memory in GiB for KV swapped out by preemption (0: preemption by recompute only)")
       ->capture_default_str();

@@ -1,6 +1,7 @@
 // End to end on the CPU: `splitflow serve` on stories260K-hf in a child process, driven by
 // `splitflow bench serve` (Poisson, a sweep, a trace replay); `splitflow bench throughput` on the
 // same model; the commands' bad-input errors. Checks the JSON/CSV files the commands write.
+#include "backend/cpu/host_memory.h"
 #include "sim/plots.h"
 #include "test_paths.h"
 
@@ -14,8 +15,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -63,6 +66,19 @@ std::string only_file(const std::string& dir, const std::string& extension) {
   return found.empty() ? "" : found[0];
 }
 
+constexpr int64_t kMiB = int64_t{1} << 20, kGiB = int64_t{1} << 30;
+
+// A --gpu-memory-utilization (as text) that leaves about `cache_bytes` for an automatic KV cache
+// on the CPU backend (its device is host memory) with the 1 GiB reserve, from the host memory free
+// now; nullopt when too little is free for the test to mean anything.
+std::optional<std::string> fraction_leaving(int64_t cache_bytes) {
+  const DeviceMemoryInfo memory = cpu::read_host_memory();
+  if (memory.free_bytes < 4 * kGiB) return std::nullopt;
+  const double fraction =
+      1.0 - static_cast<double>(memory.free_bytes - kGiB - cache_bytes) / static_cast<double>(memory.total_bytes);
+  return std::to_string(fraction);
+}
+
 #ifdef SPLITFLOW_HAS_HTTPLIB  // without cpp-httplib there is no `splitflow serve` and no client
 
 // `splitflow serve` on stories260K-hf at a free port (with extra_args after the usual ones),
@@ -93,7 +109,8 @@ class ServerProcess {
       return;
     }
     stderr_ = ::fdopen(fds[0], "r");
-    // The server names its port once it listens: "... on http://127.0.0.1:PORT".
+    // The server names its port once it listens: "... on http://127.0.0.1:PORT", and its context,
+    // KV cache and batch limits on the line after.
     const std::regex listening(R"(on (http://127\.0\.0\.1:[0-9]+))");
     char line[4096];
     while (std::fgets(line, sizeof(line), stderr_) != nullptr) {
@@ -101,6 +118,7 @@ class ServerProcess {
       std::cmatch match;
       if (std::regex_search(line, match, listening)) {
         url_ = match[1];
+        if (std::fgets(line, sizeof(line), stderr_) != nullptr) log_ += line;
         break;
       }
     }
@@ -368,6 +386,42 @@ TEST(ServeCommand, WarmupAndSwapMinTokensFlags) {
   }
 }
 
+// --kv-cache-gb auto: the server sizes its cache from what memory leaves and says so; bad sizes
+// are refused by name before the port opens, and so is a share too small for one block.
+TEST(ServeCommand, KvCacheSizedFromMemory) {
+  const std::optional<std::string> fraction = fraction_leaving(256 * kMiB);
+  if (!fraction) GTEST_SKIP() << "less than 4 GiB of host memory free";
+  {
+    const ServerProcess server({"--kv-cache-gb", "auto", "--gpu-memory-utilization", *fraction, "--swap-space", "0"});
+    ASSERT_FALSE(server.url().empty()) << "splitflow serve did not start:\n" << server.log();
+    const std::regex kv_line(R"(context ([0-9]+) tokens; KV cache ([0-9]+) blocks of 16 tokens in f32 \(([0-9.]+) GiB, )"
+                             R"(from device memory at --gpu-memory-utilization ([0-9.]+)\))");
+    std::smatch match;
+    ASSERT_TRUE(std::regex_search(server.log(), match, kv_line)) << server.log();
+    EXPECT_EQ(std::stoi(match[1]), 512);  // stories260K's whole context fits
+    const double cache_bytes = std::stod(match[3]) * double(kGiB);
+    EXPECT_GT(cache_bytes, 128.0 * kMiB) << server.log();  // about 256 MiB, whatever else the host did meanwhile
+    EXPECT_LT(cache_bytes, 512.0 * kMiB) << server.log();
+    EXPECT_NEAR(std::stod(match[4]), std::stod(*fraction), 1e-9);
+  }
+  const std::string serve = "serve --model " + shared_path("models/stories260K-hf") + " --port 0 --threads 1 ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--kv-cache-gb -3", "--kv-cache-gb must be a positive number of GiB or auto, not '-3'"},
+      {"--kv-cache-gb many", "--kv-cache-gb must be a positive number of GiB or auto, not 'many'"},
+      {"--kv-cache-gb auto --num-blocks 64", "give --num-blocks or --kv-cache-gb, not both"},
+      {"--gpu-memory-utilization 1.5", "--gpu-memory-utilization must be a fraction of the device's memory in (0, 1], not 1.5"},
+      {"--kv-cache-gb 2 --gpu-memory-utilization 0.5", "not with --kv-cache-gb 2"},
+      // 1% of the host is less than what is in use already: no room for one block.
+      {"--gpu-memory-utilization 0.01", "device memory leaves no room for one block of 16 tokens"},
+  };
+  for (const auto& [arguments, expected] : cases) {
+    const CommandResult run = run_splitflow(serve + arguments);
+    EXPECT_NE(run.status, 0) << arguments;
+    EXPECT_NE(run.output.find(expected), std::string::npos) << arguments << "\n" << run.output;
+    EXPECT_EQ(run.output.find("on http://"), std::string::npos) << "the server started:\n" << run.output;
+  }
+}
+
 TEST(BenchServeCommand, BadInputFailsBeforeAnyRequestWithAClearMessage) {
   const std::pair<std::string, std::string> cases[] = {
       {"--url http://127.0.0.1:1 --rate 2 --num-requests 3 --input-len 8 --output-len 4",
@@ -449,6 +503,15 @@ TEST(BenchThroughputCommand, BadOptionsAreNamed) {
       {"--swap-space -1", "--swap-space must not be negative"},
       {"--swap-min-tokens 0", "--swap-min-tokens must be at least 1, not 0"},
       {"--kv-cache-dtype e4m3", "--kv-cache-dtype must be auto, bf16, fp16 or fp8 (fp8_e4m3), not 'e4m3'"},
+      {"--kv-cache-gb -1", "--kv-cache-gb must be a positive number of GiB or auto, not '-1'"},
+      {"--kv-cache-gb 0", "--kv-cache-gb must be a positive number of GiB or auto, not '0'"},
+      {"--kv-cache-gb automatic", "--kv-cache-gb must be a positive number of GiB or auto, not 'automatic'"},
+      {"--kv-cache-gb auto --gpu-memory-utilization 0", "in (0, 1], not 0"},
+      {"--gpu-memory-utilization 1.2", "--gpu-memory-utilization must be a fraction of the device's memory in (0, 1], not 1.2"},
+      {"--kv-cache-gb 1 --gpu-memory-utilization 0.5", "give it alone or with --kv-cache-gb auto, not with --kv-cache-gb 1"},
+      // 1% of the host is less than what is in use already: not one request of 32 + 8 tokens.
+      {"--input-len 32 --output-len 8 --gpu-memory-utilization 0.01",
+       "one sequence of 40 tokens needs 3 blocks of 16 tokens"},
   };
   for (const auto& [options, message] : cases) {
     const CommandResult run = run_splitflow(std::string("bench throughput ") + options + model);
@@ -481,6 +544,49 @@ TEST(BenchThroughputCommand, Fp8KvCacheBuysMoreBlocksPerGigabyte) {
               static_cast<int64_t>(0.001 * double(int64_t{1} << 30) / block_bytes));
   }
   EXPECT_GE(results[1]["kv_cache_blocks"].get<int64_t>(), 4 * results[0]["kv_cache_blocks"].get<int64_t>());
+}
+
+// --kv-cache-gb auto: the blocks are what memory leaves at the fraction given (on the CPU,
+// host memory); the result records how they were sized and from which figures, and they add up.
+TEST(BenchThroughputCommand, KvCacheSizedFromMemoryIsRecorded) {
+  const std::optional<std::string> fraction = fraction_leaving(256 * kMiB);
+  if (!fraction) GTEST_SKIP() << "less than 4 GiB of host memory free";
+  const std::string dir = fresh_dir("bench_throughput_auto");
+  const CommandResult run = run_splitflow("bench throughput --model " + shared_path("models/stories260K-hf") +
+                                          " --num-requests 4 --input-len 32 --output-len 8 --max-seqs 4"
+                                          " --max-batch-tokens 64 --threads 1 --swap-space 0 --kv-cache-gb auto"
+                                          " --gpu-memory-utilization " + *fraction + " --results-dir " + dir);
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("KV blocks (GiB), from memory"), std::string::npos) << run.output;
+  const json result = json::parse(read_file(only_file(dir, ".json")));
+  EXPECT_EQ(result["output_tokens"], 4 * 8);
+  EXPECT_EQ(result["kv_cache_sizing"], "memory");
+  const json& memory = result["kv_cache_memory"];
+  ASSERT_TRUE(memory.is_object()) << result.dump(2);
+  EXPECT_NEAR(memory["memory_fraction"].get<double>(), std::stod(*fraction), 1e-9);
+  EXPECT_EQ(memory["reserve_bytes"], kGiB);
+  const int64_t free_bytes = memory["device_free_bytes"], total_bytes = memory["device_total_bytes"];
+  const int64_t usable = memory["usable_bytes"], block_bytes = memory["bytes_per_block"];
+  EXPECT_EQ(usable, free_bytes - static_cast<int64_t>(std::ceil((1 - memory["memory_fraction"].get<double>()) *
+                                                                static_cast<double>(total_bytes))) - kGiB);
+  // A block: its K and V (f32, 16 tokens) and an entry in each of max_seqs block tables.
+  const int64_t kv_block_bytes = result["kv_bytes_per_token"].get<int64_t>() * 16;
+  EXPECT_EQ(block_bytes, kv_block_bytes + 4 * 4);
+  const int64_t blocks = result["kv_cache_blocks"];
+  EXPECT_EQ(blocks, usable / block_bytes);
+  EXPECT_DOUBLE_EQ(result["kv_cache_gib"].get<double>(), static_cast<double>(blocks * kv_block_bytes) / double(kGiB));
+  EXPECT_GT(blocks * kv_block_bytes, 128 * kMiB);  // about 256 MiB, whatever else the host did meanwhile
+  EXPECT_LT(blocks * kv_block_bytes, 512 * kMiB);
+  // Without a size the CPU keeps its default: room for min(N, max-seqs) whole requests.
+  const std::string default_dir = fresh_dir("bench_throughput_default_size");
+  const CommandResult by_default = run_splitflow("bench throughput --model " + shared_path("models/stories260K-hf") +
+                                                 " --num-requests 4 --input-len 32 --output-len 8 --max-seqs 4"
+                                                 " --max-batch-tokens 64 --threads 1 --results-dir " + default_dir);
+  ASSERT_EQ(by_default.status, 0) << by_default.output;
+  const json default_result = json::parse(read_file(only_file(default_dir, ".json")));
+  EXPECT_EQ(default_result["kv_cache_sizing"], "requests");
+  EXPECT_TRUE(default_result["kv_cache_memory"].is_null());
+  EXPECT_EQ(default_result["kv_cache_blocks"], 4 * 3);
 }
 
 // 16 requests of 300 + 200 tokens in 78 blocks: victims mostly hold more than 256 computed
