@@ -153,7 +153,9 @@ void expect_stats(const json& stats, const char* name, bool positive) {
   for (const char* key : {"count", "mean", "p50", "p90", "p99", "max"}) {
     ASSERT_TRUE(stats.contains(key)) << name << "." << key;
   }
-  if (positive) EXPECT_GT(stats["p50"].get<double>(), 0) << name;
+  if (positive) {
+    EXPECT_GT(stats["p50"].get<double>(), 0) << name;
+  }
   EXPECT_GE(stats["p50"].get<double>(), 0) << name;
   EXPECT_LE(stats["p50"].get<double>(), stats["p90"].get<double>()) << name;
   EXPECT_LE(stats["p90"].get<double>(), stats["p99"].get<double>()) << name;
