@@ -3,6 +3,7 @@
 // so the logits must equal the plain CPU backend's up to f32 rounding. Catches a norm folded into
 // the wrong matrix, a folded norm still applied with its weight, or a fold where the plan keeps
 // the norm apart (parallel residual, LayerNorm).
+#include "runtime/forwarding_backend.h"
 #include "runtime/runner_test_util.h"
 
 #include "backend/backend.h"
@@ -14,9 +15,8 @@
 namespace splitflow::test {
 namespace {
 
-class FoldingCpuBackend final : public Backend {
+class FoldingCpuBackend final : public ForwardingBackend {
  public:
-  FoldingCpuBackend() : cpu_(make_cpu_backend(1)) {}
   int32_t folds() const { return folds_; }
 
   bool fold_norm_weight(const DeviceTensor& w, const DeviceTensor& norm_weight, float weight_offset) override {
@@ -31,55 +31,8 @@ class FoldingCpuBackend final : public Backend {
   }
 
   std::string name() const override { return "cpu (folding)"; }
-  DType activation_dtype() const override { return cpu_->activation_dtype(); }
-  std::span<const DType> kv_cache_dtypes() const override { return cpu_->kv_cache_dtypes(); }
-  DeviceBuffer allocate(DType dtype, Shape shape) override { return cpu_->allocate(dtype, std::move(shape)); }
-  DeviceBuffer upload(const Tensor& host) override { return cpu_->upload(host); }
-  void copy_to_device(const void* host, const DeviceTensor& dst) override { cpu_->copy_to_device(host, dst); }
-  void copy_to_host(const DeviceTensor& src, void* host) override { cpu_->copy_to_host(src, host); }
-  void synchronize() override { cpu_->synchronize(); }
-  DeviceMemoryInfo memory_info() const override { return cpu_->memory_info(); }
-  std::shared_ptr<void> allocate_host(size_t bytes) override { return cpu_->allocate_host(bytes); }
-  void copy_blocks(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
-                   CopyDirection direction) override {
-    cpu_->copy_blocks(cache, host, copies, direction);
-  }
-  void embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier, const DeviceTensor& pos_table,
-             const DeviceTensor& positions, const DeviceTensor& out) override {
-    cpu_->embed(table, token_ids, multiplier, pos_table, positions, out);
-  }
-  void add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
-                const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) override {
-    cpu_->add_norm(residual, delta, weight, bias, params, out);
-  }
-  void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
-              bool accumulate) override {
-    cpu_->matmul(x, w, bias, y, accumulate);
-  }
-  void rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
-            const RopeParams& params) override {
-    cpu_->rope(qkv, cos_sin, table_rows, params);
-  }
-  void write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
-                const DeviceTensor& k_cache, const DeviceTensor& v_cache) override {
-    cpu_->write_kv(qkv, slots, params, k_cache, v_cache);
-  }
-  void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
-                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override {
-    cpu_->attention(qkv, k_cache, v_cache, batch, params, out);
-  }
-  void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override {
-    cpu_->activation(x, act, gated, out);
-  }
-  void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override {
-    cpu_->gather_rows(x, rows, out);
-  }
-  void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override {
-    cpu_->sample(logits, rows, tokens);
-  }
 
  private:
-  std::unique_ptr<Backend> cpu_;
   int32_t folds_ = 0;
 };
 

@@ -6,6 +6,7 @@
 #include "runtime/kv_cache_sizing.h"
 
 #include "core/error.h"
+#include "runtime/forwarding_backend.h"
 #include "runtime/model_runner.h"
 #include "runtime/runner_test_util.h"
 
@@ -149,7 +150,7 @@ TEST(ParseKvCacheSize, BadValuesNameTheFlag) {
 // The CPU kernels on a device of `total_bytes`: free is the total less the bytes of live buffers
 // (allocations and uploads) and less other_bytes (another process's share). Logs each allocation
 // and, at each memory_info() call, the free bytes it reported and how many allocations preceded it.
-class MeteredCpuBackend final : public Backend {
+class MeteredCpuBackend final : public ForwardingBackend {
  public:
   struct Allocation {
     DType dtype;
@@ -161,14 +162,12 @@ class MeteredCpuBackend final : public Backend {
   };
 
   MeteredCpuBackend(int64_t total_bytes, int64_t other_bytes = 0)
-      : cpu_(make_cpu_backend(1)), total_bytes_(total_bytes), other_bytes_(other_bytes) {}
+      : total_bytes_(total_bytes), other_bytes_(other_bytes) {}
   const std::vector<Allocation>& allocations() const { return allocations_; }
   const std::vector<Query>& queries() const { return queries_; }
   int64_t live_bytes() const { return *live_; }
 
   std::string name() const override { return "metered cpu"; }
-  DType activation_dtype() const override { return cpu_->activation_dtype(); }
-  std::span<const DType> kv_cache_dtypes() const override { return cpu_->kv_cache_dtypes(); }
   DeviceMemoryInfo memory_info() const override {
     const int64_t free_bytes = std::max<int64_t>(total_bytes_ - other_bytes_ - *live_, 0);
     queries_.push_back({free_bytes, allocations_.size()});
@@ -176,61 +175,19 @@ class MeteredCpuBackend final : public Backend {
   }
   DeviceBuffer allocate(DType dtype, Shape shape) override {
     allocations_.push_back({dtype, shape});
-    return metered(cpu_->allocate(dtype, std::move(shape)));
+    return metered(inner().allocate(dtype, std::move(shape)));
   }
-  DeviceBuffer upload(const Tensor& host) override { return metered(cpu_->upload(host)); }
-  void copy_to_device(const void* host, const DeviceTensor& dst) override { cpu_->copy_to_device(host, dst); }
-  void copy_to_host(const DeviceTensor& src, void* host) override { cpu_->copy_to_host(src, host); }
-  void synchronize() override { cpu_->synchronize(); }
-  std::shared_ptr<void> allocate_host(size_t bytes) override { return cpu_->allocate_host(bytes); }
-  void copy_blocks(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
-                   CopyDirection direction) override {
-    cpu_->copy_blocks(cache, host, copies, direction);
-  }
-  void embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier, const DeviceTensor& pos_table,
-             const DeviceTensor& positions, const DeviceTensor& out) override {
-    cpu_->embed(table, token_ids, multiplier, pos_table, positions, out);
-  }
-  void add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
-                const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) override {
-    cpu_->add_norm(residual, delta, weight, bias, params, out);
-  }
-  void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
-              bool accumulate) override {
-    cpu_->matmul(x, w, bias, y, accumulate);
-  }
-  void rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
-            const RopeParams& params) override {
-    cpu_->rope(qkv, cos_sin, table_rows, params);
-  }
-  void write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
-                const DeviceTensor& k_cache, const DeviceTensor& v_cache) override {
-    cpu_->write_kv(qkv, slots, params, k_cache, v_cache);
-  }
-  void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
-                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override {
-    cpu_->attention(qkv, k_cache, v_cache, batch, params, out);
-  }
-  void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override {
-    cpu_->activation(x, act, gated, out);
-  }
-  void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override {
-    cpu_->gather_rows(x, rows, out);
-  }
-  void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override {
-    cpu_->sample(logits, rows, tokens);
-  }
+  DeviceBuffer upload(const Tensor& host) override { return metered(inner().upload(host)); }
 
  private:
   // The buffer, counted in live bytes until its last view's owner goes.
   DeviceBuffer metered(DeviceBuffer buffer) {
     const int64_t bytes = static_cast<int64_t>(buffer.view().nbytes());
     *live_ += bytes;
-    std::shared_ptr<void> owner(buffer.view().data, [live = live_, bytes, inner = buffer](void*) { *live -= bytes; });
+    std::shared_ptr<void> owner(buffer.view().data, [live = live_, bytes, held = buffer](void*) { *live -= bytes; });
     return DeviceBuffer(buffer.view(), std::move(owner));
   }
 
-  std::unique_ptr<Backend> cpu_;
   int64_t total_bytes_, other_bytes_;
   std::shared_ptr<int64_t> live_ = std::make_shared<int64_t>(0);
   std::vector<Allocation> allocations_;

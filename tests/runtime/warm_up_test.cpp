@@ -3,6 +3,7 @@
 // graph does (kernel calls kept with their buffer views, run again at replay on what the buffers
 // then hold). Warm-up must record every decode bucket, and leave the KV cache and every later
 // output bit-identical to a runner that never warmed up.
+#include "runtime/forwarding_backend.h"
 #include "runtime/runner_test_util.h"
 
 #include "backend/backend.h"
@@ -16,25 +17,11 @@
 namespace splitflow::test {
 namespace {
 
-class RecordingCpuBackend final : public Backend {
+class RecordingCpuBackend final : public ForwardingBackend {
  public:
-  RecordingCpuBackend() : cpu_(make_cpu_backend(1)) {}
   int32_t num_recordings() const { return num_recordings_; }
 
   std::string name() const override { return "cpu (recording)"; }
-  DType activation_dtype() const override { return cpu_->activation_dtype(); }
-  std::span<const DType> kv_cache_dtypes() const override { return cpu_->kv_cache_dtypes(); }
-  DeviceBuffer allocate(DType dtype, Shape shape) override { return cpu_->allocate(dtype, std::move(shape)); }
-  DeviceBuffer upload(const Tensor& host) override { return cpu_->upload(host); }
-  void copy_to_device(const void* host, const DeviceTensor& dst) override { cpu_->copy_to_device(host, dst); }
-  void copy_to_host(const DeviceTensor& src, void* host) override { cpu_->copy_to_host(src, host); }
-  void synchronize() override { cpu_->synchronize(); }
-  DeviceMemoryInfo memory_info() const override { return cpu_->memory_info(); }
-  std::shared_ptr<void> allocate_host(size_t bytes) override { return cpu_->allocate_host(bytes); }
-  void copy_blocks(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
-                   CopyDirection direction) override {
-    cpu_->copy_blocks(cache, host, copies, direction);
-  }
 
   bool can_record() const override { return true; }
   std::unique_ptr<RecordedWork> record(const std::function<void()>& issue) override {
@@ -53,47 +40,47 @@ class RecordingCpuBackend final : public Backend {
 
   void embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier, const DeviceTensor& pos_table,
              const DeviceTensor& positions, const DeviceTensor& out) override {
-    run([=, cpu = cpu_.get()] { cpu->embed(table, token_ids, multiplier, pos_table, positions, out); });
+    run([=, cpu = &inner()] { cpu->embed(table, token_ids, multiplier, pos_table, positions, out); });
   }
   void add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
                 const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) override {
-    run([=, cpu = cpu_.get()] { cpu->add_norm(residual, delta, weight, bias, params, out); });
+    run([=, cpu = &inner()] { cpu->add_norm(residual, delta, weight, bias, params, out); });
   }
   void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
               bool accumulate) override {
-    run([=, cpu = cpu_.get()] { cpu->matmul(x, w, bias, y, accumulate); });
+    run([=, cpu = &inner()] { cpu->matmul(x, w, bias, y, accumulate); });
   }
   void rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
             const RopeParams& params) override {
-    run([=, cpu = cpu_.get()] { cpu->rope(qkv, cos_sin, table_rows, params); });
+    run([=, cpu = &inner()] { cpu->rope(qkv, cos_sin, table_rows, params); });
   }
   void write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
                 const DeviceTensor& k_cache, const DeviceTensor& v_cache) override {
-    run([=, cpu = cpu_.get()] { cpu->write_kv(qkv, slots, params, k_cache, v_cache); });
+    run([=, cpu = &inner()] { cpu->write_kv(qkv, slots, params, k_cache, v_cache); });
   }
   void rope_write_kv(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
                      const RopeParams& rope_params, const DeviceTensor& slots, const AttentionParams& attention_params,
                      const DeviceTensor& k_cache, const DeviceTensor& v_cache) override {
-    run([=, cpu = cpu_.get()] {
+    run([=, cpu = &inner()] {
       cpu->rope_write_kv(qkv, cos_sin, table_rows, rope_params, slots, attention_params, k_cache, v_cache);
     });
   }
   void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                  const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override {
-    run([=, cpu = cpu_.get()] { cpu->attention(qkv, k_cache, v_cache, batch, params, out); });
+    run([=, cpu = &inner()] { cpu->attention(qkv, k_cache, v_cache, batch, params, out); });
   }
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override {
-    run([=, cpu = cpu_.get()] { cpu->activation(x, act, gated, out); });
+    run([=, cpu = &inner()] { cpu->activation(x, act, gated, out); });
   }
   void matmul_activation(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
                          Activation act, bool gated, const DeviceTensor& product, const DeviceTensor& out) override {
-    run([=, cpu = cpu_.get()] { cpu->matmul_activation(norm, x, w, bias, act, gated, product, out); });
+    run([=, cpu = &inner()] { cpu->matmul_activation(norm, x, w, bias, act, gated, product, out); });
   }
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override {
-    run([=, cpu = cpu_.get()] { cpu->gather_rows(x, rows, out); });
+    run([=, cpu = &inner()] { cpu->gather_rows(x, rows, out); });
   }
   void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override {
-    run([=, cpu = cpu_.get()] { cpu->sample(logits, rows, tokens); });
+    run([=, cpu = &inner()] { cpu->sample(logits, rows, tokens); });
   }
 
  private:
@@ -111,7 +98,6 @@ class RecordingCpuBackend final : public Backend {
     }
   }
 
-  std::unique_ptr<Backend> cpu_;
   std::vector<std::function<void()>>* kernels_ = nullptr;  // the recording in progress
   int32_t num_recordings_ = 0;
 };

@@ -1,0 +1,73 @@
+// tests/runtime/forwarding_backend.h — a Backend that hands every required call to a wrapped
+// backend (by default the 1-thread CPU backend), for test backends that change one behaviour
+// (folding norm weights, recording work, metering memory) and override only that. The optional
+// Backend calls (record, fold_norm_weight, the fused kernels) keep Backend's own defaults, which
+// decompose into the forwarded ones.
+#pragma once
+
+#include "backend/backend.h"
+
+#include <memory>
+#include <utility>
+
+namespace splitflow::test {
+
+class ForwardingBackend : public Backend {
+ public:
+  explicit ForwardingBackend(std::unique_ptr<Backend> inner = make_cpu_backend(1)) : inner_(std::move(inner)) {}
+
+  DType activation_dtype() const override { return inner_->activation_dtype(); }
+  std::span<const DType> kv_cache_dtypes() const override { return inner_->kv_cache_dtypes(); }
+  DeviceBuffer allocate(DType dtype, Shape shape) override { return inner_->allocate(dtype, std::move(shape)); }
+  DeviceBuffer upload(const Tensor& host) override { return inner_->upload(host); }
+  void copy_to_device(const void* host, const DeviceTensor& dst) override { inner_->copy_to_device(host, dst); }
+  void copy_to_host(const DeviceTensor& src, void* host) override { inner_->copy_to_host(src, host); }
+  void synchronize() override { inner_->synchronize(); }
+  DeviceMemoryInfo memory_info() const override { return inner_->memory_info(); }
+  std::shared_ptr<void> allocate_host(size_t bytes) override { return inner_->allocate_host(bytes); }
+  void copy_blocks(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
+                   CopyDirection direction) override {
+    inner_->copy_blocks(cache, host, copies, direction);
+  }
+  void embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier, const DeviceTensor& pos_table,
+             const DeviceTensor& positions, const DeviceTensor& out) override {
+    inner_->embed(table, token_ids, multiplier, pos_table, positions, out);
+  }
+  void add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
+                const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) override {
+    inner_->add_norm(residual, delta, weight, bias, params, out);
+  }
+  void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
+              bool accumulate) override {
+    inner_->matmul(x, w, bias, y, accumulate);
+  }
+  void rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
+            const RopeParams& params) override {
+    inner_->rope(qkv, cos_sin, table_rows, params);
+  }
+  void write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
+                const DeviceTensor& k_cache, const DeviceTensor& v_cache) override {
+    inner_->write_kv(qkv, slots, params, k_cache, v_cache);
+  }
+  void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override {
+    inner_->attention(qkv, k_cache, v_cache, batch, params, out);
+  }
+  void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override {
+    inner_->activation(x, act, gated, out);
+  }
+  void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override {
+    inner_->gather_rows(x, rows, out);
+  }
+  void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override {
+    inner_->sample(logits, rows, tokens);
+  }
+
+ protected:
+  Backend& inner() const { return *inner_; }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+}  // namespace splitflow::test
