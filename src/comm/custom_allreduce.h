@@ -55,9 +55,10 @@ class CustomAllreduce {
   size_t ll_max_bytes() const;
   size_t ll_capacity_bytes() const;
   void set_ll_max_bytes(size_t bytes);
-  // One-shot calls above the LL limit and up to this many bytes use LL128 (pushed 128-byte lines
-  // with their flags): NVLink only, 0 elsewhere (CommGroup sets it from the topology); set (for
-  // the benchmark's comparison) up to ll128_capacity_bytes(), the same on every rank.
+  // One-shot calls above the LL limit, and two-shot calls, up to this many bytes use LL128 (pushed
+  // 128-byte lines with their flags): NVLink only, 0 elsewhere (CommGroup sets it from the
+  // topology); set (for the benchmark's comparison) up to ll128_capacity_bytes(), the same on
+  // every rank.
   size_t ll128_max_bytes() const;
   size_t ll128_capacity_bytes() const;
   void set_ll128_max_bytes(size_t bytes);

@@ -579,12 +579,31 @@ __device__ __forceinline__ uint4 make_slot(const T* in, int64_t word, int64_t co
   return make_uint4(first.x, first.y, second.x, second.y);
 }
 
-// This lane's slot of a line group in the receive buffer, once the group's four flags show `flag`.
-__device__ __forceinline__ uint4 wait_group(const uint4* slot, uint32_t flag, bool flag_lane) {
+// value[k] = this lane's slot at at[k] for every k with want[k] (warp-uniform), once the line
+// group there shows `flag` in its four flag slots. The first loads of all groups go out together,
+// so a warp waiting on several peers pays one memory latency, not one per peer.
+template <int K>
+__device__ __forceinline__ void wait_groups(const uint4* const (&at)[K], const bool (&want)[K], uint32_t flag,
+                                            bool flag_lane, uint4 (&value)[K]) {
+  bool pending[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    pending[k] = want[k];
+    if (pending[k]) value[k] = load_line(at[k]);
+  }
   const uint64_t start = global_time_ns();
   while (true) {
-    const uint4 value = load_line(slot);
-    if (__all_sync(0xffffffffu, !flag_lane || (value.z == flag && value.w == flag))) return value;
+    bool any = false;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (!pending[k]) continue;
+      pending[k] = !__all_sync(0xffffffffu, !flag_lane || (value[k].z == flag && value[k].w == flag));
+      any |= pending[k];
+    }
+    if (!any) return;
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (pending[k]) value[k] = load_line(at[k]);
     if (global_time_ns() - start > kHangNs) {
       printf("splitflow custom allreduce (LL128): block %d waited %llu s for a peer's line with flag %u; trapping\n",
              blockIdx.x, static_cast<unsigned long long>(kHangNs / 1000000000ull), flag);
@@ -601,16 +620,21 @@ __device__ __forceinline__ void receive_slot(const KernelArgs& a, const uint4* r
   constexpr int W = 8 / sizeof(T);
 #pragma unroll
   for (int e = 0; e < 2 * W; ++e) acc[e] = 0.0f;
-  uint4 slots[N];
+  const uint4* at[N];
+  bool peer[N];
 #pragma unroll
   for (int r = 0; r < N; ++r) {
-    slots[r] = r == a.rank ? make_slot<T>(in, word, count, in_aligned, two_words, flag)
-                           : wait_group(received + r * sender_slots + slot_index, flag, !two_words);
+    at[r] = received + r * sender_slots + slot_index;
+    peer[r] = r != a.rank;
   }
+  const uint4 own = make_slot<T>(in, word, count, in_aligned, two_words, flag);
+  uint4 slots[N];
+  wait_groups<N>(at, peer, flag, !two_words, slots);
 #pragma unroll
   for (int r = 0; r < N; ++r) {
-    add_word<T>(make_uint2(slots[r].x, slots[r].y), acc);
-    if (two_words) add_word<T>(make_uint2(slots[r].z, slots[r].w), acc + W);
+    const uint4 value = r == a.rank ? own : slots[r];
+    add_word<T>(make_uint2(value.x, value.y), acc);
+    if (two_words) add_word<T>(make_uint2(value.z, value.w), acc + W);
   }
 }
 
@@ -648,6 +672,123 @@ __global__ void __launch_bounds__(kLL128Threads) one_shot_ll128_kernel(KernelArg
       float* values = acc + k * W;
       if (residual != nullptr) add_word<T>(load_word<T>(residual, word + k, a.count, residual_aligned), values);
       store_word<T>(out, word + k, a.count, out_aligned, values);
+    }
+  }
+}
+
+// ---- two-shot, LL128 protocol (NVLink, larger worlds) -------------------------------------------
+// The line groups split into N contiguous partitions; rank p owns partition p. Stage 1
+// (reduce-scatter): every rank pushes each group of partition p to its owner p, into the slots
+// where a one-shot call would put it ([parity][sender][group]). The owner sums its partition in rank
+// order, adds the residual, rounds once, writes its output and pushes the rounded group to every
+// peer (stage 2, allgather), into [parity][owner][group]: slots that stage 1 leaves alone there (a
+// rank receives only its own partition in stage 1). Each rank sends 2 (N - 1) / N of the message
+// instead of one-shot's N - 1 times it, in two hops whose flags travel in the lines. Flags, grid,
+// parities and the reuse argument are the one-shot LL128 kernel's: in every call each rank
+// receives lines from every peer, so the two calls ago argument holds unchanged.
+
+// The slot's 16 bytes carrying the two words of `acc` (2W values) rounded to T, or the first word
+// and the flag.
+template <typename T>
+__device__ __forceinline__ uint4 pack_slot(const float* acc, bool two_words, uint32_t flag) {
+  static_assert(2 * (8 / sizeof(T)) == Elem<T>::kPack, "a slot's two words are one 16-byte pack");
+  const int4 packed = Elem<T>::pack(acc);
+  return make_uint4(static_cast<uint32_t>(packed.x), static_cast<uint32_t>(packed.y),
+                    two_words ? static_cast<uint32_t>(packed.z) : flag, two_words ? static_cast<uint32_t>(packed.w) : flag);
+}
+
+// Eight-byte word `index` of `p` = `word` (elements past `count` are not written).
+template <typename T>
+__device__ __forceinline__ void store_raw_word(T* p, int64_t index, int64_t count, bool aligned8, uint2 word) {
+  constexpr int W = 8 / sizeof(T);
+  if (aligned8 && (index + 1) * W <= count) {
+    *reinterpret_cast<uint2*>(p + index * W) = word;
+    return;
+  }
+  const T* elements = reinterpret_cast<const T*>(&word);
+#pragma unroll
+  for (int e = 0; e < W; ++e)
+    if (index * W + e < count) p[index * W + e] = elements[e];
+}
+
+// The data words of a slot (pack_slot's layout) into `out` at `word`.
+template <typename T>
+__device__ __forceinline__ void write_slot(T* out, int64_t word, int64_t count, bool aligned8, bool two_words, uint4 v) {
+  store_raw_word<T>(out, word, count, aligned8, make_uint2(v.x, v.y));
+  if (two_words) store_raw_word<T>(out, word + 1, count, aligned8, make_uint2(v.z, v.w));
+}
+
+// First line group of partition p of `groups`.
+__device__ __forceinline__ int64_t partition_start(int64_t groups, int p, int n) { return groups * p / n; }
+
+template <typename T, int N>
+__global__ void __launch_bounds__(kLL128Threads) two_shot_ll128_kernel(KernelArgs a, LL128Args ll) {
+  constexpr int W = 8 / sizeof(T);
+  const uint32_t flag = next_ll128_flag(a);
+  const int lane = threadIdx.x % 32;
+  const GroupSlot slot(lane);
+  const int64_t words = (a.count + W - 1) / W;
+  const int64_t groups = (words + kGroupDataWords - 1) / kGroupDataWords;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const T* in = static_cast<const T*>(ll.in);
+  T* out = static_cast<T*>(a.out);
+  const T* residual = static_cast<const T*>(a.residual);
+  const bool in_aligned = aligned8(in), out_aligned = aligned8(out), residual_aligned = aligned8(residual);
+  const int64_t parity = (flag & 1u) * static_cast<int64_t>(N) * ll.sender_slots;
+  const int64_t mine_start = partition_start(groups, a.rank, N);
+  const int64_t mine_groups = partition_start(groups, a.rank + 1, N) - mine_start;
+
+  // Stage 1: the other partitions' groups to their owners (the warp of index g mod warps on
+  // every rank pushes group g; any warp of the owner may take it).
+  for (int step = 1; step < N; ++step) {
+    const int owner = (a.rank + step) % N;
+    const int64_t start = partition_start(groups, owner, N), end = partition_start(groups, owner + 1, N);
+    uint4* to = ll.recv[owner] + parity + a.rank * ll.sender_slots;
+    for (int64_t g = start + first; g < end; g += warps) {
+      store_line(to + g * kGroupSlots + lane,
+                 make_slot<T>(in, g * kGroupDataWords + slot.first_word, a.count, in_aligned, slot.two_words, flag));
+    }
+  }
+  // Reduce this rank's partition, then push it to every peer.
+  const uint4* received = ll.recv[a.rank] + parity;
+  for (int64_t i = first; i < mine_groups; i += warps) {
+    const int64_t g = mine_start + i;
+    const int64_t word = g * kGroupDataWords + slot.first_word;
+    float acc[2 * W];
+    receive_slot<T, N>(a, received, ll.sender_slots, g * kGroupSlots + lane, in, word, a.count, in_aligned,
+                       slot.two_words, flag, acc);
+    if (residual != nullptr) {
+      add_word<T>(load_word<T>(residual, word, a.count, residual_aligned), acc);
+      if (slot.two_words) add_word<T>(load_word<T>(residual, word + 1, a.count, residual_aligned), acc + W);
+    }
+    const uint4 reduced = pack_slot<T>(acc, slot.two_words, flag);
+#pragma unroll
+    for (int step = 1; step < N; ++step)
+      store_line(ll.recv[(a.rank + step) % N] + parity + a.rank * ll.sender_slots + g * kGroupSlots + lane, reduced);
+    write_slot<T>(out, word, a.count, out_aligned, slot.two_words, reduced);
+  }
+  // Stage 2: the other partitions, reduced by their owners; the warp waits on its group of every
+  // owner at once (partitions differ by at most one group).
+  const int64_t most_groups = (groups + N - 1) / N;
+  for (int64_t i = first; i < most_groups; i += warps) {
+    const uint4* at[N - 1];
+    bool want[N - 1];
+    int64_t group[N - 1];
+#pragma unroll
+    for (int step = 1; step < N; ++step) {
+      const int owner = (a.rank + step) % N;
+      const int64_t start = partition_start(groups, owner, N);
+      group[step - 1] = start + i;
+      want[step - 1] = group[step - 1] < partition_start(groups, owner + 1, N);
+      at[step - 1] = received + owner * ll.sender_slots + group[step - 1] * kGroupSlots + lane;
+    }
+    uint4 reduced[N - 1];
+    wait_groups<N - 1>(at, want, flag, !slot.two_words, reduced);
+#pragma unroll
+    for (int k = 0; k < N - 1; ++k) {
+      if (want[k])
+        write_slot<T>(out, group[k] * kGroupDataWords + slot.first_word, a.count, out_aligned, slot.two_words, reduced[k]);
     }
   }
 }

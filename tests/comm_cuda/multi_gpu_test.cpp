@@ -291,8 +291,9 @@ void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
       const std::vector<double> got_res = decode(download(res_out.ptr, bytes), dtype);
       const std::vector<double> got_norm = decode(download(norm_out.ptr, bytes), dtype);
       const bool custom = group.choose_allreduce(bytes) != AllreduceAlgorithm::Nccl;
-      // The fused kernel rounds the residual once; the fallback (allreduce, then add) twice.
-      const bool fused = custom && CustomAllreduce::fused_rmsnorm_supported(hidden, dtype);
+      // Custom paths (the fused kernel, or the allreduce with the residual folded in) round the
+      // residual once; NCCL, then add, twice.
+      const bool fused = custom;
       size_t bad_res = 0, bad_norm = 0;
       for (size_t row = 0; row < rows; ++row) {
         // Reference: the residual rounded to dtype (as stored), then the norm of those values.
@@ -332,8 +333,9 @@ void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
   }
 }
 
-// One-shot's protocols, each forced over every size its buffers take (LL128 only where the group
-// allows it: NVLink), against fp64: unaligned, in place, with and without a residual.
+// The protocols of one-shot (LL, LL128, read) and two-shot (LL128, read), each forced over every
+// size its buffers take (LL128 only where the group allows it: NVLink), against fp64: unaligned,
+// in place, with and without a residual.
 enum class Protocol { LL, LL128, Read };
 
 void force_protocol(CustomAllreduce& custom, Protocol protocol) {
@@ -348,15 +350,23 @@ void protocols_scenario(CommGroup& group, cudaStream_t stream, json& report) {
   report["protocol_checks"] = json::object();
   const size_t ll_default = custom->ll_max_bytes(), ll128_default = custom->ll128_max_bytes();
   const size_t capacity = std::max(custom->ll_capacity_bytes(), custom->ll128_capacity_bytes());
-  std::vector<std::pair<Protocol, size_t>> protocols = {{Protocol::LL, custom->ll_capacity_bytes()},
-                                                        {Protocol::Read, capacity}};
+  struct Variant {
+    const char* name;
+    AllreduceAlgorithm algorithm;
+    Protocol protocol;
+    size_t largest;
+  };
+  std::vector<Variant> variants = {{"LL", AllreduceAlgorithm::OneShot, Protocol::LL, custom->ll_capacity_bytes()},
+                                   {"read", AllreduceAlgorithm::OneShot, Protocol::Read, capacity},
+                                   {"two-shot read", AllreduceAlgorithm::TwoShot, Protocol::Read, capacity}};
   // LL128 needs NVLink: the group switched it off elsewhere (where forcing it would be unsafe).
-  if (group.topology().link == LinkType::NVLink) protocols.push_back({Protocol::LL128, custom->ll128_capacity_bytes()});
-  const char* names[] = {"LL", "LL128", "read"};
+  if (group.topology().link == LinkType::NVLink) {
+    variants.push_back({"LL128", AllreduceAlgorithm::OneShot, Protocol::LL128, custom->ll128_capacity_bytes()});
+    variants.push_back({"two-shot LL128", AllreduceAlgorithm::TwoShot, Protocol::LL128, custom->ll128_capacity_bytes()});
+  }
   DeviceBuffer in(capacity + 16), out(capacity + 16), res(capacity + 16);
-  for (auto [protocol, largest] : protocols) {
+  for (const auto& [name, algorithm, protocol, largest] : variants) {
     force_protocol(*custom, protocol);
-    const char* name = names[static_cast<int>(protocol)];
     for (DType dtype : kDtypes) {
       const size_t size = dtype_size(dtype);
       for (size_t count : counts_for(dtype)) {
@@ -377,7 +387,7 @@ void protocols_scenario(CommGroup& group, cudaStream_t stream, json& report) {
               SF_COMM_CUDA_OK(upload(res.bytes() + shift, residual_bytes.data(), count * size));
               void* target = in_place ? in.bytes() + shift : out.bytes() + shift;
               if (!in_place) SF_COMM_CUDA_OK(cudaMemsetAsync(out.ptr, 0xff, capacity + 16, stream));  // NaN
-              custom->allreduce(AllreduceAlgorithm::OneShot, in.bytes() + shift, target, count, dtype, stream,
+              custom->allreduce(algorithm, in.bytes() + shift, target, count, dtype, stream,
                                 add ? res.bytes() + shift : nullptr);
               SF_COMM_CUDA_OK(cudaStreamSynchronize(stream));
               const std::vector<double> got = decode(download(target, count * size), dtype);
@@ -557,15 +567,17 @@ TEST(CommMultiGpu, FusedResidualAndRmsNorm) {
   }
 }
 
-TEST(CommMultiGpu, OneShotProtocolsMatchFp64) {
+TEST(CommMultiGpu, ProtocolsMatchFp64) {
   if (world_sizes().empty()) GTEST_SKIP() << "needs at least 2 GPUs";
   for (int n : world_sizes()) {
     const json report = run_scenario("protocols", n);
     const json checks = report.value("protocol_checks", json::object());
     EXPECT_GT(checks.value("LL", 0), 0) << "N=" << n;
     EXPECT_GT(checks.value("read", 0), 0) << "N=" << n;
+    EXPECT_GT(checks.value("two-shot read", 0), 0) << "N=" << n;
     if (report.value("link", "") == "nvlink") {
       EXPECT_GT(checks.value("LL128", 0), 0) << "N=" << n;
+      EXPECT_GT(checks.value("two-shot LL128", 0), 0) << "N=" << n;
     }
     fmt::print("[comm] N={} protocol checks: {}\n", n, checks.dump());
   }
