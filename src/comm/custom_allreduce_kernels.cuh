@@ -739,8 +739,9 @@ __global__ void __launch_bounds__(kLL128Threads) two_shot_ll128_kernel(KernelArg
   const int64_t mine_start = partition_start(groups, a.rank, N);
   const int64_t mine_groups = partition_start(groups, a.rank + 1, N) - mine_start;
 
-  // Stage 1: the other partitions' groups to their owners (the warp of index g mod warps on
-  // every rank pushes group g; any warp of the owner may take it).
+  // Stage 1: the other partitions' groups to their owners. A warp handles the groups i, i + warps,
+  // ... of every partition in every stage, so in place (out == in) it overwrites only words it
+  // has itself read already.
   for (int step = 1; step < N; ++step) {
     const int owner = (a.rank + step) % N;
     const int64_t start = partition_start(groups, owner, N), end = partition_start(groups, owner + 1, N);
