@@ -13,7 +13,9 @@ DEBIAN_PACKAGES=(
   libcpp-httplib-dev
   gnuplot-nox  # splitflow sim draws its plots with it (skipped with a message when absent)
 )
-PYTHON_PACKAGES=(numpy tokenizers safetensors jinja2 openai)
+# torch, transformers, gguf: the references of the end-to-end tests (the openai-client server
+# test and the chat-template fixtures skip without them); ~2 minutes from PyPI.
+PYTHON_PACKAGES=(numpy tokenizers safetensors jinja2 openai torch transformers gguf)
 
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do
@@ -26,7 +28,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-if ! python3 -c "import numpy, tokenizers, safetensors, jinja2, openai" 2>/dev/null; then
+if ! python3 -c "import numpy, tokenizers, safetensors, jinja2, openai, torch, transformers, gguf" 2>/dev/null; then
   echo "setup: installing Python packages: ${PYTHON_PACKAGES[*]}"
   python3 -m pip install -q "${PYTHON_PACKAGES[@]}" 2>/dev/null ||
     python3 -m pip install -q --break-system-packages "${PYTHON_PACKAGES[@]}"

@@ -2,17 +2,18 @@
 """The committed chat-template fixtures (tests/fixtures/chat) are what jinja2 and transformers render
 today: python/make_chat_fixtures.py --check regenerates them in memory and compares (recorded
 package versions aside). A failure means a case, a template or the reference changed without the
-fixtures being regenerated. Exit status 77 (skipped) when transformers or jinja2 is missing.
+fixtures being regenerated. Exit status 77 (skipped) when transformers, jinja2 or gguf is missing.
 """
 import os
 import subprocess
 import sys
 
 try:
+    import gguf  # noqa: F401
     import jinja2  # noqa: F401
     import transformers  # noqa: F401
 except ImportError:
-    print("SKIP: the Python packages 'jinja2' and 'transformers' are needed")
+    print("SKIP: the Python packages 'jinja2', 'transformers' and 'gguf' are needed")
     sys.exit(77)
 
 repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
