@@ -293,7 +293,7 @@ void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
       const bool custom = group.choose_allreduce(bytes) != AllreduceAlgorithm::Nccl;
       // Custom paths (the fused kernel, or the allreduce with the residual folded in) round the
       // residual once; NCCL, then add, twice.
-      const bool fused = custom;
+      const bool one_rounding = custom;
       size_t bad_res = 0, bad_norm = 0;
       for (size_t row = 0; row < rows; ++row) {
         // Reference: the residual rounded to dtype (as stored), then the norm of those values.
@@ -303,7 +303,7 @@ void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
           const size_t i = row * hidden + j;
           const double exact = c.sum[i] + residual[i];
           const double abs_sum = c.abs_sum[i] + std::abs(residual[i]);
-          if (fused) {
+          if (one_rounding) {
             res_bound[j] = custom_bound(exact, abs_sum, n, dtype);
           } else {
             const double first = custom ? custom_bound(c.sum[i], c.abs_sum[i], n, dtype) : nccl_bound(c.abs_sum[i], n, dtype);
