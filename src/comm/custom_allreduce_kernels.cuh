@@ -638,41 +638,71 @@ __device__ __forceinline__ void receive_slot(const KernelArgs& a, const uint4* r
   }
 }
 
+// What an LL128 kernel derives from its call (every thread; advances the block's flag): the flag,
+// the lane's slot, the line groups and the warp's place among the grid's warps, the buffers and
+// whether they take 8-byte accesses, and the offset of this call's parity in a receive buffer.
+template <typename T, int N>
+struct LL128Call {
+  static constexpr int W = 8 / sizeof(T);
+  uint32_t flag;
+  int lane;
+  GroupSlot slot;
+  int64_t groups, warps, first;
+  const T* in;
+  T* out;
+  const T* residual;
+  bool in_aligned, out_aligned, residual_aligned;
+  int64_t parity;  // slots before this call's parity: [parity][N senders][sender_slots]
+
+  __device__ LL128Call(const KernelArgs& a, const LL128Args& ll)
+      : flag(next_ll128_flag(a)),
+        lane(threadIdx.x % 32),
+        slot(lane),
+        groups(((a.count + W - 1) / W + kGroupDataWords - 1) / kGroupDataWords),
+        warps(static_cast<int64_t>(gridDim.x) * (blockDim.x / 32)),
+        first(static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32),
+        in(static_cast<const T*>(ll.in)),
+        out(static_cast<T*>(a.out)),
+        residual(static_cast<const T*>(a.residual)),
+        in_aligned(aligned8(in)),
+        out_aligned(aligned8(out)),
+        residual_aligned(aligned8(residual)),
+        parity((flag & 1u) * static_cast<int64_t>(N) * ll.sender_slots) {}
+
+  // First data word of group g that this lane carries.
+  __device__ int64_t word(int64_t g) const { return g * kGroupDataWords + slot.first_word; }
+  // This lane's slot of group g of the input, with the flag.
+  __device__ uint4 input_slot(int64_t g, int64_t count) const {
+    return make_slot<T>(in, word(g), count, in_aligned, slot.two_words, flag);
+  }
+  // acc (the slot's 2W values) += the residual's words, when there is a residual.
+  __device__ void add_residual(int64_t word, int64_t count, float* acc) const {
+    if (residual == nullptr) return;
+    add_word<T>(load_word<T>(residual, word, count, residual_aligned), acc);
+    if (slot.two_words) add_word<T>(load_word<T>(residual, word + 1, count, residual_aligned), acc + W);
+  }
+};
+
 template <typename T, int N>
 __global__ void __launch_bounds__(kLL128Threads) one_shot_ll128_kernel(KernelArgs a, LL128Args ll) {
   constexpr int W = 8 / sizeof(T);
-  const uint32_t flag = next_ll128_flag(a);
-  const int lane = threadIdx.x % 32;
-  const GroupSlot slot(lane);
-  const int64_t words = (a.count + W - 1) / W;
-  const int64_t groups = (words + kGroupDataWords - 1) / kGroupDataWords;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const T* in = static_cast<const T*>(ll.in);
-  T* out = static_cast<T*>(a.out);
-  const T* residual = static_cast<const T*>(a.residual);
-  const bool in_aligned = aligned8(in), out_aligned = aligned8(out), residual_aligned = aligned8(residual);
-  const int64_t parity_slots = static_cast<int64_t>(N) * ll.sender_slots;
-  const int64_t region = (flag & 1u) * parity_slots + a.rank * ll.sender_slots;  // where peers keep ours
+  const LL128Call<T, N> c(a, ll);
+  const int64_t region = c.parity + a.rank * ll.sender_slots;  // where peers keep ours
 
-  for (int64_t g = first; g < groups; g += warps) {
-    const uint4 value = make_slot<T>(in, g * kGroupDataWords + slot.first_word, a.count, in_aligned, slot.two_words, flag);
+  for (int64_t g = c.first; g < c.groups; g += c.warps) {
+    const uint4 value = c.input_slot(g, a.count);
 #pragma unroll
-    for (int step = 1; step < N; ++step) store_line(ll.recv[(a.rank + step) % N] + region + g * kGroupSlots + lane, value);
+    for (int step = 1; step < N; ++step) store_line(ll.recv[(a.rank + step) % N] + region + g * kGroupSlots + c.lane, value);
   }
-  const uint4* received = ll.recv[a.rank] + (flag & 1u) * parity_slots;
-  for (int64_t g = first; g < groups; g += warps) {
-    const int64_t word = g * kGroupDataWords + slot.first_word;
+  const uint4* received = ll.recv[a.rank] + c.parity;
+  for (int64_t g = c.first; g < c.groups; g += c.warps) {
+    const int64_t word = c.word(g);
     float acc[2 * W];
-    receive_slot<T, N>(a, received, ll.sender_slots, g * kGroupSlots + lane, in, word, a.count, in_aligned,
-                       slot.two_words, flag, acc);
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      if (k == 1 && !slot.two_words) break;
-      float* values = acc + k * W;
-      if (residual != nullptr) add_word<T>(load_word<T>(residual, word + k, a.count, residual_aligned), values);
-      store_word<T>(out, word + k, a.count, out_aligned, values);
-    }
+    receive_slot<T, N>(a, received, ll.sender_slots, g * kGroupSlots + c.lane, c.in, word, a.count, c.in_aligned,
+                       c.slot.two_words, c.flag, acc);
+    c.add_residual(word, a.count, acc);
+    store_word<T>(c.out, word, a.count, c.out_aligned, acc);
+    if (c.slot.two_words) store_word<T>(c.out, word + 1, a.count, c.out_aligned, acc + W);
   }
 }
 
@@ -724,18 +754,11 @@ __device__ __forceinline__ int64_t partition_start(int64_t groups, int p, int n)
 template <typename T, int N>
 __global__ void __launch_bounds__(kLL128Threads) two_shot_ll128_kernel(KernelArgs a, LL128Args ll) {
   constexpr int W = 8 / sizeof(T);
-  const uint32_t flag = next_ll128_flag(a);
-  const int lane = threadIdx.x % 32;
-  const GroupSlot slot(lane);
-  const int64_t words = (a.count + W - 1) / W;
-  const int64_t groups = (words + kGroupDataWords - 1) / kGroupDataWords;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const T* in = static_cast<const T*>(ll.in);
-  T* out = static_cast<T*>(a.out);
-  const T* residual = static_cast<const T*>(a.residual);
-  const bool in_aligned = aligned8(in), out_aligned = aligned8(out), residual_aligned = aligned8(residual);
-  const int64_t parity = (flag & 1u) * static_cast<int64_t>(N) * ll.sender_slots;
+  const LL128Call<T, N> c(a, ll);
+  const int64_t groups = c.groups, warps = c.warps, first = c.first, parity = c.parity;
+  const int lane = c.lane;
+  const GroupSlot slot = c.slot;
+  const uint32_t flag = c.flag;
   const int64_t mine_start = partition_start(groups, a.rank, N);
   const int64_t mine_groups = partition_start(groups, a.rank + 1, N) - mine_start;
 
@@ -747,27 +770,23 @@ __global__ void __launch_bounds__(kLL128Threads) two_shot_ll128_kernel(KernelArg
     const int64_t start = partition_start(groups, owner, N), end = partition_start(groups, owner + 1, N);
     uint4* to = ll.recv[owner] + parity + a.rank * ll.sender_slots;
     for (int64_t g = start + first; g < end; g += warps) {
-      store_line(to + g * kGroupSlots + lane,
-                 make_slot<T>(in, g * kGroupDataWords + slot.first_word, a.count, in_aligned, slot.two_words, flag));
+      store_line(to + g * kGroupSlots + lane, c.input_slot(g, a.count));
     }
   }
   // Reduce this rank's partition, then push it to every peer.
   const uint4* received = ll.recv[a.rank] + parity;
   for (int64_t i = first; i < mine_groups; i += warps) {
     const int64_t g = mine_start + i;
-    const int64_t word = g * kGroupDataWords + slot.first_word;
+    const int64_t word = c.word(g);
     float acc[2 * W];
-    receive_slot<T, N>(a, received, ll.sender_slots, g * kGroupSlots + lane, in, word, a.count, in_aligned,
+    receive_slot<T, N>(a, received, ll.sender_slots, g * kGroupSlots + lane, c.in, word, a.count, c.in_aligned,
                        slot.two_words, flag, acc);
-    if (residual != nullptr) {
-      add_word<T>(load_word<T>(residual, word, a.count, residual_aligned), acc);
-      if (slot.two_words) add_word<T>(load_word<T>(residual, word + 1, a.count, residual_aligned), acc + W);
-    }
+    c.add_residual(word, a.count, acc);
     const uint4 reduced = pack_slot<T>(acc, slot.two_words, flag);
 #pragma unroll
     for (int step = 1; step < N; ++step)
       store_line(ll.recv[(a.rank + step) % N] + parity + a.rank * ll.sender_slots + g * kGroupSlots + lane, reduced);
-    write_slot<T>(out, word, a.count, out_aligned, slot.two_words, reduced);
+    write_slot<T>(c.out, word, a.count, c.out_aligned, slot.two_words, reduced);
   }
   // Stage 2: the other partitions, reduced by their owners; the warp waits on its group of every
   // owner at once (partitions differ by at most one group).
@@ -789,7 +808,7 @@ __global__ void __launch_bounds__(kLL128Threads) two_shot_ll128_kernel(KernelArg
 #pragma unroll
     for (int k = 0; k < N - 1; ++k) {
       if (want[k])
-        write_slot<T>(out, group[k] * kGroupDataWords + slot.first_word, a.count, out_aligned, slot.two_words, reduced[k]);
+        write_slot<T>(c.out, c.word(group[k]), a.count, c.out_aligned, slot.two_words, reduced[k]);
     }
   }
 }
