@@ -63,6 +63,9 @@ struct Layout {
   // ptxas's own choice (159 registers at D = 128, 128 at D = 80/96, 96 at D = 64: never the bound).
   static constexpr int kBlocksPerSm = static_cast<int>(kSmemPerSm / (kBytes + kSmemReservedPerBlock));
   static constexpr int kMinBlocks = kFp8 ? kBlocksPerSm : 0;
+  // Output elements a thread merges at once (merge_partitions): 2 under e4m3's register cap, where
+  // 4 spill.
+  static constexpr int kMergeElems = kFp8 ? 2 : 4;
   static_assert(kStageStride * sizeof(Cache) % 32 == 16, "rows an odd number of 16-byte pieces apart");
 };
 
@@ -88,46 +91,60 @@ __device__ __forceinline__ void load_tile(const AttentionLaunch& a, const int32_
 }
 
 // The split-KV merge for the group's heads, run by the last partition's block: a thread per output
-// element (head g, dim d), out = sum_p exp(m_p - M) acc_p / sum_p exp(m_p - M) l_p. The partials
-// of kMergeBatch partitions are loaded at once (one L2 round trip for up to kMergeBatch
-// partitions; the merge is on the critical path of every split launch) and longer lists are
-// folded batch by batch with an online rescale. Empty partitions (m = -inf, l = 0) weigh 0.
-// Partials are read through L2 (__ldcg): other blocks wrote them.
-template <int D>
+// element (head g, dim d), out = sum_p exp(m_p - M) acc_p / sum_p exp(m_p - M) l_p. It is on the
+// critical path of every split launch, so a thread issues the partial loads of its kMergeElems
+// elements (i, i + kThreads, ...) over kMergeBatch partitions at once: one L2 round trip for up to
+// kMergeBatch partitions and kMergeElems * kThreads elements (Llama-3-8B: 4 heads x 128 dims);
+// longer lists fold batch by batch with an online rescale. Empty partitions (m = -inf, l = 0)
+// weigh 0. Partials are read through L2 (__ldcg): other blocks wrote them.
+template <int D, int kMergeElems>
 __device__ void merge_partitions(const AttentionLaunch& a, const float* partials, int q_row, int head0, int group_size,
                                  int parts) {
   constexpr int kMergeBatch = 8;
-  for (int i = threadIdx.x; i < group_size * D; i += kThreads) {
-    const int g = i / D, d = i % D;
-    const int64_t token_head = static_cast<int64_t>(q_row) * a.heads + head0 + g;
-    const float* rows = partials + token_head * parts * (D + 2);
-    float top = -INFINITY, denom = 0.0f, acc = 0.0f;
+  const int elems = group_size * D;
+  for (int i0 = threadIdx.x; i0 < elems; i0 += kMergeElems * kThreads) {
+    float top[kMergeElems], denom[kMergeElems], acc[kMergeElems];
+#pragma unroll
+    for (int e = 0; e < kMergeElems; ++e) top[e] = -INFINITY, denom[e] = acc[e] = 0.0f;
     for (int p0 = 0; p0 < parts; p0 += kMergeBatch) {
-      float m[kMergeBatch], l[kMergeBatch], v[kMergeBatch];
+      float m[kMergeElems][kMergeBatch], l[kMergeElems][kMergeBatch], v[kMergeElems][kMergeBatch];
 #pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j) {
-        const float* row = rows + static_cast<int64_t>(p0 + j) * (D + 2);
-        const bool valid = p0 + j < parts;
-        m[j] = valid ? __ldcg(row) : -INFINITY;
-        l[j] = valid ? __ldcg(row + 1) : 0.0f;
-        v[j] = valid ? __ldcg(row + 2 + d) : 0.0f;
+      for (int e = 0; e < kMergeElems; ++e) {
+        const int i = i0 + e * kThreads;
+        const float* rows = partials + ((static_cast<int64_t>(q_row) * a.heads + head0 + i / D) * parts + p0) * (D + 2);
+#pragma unroll
+        for (int j = 0; j < kMergeBatch; ++j) {
+          const bool valid = i < elems && p0 + j < parts;
+          m[e][j] = valid ? __ldcg(rows + j * (D + 2)) : -INFINITY;
+          l[e][j] = valid ? __ldcg(rows + j * (D + 2) + 1) : 0.0f;
+          v[e][j] = valid ? __ldcg(rows + j * (D + 2) + 2 + i % D) : 0.0f;
+        }
       }
-      float batch_top = top;
 #pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j) batch_top = fmaxf(batch_top, m[j]);
-      if (batch_top == -INFINITY) continue;
-      const float rescale = __expf(top - batch_top);  // 0 while top is -inf
-      denom *= rescale;
-      acc *= rescale;
+      for (int e = 0; e < kMergeElems; ++e) {
+        float batch_top = top[e];
 #pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j) {
-        const float w = __expf(m[j] - batch_top);
-        denom += w * l[j];
-        acc += w * v[j];
+        for (int j = 0; j < kMergeBatch; ++j) batch_top = fmaxf(batch_top, m[e][j]);
+        if (batch_top == -INFINITY) continue;
+        const float rescale = __expf(top[e] - batch_top);  // 0 while top is -inf
+        denom[e] *= rescale;
+        acc[e] *= rescale;
+#pragma unroll
+        for (int j = 0; j < kMergeBatch; ++j) {
+          const float w = __expf(m[e][j] - batch_top);
+          denom[e] += w * l[e][j];
+          acc[e] += w * v[e][j];
+        }
+        top[e] = batch_top;
       }
-      top = batch_top;
     }
-    reinterpret_cast<__nv_bfloat16*>(a.out)[token_head * D + d] = __float2bfloat16(acc / denom);
+#pragma unroll
+    for (int e = 0; e < kMergeElems; ++e) {
+      const int i = i0 + e * kThreads;
+      if (i < elems)
+        reinterpret_cast<__nv_bfloat16*>(a.out)[(static_cast<int64_t>(q_row) * a.heads + head0) * D + i] =
+            __float2bfloat16(acc[e] / denom[e]);
+    }
   }
 }
 
@@ -436,7 +453,7 @@ __global__ void __launch_bounds__(kThreads, Layout<D, Cache>::kMinBlocks)
     if (last_partition) counter.store(0, ::cuda::memory_order_relaxed);
   }
   if (!__syncthreads_or(last_partition)) return;
-  merge_partitions<D>(a, partials, q_row, head0, group_size, parts);
+  merge_partitions<D, L::kMergeElems>(a, partials, q_row, head0, group_size, parts);
 }
 
 template <int D, typename Cache>
