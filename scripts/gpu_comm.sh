@@ -33,7 +33,9 @@ echo "NCCL root: ${nccl_root:-CUDA toolkit}"
 export LD_LIBRARY_PATH=${nccl_root:+$nccl_root/lib:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 
 # PREBUILT=<folder> with test_comm, test_comm_cuda and splitflow built elsewhere (x86-64, CUDA 13;
-# extra shared libraries in <folder>/lib) skips the build when every library they need is found.
+# extra shared libraries in <folder>/lib) skips the build when every library they need is found;
+# <folder>/.source-commit (`git describe --always --dirty` where they were built) names their
+# commit in the bench JSON (a binary run outside its checkout cannot ask git).
 test_comm= test_comm_cuda= splitflow=
 if [[ -n ${PREBUILT:-} ]]; then
   # Libraries the build machine had and this one may lack travel in $PREBUILT/lib.
@@ -42,6 +44,7 @@ if [[ -n ${PREBUILT:-} ]]; then
   if [[ -z $missing ]]; then
     test_comm=$PREBUILT/test_comm test_comm_cuda=$PREBUILT/test_comm_cuda splitflow=$PREBUILT/splitflow
     echo "using prebuilt binaries from $PREBUILT"
+    [[ -f $PREBUILT/.source-commit ]] && export SPLITFLOW_COMMIT=$(cat "$PREBUILT/.source-commit")
   else
     echo "prebuilt binaries miss libraries, building instead: $missing"
   fi
