@@ -415,9 +415,10 @@ int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const Samp
   std::copy(logit_rows_.begin(), logit_rows_.end(), staged(kLogitRows));
 
   // A decode step (one token per span, each sampled) replays its bucket's recording: pad the
-  // spans with dummies that write no KV (slot -1) and read one cached position of block 0.
-  const bool decode = limits_.record_decode && backend_.can_record() && max_query_len == 1 && batch.logits_mode == LogitsMode::Last &&
-                      rows == seqs && step_rope_count_ == 0;
+  // spans with dummies that write no KV (slot -1) and read one cached position of block 0. Its
+  // logits row s is token s (issue_head's rows_are_tokens).
+  const bool decode = limits_.record_decode && backend_.can_record() && max_query_len == 1 && tokens == seqs &&
+                      batch.logits_mode == LogitsMode::Last && rows == seqs && step_rope_count_ == 0;
   const int32_t bucket = decode ? decode_bucket(seqs, std::min(limits_.max_seqs, limits_.max_batch_tokens)) : 0;
   const int64_t staged_seqs = std::max<int64_t>(seqs, bucket);
   for (int64_t s = seqs; s < staged_seqs; ++s) {
@@ -528,11 +529,14 @@ void ModelRunner::issue_layers(int64_t tokens) {
   for (int layer = 0; layer < spec_.num_layers; ++layer) run_layer(layer, tokens);
 }
 
-void ModelRunner::issue_head(int64_t begin, int64_t count, bool sample) {
-  const DeviceTensor selected = selected_.view().rows(0, count);
+void ModelRunner::issue_head(int64_t begin, int64_t count, bool sample, bool rows_are_tokens) {
   const DeviceTensor normed = selected_normed_.view().rows(0, count);
   const DeviceTensor logits = logits_.view().rows(0, count);
-  backend_.gather_rows(slot(Slot::Hidden), step_view(kLogitRows, begin + count).rows(begin, count), selected);
+  DeviceTensor selected = slot_rows(Slot::Hidden, begin + count).rows(begin, count);
+  if (!rows_are_tokens) {
+    selected = selected_.view().rows(0, count);
+    backend_.gather_rows(slot(Slot::Hidden), step_view(kLogitRows, begin + count).rows(begin, count), selected);
+  }
   backend_.add_norm(selected, {}, final_norm_.view(), final_norm_bias_.view(), norm_params_, normed);
   backend_.matmul(normed, lm_head_.view(), {}, logits, false);
   if (sample) {
@@ -552,11 +556,11 @@ void ModelRunner::replay_decode(int32_t bucket, bool sample) {
     {
       const TuningScope tuning(backend_);
       issue_layers(bucket);
-      issue_head(0, bucket, sample);
+      issue_head(0, bucket, sample, /*rows_are_tokens=*/true);
     }
     recording = backend_.record([&] {
       issue_layers(bucket);
-      issue_head(0, bucket, sample);
+      issue_head(0, bucket, sample, /*rows_are_tokens=*/true);
     });
   }
   if (recording != nullptr) {
@@ -564,7 +568,7 @@ void ModelRunner::replay_decode(int32_t bucket, bool sample) {
     return;
   }
   issue_layers(bucket);  // the backend cannot record: issue the same work eagerly
-  issue_head(0, bucket, sample);
+  issue_head(0, bucket, sample, /*rows_are_tokens=*/true);
 }
 
 bool ModelRunner::issue_warmup_step(const ForwardBatch& batch, bool sample) {

@@ -156,8 +156,10 @@ class ModelRunner {
   bool issue_warmup_step(const ForwardBatch& batch, bool sample);
   // Embedding and every layer over the first `tokens` rows.
   void issue_layers(int64_t tokens);
-  // Final norm, lm_head (and sampling) of logits rows [begin, begin + count).
-  void issue_head(int64_t begin, int64_t count, bool sample);
+  // Final norm, lm_head (and sampling) of logits rows [begin, begin + count). rows_are_tokens:
+  // logits row r is token r (a decode step: one token per span, each wanting logits), so the norm
+  // reads the hidden rows in place instead of after a gather launch.
+  void issue_head(int64_t begin, int64_t count, bool sample, bool rows_are_tokens = false);
   // Replays (recording it the first time) the whole decode step of `bucket` spans.
   void replay_decode(int32_t bucket, bool sample);
   void run_layer(int layer, int64_t tokens);

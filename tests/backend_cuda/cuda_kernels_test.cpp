@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <numeric>
 #include <utility>
 
@@ -806,6 +807,31 @@ TEST_F(CudaKernels, SampleMatchesTheCpuRule) {
   backend->copy_to_host(t.view(), got.data());
   for (int64_t r = 0; r < count; ++r)
     EXPECT_EQ(got[r], expected[r]) << "row " << r << " (setting " << r / draws << ")";
+}
+// Greedy sample(): the first index of the row's largest value (std::max_element), also for rows
+// that are not 16-byte aligned (vocab % 4 != 0), a maximum in the scalar tail, ties in different
+// threads' words and a row of -inf.
+TEST_F(CudaKernels, GreedySampleIsTheFirstArgmax) {
+  for (const int64_t vocab : {int64_t{1}, int64_t{7}, int64_t{32000}, int64_t{32003}, int64_t{128256}}) {
+    const int64_t count = 5;
+    std::vector<float> logits = random_values(rng, count * vocab, -4.0f, 4.0f);
+    float* rows = logits.data();
+    rows[1 * vocab + vocab - 1] = 9.0f;                                      // the last element
+    rows[2 * vocab + vocab / 2] = rows[2 * vocab + vocab / 3] = 9.0f;        // a tie: vocab / 3 wins
+    std::fill(rows + 3 * vocab, rows + 4 * vocab, -std::numeric_limits<float>::infinity());
+    rows[4 * vocab + std::max<int64_t>(0, vocab - 2)] = 9.0f;                // in the tail when vocab % 4 != 0
+    std::vector<int32_t> expected(count), got(count);
+    for (int64_t r = 0; r < count; ++r)
+      expected[r] = static_cast<int32_t>(std::max_element(rows + r * vocab, rows + (r + 1) * vocab) - (rows + r * vocab));
+    DeviceBuffer l = to_device_f32(*backend, logits, {count, vocab});
+    const std::vector<SamplingRow> greedy(count);  // temperature 0
+    DeviceBuffer p = backend->allocate(DType::I32, {count, kSamplingRowWords});
+    backend->copy_to_device(greedy.data(), p.view());
+    DeviceBuffer t = backend->allocate(DType::I32, {count});
+    backend->sample(l.view(), p.view(), t.view());
+    backend->copy_to_host(t.view(), got.data());
+    EXPECT_EQ(got, expected) << "vocab " << vocab;
+  }
 }
 TEST_F(CudaKernels, AttentionRejectsHeadDimPastLimit) {
   DeviceBuffer qkv = backend->allocate(DType::BF16, {1, 3 * 512}), out = backend->allocate(DType::BF16, {1, 512});
