@@ -60,7 +60,7 @@ struct Layout {
   // 3 at D = 64/80, 2 at D = 96/128; e4m3 4 at D = 64/80/96, 3 at D = 128. kMinBlocks, the
   // __launch_bounds__ minimum, keeps registers from binding first: e4m3 asks ptxas for kBlocksPerSm
   // (at most 128 registers a thread at 4 blocks, 168 at 3); bf16 gives 0, no minimum, and keeps
-  // ptxas's own choice (159 registers at D = 128, 128 at D = 80/96, 96 at D = 64: never the bound).
+  // ptxas's own choice (158 registers at D = 128, 146 at D = 64/80/96: never the bound).
   static constexpr int kBlocksPerSm = static_cast<int>(kSmemPerSm / (kBytes + kSmemReservedPerBlock));
   static constexpr int kMinBlocks = kFp8 ? kBlocksPerSm : 0;
   // Output elements a thread merges at once (merge_partitions): 2 under e4m3's register cap, where

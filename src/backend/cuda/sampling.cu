@@ -133,11 +133,12 @@ __device__ ArgMax row_argmax(const float* row, int64_t vocab) {
       for (int u = 0; u < kArgmaxWords; ++u) {
         // Past the row: (-inf, the largest index), which never replaces a candidate.
         const int64_t w = w0 + u * blockDim.x;
-        const int i = w < count ? static_cast<int>(4 * w) : 0x7fffffff - 3;
-        best = better(best, ArgMax{word[u].x, w < count ? i : 0x7fffffff});
-        best = better(best, ArgMax{word[u].y, w < count ? i + 1 : 0x7fffffff});
-        best = better(best, ArgMax{word[u].z, w < count ? i + 2 : 0x7fffffff});
-        best = better(best, ArgMax{word[u].w, w < count ? i + 3 : 0x7fffffff});
+        const bool inside = w < count;
+        const int i = static_cast<int>(4 * w);
+        best = better(best, ArgMax{word[u].x, inside ? i : 0x7fffffff});
+        best = better(best, ArgMax{word[u].y, inside ? i + 1 : 0x7fffffff});
+        best = better(best, ArgMax{word[u].z, inside ? i + 2 : 0x7fffffff});
+        best = better(best, ArgMax{word[u].w, inside ? i + 3 : 0x7fffffff});
       }
     }
     scalar_from = 4 * count;
