@@ -87,17 +87,7 @@ __device__ __forceinline__ void warp_dot(const bf16_bits* w_row, const bf16_bits
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) fma_word<M, kSquares>(acc, squares, wv[u], x, k, word + u * 32);
   }
-  if (word < words) {
-    // The tail, fewer than kUnroll words per lane (Llama-2-7B's down projection: 3 of 43), loads
-    // in flight together too: one at a time they were 3 more serial round trips per row. A word
-    // past the row re-reads the row's last one, and its product is skipped.
-    uint4 wv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = load_streaming(w_row + min(word + u * 32, words - 1) * 8);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (word + u * 32 < words) fma_word<M, kSquares>(acc, squares, wv[u], x, k, word + u * 32);
-  }
+  for (; word < words; word += 32) fma_word<M, kSquares>(acc, squares, load_streaming(w_row + word * 8), x, k, word);
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     acc[r] = warp_total(acc[r]);
