@@ -16,7 +16,10 @@
 namespace splitflow::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
+// 16 warps a block: Llama-2-7B / Llama-3-8B batch 1 ran 1.2-1.5 % faster than with 8 and 2 %
+// slower with 4 (alternating runs on one H100, docs/perf-notes/cuda-decode.md); 32 would cap
+// registers at 64 a thread and spill.
+constexpr int kWarpsPerBlock = 16;
 constexpr int kUnroll = 4;
 
 __device__ __forceinline__ uint4 load_streaming(const bf16_bits* p) {
