@@ -16,10 +16,12 @@
 namespace splitflow::cuda {
 namespace {
 
-// 16 warps a block: Llama-2-7B / Llama-3-8B batch 1 ran 1.2-1.5 % faster than with 8 and 2 %
-// slower with 4 (alternating runs on one H100, docs/perf-notes/cuda-decode.md); 32 would cap
-// registers at 64 a thread and spill.
-constexpr int kWarpsPerBlock = 16;
+// Warps a block, by rows of x: 16 for one row (Llama-2-7B / Llama-3-8B batch 1 ran 1.2-1.6 %
+// faster than with 8, and 2 % slower with 4), 8 from two rows up (16 cost batch 2 3 %: the
+// 128-register cap of 512-thread blocks spills there). Alternating runs on one H100,
+// docs/perf-notes/cuda-decode.md.
+template <int M>
+constexpr int kWarpsPerBlock = M == 1 ? 16 : 8;
 constexpr int kUnroll = 4;
 
 __device__ __forceinline__ uint4 load_streaming(const bf16_bits* p) {
@@ -113,10 +115,10 @@ __device__ __forceinline__ void scale_rows(float (&acc)[M], const float (&inv_rm
 
 // One warp per output row. x [M, k], w [n, k] bf16; y [M, n] bf16 or f32.
 template <int M>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kWarpsPerBlock<M> * 32)
     gemv_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w, const float* __restrict__ bias,
                 bf16_bits* y_bf16, float* y_f32, int64_t n, int64_t k, bool accumulate) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock<M> + threadIdx.x / 32;
   if (row >= n) return;
   float acc[M];
   warp_dot<M>(w + row * k, x, k, acc);
@@ -136,10 +138,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // One warp per output column j of a gated MLP: gate row j and up row inner + j of w [2 inner, k],
 // y[r, j] = act(gate + bias) * (up + bias) from the fp32 sums (no bf16 round trip of the product).
 template <int M, bool kNorm>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kWarpsPerBlock<M> * 32)
     gemv_gated_kernel(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w, const float* __restrict__ bias,
                       int act, bf16_bits* y, int64_t inner, int64_t k, GemvNorm norm) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock<M> + threadIdx.x / 32;
   if (j >= inner) return;
   float gate[M], up[M], inv_rms[M];
   warp_dot<M, kNorm>(w + j * k, x, k, gate, inv_rms, norm.eps);
@@ -162,8 +164,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // fp32 sums. Every task reads two rows so the blocks, all resident at once, load the SMs evenly
 // (one-row v tasks left a third of the SMs with a quarter more bytes than the others).
 template <int M, bool kNorm, typename Cache>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) gemv_qkv_rope_kernel(QkvRopeLaunch a) {
-  const int64_t task = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+__global__ void __launch_bounds__(kWarpsPerBlock<M> * 32) gemv_qkv_rope_kernel(QkvRopeLaunch a) {
+  const int64_t task = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock<M> + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int d = a.head_dim, half = a.rotary_dim / 2, rotated_heads = a.heads + a.kv_heads;
   const int64_t q_dim = static_cast<int64_t>(a.heads) * d, kv_dim = static_cast<int64_t>(a.kv_heads) * d;
@@ -233,24 +235,24 @@ cudaError_t launch_qkv_rope(const QkvRopeLaunch& a, cudaStream_t stream) {
   const int64_t rotated_heads = a.heads + a.kv_heads, half = a.rotary_dim / 2;
   const int64_t plain_rows = rotated_heads * (a.head_dim - 2 * half) + static_cast<int64_t>(a.kv_heads) * a.head_dim;
   const int64_t tasks = rotated_heads * half + (plain_rows + 1) / 2;
-  const auto blocks = static_cast<unsigned>((tasks + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  gemv_qkv_rope_kernel<M, kNorm, Cache><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a);
+  const auto blocks = static_cast<unsigned>((tasks + kWarpsPerBlock<M> - 1) / kWarpsPerBlock<M>);
+  gemv_qkv_rope_kernel<M, kNorm, Cache><<<blocks, kWarpsPerBlock<M> * 32, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
 template <int M>
 cudaError_t launch(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32, int64_t n,
                    int64_t k, bool accumulate, cudaStream_t stream) {
-  const auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  gemv_kernel<M><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, bias, y_bf16, y_f32, n, k, accumulate);
+  const auto blocks = static_cast<unsigned>((n + kWarpsPerBlock<M> - 1) / kWarpsPerBlock<M>);
+  gemv_kernel<M><<<blocks, kWarpsPerBlock<M> * 32, 0, stream>>>(x, w, bias, y_bf16, y_f32, n, k, accumulate);
   return cudaGetLastError();
 }
 
 template <int M, bool kNorm>
 cudaError_t launch_gated(const bf16_bits* x, const bf16_bits* w, const float* bias, int act, bf16_bits* y,
                          int64_t inner, int64_t k, const GemvNorm& norm, cudaStream_t stream) {
-  const auto blocks = static_cast<unsigned>((inner + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  gemv_gated_kernel<M, kNorm><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, w, bias, act, y, inner, k, norm);
+  const auto blocks = static_cast<unsigned>((inner + kWarpsPerBlock<M> - 1) / kWarpsPerBlock<M>);
+  gemv_gated_kernel<M, kNorm><<<blocks, kWarpsPerBlock<M> * 32, 0, stream>>>(x, w, bias, act, y, inner, k, norm);
   return cudaGetLastError();
 }
 
