@@ -17,9 +17,8 @@ namespace splitflow::cuda {
 namespace {
 
 // Warps a block, by rows of x: 16 for one row (Llama-2-7B / Llama-3-8B batch 1 ran 1.2-1.6 %
-// faster than with 8, and 2 % slower with 4), 8 from two rows up (16 cost batch 2 3 %: the
-// 128-register cap of 512-thread blocks spills there). Alternating runs on one H100,
-// docs/perf-notes/cuda-decode.md.
+// faster than with 8, and 2 % slower with 4), 8 from two rows up (16 made Llama-2-7B batch 2 3 %
+// slower). Alternating runs on one H100, docs/perf-notes/cuda-decode.md.
 template <int M>
 constexpr int kWarpsPerBlock = M == 1 ? 16 : 8;
 constexpr int kUnroll = 4;
