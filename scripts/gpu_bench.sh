@@ -3,9 +3,10 @@
 # with -DSPLITFLOW_CUDA=ON like scripts/gpu_test.sh (the same .carry/include handling), builds only
 # the splitflow target, and runs batch-1 512-in / 128-out latency for the shapes in $CONFIGS
 # (default: Llama-2-7B and Llama-3-8B, dummy weights) at each batch size in $BATCHES (default 1);
-# PREFILL=1 adds a 2048-token prefill run per shape. Result JSON and logs go to $OUT when set
-# (the device tool brings them back; copy them into bench/results/), else to bench/results/; logs to
-# $LOGS (default /tmp/splitflow-gpu-logs).
+# PREFILL=1 adds a 2048-token prefill run per shape. Result JSON goes to $OUT when set, packed into
+# one latency-results.tar.gz (the device tool brings back only a few files; unpack it into
+# bench/results/ with `tar -xzf ... -C bench/results`), else to bench/results/; logs to $LOGS
+# (default /tmp/splitflow-gpu-logs).
 # TESTS=1: also build test_backend_cuda and run `ctest -L backend_cuda` first (log ctest.log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,4 +58,8 @@ for config in $configs; do
     run_bench "$config-prefill2048" --config "bench/configs/$config.json" --input-len 2048 --output-len 2 --batch 1
   fi
 done
+if [[ -n ${OUT:-} ]] && compgen -G "$results/latency-*.json" >/dev/null; then
+  (cd "$results" && tar -czf latency-results.tar.gz latency-*.json && rm -f latency-*.json)
+  echo "result JSON packed in $results/latency-results.tar.gz"
+fi
 exit $rc
