@@ -755,60 +755,56 @@ template <typename T, int N>
 __global__ void __launch_bounds__(kLL128Threads) two_shot_ll128_kernel(KernelArgs a, LL128Args ll) {
   constexpr int W = 8 / sizeof(T);
   const LL128Call<T, N> c(a, ll);
-  const int64_t groups = c.groups, warps = c.warps, first = c.first, parity = c.parity;
-  const int lane = c.lane;
-  const GroupSlot slot = c.slot;
-  const uint32_t flag = c.flag;
-  const int64_t mine_start = partition_start(groups, a.rank, N);
-  const int64_t mine_groups = partition_start(groups, a.rank + 1, N) - mine_start;
+  const int64_t mine_start = partition_start(c.groups, a.rank, N);
+  const int64_t mine_groups = partition_start(c.groups, a.rank + 1, N) - mine_start;
 
   // Stage 1: the other partitions' groups to their owners. A warp handles the groups i, i + warps,
   // ... of every partition in every stage, so in place (out == in) it overwrites only words it
   // has itself read already.
   for (int step = 1; step < N; ++step) {
     const int owner = (a.rank + step) % N;
-    const int64_t start = partition_start(groups, owner, N), end = partition_start(groups, owner + 1, N);
-    uint4* to = ll.recv[owner] + parity + a.rank * ll.sender_slots;
-    for (int64_t g = start + first; g < end; g += warps) {
-      store_line(to + g * kGroupSlots + lane, c.input_slot(g, a.count));
+    const int64_t start = partition_start(c.groups, owner, N), end = partition_start(c.groups, owner + 1, N);
+    uint4* to = ll.recv[owner] + c.parity + a.rank * ll.sender_slots;
+    for (int64_t g = start + c.first; g < end; g += c.warps) {
+      store_line(to + g * kGroupSlots + c.lane, c.input_slot(g, a.count));
     }
   }
   // Reduce this rank's partition, then push it to every peer.
-  const uint4* received = ll.recv[a.rank] + parity;
-  for (int64_t i = first; i < mine_groups; i += warps) {
+  const uint4* received = ll.recv[a.rank] + c.parity;
+  for (int64_t i = c.first; i < mine_groups; i += c.warps) {
     const int64_t g = mine_start + i;
     const int64_t word = c.word(g);
     float acc[2 * W];
-    receive_slot<T, N>(a, received, ll.sender_slots, g * kGroupSlots + lane, c.in, word, a.count, c.in_aligned,
-                       slot.two_words, flag, acc);
+    receive_slot<T, N>(a, received, ll.sender_slots, g * kGroupSlots + c.lane, c.in, word, a.count, c.in_aligned,
+                       c.slot.two_words, c.flag, acc);
     c.add_residual(word, a.count, acc);
-    const uint4 reduced = pack_slot<T>(acc, slot.two_words, flag);
+    const uint4 reduced = pack_slot<T>(acc, c.slot.two_words, c.flag);
 #pragma unroll
     for (int step = 1; step < N; ++step)
-      store_line(ll.recv[(a.rank + step) % N] + parity + a.rank * ll.sender_slots + g * kGroupSlots + lane, reduced);
-    write_slot<T>(c.out, word, a.count, c.out_aligned, slot.two_words, reduced);
+      store_line(ll.recv[(a.rank + step) % N] + c.parity + a.rank * ll.sender_slots + g * kGroupSlots + c.lane, reduced);
+    write_slot<T>(c.out, word, a.count, c.out_aligned, c.slot.two_words, reduced);
   }
   // Stage 2: the other partitions, reduced by their owners; the warp waits on its group of every
   // owner at once (partitions differ by at most one group).
-  const int64_t most_groups = (groups + N - 1) / N;
-  for (int64_t i = first; i < most_groups; i += warps) {
+  const int64_t most_groups = (c.groups + N - 1) / N;
+  for (int64_t i = c.first; i < most_groups; i += c.warps) {
     const uint4* at[N - 1];
     bool want[N - 1];
     int64_t group[N - 1];
 #pragma unroll
     for (int step = 1; step < N; ++step) {
       const int owner = (a.rank + step) % N;
-      const int64_t start = partition_start(groups, owner, N);
+      const int64_t start = partition_start(c.groups, owner, N);
       group[step - 1] = start + i;
-      want[step - 1] = group[step - 1] < partition_start(groups, owner + 1, N);
-      at[step - 1] = received + owner * ll.sender_slots + group[step - 1] * kGroupSlots + lane;
+      want[step - 1] = group[step - 1] < partition_start(c.groups, owner + 1, N);
+      at[step - 1] = received + owner * ll.sender_slots + group[step - 1] * kGroupSlots + c.lane;
     }
     uint4 reduced[N - 1];
-    wait_groups<N - 1>(at, want, flag, !slot.two_words, reduced);
+    wait_groups<N - 1>(at, want, c.flag, !c.slot.two_words, reduced);
 #pragma unroll
     for (int k = 0; k < N - 1; ++k) {
       if (want[k])
-        write_slot<T>(c.out, c.word(group[k]), a.count, c.out_aligned, slot.two_words, reduced[k]);
+        write_slot<T>(c.out, c.word(group[k]), a.count, c.out_aligned, c.slot.two_words, reduced[k]);
     }
   }
 }
