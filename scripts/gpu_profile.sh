@@ -5,9 +5,10 @@
 # the kernels by total time: name and grid, launches, mean and total µs, share of the profiled time.
 # Each case in $CASES is config:batch:input_len[:kv_cache_dtype] (default llama-3-8b:1:512
 # llama-3-8b:64:512; the cache dtype defaults to auto);
-# $STEPS decode steps are collected per case (default 2). ncu times each kernel alone (serialized,
-# caches flushed between launches: --cache-control all), so the total is above the graph replay's
-# step time; the shares are what to read.
+# $STEPS decode steps are collected per case (default 2); PHASE=prefill collects the prompt's
+# prefill instead (input_len tokens in chunks of the 2048-token budget). ncu times each kernel
+# alone (serialized, caches flushed between launches: --cache-control all), so the total is above
+# the graph replay's step time; the shares are what to read.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -32,12 +33,18 @@ for c in $cases; do
   IFS=: read -r config batch input_len kv_dtype <<<"$c"
   kv_dtype=${kv_dtype:-auto}
   name=$config-b$batch-in$input_len-kv$kv_dtype
-  echo "=== $name: $steps decode steps ==="
+  phase_args=()
+  if [[ ${PHASE:-decode} == prefill ]]; then
+    phase_args=(--profile-prefill); name=$name-prefill
+    echo "=== $name: prefill of $input_len tokens ==="
+  else
+    echo "=== $name: $steps decode steps ==="
+  fi
   # The output length leaves one warm-up step (recording the graph) before the collected ones.
   "$ncu" --profile-from-start off --clock-control none --cache-control all --metrics gpu__time_duration.sum \
     --csv --page raw "$build/splitflow" bench latency --backend cuda --dummy-weights \
     --config "bench/configs/$config.json" --batch "$batch" --input-len "$input_len" --output-len $((steps + 1)) --kv-cache-dtype "$kv_dtype" \
-    --results-dir "$logs/results" >"$logs/$name.csv" 2>"$logs/$name.err" || { rc=1; tail -5 "$logs/$name.err"; continue; }
+    "${phase_args[@]}" --results-dir "$logs/results" >"$logs/$name.csv" 2>"$logs/$name.err" || { rc=1; tail -5 "$logs/$name.err"; continue; }
   python3 - "$logs/$name.csv" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if r]

@@ -76,6 +76,7 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
 
   // Prefill: every sequence's prompt, in chunks of the token budget (one sequence at a time).
   std::vector<int32_t> next(options.batch);
+  if (options.profile_prefill) backend.profile_region(true);
   const auto prefill_start = Clock::now();
   for (int32_t s = 0; s < options.batch; ++s) {
     for (int32_t start = 0; start < options.input_len; start += prefill_chunk) {
@@ -89,11 +90,12 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
     }
   }
   const double ttft_seconds = seconds_since(prefill_start);
+  if (options.profile_prefill) backend.profile_region(false);
 
   // Decode: one token of every sequence per step, greedy on the device (only the tokens come back).
-  // The decode steps are the profiled region (scripts/gpu_profile.sh); free without a profiler.
+  // The decode steps are the profiled region by default (free without a profiler).
   const std::vector<SamplingRow> greedy(options.batch);
-  backend.profile_region(true);
+  if (!options.profile_prefill) backend.profile_region(true);
   const auto decode_start = Clock::now();
   for (int32_t step = 0; step + 1 < options.output_len; ++step) {
     ForwardBatch batch;
@@ -103,7 +105,7 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
     }
     next = runner.forward_sample(batch, greedy);
   }
-  backend.profile_region(false);
+  if (!options.profile_prefill) backend.profile_region(false);
   const int32_t decode_steps = options.output_len - 1;
   const double tpot_seconds = decode_steps > 0 ? seconds_since(decode_start) / decode_steps : 0.0;
 

@@ -25,6 +25,9 @@ struct LatencyOptions {
   // One untimed prefill chunk and decode step first, so one-time costs (GEMM plan selection,
   // module load) stay out of the numbers; the timed run overwrites the same KV slots.
   bool warmup = false;
+  // The region marked for a profiler started with profiling off (scripts/gpu_profile.sh): the
+  // prefill when set, else the decode steps.
+  bool profile_prefill = false;
 };
 
 // Bytes a decode step must read from memory for the weights: every matrix, norm and bias once

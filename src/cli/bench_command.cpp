@@ -116,6 +116,8 @@ void register_bench(CLI::App& app) {
   latency->add_option("--batch", flags->options.batch, "requests decoded together")->capture_default_str();
   latency->add_option("--max-batch-tokens", flags->options.max_batch_tokens, "prefill chunk in tokens")->capture_default_str();
   add_kv_cache_dtype_flag(*latency, flags->kv_cache_dtype);
+  latency->add_flag("--profile-prefill", flags->options.profile_prefill,
+                    "profile the prefill instead of the decode steps (ncu --profile-from-start off)");
   latency->add_option("--results-dir", flags->results_dir, "where the JSON result goes")->capture_default_str();
   latency->callback([flags] { run_bench_latency(*flags); });
   register_bench_serving(*bench);
