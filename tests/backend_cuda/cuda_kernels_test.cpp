@@ -389,12 +389,14 @@ void check_write_kv(Backend& backend, std::mt19937_64& rng, int kv_heads, int he
   EXPECT_EQ(relative_error(to_host(backend, v.view()), ref_v), 0.0);
 }
 // The fused launch gives exactly what rope() then write_kv() give: qkv rotated in place, k and v
-// in the caches (negative slots skipped), partial rotary dims and both pairings.
+// in the caches (negative slots skipped), partial rotary dims and both pairings. Rotary dims 32
+// and 16 run the 16-byte-word kernel (16: with pass-through words), 8 the words when
+// interleaved and the element kernel by halves, 6 the element kernel.
 TEST_F(CudaKernels, RopeWriteKvEqualsTheTwoKernels) {
-  const int heads = 4, kv_heads = 2, head_dim = 16, block_size = 4, blocks = 6, tokens = 5;
+  const int heads = 4, kv_heads = 2, head_dim = 32, block_size = 4, blocks = 6, tokens = 5;
   const int64_t width = (heads + 2 * kv_heads) * head_dim;
   for (RopeStyle style : {RopeStyle::Half, RopeStyle::Interleaved})
-    for (int rotary_dim : {16, 6}) {
+    for (int rotary_dim : {32, 16, 8, 6}) {
       std::vector<float> qkv = random_values(rng, tokens * width), table = random_values(rng, 20 * rotary_dim);
       const RopeParams rope{heads, kv_heads, head_dim, rotary_dim, style};
       const AttentionParams attention{heads, kv_heads, head_dim, block_size, 1.0f, 0};
@@ -469,13 +471,13 @@ TEST_F(CudaKernels, WriteKvEncodesFp8CachesAsTheHostEncoder) {
 
 // rope_write_kv into fp8 caches: qkv rotated exactly as rope() rotates it, each cached k and v
 // byte the host encoder's byte of the bf16 value qkv then holds; the same bytes as rope() then
-// write_kv(). Partial rotary dims and both pairings.
+// write_kv(). Partial rotary dims and both pairings, by words (32, 16) and by elements (6).
 TEST_F(CudaKernels, RopeWriteKvEncodesFp8Caches) {
-  const int heads = 4, kv_heads = 2, head_dim = 16, block_size = 4, blocks = 6, tokens = 5;
+  const int heads = 4, kv_heads = 2, head_dim = 32, block_size = 4, blocks = 6, tokens = 5;
   const int64_t q_dim = heads * head_dim, kv_dim = kv_heads * head_dim, width = q_dim + 2 * kv_dim;
   const std::vector<int32_t> slots = {0, 5, -1, 23, 9};
   for (RopeStyle style : {RopeStyle::Half, RopeStyle::Interleaved})
-    for (int rotary_dim : {16, 6}) {
+    for (int rotary_dim : {32, 16, 6}) {
       std::vector<float> qkv = random_values(rng, tokens * width, -2.0f, 2.0f);
       const std::vector<float> table = random_values(rng, 20 * rotary_dim);
       for (size_t i = 0; i < std::size(kE4m3Specials); ++i)  // into v, which passes as is (NaN: in write_kv's test)

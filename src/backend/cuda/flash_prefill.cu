@@ -37,8 +37,8 @@ struct Smem {
 
 // Loads key tile [k0, k0 + kKeys) of the sequence (zeros past key_end) into a stage: K rows, then V.
 template <int D, typename Cache>
-__device__ __forceinline__ void load_kv_tile(const AttentionLaunch& a, const int32_t* table, int kv_head, int k0,
-                                             int key_end, Cache* stage) {
+__device__ __forceinline__ void load_kv_tile(const AttentionLaunch& a, const int32_t* table, int block_shift,
+                                             int kv_head, int k0, int key_end, Cache* stage) {
   constexpr int kPerCopy = 16 / sizeof(Cache);  // elements per 16-byte copy
   constexpr int kCopies = D / kPerCopy;         // per row
   constexpr int kStageStride = Smem<D, Cache>::kStageStride;
@@ -50,7 +50,10 @@ __device__ __forceinline__ void load_kv_tile(const AttentionLaunch& a, const int
     const bool valid = p < key_end;
     int64_t src = 0;
     if (valid) {
-      const int64_t slot = static_cast<int64_t>(__ldg(table + p / a.block_size)) * a.block_size + p % a.block_size;
+      // The load loop is issue-bound: a power-of-two block size (the usual) pages by shifts.
+      const int page = block_shift >= 0 ? p >> block_shift : p / a.block_size;
+      const int offset = block_shift >= 0 ? p & (a.block_size - 1) : p % a.block_size;
+      const int64_t slot = static_cast<int64_t>(__ldg(table + page)) * a.block_size + offset;
       src = slot * kv_dim + static_cast<int64_t>(kv_head) * D + c;
     }
     cp_async16(stage + j * kStageStride + c, k_cache + src, valid ? 16 : 0);
@@ -67,8 +70,11 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
   bf16_bits* widened = smem + kRows * kStride;                        // e4m3: K, V [kKeys, kStride]
   Cache* stages = reinterpret_cast<Cache*>(widened + S::kTileElems);  // stage s at stages + s kStageElems
 
-  const int s = blockIdx.x / tiles_per_seq, tile = blockIdx.x % tiles_per_seq;
-  const int head = blockIdx.y, kv_head = head / (a.heads / a.kv_heads);
+  // Blocks run in index order; the causal tiles at the end of a prompt see the most keys, so they
+  // come first (every head and sequence), and the short ones fill in behind them.
+  const int head = blockIdx.x % a.heads, kv_head = head / (a.heads / a.kv_heads);
+  const int s = (blockIdx.x / a.heads) % a.seqs;
+  const int tile = tiles_per_seq - 1 - static_cast<int>(blockIdx.x / (a.heads * a.seqs));
   const int q0 = a.query_start[s], n = a.query_start[s + 1] - q0;
   const int t_begin = tile * kRows;
   if (t_begin >= n || (skip_single && n == 1)) return;  // the whole block leaves, before any barrier
@@ -78,6 +84,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
   const int key_begin = a.sliding_window > 0 ? max(0, pos0 - a.sliding_window + 1) : 0;
   const int key_end = last_pos + 1;
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.table_width;
+  const int block_shift = (a.block_size & (a.block_size - 1)) == 0 ? __ffs(a.block_size) - 1 : -1;
   const int64_t width = static_cast<int64_t>(a.heads + 2 * a.kv_heads) * D;
 
   // Q tile (rows past the sequence are zeros).
@@ -87,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
     const bf16_bits* src = a.qkv + (valid ? (q0 + t_begin + r) * width + static_cast<int64_t>(head) * D + c : 0);
     cp_async16(q_s + r * kStride + c, src, valid ? 16 : 0);
   }
-  load_kv_tile<D, Cache>(a, table, kv_head, key_begin, key_end, stages);
+  load_kv_tile<D, Cache>(a, table, block_shift, kv_head, key_begin, key_end, stages);
   cp_async_commit();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -106,7 +113,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
   for (int t = 0; t < tiles; ++t) {
     const int k0 = key_begin + t * kKeys;
     if (t + 1 < tiles)
-      load_kv_tile<D, Cache>(a, table, kv_head, k0 + kKeys, key_end, stages + ((t + 1) % 2) * S::kStageElems);
+      load_kv_tile<D, Cache>(a, table, block_shift, kv_head, k0 + kKeys, key_end, stages + ((t + 1) % 2) * S::kStageElems);
     cp_async_commit();
     cp_async_wait<1>();  // everything but the tile just requested has landed
     __syncthreads();
@@ -135,15 +142,20 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
       }
     }
 
-    // Mask (causal, window, range), scale to log2 units, online softmax per row.
+    // Scale to log2 units and mask (causal, window, range) where some key of the tile is hidden
+    // from some row of the warp: only the tiles on the diagonal and at the window's edge. Rows
+    // past the chunk are never stored, so the range check (keys past key_end) only guards them.
+    const int warp_first_pos = pos0 + warp * 16;
+    const bool masked = k0 + kKeys - 1 > warp_first_pos ||
+                        (a.sliding_window > 0 && k0 <= warp_first_pos + 15 - a.sliding_window);
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2, key = k0 + j * 8 + quad * 2 + (e % 2);
-        const bool visible = key < key_end && key <= row_pos[r] &&
-                             (a.sliding_window == 0 || key > row_pos[r] - a.sliding_window);
+        const bool visible = !masked || (key < key_end && key <= row_pos[r] &&
+                                         (a.sliding_window == 0 || key > row_pos[r] - a.sliding_window));
         sc[j][e] = visible ? sc[j][e] * scale_log2 : -INFINITY;
         tile_max[r] = fmaxf(tile_max[r], sc[j][e]);
       }
@@ -190,7 +202,7 @@ cudaError_t launch_d(const AttentionLaunch& a, bool skip_single, cudaStream_t st
   const cudaError_t opt_in =
       allow_shared_memory(reinterpret_cast<const void*>(flash_prefill_kernel<D, Cache>), smem, false);
   if (opt_in != cudaSuccess) return opt_in;
-  const dim3 grid(static_cast<unsigned>(a.seqs * tiles_per_seq), static_cast<unsigned>(a.heads));
+  const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.seqs) * tiles_per_seq * a.heads));
   flash_prefill_kernel<D, Cache><<<grid, kThreads, smem, stream>>>(a, tiles_per_seq, skip_single);
   return cudaGetLastError();
 }

@@ -236,6 +236,14 @@ __global__ void add_bias_kernel(bf16_bits* y_bf16, float* y_f32, const float* bi
     store(y_bf16, i, load(y_bf16, i) + bias[i % cols]);
 }
 
+// (x1, x2) rotated by the angle with cosine c and sine s, with explicit roundings so that every
+// RoPE kernel (rope, rope_write_kv by elements or by words) gives the same bits.
+__device__ __forceinline__ void rotate_pair(float& x1, float& x2, float c, float s) {
+  const float y1 = __fmaf_rn(x1, c, -__fmul_rn(x2, s));
+  x2 = __fmaf_rn(x2, c, __fmul_rn(x1, s));
+  x1 = y1;
+}
+
 // One thread per (token, rotated head, pair).
 __global__ void rope_kernel(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows, int64_t tokens,
                             int rotated_heads, int width, int head_dim, int half, bool interleaved) {
@@ -249,9 +257,10 @@ __global__ void rope_kernel(bf16_bits* qkv, const float* cos_sin, const int32_t*
   const int64_t base = t * width + static_cast<int64_t>(head) * head_dim;
   const int64_t i1 = base + (interleaved ? 2 * pair : pair);
   const int64_t i2 = base + (interleaved ? 2 * pair + 1 : pair + half);
-  const float x1 = load(qkv, i1), x2 = load(qkv, i2);
-  store(qkv, i1, x1 * c - x2 * s);
-  store(qkv, i2, x2 * c + x1 * s);
+  float x1 = load(qkv, i1), x2 = load(qkv, i2);
+  rotate_pair(x1, x2, c, s);
+  store(qkv, i1, x1);
+  store(qkv, i2, x2);
 }
 
 // RoPE and the KV write in one launch: block (token, head) over the q heads, then the kv heads;
@@ -274,9 +283,10 @@ __global__ void rope_write_kv_kernel(bf16_bits* qkv, const float* cos_sin, const
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const int i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
     const float c = table[i], s = table[half + i];
-    const float x1 = load(row, i1), x2 = load(row, i2);
-    const bf16_bits y1 = __bfloat16_as_ushort(__float2bfloat16(x1 * c - x2 * s));
-    const bf16_bits y2 = __bfloat16_as_ushort(__float2bfloat16(x2 * c + x1 * s));
+    float x1 = load(row, i1), x2 = load(row, i2);
+    rotate_pair(x1, x2, c, s);
+    const bf16_bits y1 = __bfloat16_as_ushort(__float2bfloat16(x1));
+    const bf16_bits y2 = __bfloat16_as_ushort(__float2bfloat16(x2));
     row[i1] = y1;
     row[i2] = y2;
     if (to_cache) {
@@ -289,6 +299,78 @@ __global__ void rope_write_kv_kernel(bf16_bits* qkv, const float* cos_sin, const
   const bf16_bits* v_src = row + kv_dim;
   Cache* v_dst = v_cache + slot * kv_dim + static_cast<int64_t>(head - heads) * head_dim;
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) store_kv(v_dst + d, v_src[d]);
+}
+
+// rope_write_kv_kernel in 16-byte words, for rotary dims in whole words (half % 8 == 0 rotated
+// by halves, half % 4 == 0 interleaved) and aligned rows: grid (tokens, pieces), a thread per
+// unit. The first units rotate: a word of 8 dims and its partner word half dims on (by halves),
+// or a word of 4 pairs (interleaved), K words also stored in the cache; the units after them
+// copy a kv head's pass-through K words and its V words into the cache.
+template <typename Cache, bool Interleaved>
+__global__ void rope_write_kv_words_kernel(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows,
+                                           const int32_t* slots, Cache* k_cache, Cache* v_cache, int heads,
+                                           int kv_heads, int head_dim, int half, int64_t capacity_slots) {
+  const int64_t t = blockIdx.x;
+  const int unit = blockIdx.y * blockDim.x + threadIdx.x;
+  const int rotate_units = Interleaved ? half / 4 : half / 8;  // per head
+  const int copy_units = (head_dim - 2 * half) / 8 + head_dim / 8;  // per kv head
+  if (unit >= (heads + kv_heads) * rotate_units + kv_heads * copy_units) return;
+  const int64_t width = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(kv_heads) * head_dim;
+  bf16_bits* row = qkv + t * width;
+  const int64_t slot = slots[t];
+  const bool to_cache = slot >= 0 && slot < capacity_slots;
+
+  if (unit < (heads + kv_heads) * rotate_units) {
+    const int head = unit / rotate_units, word = unit % rotate_units;
+    bf16_bits* x = row + static_cast<int64_t>(head) * head_dim;
+    Cache* k = head >= heads && to_cache ? k_cache + slot * kv_dim + static_cast<int64_t>(head - heads) * head_dim
+                                         : nullptr;
+    const float* table = cos_sin + static_cast<int64_t>(table_rows[t]) * 2 * half;
+    if constexpr (Interleaved) {
+      float v[8];
+      unpack8(*reinterpret_cast<const uint4*>(x + 8 * word), v);
+      const float4 c = *reinterpret_cast<const float4*>(table + 4 * word);
+      const float4 s = *reinterpret_cast<const float4*>(table + half + 4 * word);
+      const float cs[4] = {c.x, c.y, c.z, c.w}, sn[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+      for (int p = 0; p < 4; ++p) rotate_pair(v[2 * p], v[2 * p + 1], cs[p], sn[p]);
+      const uint4 y = pack8(v);
+      *reinterpret_cast<uint4*>(x + 8 * word) = y;
+      if (k != nullptr) store_kv_word(k + 8 * word, y);
+    } else {
+      float a[8], b[8], c[8], sn[8];
+      unpack8(*reinterpret_cast<const uint4*>(x + 8 * word), a);
+      unpack8(*reinterpret_cast<const uint4*>(x + half + 8 * word), b);
+      *reinterpret_cast<float4*>(c) = *reinterpret_cast<const float4*>(table + 8 * word);
+      *reinterpret_cast<float4*>(c + 4) = *reinterpret_cast<const float4*>(table + 8 * word + 4);
+      *reinterpret_cast<float4*>(sn) = *reinterpret_cast<const float4*>(table + half + 8 * word);
+      *reinterpret_cast<float4*>(sn + 4) = *reinterpret_cast<const float4*>(table + half + 8 * word + 4);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) rotate_pair(a[i], b[i], c[i], sn[i]);
+      const uint4 w1 = pack8(a), w2 = pack8(b);
+      *reinterpret_cast<uint4*>(x + 8 * word) = w1;
+      *reinterpret_cast<uint4*>(x + half + 8 * word) = w2;
+      if (k != nullptr) {
+        store_kv_word(k + 8 * word, w1);
+        store_kv_word(k + half + 8 * word, w2);
+      }
+    }
+    return;
+  }
+  if (!to_cache) return;
+  const int copy = unit - (heads + kv_heads) * rotate_units;
+  const int kv_head = copy / copy_units, pass_words = (head_dim - 2 * half) / 8;
+  const int word = copy % copy_units;
+  const int64_t offset = slot * kv_dim + static_cast<int64_t>(kv_head) * head_dim;
+  const bf16_bits* k_row = row + static_cast<int64_t>(heads + kv_head) * head_dim;
+  if (word < pass_words) {
+    const int d = 2 * half + 8 * word;
+    store_kv_word(k_cache + offset + d, *reinterpret_cast<const uint4*>(k_row + d));
+  } else {
+    const int d = 8 * (word - pass_words);
+    store_kv_word(v_cache + offset + d, *reinterpret_cast<const uint4*>(k_row + kv_dim + d));
+  }
 }
 
 // Grid (tokens, pieces of the row): each thread stores one unit of `unit` elements (8: one 16-byte
@@ -608,6 +690,24 @@ cudaError_t launch_rope_write_kv(bf16_bits* qkv, const float* cos_sin, const int
                                  int head_dim, int rotary_dim, bool interleaved, int64_t capacity_slots,
                                  cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
+  const int half = rotary_dim / 2;
+  const auto aligned = [](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  const bool words = head_dim % 8 == 0 && (interleaved ? half % 4 == 0 : half % 8 == 0) && aligned(qkv, 16) &&
+                     aligned(cos_sin, 16) && aligned(k_cache, kv_fp8 ? 8 : 16) && aligned(v_cache, kv_fp8 ? 8 : 16);
+  if (words) {
+    constexpr int kWordThreads = 64;
+    const int units = (heads + kv_heads) * (interleaved ? half / 4 : half / 8) +
+                      kv_heads * ((head_dim - 2 * half) / 8 + head_dim / 8);
+    const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((units + kWordThreads - 1) / kWordThreads));
+    return with_kv_element(kv_fp8, [&](auto element) {
+      using Cache = decltype(element);
+      const auto kernel = interleaved ? rope_write_kv_words_kernel<Cache, true> : rope_write_kv_words_kernel<Cache, false>;
+      kernel<<<grid, kWordThreads, 0, stream>>>(qkv, cos_sin, table_rows, slots, static_cast<Cache*>(k_cache),
+                                                static_cast<Cache*>(v_cache), heads, kv_heads, head_dim, half,
+                                                capacity_slots);
+      return cudaGetLastError();
+    });
+  }
   const int threads = std::max(32, std::min(256, (head_dim / 2 + 31) / 32 * 32));
   return with_kv_element(kv_fp8, [&](auto element) {
     using Cache = decltype(element);

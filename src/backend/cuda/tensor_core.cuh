@@ -102,6 +102,14 @@ __device__ __forceinline__ void e4m3x4_columns_to_f16x2(uint32_t bytes, uint32_t
   e4m3x4_to_f16x2(__byte_perm(bytes, 0, 0x3120), even, odd);
 }
 
+// 2^x in one MUFU.EX2 (subnormal results flush to zero, -inf gives 0): all a softmax weight
+// needs, without exp2f's extra scaling for subnormals.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // One online-softmax step over an S tile held in m16n8 accumulators (sc[j]: keys 8j.., rows lane/4
 // and lane/4 + 8, masked scores in log2 units, -inf where hidden): the tile's row maxima from the
 // quad, the running max and sum updated, sc turned into exp2(s - max), and the D/8 output
@@ -117,16 +125,19 @@ __device__ __forceinline__ void online_softmax_step(float (&sc)[NTiles][4], floa
     const float new_max = fmaxf(row_max[r], tile_max[r]);
     // A row with nothing visible yet keeps max -inf: use 0 so exp2 gives 0, not NaN.
     const float base = new_max == -INFINITY ? 0.0f : new_max;
-    correction[r] = exp2f(row_max[r] - base);
+    correction[r] = fast_exp2(row_max[r] - base);
     row_max[r] = new_max;
     row_sum[r] *= correction[r];
 #pragma unroll
     for (int j = 0; j < NTiles; ++j) {
-      sc[j][2 * r] = exp2f(sc[j][2 * r] - base);
-      sc[j][2 * r + 1] = exp2f(sc[j][2 * r + 1] - base);
+      sc[j][2 * r] = fast_exp2(sc[j][2 * r] - base);
+      sc[j][2 * r + 1] = fast_exp2(sc[j][2 * r + 1] - base);
       row_sum[r] += sc[j][2 * r] + sc[j][2 * r + 1];
     }
   }
+  // Once the maxima settle (most tiles past the first few), no row of the warp moves: skip
+  // multiplying the accumulators by 1. (Warp-uniform; every lane of the warp calls this.)
+  if (!__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) return;
 #pragma unroll
   for (int i = 0; i < OTiles; ++i) {
     o[i][0] *= correction[0];
