@@ -8,7 +8,8 @@
 # $STEPS decode steps are collected per case (default 2); PHASE=prefill collects the prompt's
 # prefill instead (input_len tokens in chunks of the 2048-token budget). ncu times each kernel
 # alone (serialized, caches flushed between launches: --cache-control all), so the total is above
-# the graph replay's step time; the shares are what to read.
+# the graph replay's step time; the shares are what to read. DETAIL=regex adds ncu's sections
+# (throughput, occupancy, scheduler, warp stalls) for the first matching kernel.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -67,5 +68,15 @@ for n, t in total.most_common(14):
     print(f"{n:60} {count[n]:8d} {t / count[n]:9.2f} {t:10.1f} {t / all_us:6.1%}")
 print(f"{'all kernels':60} {sum(count.values()):8d} {'':9} {all_us:10.1f}")
 PY
+  # DETAIL=regex: ncu's throughput, occupancy, scheduler and stall sections for the first collected
+  # launch of each kernel whose name matches.
+  if [[ -n ${DETAIL:-} ]]; then
+    "$ncu" --profile-from-start off -k "regex:$DETAIL" --launch-count 1 --section SpeedOfLight \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy \
+      --section SchedulerStats --section WarpStateStats --section LaunchStats "$build/splitflow" bench latency \
+      --backend cuda --dummy-weights --config "bench/configs/$config.json" --batch "$batch" --input-len "$input_len" \
+      --output-len $((steps + 1)) --kv-cache-dtype "$kv_dtype" "${phase_args[@]}" --results-dir "$logs/results" \
+      2>"$logs/$name-detail.err" | grep -E "^ +[A-Z][^-]* {2,}[^ ]+ {2,}[0-9.,]+$|stall" | cut -c1-200 | head -90
+  fi
 done
 exit $rc

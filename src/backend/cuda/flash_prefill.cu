@@ -21,8 +21,12 @@ constexpr int kRows = 64;     // query rows per block
 constexpr int kKeys = 64;     // keys per tile
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
+constexpr int kBlocksPerSm = 3;  // registers capped at 170 a thread for it; shared memory fits (below)
 
-// Shared memory: Q, for an e4m3 cache the widened bf16 K and V tile, then two stages of K and V.
+// Shared memory: for an e4m3 cache the widened bf16 K and V tile, then two stages of K and V.
+// Q passes through the region written first after the prologue (the widened tile, or stage 1 of
+// a bf16 cache) on its way to registers: three blocks fit on an SM instead of two, and the
+// kernel is latency-bound at two warps per scheduler.
 template <int D, typename Cache>
 struct Smem {
   static constexpr int kStride = D + 8;  // bf16 per MMA row: 16-byte pad, conflict-free ldmatrix
@@ -31,8 +35,8 @@ struct Smem {
   static constexpr int kStageStride = kWidened ? D : kStride;   // elements per staged row
   static constexpr int kStageElems = 2 * kKeys * kStageStride;  // K tile, then V tile
   static constexpr int kTileElems = kWidened ? 2 * kKeys * kStride : 0;
-  static constexpr size_t kBytes =
-      sizeof(bf16_bits) * (kRows * kStride + kTileElems) + sizeof(Cache) * 2 * kStageElems;
+  static constexpr size_t kBytes = sizeof(bf16_bits) * kTileElems + sizeof(Cache) * 2 * kStageElems;
+  static_assert(kRows * kStride <= (kWidened ? kTileElems : kStageElems), "Q must fit where it passes");
 };
 
 // Loads key tile [k0, k0 + kKeys) of the sequence (zeros past key_end) into a stage: K rows, then V.
@@ -62,13 +66,13 @@ __device__ __forceinline__ void load_kv_tile(const AttentionLaunch& a, const int
 }
 
 template <int D, typename Cache>
-__global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch a, int tiles_per_seq, bool skip_single) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) flash_prefill_kernel(AttentionLaunch a, int tiles_per_seq, bool skip_single) {
   using S = Smem<D, Cache>;
   extern __shared__ __align__(16) bf16_bits smem[];
   constexpr int kStride = S::kStride;
-  bf16_bits* q_s = smem;
-  bf16_bits* widened = smem + kRows * kStride;                        // e4m3: K, V [kKeys, kStride]
+  bf16_bits* widened = smem;                                          // e4m3: K, V [kKeys, kStride]
   Cache* stages = reinterpret_cast<Cache*>(widened + S::kTileElems);  // stage s at stages + s kStageElems
+  bf16_bits* q_s = S::kWidened ? widened : reinterpret_cast<bf16_bits*>(stages + S::kStageElems);
 
   // Blocks run in index order; the causal tiles at the end of a prompt see the most keys, so they
   // come first (every head and sequence), and the short ones fill in behind them.
@@ -103,7 +107,15 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
   const int row_pos[2] = {pos0 + warp * 16 + group, pos0 + warp * 16 + group + 8};
   const float scale_log2 = a.scale * 1.4426950408889634f;
 
+  // Q to registers before the loop refills its shared memory.
   uint32_t q_frag[D / 16][4];
+  cp_async_wait<0>();
+  __syncthreads();
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc)
+    ldmatrix_x4(q_frag[kc], q_s + (warp * 16 + lane % 16) * kStride + kc * 16 + (lane / 16) * 8);
+  __syncthreads();
+
   float o[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
@@ -117,11 +129,6 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(AttentionLaunch
     cp_async_commit();
     cp_async_wait<1>();  // everything but the tile just requested has landed
     __syncthreads();
-    if (t == 0) {
-#pragma unroll
-      for (int kc = 0; kc < D / 16; ++kc)
-        ldmatrix_x4(q_frag[kc], q_s + (warp * 16 + lane % 16) * kStride + kc * 16 + (lane / 16) * 8);
-    }
     const Cache* staged = stages + (t % 2) * S::kStageElems;
     const bf16_bits* k_s = tile_rows_bf16<D, kStride, 2 * kKeys, kThreads>(staged, widened);
     const bf16_bits* v_s = k_s + kKeys * kStride;
@@ -200,7 +207,7 @@ cudaError_t launch_d(const AttentionLaunch& a, bool skip_single, cudaStream_t st
   const int tiles_per_seq = (a.max_query_len + kRows - 1) / kRows;
   const size_t smem = Smem<D, Cache>::kBytes;
   const cudaError_t opt_in =
-      allow_shared_memory(reinterpret_cast<const void*>(flash_prefill_kernel<D, Cache>), smem, false);
+      allow_shared_memory(reinterpret_cast<const void*>(flash_prefill_kernel<D, Cache>), smem, true);
   if (opt_in != cudaSuccess) return opt_in;
   const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(a.seqs) * tiles_per_seq * a.heads));
   flash_prefill_kernel<D, Cache><<<grid, kThreads, smem, stream>>>(a, tiles_per_seq, skip_single);
