@@ -155,7 +155,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) flash_prefill_kernel(A
     const int warp_first_pos = pos0 + warp * 16;
     const bool masked = k0 + kKeys - 1 > warp_first_pos ||
                         (a.sliding_window > 0 && k0 <= warp_first_pos + 15 - a.sliding_window);
-    float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
@@ -164,8 +163,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) flash_prefill_kernel(A
         const bool visible = !masked || (key < key_end && key <= row_pos[r] &&
                                          (a.sliding_window == 0 || key > row_pos[r] - a.sliding_window));
         sc[j][e] = visible ? sc[j][e] * scale_log2 : -INFINITY;
-        tile_max[r] = fmaxf(tile_max[r], sc[j][e]);
       }
+    float tile_max[2] = {reduce_tile_row<true>(sc, 0), reduce_tile_row<true>(sc, 1)};
     online_softmax_step(sc, tile_max, row_max, row_sum, o);
 
     // O += P V: P's accumulators become A fragments, 16 keys per k-step.

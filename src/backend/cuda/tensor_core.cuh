@@ -110,6 +110,21 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// Sum (Max: maximum) of a row's values in an S tile's accumulators (sc[j][2r], sc[j][2r + 1]) as a
+// tree: a chain through all 2 NTiles values is what a warp waits on at low occupancy.
+template <bool Max, int NTiles>
+__device__ __forceinline__ float reduce_tile_row(const float (&sc)[NTiles][4], int r) {
+  static_assert((NTiles & (NTiles - 1)) == 0, "tile count must be a power of two");
+  float v[NTiles];
+#pragma unroll
+  for (int j = 0; j < NTiles; ++j) v[j] = Max ? fmaxf(sc[j][2 * r], sc[j][2 * r + 1]) : sc[j][2 * r] + sc[j][2 * r + 1];
+#pragma unroll
+  for (int width = NTiles / 2; width >= 1; width /= 2)
+#pragma unroll
+    for (int j = 0; j < width; ++j) v[j] = Max ? fmaxf(v[j], v[j + width]) : v[j] + v[j + width];
+  return v[0];
+}
+
 // One online-softmax step over an S tile held in m16n8 accumulators (sc[j]: keys 8j.., rows lane/4
 // and lane/4 + 8, masked scores in log2 units, -inf where hidden): the tile's row maxima from the
 // quad, the running max and sum updated, sc turned into exp2(s - max), and the D/8 output
@@ -132,8 +147,8 @@ __device__ __forceinline__ void online_softmax_step(float (&sc)[NTiles][4], floa
     for (int j = 0; j < NTiles; ++j) {
       sc[j][2 * r] = fast_exp2(sc[j][2 * r] - base);
       sc[j][2 * r + 1] = fast_exp2(sc[j][2 * r + 1] - base);
-      row_sum[r] += sc[j][2 * r] + sc[j][2 * r + 1];
     }
+    row_sum[r] += reduce_tile_row<false>(sc, r);
   }
   // Once the maxima settle (most tiles past the first few), no row of the warp moves: skip
   // multiplying the accumulators by 1. (Warp-uniform; every lane of the warp calls this.)
