@@ -21,7 +21,7 @@ constexpr int kRows = 64;     // query rows per block
 constexpr int kKeys = 64;     // keys per tile
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kBlocksPerSm = 3;  // registers capped at 170 a thread for it; shared memory fits (below)
+constexpr int kBlocksPerSm = 3;  // caps registers at 168 a thread; the shared memory fits (Smem)
 
 // Shared memory: for an e4m3 cache the widened bf16 K and V tile, then two stages of K and V.
 // Q passes through the region written first after the prologue (the widened tile, or stage 1 of
@@ -54,7 +54,7 @@ __device__ __forceinline__ void load_kv_tile(const AttentionLaunch& a, const int
     const bool valid = p < key_end;
     int64_t src = 0;
     if (valid) {
-      // The load loop is issue-bound: a power-of-two block size (the usual) pages by shifts.
+      // A power-of-two block size (the usual) pages by shift and mask, not a division per copy.
       const int page = block_shift >= 0 ? p >> block_shift : p / a.block_size;
       const int offset = block_shift >= 0 ? p & (a.block_size - 1) : p % a.block_size;
       const int64_t slot = static_cast<int64_t>(__ldg(table + page)) * a.block_size + offset;
