@@ -482,9 +482,9 @@ int blocks_per_sm(int head_dim) {
 }  // namespace
 
 bool attention_decode_supported(const AttentionLaunch& a) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool head_dim = a.head_dim == 64 || a.head_dim == 80 || a.head_dim == 96 || a.head_dim == 128;
-  return head_dim && a.heads / a.kv_heads <= kMaxGroup && aligned(a.qkv) && aligned(a.k_cache) && aligned(a.v_cache);
+  return head_dim && a.heads / a.kv_heads <= kMaxGroup && aligned_to(a.qkv, 16) && aligned_to(a.k_cache, 16) &&
+         aligned_to(a.v_cache, 16);
 }
 
 int attention_decode_partitions(const AttentionLaunch& a) {

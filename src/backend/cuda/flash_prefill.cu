@@ -217,8 +217,8 @@ cudaError_t launch_d(const AttentionLaunch& a, bool skip_single, cudaStream_t st
 
 bool flash_prefill_supported(const AttentionLaunch& a) {
   const bool head_dim = a.head_dim == 64 || a.head_dim == 80 || a.head_dim == 96 || a.head_dim == 128;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return head_dim && aligned(a.qkv) && aligned(a.k_cache) && aligned(a.v_cache) && aligned(a.out);
+  return head_dim && aligned_to(a.qkv, 16) && aligned_to(a.k_cache, 16) && aligned_to(a.v_cache, 16) &&
+         aligned_to(a.out, 16);
 }
 
 cudaError_t launch_flash_prefill(const AttentionLaunch& a, bool skip_single, cudaStream_t stream) {

@@ -274,8 +274,7 @@ cudaError_t with_rows(int64_t m, Launch&& launch) {
 }  // namespace
 
 bool gemv_supported(const void* x, const void* w, int64_t m, int64_t k) {
-  return m >= 1 && m <= kMaxGemvRows && k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  return m >= 1 && m <= kMaxGemvRows && k % 8 == 0 && aligned_to(x, 16) && aligned_to(w, 16);
 }
 
 cudaError_t launch_gemv(const bf16_bits* x, const bf16_bits* w, const float* bias, bf16_bits* y_bf16, float* y_f32,

@@ -305,15 +305,15 @@ __global__ void rope_write_kv_kernel(bf16_bits* qkv, const float* cos_sin, const
 // by halves, half % 4 == 0 interleaved) and aligned rows: grid (tokens, pieces), a thread per
 // unit. The first units rotate: a word of 8 dims and its partner word half dims on (by halves),
 // or a word of 4 pairs (interleaved), K words also stored in the cache; the units after them
-// copy a kv head's pass-through K words and its V words into the cache.
+// copy a kv head's pass-through K words and its V words into the cache (the launcher counts
+// rotate_units per head and copy_units per kv head).
 template <typename Cache, bool Interleaved>
 __global__ void rope_write_kv_words_kernel(bf16_bits* qkv, const float* cos_sin, const int32_t* table_rows,
                                            const int32_t* slots, Cache* k_cache, Cache* v_cache, int heads,
-                                           int kv_heads, int head_dim, int half, int64_t capacity_slots) {
+                                           int kv_heads, int head_dim, int half, int rotate_units, int copy_units,
+                                           int64_t capacity_slots) {
   const int64_t t = blockIdx.x;
   const int unit = blockIdx.y * blockDim.x + threadIdx.x;
-  const int rotate_units = Interleaved ? half / 4 : half / 8;  // per head
-  const int copy_units = (head_dim - 2 * half) / 8 + head_dim / 8;  // per kv head
   if (unit >= (heads + kv_heads) * rotate_units + kv_heads * copy_units) return;
   const int64_t width = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim;
   const int64_t kv_dim = static_cast<int64_t>(kv_heads) * head_dim;
@@ -645,9 +645,8 @@ cudaError_t launch_add_norm(bf16_bits* residual, const bf16_bits* delta, const f
                             int64_t hidden, cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
   const int64_t vecs = hidden / 8;
-  const bool aligned = reinterpret_cast<uintptr_t>(residual) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(delta) % 16 == 0 && reinterpret_cast<uintptr_t>(weight) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(bias) % 16 == 0;
+  const bool aligned = aligned_to(residual, 16) && aligned_to(out, 16) && aligned_to(delta, 16) &&
+                       aligned_to(weight, 16) && aligned_to(bias, 16);
   if (hidden % 8 == 0 && aligned && vecs <= int64_t{1024} * kNormVecs) {
     // Enough threads for one word each up to 1024 threads, then up to kNormVecs words per thread.
     const int64_t threads = std::min<int64_t>(1024, (vecs + 31) / 32 * 32);
@@ -691,20 +690,20 @@ cudaError_t launch_rope_write_kv(bf16_bits* qkv, const float* cos_sin, const int
                                  cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
   const int half = rotary_dim / 2;
-  const auto aligned = [](const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
-  const bool words = head_dim % 8 == 0 && (interleaved ? half % 4 == 0 : half % 8 == 0) && aligned(qkv, 16) &&
-                     aligned(cos_sin, 16) && aligned(k_cache, kv_fp8 ? 8 : 16) && aligned(v_cache, kv_fp8 ? 8 : 16);
+  const bool words = head_dim % 8 == 0 && (interleaved ? half % 4 == 0 : half % 8 == 0) && aligned_to(qkv, 16) &&
+                     aligned_to(cos_sin, 16) && aligned_to(k_cache, kv_fp8 ? 8 : 16) &&
+                     aligned_to(v_cache, kv_fp8 ? 8 : 16);
   if (words) {
     constexpr int kWordThreads = 64;
-    const int units = (heads + kv_heads) * (interleaved ? half / 4 : half / 8) +
-                      kv_heads * ((head_dim - 2 * half) / 8 + head_dim / 8);
+    const int rotate_units = interleaved ? half / 4 : half / 8, copy_units = (head_dim - 2 * half) / 8 + head_dim / 8;
+    const int units = (heads + kv_heads) * rotate_units + kv_heads * copy_units;
     const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((units + kWordThreads - 1) / kWordThreads));
     return with_kv_element(kv_fp8, [&](auto element) {
       using Cache = decltype(element);
       const auto kernel = interleaved ? rope_write_kv_words_kernel<Cache, true> : rope_write_kv_words_kernel<Cache, false>;
       kernel<<<grid, kWordThreads, 0, stream>>>(qkv, cos_sin, table_rows, slots, static_cast<Cache*>(k_cache),
                                                 static_cast<Cache*>(v_cache), heads, kv_heads, head_dim, half,
-                                                capacity_slots);
+                                                rotate_units, copy_units, capacity_slots);
       return cudaGetLastError();
     });
   }
@@ -725,9 +724,8 @@ cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, void* k_
   if (tokens == 0) return cudaSuccess;
   const int64_t q_dim = static_cast<int64_t>(heads) * head_dim, kv_dim = static_cast<int64_t>(kv_heads) * head_dim;
   const uintptr_t cache_word_bytes = kv_fp8 ? 8 : 16;  // 8 elements
-  const int unit = kv_dim % 8 == 0 && q_dim % 8 == 0 && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 &&
-                           reinterpret_cast<uintptr_t>(k_cache) % cache_word_bytes == 0 &&
-                           reinterpret_cast<uintptr_t>(v_cache) % cache_word_bytes == 0
+  const int unit = kv_dim % 8 == 0 && q_dim % 8 == 0 && aligned_to(qkv, 16) && aligned_to(k_cache, cache_word_bytes) &&
+                           aligned_to(v_cache, cache_word_bytes)
                        ? 8
                        : 1;
   constexpr int kCopyThreads = 128;
@@ -770,8 +768,8 @@ cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.seqs * tiles_per_seq), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(partitions));
   const uintptr_t cache_word_bytes = a.kv_fp8 ? 8 : 16;  // 8 elements
-  const bool vector_kv = a.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(a.k_cache) % cache_word_bytes == 0 &&
-                         reinterpret_cast<uintptr_t>(a.v_cache) % cache_word_bytes == 0;
+  const bool vector_kv = a.head_dim % 8 == 0 && aligned_to(a.k_cache, cache_word_bytes) &&
+                         aligned_to(a.v_cache, cache_word_bytes);
   float* partials = partitions > 1 ? a.partials : nullptr;
   const cudaError_t err = with_kv_element(a.kv_fp8, [&](auto element) {
     attention_kernel<decltype(element)><<<grid, kQueryTile * 32, attention_smem_bytes(a.head_dim), stream>>>(
@@ -787,7 +785,7 @@ cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
 cudaError_t launch_activation(const bf16_bits* x, int act, bool gated, bf16_bits* out, int64_t tokens, int64_t inner,
                               cudaStream_t stream) {
   if (tokens * inner == 0) return cudaSuccess;
-  if (inner % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+  if (inner % 8 == 0 && aligned_to(x, 16) && aligned_to(out, 16)) {
     const int64_t vecs = tokens * inner / 8;
     activation_vec_kernel<<<grid_for(vecs), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(x), act, gated,
         reinterpret_cast<uint4*>(out), tokens, inner / 8);

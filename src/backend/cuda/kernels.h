@@ -16,6 +16,9 @@ namespace splitflow::cuda {
 
 using bf16_bits = uint16_t;
 
+// Whether p sits on a multiple of `bytes`: the launchers' test for their 16-byte-word kernels.
+inline bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
 // Largest head_dim attention() takes (8 dims per lane of a warp).
 constexpr int kMaxHeadDim = 256;
 // Most split-KV partitions per (token, head): the merges keep their weights in shared memory.
