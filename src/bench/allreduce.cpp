@@ -238,11 +238,14 @@ json run_worker(comm::CommGroup& group, const AllreduceBenchOptions& options) {
     custom->set_ll128_max_bytes(ll128_default);
   }
 
-  // allreduce + residual + RMSNorm: one kernel vs three launches (custom or NCCL allreduce, add, norm).
+  // allreduce + residual + RMSNorm: each fused kernel and the group's choice vs three launches
+  // (the selected custom allreduce or NCCL, add, norm), for each row count.
   json fused = json::array();
-  const size_t rows_n = options.fused_rows, hidden = options.fused_hidden, fused_count = rows_n * hidden;
-  const size_t fused_bytes = fused_count * element;
-  if (group.custom() && fused_bytes <= options.max_bytes && comm::CustomAllreduce::fused_rmsnorm_supported(hidden, dtype)) {
+  const size_t hidden = options.fused_hidden;
+  comm::CustomAllreduce* custom = group.custom();
+  for (size_t rows_n : options.fused_rows) {
+    const size_t fused_count = rows_n * hidden, fused_bytes = fused_count * element;
+    if (!custom || fused_bytes > options.max_bytes || !comm::CustomAllreduce::fused_rmsnorm_supported(hidden, dtype)) continue;
     void *residual = nullptr, *residual_out = nullptr, *norm_out = nullptr;
     float* weight = nullptr;
     SF_BENCH_CUDA(cudaMalloc(&residual, fused_bytes));
@@ -252,38 +255,47 @@ json run_worker(comm::CommGroup& group, const AllreduceBenchOptions& options) {
     fill(residual, fused_bytes);
     std::vector<float> ones(hidden, 1.0f);
     SF_BENCH_CUDA(cudaMemcpy(weight, ones.data(), hidden * sizeof(float), cudaMemcpyHostToDevice));
-    comm::CustomAllreduce& custom = *group.custom();
     const float eps = 1e-5f;
     // The baselines use the custom algorithm the group selects for this size (its best protocol).
     AllreduceAlgorithm selected = group.choose_allreduce(fused_bytes);
     if (selected == AllreduceAlgorithm::Nccl) selected = AllreduceAlgorithm::OneShot;
     const std::string name = std::string(comm::algorithm_name(selected));
-    const std::vector<std::pair<std::string, std::function<void()>>> variants = {
-        {"fused one-shot allreduce+residual+rmsnorm (1 kernel)",
-         [&] { custom.allreduce_add_rmsnorm(in, residual, residual_out, norm_out, weight, eps, rows_n, hidden, dtype, stream); }},
-        {name + " allreduce + add + rmsnorm (3 launches)",
-         [&] {
-           custom.allreduce(selected, in, out, fused_count, dtype, stream);
-           comm::add(out, residual, residual_out, fused_count, dtype, stream);
-           comm::rms_norm(residual_out, weight, norm_out, rows_n, hidden, eps, dtype, stream);
-         }},
-        {"nccl allreduce + add + rmsnorm (3 launches)",
-         [&] {
-           group.nccl().allreduce(in, out, fused_count, dtype, stream);
-           comm::add(out, residual, residual_out, fused_count, dtype, stream);
-           comm::rms_norm(residual_out, weight, norm_out, rows_n, hidden, eps, dtype, stream);
-         }},
-        {name + " allreduce+residual (1 kernel) + rmsnorm",
-         [&] {
-           custom.allreduce(selected, in, residual_out, fused_count, dtype, stream, residual);
-           comm::rms_norm(residual_out, weight, norm_out, rows_n, hidden, eps, dtype, stream);
-         }},
+    const auto fused_kernel = [&](AllreduceAlgorithm algorithm) {
+      return [&, algorithm] {
+        custom->allreduce_add_rmsnorm(algorithm, in, residual, residual_out, norm_out, weight, eps, rows_n, hidden, dtype,
+                                      stream);
+      };
     };
-    for (const auto& [name, call] : variants) {
-      fused.push_back({{"variant", name},
+    std::vector<std::pair<std::string, std::function<void()>>> variants = {
+        {"fused one-shot (1 kernel)", fused_kernel(AllreduceAlgorithm::OneShot)}};
+    if (custom->two_shot_rmsnorm_supported(rows_n, hidden, dtype))
+      variants.push_back({"fused two-shot LL128 (1 kernel)", fused_kernel(AllreduceAlgorithm::TwoShot)});
+    variants.push_back({"CommGroup::allreduce_add_rmsnorm (the group's choice)", [&] {
+                          group.allreduce_add_rmsnorm(in, residual, residual_out, norm_out, weight, eps, rows_n, hidden,
+                                                      dtype, stream);
+                        }});
+    variants.push_back({name + " allreduce + add + rmsnorm (3 launches)", [&] {
+                          custom->allreduce(selected, in, out, fused_count, dtype, stream);
+                          comm::add(out, residual, residual_out, fused_count, dtype, stream);
+                          comm::rms_norm(residual_out, weight, norm_out, rows_n, hidden, eps, dtype, stream);
+                        }});
+    variants.push_back({"nccl allreduce + add + rmsnorm (3 launches)", [&] {
+                          group.nccl().allreduce(in, out, fused_count, dtype, stream);
+                          comm::add(out, residual, residual_out, fused_count, dtype, stream);
+                          comm::rms_norm(residual_out, weight, norm_out, rows_n, hidden, eps, dtype, stream);
+                        }});
+    variants.push_back({name + " allreduce+residual (1 kernel) + rmsnorm", [&] {
+                          custom->allreduce(selected, in, residual_out, fused_count, dtype, stream, residual);
+                          comm::rms_norm(residual_out, weight, norm_out, rows_n, hidden, eps, dtype, stream);
+                        }});
+    for (const auto& [variant, call] : variants) {
+      fused.push_back({{"rows", rows_n},
+                       {"hidden", hidden},
+                       {"variant", variant},
                        {"eager_us", worker.time_eager(call, 200)},
                        {"graph_us", worker.time_graph(call, 200)}});
     }
+    SF_BENCH_CUDA(cudaStreamSynchronize(stream));
     cudaFree(weight);
     cudaFree(norm_out);
     cudaFree(residual_out);
@@ -308,8 +320,7 @@ json run_worker(comm::CommGroup& group, const AllreduceBenchOptions& options) {
                  {"protocols", protocols},
                  {"one_shot_ll_max_bytes", group.custom() ? group.custom()->ll_max_bytes() : 0},
                  {"one_shot_ll128_max_bytes", group.custom() ? group.custom()->ll128_max_bytes() : 0},
-                 {"fused", fused},
-                 {"fused_shape", {rows_n, hidden}}};
+                 {"fused", fused}};
   return result;
 }
 
@@ -413,12 +424,21 @@ void print_tables(const json& result, const AllreduceBenchOptions& options) {
   }
 
   if (!result["fused"].empty()) {
-    fmt::print("\nallreduce + residual + RMSNorm, {} x {} {} ({} KB)\n| variant | eager us | graph us |\n|---|---|---|\n",
-               options.fused_rows, options.fused_hidden, result["dtype"].get<std::string>(),
-               options.fused_rows * options.fused_hidden * dtype_size(parse_dtype(result["dtype"].get<std::string>())) / 1024);
+    fmt::print("\nallreduce + residual + RMSNorm, rows x {} {}; ratio: the 3 launches of the selected algorithm / this (graph)\n"
+               "| rows (KB) | variant | eager us | graph us | ratio |\n|---|---|---|---|---|\n",
+               options.fused_hidden, result["dtype"].get<std::string>());
+    const size_t element = dtype_size(parse_dtype(result["dtype"].get<std::string>()));
     for (const json& row : result["fused"]) {
-      fmt::print("| {} | {:.1f} | {:.1f} |\n", row["variant"].get<std::string>(), row["eager_us"].get<double>(),
-                 row["graph_us"].get<double>());
+      double baseline = 0;
+      for (const json& other : result["fused"]) {
+        const std::string variant = other["variant"];
+        if (other["rows"] == row["rows"] && variant.find("(3 launches)") != std::string::npos && variant.rfind("nccl", 0) != 0)
+          baseline = other["graph_us"];
+      }
+      const size_t rows_n = row["rows"];
+      fmt::print("| {} ({}) | {} | {:.1f} | {:.1f} | {:.2f} |\n", rows_n, rows_n * options.fused_hidden * element / 1024,
+                 row["variant"].get<std::string>(), row["eager_us"].get<double>(), row["graph_us"].get<double>(),
+                 baseline / row["graph_us"].get<double>());
     }
   }
 }

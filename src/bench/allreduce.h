@@ -21,8 +21,8 @@ struct AllreduceBenchOptions {
   int trials = 7;        // timed repetitions; the median is reported
   // Grid limits to sweep for the custom kernels (empty: no sweep).
   std::vector<int> sweep_blocks = {16, 32, 64, 96, 132};
-  // The fused-kernel comparison: rows x hidden (32 x 8192 bf16 = 512 KB).
-  size_t fused_rows = 32;
+  // The fused-kernel comparison: rows x hidden for each row count (32 x 8192 bf16 = 512 KB).
+  std::vector<size_t> fused_rows = {8, 16, 32, 64};
   size_t fused_hidden = 8192;
   std::string results_dir = "bench/results/allreduce";
 };

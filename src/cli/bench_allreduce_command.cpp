@@ -17,7 +17,7 @@ void register_bench_allreduce(CLI::App& bench) {
   command->add_option("--graph-calls", options->graph_calls, "allreduces per captured CUDA graph")->capture_default_str();
   command->add_option("--trials", options->trials, "timed repetitions (median reported)")->capture_default_str();
   command->add_option("--sweep-blocks", options->sweep_blocks, "grid limits swept for the custom kernels")->capture_default_str();
-  command->add_option("--fused-rows", options->fused_rows, "rows of the fused allreduce+residual+RMSNorm case")->capture_default_str();
+  command->add_option("--fused-rows", options->fused_rows, "row counts of the fused allreduce+residual+RMSNorm cases")->capture_default_str();
   command->add_option("--fused-hidden", options->fused_hidden, "hidden size of the fused case")->capture_default_str();
   command->add_option("--results-dir", options->results_dir, "where the JSON result goes")->capture_default_str();
   command->callback([options] { bench::run_allreduce_bench(*options); });

@@ -30,8 +30,12 @@ std::string_view algorithm_name(AllreduceAlgorithm algorithm);  // "nccl", "one_
 AllreduceAlgorithm parse_algorithm(std::string_view text);
 std::string_view link_name(LinkType link);  // "nvlink", "pcie", "none"
 
+// Sizes no message reaches: a crossover that never happens.
+inline constexpr size_t kNeverBytes = ~size_t{0};
+
 // One row per (link, world size): OneShot up to one_shot_max_bytes, then `then` up to
-// then_max_bytes, NCCL above.
+// then_max_bytes, NCCL above. The fused allreduce + residual + RMSNorm runs its two-shot kernel
+// from fused_two_shot_min_bytes (where the custom path takes the message).
 struct CrossoverRow {
   LinkType link;
   int world_size;
@@ -39,6 +43,7 @@ struct CrossoverRow {
   AllreduceAlgorithm then;
   size_t then_max_bytes;
   const char* source;  // where the numbers come from
+  size_t fused_two_shot_min_bytes = kNeverBytes;
 };
 
 // The shipped table (rows not measured here say so in `source`).
@@ -61,5 +66,13 @@ bool custom_supports(AllreduceAlgorithm algorithm, const CustomCapability& capab
 AllreduceAlgorithm select_allreduce(size_t bytes, const CustomCapability& capability,
                                     std::optional<AllreduceAlgorithm> forced = std::nullopt,
                                     const std::vector<CrossoverRow>& table = default_crossovers());
+
+// The fused allreduce + residual + RMSNorm for a message of `bytes`: TwoShot from the row's
+// fused_two_shot_min_bytes when the custom path takes the message, else select_allreduce's choice
+// (OneShot: the one-shot fused kernel; another custom algorithm: it with the residual, then the
+// norm; NCCL: allreduce, add, norm). `forced` wins as in select_allreduce.
+AllreduceAlgorithm select_fused_rmsnorm(size_t bytes, const CustomCapability& capability,
+                                        std::optional<AllreduceAlgorithm> forced = std::nullopt,
+                                        const std::vector<CrossoverRow>& table = default_crossovers());
 
 }  // namespace splitflow::comm

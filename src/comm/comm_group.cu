@@ -108,12 +108,18 @@ void CommGroup::allreduce_add_rmsnorm(const void* in, const void* residual_in, v
                                       cudaStream_t stream) {
   const size_t count = rows * hidden;
   if (count == 0) return;
-  const AllreduceAlgorithm algorithm = choose_allreduce(count * dtype_size(dtype));
-  // The fused kernel is a one-shot: where the table picks another algorithm, that algorithm with
-  // the residual folded in, then the norm, is faster (H200 x4, 512 KB: two-shot 9.5 us vs 10.5).
-  if (algorithm == AllreduceAlgorithm::OneShot && CustomAllreduce::fused_rmsnorm_supported(hidden, dtype)) {
-    custom_->allreduce_add_rmsnorm(in, residual_in, residual_out, norm_out, weight, eps, rows, hidden, dtype, stream);
-    return;
+  const size_t bytes = count * dtype_size(dtype);
+  const AllreduceAlgorithm algorithm = choose_allreduce(bytes);
+  if (algorithm != AllreduceAlgorithm::Nccl && CustomAllreduce::fused_rmsnorm_supported(hidden, dtype)) {
+    // The two-shot kernel where the table says so and it takes the rows (LL128 on, a row per GPU),
+    // the one-shot kernel where one-shot takes the plain allreduce.
+    const bool two_shot = select_fused_rmsnorm(bytes, custom_capability(), forced_) == AllreduceAlgorithm::TwoShot &&
+                          custom_->two_shot_rmsnorm_supported(rows, hidden, dtype);
+    if (two_shot || algorithm == AllreduceAlgorithm::OneShot) {
+      custom_->allreduce_add_rmsnorm(two_shot ? AllreduceAlgorithm::TwoShot : AllreduceAlgorithm::OneShot, in,
+                                     residual_in, residual_out, norm_out, weight, eps, rows, hidden, dtype, stream);
+      return;
+    }
   }
   if (algorithm != AllreduceAlgorithm::Nccl) {
     custom_->allreduce(algorithm, in, residual_out, count, dtype, stream, residual_in);

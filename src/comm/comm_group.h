@@ -48,9 +48,9 @@ class CommGroup final : public Communicator {
   // out = allreduce(in) + residual (residual identical on every rank): one kernel on the custom path.
   void allreduce_add(const void* in, const void* residual, void* out, size_t count, DType dtype, cudaStream_t stream);
   // residual_out = allreduce(in) + residual_in; norm_out = RMSNorm(residual_out) * weight. One
-  // kernel when one-shot takes the message and the row fits (CustomAllreduce); another custom
-  // algorithm: it adds the residual, then the norm; NCCL: allreduce, add and norm. Shapes as
-  // CustomAllreduce::allreduce_add_rmsnorm.
+  // kernel where select_fused_rmsnorm picks a fused kernel that takes the rows (CustomAllreduce);
+  // another custom algorithm: it adds the residual, then the norm; NCCL: allreduce, add and norm.
+  // Shapes as CustomAllreduce::allreduce_add_rmsnorm.
   void allreduce_add_rmsnorm(const void* in, const void* residual_in, void* residual_out, void* norm_out,
                              const float* weight, float eps, size_t rows, size_t hidden, DType dtype,
                              cudaStream_t stream);

@@ -153,9 +153,17 @@ LL128KernelFn ll128_kernel_for(AllreduceAlgorithm algorithm, int world_size, DTy
   });
 }
 
+using LL128NormKernelFn = void (*)(KernelArgs, detail::LL128Args, detail::NormArgs);
+
 NormKernelFn norm_kernel_for(int world_size, DType dtype) {
   return pick_kernel<NormKernelFn>(dtype, world_size, [](auto type, auto n) -> NormKernelFn {
     return detail::one_shot_add_rmsnorm_kernel<decltype(type), decltype(n)::value>;
+  });
+}
+
+LL128NormKernelFn ll128_norm_kernel_for(int world_size, DType dtype) {
+  return pick_kernel<LL128NormKernelFn>(dtype, world_size, [](auto type, auto n) -> LL128NormKernelFn {
+    return detail::two_shot_ll128_add_rmsnorm_kernel<decltype(type), decltype(n)::value>;
   });
 }
 
@@ -428,21 +436,46 @@ bool CustomAllreduce::fused_rmsnorm_supported(size_t hidden, DType dtype) {
          hidden / pack <= static_cast<size_t>(detail::kNormMaxThreads * detail::kNormPacksPerThread);
 }
 
-void CustomAllreduce::allreduce_add_rmsnorm(const void* in, const void* residual_in, void* residual_out,
-                                            void* norm_out, const float* weight, float eps, size_t rows,
-                                            size_t hidden, DType dtype, cudaStream_t stream) {
+bool CustomAllreduce::two_shot_rmsnorm_supported(size_t rows, size_t hidden, DType dtype) const {
+  const State& s = *state_;
+  if (!fused_rmsnorm_supported(hidden, dtype) || rows < static_cast<size_t>(s.world_size)) return false;
+  const int64_t row_groups = detail::row_line_groups(static_cast<int64_t>(hidden * dtype_size(dtype)));
+  return rows * hidden * dtype_size(dtype) <= s.ll128_use_max_bytes &&
+         row_groups <= detail::kNormGroupsPerWarp * detail::kNormClusterWarps &&
+         static_cast<int64_t>(rows) * row_groups * detail::kGroupSlots <= s.ll128_args.sender_slots;
+}
+
+void CustomAllreduce::allreduce_add_rmsnorm(AllreduceAlgorithm algorithm, const void* in, const void* residual_in,
+                                            void* residual_out, void* norm_out, const float* weight, float eps,
+                                            size_t rows, size_t hidden, DType dtype, cudaStream_t stream) {
   State& s = *state_;
   SF_CHECK(fused_rmsnorm_supported(hidden, dtype),
            "custom allreduce + RMSNorm: hidden {} of {} is not a whole number of 16-byte packs (at most {})", hidden,
            dtype_name(dtype), detail::kNormMaxThreads * detail::kNormPacksPerThread);
   const size_t bytes = rows * hidden * dtype_size(dtype);
   SF_CHECK(rows > 0 && bytes <= s.max_bytes, "custom allreduce + RMSNorm: {} bytes (1 to {})", bytes, s.max_bytes);
+  SF_CHECK(algorithm == AllreduceAlgorithm::OneShot || algorithm == AllreduceAlgorithm::TwoShot,
+           "custom allreduce + RMSNorm: no {} kernel (one_shot or two_shot)", algorithm_name(algorithm));
+  const detail::NormArgs norm{norm_out, weight, eps, static_cast<int64_t>(rows), static_cast<int>(hidden)};
+  if (algorithm == AllreduceAlgorithm::TwoShot) {
+    SF_CHECK(two_shot_rmsnorm_supported(rows, hidden, dtype),
+             "custom allreduce + RMSNorm: two-shot cannot take {} rows of {} {} on {} GPUs (LL128 up to {} bytes, at "
+             "least one row per GPU)",
+             rows, hidden, dtype_name(dtype), s.world_size, s.ll128_use_max_bytes);
+    detail::LL128Args ll = s.ll128_args;
+    ll.in = in;
+    const KernelArgs args{nullptr,      nullptr,     s.signals, s.tmps, s.rank, false,
+                          residual_out, residual_in, static_cast<int64_t>(rows * hidden)};
+    ll128_norm_kernel_for(s.world_size, dtype)<<<detail::kLL128Blocks, detail::kLL128Threads, 0, stream>>>(args, ll,
+                                                                                                          norm);
+    SF_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   bool end_barrier = false;
   const void* copy_from = nullptr;
   const RankPtrs* inputs = s.input_slot(in, bytes, residual_out, norm_out, bytes, stream, &end_barrier, &copy_from);
   const KernelArgs args{inputs,       copy_from,   s.signals, s.tmps, s.rank, end_barrier,
                         residual_out, residual_in, static_cast<int64_t>(rows * hidden)};
-  const detail::NormArgs norm{norm_out, weight, eps, static_cast<int64_t>(rows), static_cast<int>(hidden)};
   const int row_packs = static_cast<int>(hidden / pack_elements(dtype));
   const int threads = std::min(detail::kNormMaxThreads, (row_packs + 31) / 32 * 32);
   const int blocks = static_cast<int>(std::min<size_t>(rows, static_cast<size_t>(s.max_blocks)));

@@ -73,12 +73,17 @@ class CustomAllreduce {
   // Whether allreduce_add_rmsnorm handles rows of `hidden` elements (a whole number of 16-byte
   // packs, at most 2048 packs: 16384 bf16).
   static bool fused_rmsnorm_supported(size_t hidden, DType dtype);
-  // One-shot, one kernel: residual_out = sum over ranks of `in` + residual_in;
-  // norm_out = residual_out * rsqrt(mean(residual_out^2) + eps) * weight, per row.
-  // Shapes: in, residual_in, residual_out, norm_out [rows, hidden] of `dtype`; weight [hidden] f32.
-  // residual_out may alias residual_in.
-  void allreduce_add_rmsnorm(const void* in, const void* residual_in, void* residual_out, void* norm_out,
-                             const float* weight, float eps, size_t rows, size_t hidden, DType dtype,
+  // Whether its two-shot kernel takes [rows, hidden] too: LL128 on (NVLink) and the message within
+  // its limit, every rank owning a row (rows >= world size), the rows' lines within the LL128 buffers.
+  bool two_shot_rmsnorm_supported(size_t rows, size_t hidden, DType dtype) const;
+  // One kernel: residual_out = sum over ranks of `in` + residual_in;
+  // norm_out = residual_out * rsqrt(mean(residual_out^2) + eps) * weight, per row. `algorithm`:
+  // OneShot (every rank reads every peer's rows and normalizes all of them) or TwoShot (LL128: each
+  // row's owner reduces and normalizes it, then pushes it with its scale; see
+  // two_shot_rmsnorm_supported). Shapes: in, residual_in, residual_out, norm_out [rows, hidden] of
+  // `dtype`; weight [hidden] f32. residual_out may alias residual_in.
+  void allreduce_add_rmsnorm(AllreduceAlgorithm algorithm, const void* in, const void* residual_in, void* residual_out,
+                             void* norm_out, const float* weight, float eps, size_t rows, size_t hidden, DType dtype,
                              cudaStream_t stream);
 
   // Collective, after capturing graphs that contain custom allreduces (before replaying them):

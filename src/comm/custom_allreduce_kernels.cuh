@@ -29,12 +29,14 @@
 // tail, fewer than 16 bytes) are reduced one-shot style by the first threads.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 namespace splitflow::comm::detail {
 
@@ -581,8 +583,10 @@ __device__ __forceinline__ uint4 make_slot(const T* in, int64_t word, int64_t co
 
 // value[k] = this lane's slot at at[k] for every k with want[k] (warp-uniform), once the line
 // group there shows `flag` in its four flag slots. The first loads of all groups go out together,
-// so a warp waiting on several peers pays one memory latency, not one per peer.
-template <int K>
+// so a warp waiting on several peers pays one memory latency, not one per peer. kValueInFlagSlot:
+// the flag slot's third word carries a value (the fused RMSNorm's row scale) and only its last
+// word is the flag; a line arrives whole over NVLink, so one flag word per line suffices.
+template <int K, bool kValueInFlagSlot = false>
 __device__ __forceinline__ void wait_groups(const uint4* const (&at)[K], const bool (&want)[K], uint32_t flag,
                                             bool flag_lane, uint4 (&value)[K]) {
   bool pending[K];
@@ -597,7 +601,7 @@ __device__ __forceinline__ void wait_groups(const uint4* const (&at)[K], const b
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       if (!pending[k]) continue;
-      pending[k] = !__all_sync(0xffffffffu, !flag_lane || (value[k].z == flag && value[k].w == flag));
+      pending[k] = !__all_sync(0xffffffffu, !flag_lane || ((kValueInFlagSlot || value[k].z == flag) && value[k].w == flag));
       any |= pending[k];
     }
     if (!any) return;
@@ -1042,6 +1046,195 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) one_shot_add_rmsnorm_kerne
     }
   }
   if (a.end_barrier) barrier_all<N, false>(a.signals, a.rank);
+}
+
+// ---- two-shot LL128 + residual + RMSNorm (NVLink) -----------------------------------------------
+// Rows are partitioned among the ranks (rank p owns rows [rows p / N, rows (p + 1) / N)), and each
+// row is laid out in line groups of its own (row_groups = row words / 60, rounded up), so that
+// every line belongs to one row. Stage 1: every rank pushes its input's groups of each row to the
+// row's owner. The owner sums them in rank order, adds residual_in and rounds once (residual_out),
+// then the row's sum of squares is reduced over a cluster of kNormClusterBlocks blocks through
+// distributed shared memory, in a fixed order, so every warp of the cluster computes the same
+// scale. Stage 2: the owner pushes residual_out's groups to every peer with the row's scale in the
+// flag slot of each line, and writes its own outputs; every receiver writes residual_out and
+// norm_out = T(residual_out * scale * weight) word by word, the owner's expression on the same
+// rounded values, so every rank's outputs are bit-identical and no row-wide work follows the
+// exchange. Row r's group j is pushed, reduced and received by the same warp on every rank: warp
+// j mod kClusterWarps of cluster (r's index among its owner's rows) mod clusters. Flags, grid and
+// parities are the other LL128 kernels'; the reuse argument needs every rank to receive from every
+// peer in every call, which holds when every rank owns a row (the launcher requires rows >= N).
+
+constexpr int kNormClusterBlocks = 6;  // 96 blocks: 16 clusters, one row each at N = 2 and 32 rows
+constexpr int kNormClusterWarps = kNormClusterBlocks * kLL128Threads / 32;
+constexpr int kNormGroupsPerWarp = 2;  // a row of up to 2 x 48 line groups (bf16: 23040 elements)
+static_assert(kLL128Blocks % kNormClusterBlocks == 0, "the LL128 grid is a whole number of clusters");
+
+// Line groups of a row of `row_bytes` (a multiple of 16).
+__host__ __device__ constexpr int64_t row_line_groups(int64_t row_bytes) {
+  return (row_bytes / 8 + kGroupDataWords - 1) / kGroupDataWords;
+}
+
+// The slot's 16 bytes of residual_out: two rounded words, or one word, the row's scale and the flag.
+template <typename T>
+__device__ __forceinline__ uint4 pack_scaled_slot(const float* acc, bool two_words, float scale, uint32_t flag) {
+  const int4 packed = Elem<T>::pack(acc);
+  return make_uint4(static_cast<uint32_t>(packed.x), static_cast<uint32_t>(packed.y),
+                    two_words ? static_cast<uint32_t>(packed.z) : __float_as_uint(scale),
+                    two_words ? static_cast<uint32_t>(packed.w) : flag);
+}
+
+// norm_out's words at `word` of a row (and word + 1 for two-word slots): values * scale * weight.
+template <typename T>
+__device__ __forceinline__ void store_norm_slot(T* norm_row, const float* weights, int64_t word, int64_t hidden,
+                                                bool aligned, bool two_words, float scale, float* values) {
+  constexpr int W = 8 / sizeof(T);
+#pragma unroll
+  for (int e = 0; e < 2 * W; ++e) values[e] = values[e] * scale * weights[e];
+  store_word<T>(norm_row, word, hidden, aligned, values);
+  if (two_words) store_word<T>(norm_row, word + 1, hidden, aligned, values + W);
+}
+
+// The slot's weights (2W floats from element word * W; zero past the row).
+template <typename T>
+__device__ __forceinline__ void load_slot_weights(const float* weight, int64_t word, int64_t hidden, float* weights) {
+  constexpr int W = 8 / sizeof(T);
+#pragma unroll
+  for (int e = 0; e < 2 * W; ++e) weights[e] = word * W + e < hidden ? weight[word * W + e] : 0.0f;
+}
+
+// The cluster's total of the warps' `squares` (every warp calls it once per row with its own
+// sum): warp partials in shared memory (two buffers, alternating by row, so a block may write the
+// next row's while a slower one still reads this row's), one cluster barrier, then every warp
+// adds all partials in the same order.
+__device__ __forceinline__ float cluster_row_sum(float squares, int row_iteration) {
+  namespace cg = cooperative_groups;
+  __shared__ float partials[2][kLL128Threads / 32];
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+  float* mine = partials[row_iteration & 1];
+  if (lane == 0) mine[threadIdx.x / 32] = squares;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  float total = 0.0f;
+  for (int i = lane; i < kNormClusterWarps; i += 32) {
+    total += *cluster.map_shared_rank(mine + i % (kLL128Threads / 32), i / (kLL128Threads / 32));
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
+  return total;
+}
+
+template <typename T, int N>
+__global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL128Threads)
+    two_shot_ll128_add_rmsnorm_kernel(KernelArgs a, LL128Args ll, NormArgs n) {
+  constexpr int W = 8 / sizeof(T);
+  constexpr int K = kNormGroupsPerWarp;
+  namespace cg = cooperative_groups;
+  const LL128Call<T, N> c(a, ll);
+  const int64_t hidden = n.hidden;
+  const int64_t row_groups = row_line_groups(hidden * static_cast<int64_t>(sizeof(T)));
+  const int cluster_warp = static_cast<int>(cg::this_cluster().block_rank()) * (kLL128Threads / 32) + threadIdx.x / 32;
+  const int cluster_index = blockIdx.x / kNormClusterBlocks;
+  const int clusters = gridDim.x / kNormClusterBlocks;
+  T* norm_out = static_cast<T*>(n.norm_out);
+  const bool norm_aligned = aligned8(norm_out);
+  const auto first_row = [&](int p) { return n.rows * p / N; };
+  // Slot of row r's group j in a (parity, sender) region.
+  const auto slot_of = [&](int64_t r, int64_t j) { return (r * row_groups + j) * kGroupSlots + c.lane; };
+  const auto group = [&](int k) { return static_cast<int64_t>(cluster_warp) + k * kNormClusterWarps; };
+  const auto word = [&](int64_t j) { return j * kGroupDataWords + c.slot.first_word; };
+
+  // Stage 1: the other owners' rows, group by group.
+  for (int step = 1; step < N; ++step) {
+    const int owner = (a.rank + step) % N;
+    uint4* to = ll.recv[owner] + c.parity + a.rank * ll.sender_slots;
+    for (int64_t r = first_row(owner) + cluster_index; r < first_row(owner + 1); r += clusters) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int64_t j = group(k);
+        if (j < row_groups)
+          store_line(to + slot_of(r, j), make_slot<T>(c.in + r * hidden, word(j), hidden, c.in_aligned, c.slot.two_words, c.flag));
+      }
+    }
+  }
+  // This rank's rows: reduce, scale, push, write.
+  const uint4* received = ll.recv[a.rank] + c.parity;
+  int iteration = 0;
+  for (int64_t r = first_row(a.rank) + cluster_index; r < first_row(a.rank + 1); r += clusters, ++iteration) {
+    float acc[K][2 * W] = {};
+    float weights[K][2 * W];
+    float squares = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t j = group(k);
+      if (j >= row_groups) continue;
+      load_slot_weights<T>(n.weight, word(j), hidden, weights[k]);
+      receive_slot<T, N>(a, received, ll.sender_slots, slot_of(r, j), c.in + r * hidden, word(j), hidden, c.in_aligned,
+                         c.slot.two_words, c.flag, acc[k]);
+      if (c.residual != nullptr) {
+        const T* residual_row = c.residual + r * hidden;
+        add_word<T>(load_word<T>(residual_row, word(j), hidden, c.residual_aligned), acc[k]);
+        if (c.slot.two_words) add_word<T>(load_word<T>(residual_row, word(j) + 1, hidden, c.residual_aligned), acc[k] + W);
+      }
+#pragma unroll
+      for (int e = 0; e < 2 * W; ++e) {
+        acc[k][e] = Elem<T>::round(acc[k][e]);
+        squares += acc[k][e] * acc[k][e];
+      }
+    }
+    const float scale = rsqrtf(cluster_row_sum(squares, iteration) / hidden + n.eps);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t j = group(k);
+      if (j >= row_groups) continue;
+      const uint4 line = pack_scaled_slot<T>(acc[k], c.slot.two_words, scale, c.flag);
+#pragma unroll
+      for (int step = 1; step < N; ++step)
+        store_line(ll.recv[(a.rank + step) % N] + c.parity + a.rank * ll.sender_slots + slot_of(r, j), line);
+      write_slot<T>(c.out + r * hidden, word(j), hidden, c.out_aligned, c.slot.two_words, line);
+      store_norm_slot<T>(norm_out + r * hidden, weights[k], word(j), hidden, norm_aligned, c.slot.two_words, scale, acc[k]);
+    }
+  }
+  // No block may exit while a peer of its cluster still reads its partials: arrive now, wait last.
+  auto arrived = cg::this_cluster().barrier_arrive();
+
+  // Stage 2: the other owners' rows, waiting on the same group of every owner at once.
+  const int64_t most_rows = (n.rows + N - 1) / N;
+  for (int64_t i = cluster_index; i < most_rows; i += clusters) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t j = group(k);
+      if (j >= row_groups) continue;
+      float weights[2 * W];
+      load_slot_weights<T>(n.weight, word(j), hidden, weights);
+      const uint4* at[N - 1];
+      bool want[N - 1];
+      int64_t row[N - 1];
+#pragma unroll
+      for (int step = 1; step < N; ++step) {
+        const int owner = (a.rank + step) % N;
+        row[step - 1] = first_row(owner) + i;
+        want[step - 1] = row[step - 1] < first_row(owner + 1);
+        at[step - 1] = received + owner * ll.sender_slots + slot_of(row[step - 1], j);
+      }
+      uint4 lines[N - 1];
+      wait_groups<N - 1, true>(at, want, c.flag, !c.slot.two_words, lines);
+#pragma unroll
+      for (int q = 0; q < N - 1; ++q) {
+        if (!want[q]) continue;
+        const float scale = __uint_as_float(__shfl_sync(0xffffffffu, lines[q].z, c.lane | 7));
+        const int64_t r = row[q];
+        write_slot<T>(c.out + r * hidden, word(j), hidden, c.out_aligned, c.slot.two_words, lines[q]);
+        float values[Elem<T>::kPack];
+        Elem<T>::unpack(make_int4(static_cast<int>(lines[q].x), static_cast<int>(lines[q].y),
+                                  static_cast<int>(lines[q].z), static_cast<int>(lines[q].w)),
+                        values);
+        store_norm_slot<T>(norm_out + r * hidden, weights, word(j), hidden, norm_aligned, c.slot.two_words, scale, values);
+      }
+    }
+  }
+  cg::this_cluster().barrier_wait(std::move(arrived));
 }
 
 }  // namespace splitflow::comm::detail

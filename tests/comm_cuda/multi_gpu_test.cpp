@@ -28,6 +28,7 @@ TEST(CommMultiGpu, NeedsACudaBuild) { GTEST_SKIP() << "built without CUDA"; }
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 
@@ -199,7 +200,8 @@ void graph_scenario(CommGroup& group, cudaStream_t stream, json& report) {
     }
   }
 
-  // The fused allreduce + residual + RMSNorm, captured vs eager (bf16, 32 x 8192).
+  // The fused allreduce + residual + RMSNorm, captured vs eager (bf16, 32 x 8192): each fused
+  // kernel that takes the rows.
   const size_t rows = 32, hidden = 8192, count = rows * hidden, bytes = count * 2;
   DeviceBuffer in(bytes), res(bytes), res_eager(bytes), norm_eager(bytes), res_graph(bytes), norm_graph(bytes), w(hidden * 4);
   std::vector<float> weight(hidden, 1.25f);
@@ -207,25 +209,32 @@ void graph_scenario(CommGroup& group, cudaStream_t stream, json& report) {
   std::vector<uint8_t> residual_bytes;
   rank_input(4242, -1, count, DType::BF16, &residual_bytes);
   SF_COMM_CUDA_OK(upload(res.ptr, residual_bytes.data(), bytes));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
   const float* weight_device = static_cast<const float*>(w.ptr);
-  SF_COMM_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  group.allreduce_add_rmsnorm(in.ptr, res.ptr, res_graph.ptr, norm_graph.ptr, weight_device, 1e-6f, rows, hidden, DType::BF16,
-                              stream);
-  SF_COMM_CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  SF_COMM_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  group.register_graph_buffers();
-  const Case c = make_case(31, rank, n, count, DType::BF16);
-  SF_COMM_CUDA_OK(upload(in.ptr, c.my_bytes.data(), bytes));
-  group.allreduce_add_rmsnorm(in.ptr, res.ptr, res_eager.ptr, norm_eager.ptr, weight_device, 1e-6f, rows, hidden, DType::BF16,
-                              stream);
-  SF_COMM_CUDA_OK(cudaGraphLaunch(exec, stream));
-  SF_COMM_CUDA_OK(cudaStreamSynchronize(stream));
-  EXPECT_TRUE(download(res_graph.ptr, bytes) == download(res_eager.ptr, bytes)) << "fused residual: graph != eager";
-  EXPECT_TRUE(download(norm_graph.ptr, bytes) == download(norm_eager.ptr, bytes)) << "fused norm: graph != eager";
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  for (AllreduceAlgorithm algorithm : {AllreduceAlgorithm::OneShot, AllreduceAlgorithm::TwoShot}) {
+    if (algorithm == AllreduceAlgorithm::TwoShot && !group.custom()->two_shot_rmsnorm_supported(rows, hidden, DType::BF16))
+      continue;
+    const auto call = [&](void* res_out, void* norm_out) {
+      group.custom()->allreduce_add_rmsnorm(algorithm, in.ptr, res.ptr, res_out, norm_out, weight_device, 1e-6f, rows, hidden,
+                                            DType::BF16, stream);
+    };
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    SF_COMM_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    call(res_graph.ptr, norm_graph.ptr);
+    SF_COMM_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    SF_COMM_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    group.register_graph_buffers();
+    const Case c = make_case(31, rank, n, count, DType::BF16);
+    SF_COMM_CUDA_OK(upload(in.ptr, c.my_bytes.data(), bytes));
+    call(res_eager.ptr, norm_eager.ptr);
+    SF_COMM_CUDA_OK(cudaGraphLaunch(exec, stream));
+    SF_COMM_CUDA_OK(cudaStreamSynchronize(stream));
+    const std::string what = fmt::format("fused {}", algorithm_name(algorithm));
+    EXPECT_TRUE(download(res_graph.ptr, bytes) == download(res_eager.ptr, bytes)) << what << " residual: graph != eager";
+    EXPECT_TRUE(download(norm_graph.ptr, bytes) == download(norm_eager.ptr, bytes)) << what << " norm: graph != eager";
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
 }
 
 // Fused allreduce + residual (every algorithm) and allreduce + residual + RMSNorm (fused kernel
@@ -271,8 +280,10 @@ void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
       EXPECT_EQ(bad, 0u) << "allreduce_add auto, " << dtype_name(dtype) << " count " << count;
     }
 
-    // RMSNorm: [rows, hidden]; hidden 8192 is 512 KB at 32 rows of bf16; 1001 is no whole number of packs.
-    for (auto [rows, hidden] : {std::pair<size_t, size_t>{32, 8192}, {7, 4096}, {3, 1001}}) {
+    // RMSNorm: [rows, hidden]; hidden 8192 is 512 KB at 32 rows of bf16; 1001 is no whole number of
+    // packs; 2056 and 24 end rows inside a line group; 2 rows leave a GPU without a row at N = 4.
+    for (auto [rows, hidden] : {std::pair<size_t, size_t>{32, 8192}, {64, 8192}, {7, 4096}, {3, 1001}, {9, 2056},
+                                {5, 24}, {2, 4096}}) {
       const size_t count = rows * hidden, bytes = count * size;
       const Case c = make_case(500 + hidden, rank, n, count, dtype);
       std::vector<uint8_t> residual_bytes;
@@ -281,56 +292,80 @@ void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
       for (size_t i = 0; i < hidden; ++i) weight[i] = 0.5f + 0.25f * input_value(5, 0, i);
       DeviceBuffer in(bytes), res_in(bytes), res_out(bytes), norm_out(bytes), w(hidden * 4);
       SF_COMM_CUDA_OK(upload(in.ptr, c.my_bytes.data(), bytes));
-      SF_COMM_CUDA_OK(upload(res_in.ptr, residual_bytes.data(), bytes));
       SF_COMM_CUDA_OK(upload(w.ptr, weight.data(), hidden * 4));
-      SF_COMM_CUDA_OK(cudaMemsetAsync(res_out.ptr, 0xff, bytes, stream));
-      SF_COMM_CUDA_OK(cudaMemsetAsync(norm_out.ptr, 0xff, bytes, stream));
-      group.allreduce_add_rmsnorm(in.ptr, res_in.ptr, res_out.ptr, norm_out.ptr, static_cast<const float*>(w.ptr), 1e-5f, rows,
-                                  hidden, dtype, stream);
-      SF_COMM_CUDA_OK(cudaStreamSynchronize(stream));
-      const std::vector<double> got_res = decode(download(res_out.ptr, bytes), dtype);
-      const std::vector<double> got_norm = decode(download(norm_out.ptr, bytes), dtype);
-      const bool custom = group.choose_allreduce(bytes) != AllreduceAlgorithm::Nccl;
-      // Custom paths (the fused kernel, or the allreduce with the residual folded in) round the
-      // residual once; NCCL, then add, twice.
-      const bool one_rounding = custom;
-      size_t bad_res = 0, bad_norm = 0;
-      for (size_t row = 0; row < rows; ++row) {
-        // Reference: the residual rounded to dtype (as stored), then the norm of those values.
-        std::vector<double> rounded(hidden), res_bound(hidden);
-        double squares = 0;
-        for (size_t j = 0; j < hidden; ++j) {
-          const size_t i = row * hidden + j;
-          const double exact = c.sum[i] + residual[i];
-          const double abs_sum = c.abs_sum[i] + std::abs(residual[i]);
-          if (one_rounding) {
-            res_bound[j] = custom_bound(exact, abs_sum, n, dtype);
-          } else {
-            const double first = custom ? custom_bound(c.sum[i], c.abs_sum[i], n, dtype) : nccl_bound(c.abs_sum[i], n, dtype);
-            res_bound[j] = first + ulp(std::abs(exact) + first, dtype);
+      const float* weight_device = static_cast<const float*>(w.ptr);
+      // The group's choice, then each fused kernel forced where it takes the rows (the two-shot one
+      // in place: residual_out = residual_in).
+      const bool fused_kernel = CustomAllreduce::fused_rmsnorm_supported(hidden, dtype) && custom_supports(AllreduceAlgorithm::OneShot, group.custom_capability(), bytes);
+      std::vector<std::pair<std::string, std::function<void()>>> paths = {
+          {"auto", [&] {
+             group.allreduce_add_rmsnorm(in.ptr, res_in.ptr, res_out.ptr, norm_out.ptr, weight_device, 1e-5f, rows, hidden,
+                                         dtype, stream);
+           }}};
+      if (fused_kernel)
+        paths.push_back({"one-shot kernel", [&] {
+                           group.custom()->allreduce_add_rmsnorm(AllreduceAlgorithm::OneShot, in.ptr, res_in.ptr, res_out.ptr,
+                                                                 norm_out.ptr, weight_device, 1e-5f, rows, hidden, dtype, stream);
+                         }});
+      if (fused_kernel && group.custom()->two_shot_rmsnorm_supported(rows, hidden, dtype))
+        paths.push_back({"two-shot kernel, in place", [&] {
+                           group.custom()->allreduce_add_rmsnorm(AllreduceAlgorithm::TwoShot, in.ptr, res_out.ptr, res_out.ptr,
+                                                                 norm_out.ptr, weight_device, 1e-5f, rows, hidden, dtype, stream);
+                         }});
+      for (const auto& [path, call] : paths) {
+        SF_COMM_CUDA_OK(upload(res_in.ptr, residual_bytes.data(), bytes));
+        SF_COMM_CUDA_OK(upload(res_out.ptr, residual_bytes.data(), bytes));  // the in-place path's residual_in
+        SF_COMM_CUDA_OK(cudaMemsetAsync(norm_out.ptr, 0xff, bytes, stream));
+        if (path == "auto" || path == "one-shot kernel") SF_COMM_CUDA_OK(cudaMemsetAsync(res_out.ptr, 0xff, bytes, stream));
+        call();
+        SF_COMM_CUDA_OK(cudaStreamSynchronize(stream));
+        const std::vector<double> got_res = decode(download(res_out.ptr, bytes), dtype);
+        const std::vector<double> got_norm = decode(download(norm_out.ptr, bytes), dtype);
+        const bool custom = path != "auto" || group.choose_allreduce(bytes) != AllreduceAlgorithm::Nccl;
+        // Custom paths (a fused kernel, or the allreduce with the residual folded in) round the
+        // residual once; NCCL, then add, twice.
+        const bool one_rounding = custom;
+        size_t bad_res = 0, bad_norm = 0;
+        for (size_t row = 0; row < rows; ++row) {
+          // Reference: the residual rounded to dtype (as stored), then the norm of those values.
+          std::vector<double> rounded(hidden), res_bound(hidden);
+          double squares = 0;
+          for (size_t j = 0; j < hidden; ++j) {
+            const size_t i = row * hidden + j;
+            const double exact = c.sum[i] + residual[i];
+            const double abs_sum = c.abs_sum[i] + std::abs(residual[i]);
+            if (one_rounding) {
+              res_bound[j] = custom_bound(exact, abs_sum, n, dtype);
+            } else {
+              const double first = nccl_bound(c.abs_sum[i], n, dtype);
+              res_bound[j] = first + ulp(std::abs(exact) + first, dtype);
+            }
+            if (!(std::abs(got_res[i] - exact) <= res_bound[j])) ++bad_res;
+            std::vector<double> one = {exact};
+            encode(one, dtype);
+            rounded[j] = one[0];
+            squares += rounded[j] * rounded[j];
           }
-          if (!(std::abs(got_res[i] - exact) <= res_bound[j])) ++bad_res;
-          std::vector<double> one = {exact};
-          encode(one, dtype);
-          rounded[j] = one[0];
-          squares += rounded[j] * rounded[j];
+          const double scale = 1.0 / std::sqrt(squares / hidden + 1e-5);
+          for (size_t j = 0; j < hidden; ++j) {
+            const size_t i = row * hidden + j;
+            const double want = rounded[j] * scale * weight[j];
+            // One rounding of the output, plus the error of the residual it was computed from.
+            const double bound = ulp(std::abs(want), dtype) +
+                                 std::abs(scale * weight[j]) * (res_bound[j] + ulp(std::abs(rounded[j]), dtype)) +
+                                 1e-5 * std::abs(want);
+            if (!(std::abs(got_norm[i] - want) <= bound)) ++bad_norm;
+          }
         }
-        const double scale = 1.0 / std::sqrt(squares / hidden + 1e-5);
-        for (size_t j = 0; j < hidden; ++j) {
-          const size_t i = row * hidden + j;
-          const double want = rounded[j] * scale * weight[j];
-          // One rounding of the output, plus the error of the residual it was computed from.
-          const double bound = ulp(std::abs(want), dtype) +
-                               std::abs(scale * weight[j]) * (res_bound[j] + ulp(std::abs(rounded[j]), dtype)) +
-                               1e-5 * std::abs(want);
-          if (!(std::abs(got_norm[i] - want) <= bound)) ++bad_norm;
-        }
+        const std::string what = fmt::format("allreduce_add_rmsnorm ({}) {} {}x{}", path, dtype_name(dtype), rows, hidden);
+        EXPECT_EQ(bad_res, 0u) << what << ": residual";
+        EXPECT_EQ(bad_norm, 0u) << what << ": norm";
+        report["fused_checks"] = report.value("fused_checks", 0) + 1;
+        if (path.rfind("two-shot", 0) == 0) report["fused_two_shot_checks"] = report.value("fused_two_shot_checks", 0) + 1;
       }
-      EXPECT_EQ(bad_res, 0u) << "allreduce_add_rmsnorm residual, " << dtype_name(dtype) << " " << rows << "x" << hidden;
-      EXPECT_EQ(bad_norm, 0u) << "allreduce_add_rmsnorm norm, " << dtype_name(dtype) << " " << rows << "x" << hidden;
-      report["fused_checks"] = report.value("fused_checks", 0) + 1;
     }
   }
+  report["ll128"] = group.custom() != nullptr && group.custom()->ll128_max_bytes() > 0;
 }
 
 // The protocols of one-shot (LL, LL128, read) and two-shot (LL128, read), each forced over every
@@ -563,7 +598,11 @@ TEST(CommMultiGpu, FusedResidualAndRmsNorm) {
   if (world_sizes().empty()) GTEST_SKIP() << "needs at least 2 GPUs";
   for (int n : world_sizes()) {
     const json report = run_scenario("fused", n);
-    EXPECT_EQ(report.value("fused_checks", 0), 9) << "N=" << n;
+    // Every dtype and shape through the group's choice, most through the one-shot kernel too.
+    EXPECT_GE(report.value("fused_checks", 0), 21) << "N=" << n;
+    if (report.value("ll128", false)) {
+      EXPECT_GT(report.value("fused_two_shot_checks", 0), 0) << "N=" << n;
+    }
   }
 }
 
