@@ -36,7 +36,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <utility>
 
 namespace splitflow::comm::detail {
 
@@ -1052,17 +1051,18 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) one_shot_add_rmsnorm_kerne
 // Rows are partitioned among the ranks (rank p owns rows [rows p / N, rows (p + 1) / N)), and each
 // row is laid out in line groups of its own (row_groups = row words / 60, rounded up), so that
 // every line belongs to one row. Stage 1: every rank pushes its input's groups of each row to the
-// row's owner. The owner sums them in rank order, adds residual_in and rounds once (residual_out),
-// then the row's sum of squares is reduced over a cluster of kNormClusterBlocks blocks through
-// distributed shared memory, in a fixed order, so every warp of the cluster computes the same
-// scale. Stage 2: the owner pushes residual_out's groups to every peer with the row's scale in the
-// flag slot of each line, and writes its own outputs; every receiver writes residual_out and
-// norm_out = T(residual_out * scale * weight) word by word, the owner's expression on the same
-// rounded values, so every rank's outputs are bit-identical and no row-wide work follows the
-// exchange. Row r's group j is pushed, reduced and received by the same warp on every rank: warp
-// j mod kClusterWarps of cluster (r's index among its owner's rows) mod clusters. Flags, grid and
-// parities are the other LL128 kernels'; the reuse argument needs every rank to receive from every
-// peer in every call, which holds when every rank owns a row (the launcher requires rows >= N).
+// row's owner. The owner sums them in rank order, adds residual_in and rounds once (residual_out);
+// a cluster of kNormClusterBlocks blocks holds the row (its warp w: groups w, w + 48), and reduces
+// the row's sum of squares through distributed shared memory (RowSum), in a fixed order, so every
+// warp of the cluster computes the same scale. Stage 2: the owner pushes residual_out's groups to
+// every peer with the row's scale in the flag slot of each line, and writes its own outputs;
+// every receiver writes residual_out and norm_out = T(residual_out * scale * weight) word by word,
+// the owner's expression on the same rounded values, so every rank's outputs are bit-identical
+// and no row-wide work follows the exchange. Pushes and receives (stages 1 and 2) spread the
+// (row, group) pairs over all the grid's warps. Flags, grid and parities are the other LL128
+// kernels' (the flags advance in lockstep, so any warp may receive any line); the reuse argument
+// needs every rank to receive from every peer in every call, which holds when every rank owns a
+// row (the launcher requires rows >= N).
 
 constexpr int kNormClusterBlocks = 6;  // 96 blocks: 16 clusters, one row each at N = 2 and 32 rows
 constexpr int kNormClusterWarps = kNormClusterBlocks * kLL128Threads / 32;
@@ -1102,39 +1102,88 @@ __device__ __forceinline__ void load_slot_weights(const float* weight, int64_t w
   for (int e = 0; e < 2 * W; ++e) weights[e] = word * W + e < hidden ? weight[word * W + e] : 0.0f;
 }
 
-// The cluster's total of the warps' `squares` (every warp calls it once per row with its own
-// sum): warp partials in shared memory (two buffers, alternating by row, so a block may write the
-// next row's while a slower one still reads this row's), one cluster barrier, then every warp
-// adds all partials in the same order.
-__device__ __forceinline__ float cluster_row_sum(float squares, int row_iteration) {
-  namespace cg = cooperative_groups;
-  __shared__ float partials[2][kLL128Threads / 32];
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
-  float* mine = partials[row_iteration & 1];
-  if (lane == 0) mine[threadIdx.x / 32] = squares;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  float total = 0.0f;
-  for (int i = lane; i < kNormClusterWarps; i += 32) {
-    total += *cluster.map_shared_rank(mine + i % (kLL128Threads / 32), i / (kLL128Threads / 32));
-  }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
-  return total;
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+
+// A row's sum over the cluster's warps. Each warp's lane 0 stores the warp's partial into every
+// block of the cluster with st.async, which counts its bytes on the receiving block's mbarrier;
+// a block waits on its own mbarrier, then every warp adds the 48 partials in the same order. A
+// cluster barrier would do too, but its release waits until this thread's earlier stores reach
+// memory: here, the NVLink pushes of stage 1 (about 2 us measured on H200). Two buffers and
+// barriers alternate by row, so a block that is a row ahead cannot write into a row still being
+// summed.
+struct RowSum {
+  float partials[2][kNormClusterWarps];
+  uint64_t arrived[2];
+
+  // Every thread of the block, before any block of the cluster calls add(); the cluster barrier
+  // that publishes the initialized mbarriers is waited on in wait_ready().
+  __device__ void init() {
+    if (threadIdx.x < 2) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&arrived[threadIdx.x])) : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  }
+  __device__ void wait_ready() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+
+  // Every thread of every block of the cluster, once per row, with `value` its own contribution.
+  __device__ float add(float value, int iteration, int cluster_warp) {
+    const int buffer = iteration & 1, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+    const uint32_t slot = shared_address(&partials[buffer][cluster_warp]);
+    const uint32_t barrier = shared_address(&arrived[buffer]);
+    if (lane < kNormClusterBlocks) {
+      uint32_t remote_slot, remote_barrier;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(slot), "r"(lane));
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_barrier) : "r"(barrier), "r"(lane));
+      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote_slot),
+                   "r"(__float_as_uint(value)), "r"(remote_barrier)
+                   : "memory");
+    }
+    if (threadIdx.x == 0) {
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier),
+                   "r"(static_cast<uint32_t>(sizeof(float) * kNormClusterWarps))
+                   : "memory");
+    }
+    const uint32_t phase = (iteration >> 1) & 1;
+    uint32_t done = 0;
+    const uint64_t start = global_time_ns();
+    while (true) {
+      asm volatile(
+          "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+          : "=r"(done)
+          : "r"(barrier), "r"(phase)
+          : "memory");
+      if (done) break;
+      if (global_time_ns() - start > kHangNs) {
+        printf("splitflow custom allreduce (RMSNorm): block %d waited %llu s for its cluster's row sums; trapping\n",
+               blockIdx.x, static_cast<unsigned long long>(kHangNs / 1000000000ull));
+        __trap();
+      }
+    }
+    float total = 0.0f;
+    for (int i = lane; i < kNormClusterWarps; i += 32) total += partials[buffer][i];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
+    return total;
+  }
+};
 
 template <typename T, int N>
 __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL128Threads)
     two_shot_ll128_add_rmsnorm_kernel(KernelArgs a, LL128Args ll, NormArgs n) {
   constexpr int W = 8 / sizeof(T);
   constexpr int K = kNormGroupsPerWarp;
-  namespace cg = cooperative_groups;
+  __shared__ RowSum row_sum;
+  row_sum.init();
   const LL128Call<T, N> c(a, ll);
   const int64_t hidden = n.hidden;
   const int64_t row_groups = row_line_groups(hidden * static_cast<int64_t>(sizeof(T)));
-  const int cluster_warp = static_cast<int>(cg::this_cluster().block_rank()) * (kLL128Threads / 32) + threadIdx.x / 32;
+  const int cluster_warp = static_cast<int>(cooperative_groups::this_cluster().block_rank()) * (kLL128Threads / 32) +
+                           threadIdx.x / 32;
   const int cluster_index = blockIdx.x / kNormClusterBlocks;
   const int clusters = gridDim.x / kNormClusterBlocks;
   T* norm_out = static_cast<T*>(n.norm_out);
@@ -1142,23 +1191,26 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
   const auto first_row = [&](int p) { return n.rows * p / N; };
   // Slot of row r's group j in a (parity, sender) region.
   const auto slot_of = [&](int64_t r, int64_t j) { return (r * row_groups + j) * kGroupSlots + c.lane; };
-  const auto group = [&](int k) { return static_cast<int64_t>(cluster_warp) + k * kNormClusterWarps; };
   const auto word = [&](int64_t j) { return j * kGroupDataWords + c.slot.first_word; };
+  // Stages 1 and 2 take (row index within its owner's rows, group) pairs: warp w of the grid the
+  // pairs w, w + warps, ...
+  const int64_t most_rows = (n.rows + N - 1) / N;
+  const int64_t pairs = most_rows * row_groups;
 
-  // Stage 1: the other owners' rows, group by group.
-  for (int step = 1; step < N; ++step) {
-    const int owner = (a.rank + step) % N;
-    uint4* to = ll.recv[owner] + c.parity + a.rank * ll.sender_slots;
-    for (int64_t r = first_row(owner) + cluster_index; r < first_row(owner + 1); r += clusters) {
+  // Stage 1: the other owners' rows.
+  for (int64_t t = c.first; t < pairs; t += c.warps) {
+    const int64_t i = t / row_groups, j = t % row_groups;
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int64_t j = group(k);
-        if (j < row_groups)
-          store_line(to + slot_of(r, j), make_slot<T>(c.in + r * hidden, word(j), hidden, c.in_aligned, c.slot.two_words, c.flag));
-      }
+    for (int step = 1; step < N; ++step) {
+      const int owner = (a.rank + step) % N;
+      const int64_t r = first_row(owner) + i;
+      if (r >= first_row(owner + 1)) continue;
+      store_line(ll.recv[owner] + c.parity + a.rank * ll.sender_slots + slot_of(r, j),
+                 make_slot<T>(c.in + r * hidden, word(j), hidden, c.in_aligned, c.slot.two_words, c.flag));
     }
   }
-  // This rank's rows: reduce, scale, push, write.
+  row_sum.wait_ready();
+  // This rank's rows, one per cluster at a time: reduce, scale, push, write.
   const uint4* received = ll.recv[a.rank] + c.parity;
   int iteration = 0;
   for (int64_t r = first_row(a.rank) + cluster_index; r < first_row(a.rank + 1); r += clusters, ++iteration) {
@@ -1167,7 +1219,7 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
     float squares = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const int64_t j = group(k);
+      const int64_t j = cluster_warp + k * kNormClusterWarps;
       if (j >= row_groups) continue;
       load_slot_weights<T>(n.weight, word(j), hidden, weights[k]);
       receive_slot<T, N>(a, received, ll.sender_slots, slot_of(r, j), c.in + r * hidden, word(j), hidden, c.in_aligned,
@@ -1183,10 +1235,10 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
         squares += acc[k][e] * acc[k][e];
       }
     }
-    const float scale = rsqrtf(cluster_row_sum(squares, iteration) / hidden + n.eps);
+    const float scale = rsqrtf(row_sum.add(squares, iteration, cluster_warp) / hidden + n.eps);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const int64_t j = group(k);
+      const int64_t j = cluster_warp + k * kNormClusterWarps;
       if (j >= row_groups) continue;
       const uint4 line = pack_scaled_slot<T>(acc[k], c.slot.two_words, scale, c.flag);
 #pragma unroll
@@ -1196,45 +1248,37 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
       store_norm_slot<T>(norm_out + r * hidden, weights[k], word(j), hidden, norm_aligned, c.slot.two_words, scale, acc[k]);
     }
   }
-  // No block may exit while a peer of its cluster still reads its partials: arrive now, wait last.
-  auto arrived = cg::this_cluster().barrier_arrive();
 
-  // Stage 2: the other owners' rows, waiting on the same group of every owner at once.
-  const int64_t most_rows = (n.rows + N - 1) / N;
-  for (int64_t i = cluster_index; i < most_rows; i += clusters) {
+  // Stage 2: the other owners' rows, waiting on the pair's group of every owner at once.
+  for (int64_t t = c.first; t < pairs; t += c.warps) {
+    const int64_t i = t / row_groups, j = t % row_groups;
+    float weights[2 * W];
+    load_slot_weights<T>(n.weight, word(j), hidden, weights);
+    const uint4* at[N - 1];
+    bool want[N - 1];
+    int64_t row[N - 1];
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t j = group(k);
-      if (j >= row_groups) continue;
-      float weights[2 * W];
-      load_slot_weights<T>(n.weight, word(j), hidden, weights);
-      const uint4* at[N - 1];
-      bool want[N - 1];
-      int64_t row[N - 1];
+    for (int step = 1; step < N; ++step) {
+      const int owner = (a.rank + step) % N;
+      row[step - 1] = first_row(owner) + i;
+      want[step - 1] = row[step - 1] < first_row(owner + 1);
+      at[step - 1] = received + owner * ll.sender_slots + slot_of(row[step - 1], j);
+    }
+    uint4 lines[N - 1];
+    wait_groups<N - 1, true>(at, want, c.flag, !c.slot.two_words, lines);
 #pragma unroll
-      for (int step = 1; step < N; ++step) {
-        const int owner = (a.rank + step) % N;
-        row[step - 1] = first_row(owner) + i;
-        want[step - 1] = row[step - 1] < first_row(owner + 1);
-        at[step - 1] = received + owner * ll.sender_slots + slot_of(row[step - 1], j);
-      }
-      uint4 lines[N - 1];
-      wait_groups<N - 1, true>(at, want, c.flag, !c.slot.two_words, lines);
-#pragma unroll
-      for (int q = 0; q < N - 1; ++q) {
-        if (!want[q]) continue;
-        const float scale = __uint_as_float(__shfl_sync(0xffffffffu, lines[q].z, c.lane | 7));
-        const int64_t r = row[q];
-        write_slot<T>(c.out + r * hidden, word(j), hidden, c.out_aligned, c.slot.two_words, lines[q]);
-        float values[Elem<T>::kPack];
-        Elem<T>::unpack(make_int4(static_cast<int>(lines[q].x), static_cast<int>(lines[q].y),
-                                  static_cast<int>(lines[q].z), static_cast<int>(lines[q].w)),
-                        values);
-        store_norm_slot<T>(norm_out + r * hidden, weights, word(j), hidden, norm_aligned, c.slot.two_words, scale, values);
-      }
+    for (int q = 0; q < N - 1; ++q) {
+      if (!want[q]) continue;
+      const float scale = __uint_as_float(__shfl_sync(0xffffffffu, lines[q].z, c.lane | 7));
+      const int64_t r = row[q];
+      write_slot<T>(c.out + r * hidden, word(j), hidden, c.out_aligned, c.slot.two_words, lines[q]);
+      float values[Elem<T>::kPack];
+      Elem<T>::unpack(make_int4(static_cast<int>(lines[q].x), static_cast<int>(lines[q].y),
+                                static_cast<int>(lines[q].z), static_cast<int>(lines[q].w)),
+                      values);
+      store_norm_slot<T>(norm_out + r * hidden, weights, word(j), hidden, norm_aligned, c.slot.two_words, scale, values);
     }
   }
-  cg::this_cluster().barrier_wait(std::move(arrived));
 }
 
 }  // namespace splitflow::comm::detail
