@@ -49,11 +49,13 @@ const std::vector<CrossoverRow>& default_crossovers() {
   static const std::vector<CrossoverRow> table = {
       // Two H200s over NVLink: one-shot is fastest at every size measured, 1 KB to 64 MB (two-shot
       // moves the same bytes per rank in two steps); NCCL only past the registered buffers.
-      // The fused RMSNorm's two-shot kernel from 256 KB.
-      {LinkType::NVLink, 2, 64 * MiB, A::Nccl, 0, kMeasuredH200, 256 * KiB},
+      // The fused RMSNorm's two-shot kernel from 256 to 512 KB (rows of 8192 bf16, H200 x4 with
+      // --nproc 2: 16-32 rows ahead of the one-shot kernel, 8 rows a tie, 64 rows behind).
+      {LinkType::NVLink, 2, 64 * MiB, A::Nccl, 0, kMeasuredH200, 256 * KiB, 512 * KiB},
       // Four H200s: one-shot (LL128) up to 256 KB, two-shot (LL128 to 2 MB, reads above) to 8 MB;
-      // the fused RMSNorm's two-shot kernel from 64 KB.
-      {LinkType::NVLink, 4, 256 * KiB, A::TwoShot, 8 * MiB, kMeasuredH200x4, 64 * KiB},
+      // the fused RMSNorm's two-shot kernel from 256 KB (a tie there, ahead above; its own limit
+      // is LL128's).
+      {LinkType::NVLink, 4, 256 * KiB, A::TwoShot, 8 * MiB, kMeasuredH200x4, 256 * KiB, 8 * MiB},
       {LinkType::NVLink, 6, 256 * KiB, A::TwoShot, 8 * MiB, kNoteNvlink},
       {LinkType::NVLink, 8, 256 * KiB, A::TwoShot, 8 * MiB, kMeasuredH200x8},
       // Two GPUs: one-shot wins at every practical serving size whatever the link (the note).
@@ -98,7 +100,7 @@ AllreduceAlgorithm select_fused_rmsnorm(size_t bytes, const CustomCapability& ca
   if (forced || plain == AllreduceAlgorithm::Nccl) return plain;
   for (const CrossoverRow& row : table) {
     if (row.link == capability.link && row.world_size == capability.world_size && bytes >= row.fused_two_shot_min_bytes &&
-        custom_supports(AllreduceAlgorithm::TwoShot, capability, bytes))
+        bytes <= row.fused_two_shot_max_bytes && custom_supports(AllreduceAlgorithm::TwoShot, capability, bytes))
       return AllreduceAlgorithm::TwoShot;
   }
   return plain;

@@ -35,7 +35,8 @@ inline constexpr size_t kNeverBytes = ~size_t{0};
 
 // One row per (link, world size): OneShot up to one_shot_max_bytes, then `then` up to
 // then_max_bytes, NCCL above. The fused allreduce + residual + RMSNorm runs its two-shot kernel
-// from fused_two_shot_min_bytes (where the custom path takes the message).
+// from fused_two_shot_min_bytes to fused_two_shot_max_bytes (where the custom path takes the
+// message).
 struct CrossoverRow {
   LinkType link;
   int world_size;
@@ -44,6 +45,7 @@ struct CrossoverRow {
   size_t then_max_bytes;
   const char* source;  // where the numbers come from
   size_t fused_two_shot_min_bytes = kNeverBytes;
+  size_t fused_two_shot_max_bytes = kNeverBytes;
 };
 
 // The shipped table (rows not measured here say so in `source`).
@@ -67,8 +69,8 @@ AllreduceAlgorithm select_allreduce(size_t bytes, const CustomCapability& capabi
                                     std::optional<AllreduceAlgorithm> forced = std::nullopt,
                                     const std::vector<CrossoverRow>& table = default_crossovers());
 
-// The fused allreduce + residual + RMSNorm for a message of `bytes`: TwoShot from the row's
-// fused_two_shot_min_bytes when the custom path takes the message, else select_allreduce's choice
+// The fused allreduce + residual + RMSNorm for a message of `bytes`: TwoShot within the row's
+// fused two-shot range when the custom path takes the message, else select_allreduce's choice
 // (OneShot: the one-shot fused kernel; another custom algorithm: it with the residual, then the
 // norm; NCCL: allreduce, add, norm). `forced` wins as in select_allreduce.
 AllreduceAlgorithm select_fused_rmsnorm(size_t bytes, const CustomCapability& capability,

@@ -641,6 +641,28 @@ __device__ __forceinline__ void receive_slot(const KernelArgs& a, const uint4* r
   }
 }
 
+// The slot's data words of `p` at `word` (and word + 1 for two-word slots); zero where p is null
+// or past `count`. Kernels load a residual this way before waiting on the peers' lines: the
+// waits' volatile polls would hold back any load issued after them until the lines arrive.
+template <typename T>
+__device__ __forceinline__ uint4 load_slot_words(const T* p, int64_t word, int64_t count, bool aligned8, bool two_words) {
+  if (p == nullptr) return make_uint4(0, 0, 0, 0);
+  const uint2 first = load_word<T>(p, word, count, aligned8);
+  const uint2 second = two_words ? load_word<T>(p, word + 1, count, aligned8) : make_uint2(0, 0);
+  return make_uint4(first.x, first.y, second.x, second.y);
+}
+
+// acc (a slot's 2W values) += the slot's words.
+template <typename T>
+__device__ __forceinline__ void add_slot_words(uint4 words, float* acc) {
+  float values[Elem<T>::kPack];
+  Elem<T>::unpack(make_int4(static_cast<int>(words.x), static_cast<int>(words.y), static_cast<int>(words.z),
+                            static_cast<int>(words.w)),
+                  values);
+#pragma unroll
+  for (int e = 0; e < Elem<T>::kPack; ++e) acc[e] += values[e];
+}
+
 // What an LL128 kernel derives from its call (every thread; advances the block's flag): the flag,
 // the lane's slot, the line groups and the warp's place among the grid's warps, the buffers and
 // whether they take 8-byte accesses, and the offset of this call's parity in a receive buffer.
@@ -678,11 +700,9 @@ struct LL128Call {
   __device__ uint4 input_slot(int64_t g, int64_t count) const {
     return make_slot<T>(in, word(g), count, in_aligned, slot.two_words, flag);
   }
-  // acc (the slot's 2W values) += the residual's words, when there is a residual.
-  __device__ void add_residual(int64_t word, int64_t count, float* acc) const {
-    if (residual == nullptr) return;
-    add_word<T>(load_word<T>(residual, word, count, residual_aligned), acc);
-    if (slot.two_words) add_word<T>(load_word<T>(residual, word + 1, count, residual_aligned), acc + W);
+  // The residual's words of the slot at `word` (zero without a residual), for add_slot_words.
+  __device__ uint4 residual_slot(int64_t word, int64_t count) const {
+    return load_slot_words<T>(residual, word, count, residual_aligned, slot.two_words);
   }
 };
 
@@ -700,10 +720,11 @@ __global__ void __launch_bounds__(kLL128Threads) one_shot_ll128_kernel(KernelArg
   const uint4* received = ll.recv[a.rank] + c.parity;
   for (int64_t g = c.first; g < c.groups; g += c.warps) {
     const int64_t word = c.word(g);
+    const uint4 residual = c.residual_slot(word, a.count);
     float acc[2 * W];
     receive_slot<T, N>(a, received, ll.sender_slots, g * kGroupSlots + c.lane, c.in, word, a.count, c.in_aligned,
                        c.slot.two_words, c.flag, acc);
-    c.add_residual(word, a.count, acc);
+    add_slot_words<T>(residual, acc);
     store_word<T>(c.out, word, a.count, c.out_aligned, acc);
     if (c.slot.two_words) store_word<T>(c.out, word + 1, a.count, c.out_aligned, acc + W);
   }
@@ -777,10 +798,11 @@ __global__ void __launch_bounds__(kLL128Threads) two_shot_ll128_kernel(KernelArg
   for (int64_t i = c.first; i < mine_groups; i += c.warps) {
     const int64_t g = mine_start + i;
     const int64_t word = c.word(g);
+    const uint4 residual = c.residual_slot(word, a.count);
     float acc[2 * W];
     receive_slot<T, N>(a, received, ll.sender_slots, g * kGroupSlots + c.lane, c.in, word, a.count, c.in_aligned,
                        c.slot.two_words, c.flag, acc);
-    c.add_residual(word, a.count, acc);
+    add_slot_words<T>(residual, acc);
     const uint4 reduced = pack_slot<T>(acc, c.slot.two_words, c.flag);
 #pragma unroll
     for (int step = 1; step < N; ++step)
@@ -1058,9 +1080,8 @@ __global__ void __launch_bounds__(kNormMaxThreads, 1) one_shot_add_rmsnorm_kerne
 // every peer with the row's scale in the flag slot of each line, and writes its own outputs;
 // every receiver writes residual_out and norm_out = T(residual_out * scale * weight) word by word,
 // the owner's expression on the same rounded values, so every rank's outputs are bit-identical
-// and no row-wide work follows the exchange. Pushes and receives (stages 1 and 2) spread the
-// (row, group) pairs over all the grid's warps. Flags, grid and parities are the other LL128
-// kernels' (the flags advance in lockstep, so any warp may receive any line); the reuse argument
+// and no row-wide work follows the exchange. Flags, grid and parities are the other LL128
+// kernels'; the reuse argument
 // needs every rank to receive from every peer in every call, which holds when every rank owns a
 // row (the launcher requires rows >= N).
 
@@ -1094,10 +1115,19 @@ __device__ __forceinline__ void store_norm_slot(T* norm_row, const float* weight
   if (two_words) store_word<T>(norm_row, word + 1, hidden, aligned, values + W);
 }
 
-// The slot's weights (2W floats from element word * W; zero past the row).
+// The slot's weights (2W floats from element word * W; zero past the row): two 16-byte loads for
+// 16-bit types where the row has them all.
 template <typename T>
 __device__ __forceinline__ void load_slot_weights(const float* weight, int64_t word, int64_t hidden, float* weights) {
   constexpr int W = 8 / sizeof(T);
+  if (W == 4 && aligned16(weight) && word * W + 2 * W <= hidden) {
+    const float4 lo = reinterpret_cast<const float4*>(weight + word * W)[0];
+    const float4 hi = reinterpret_cast<const float4*>(weight + word * W)[1];
+    const float all[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int e = 0; e < 2 * W; ++e) weights[e] = all[e];
+    return;
+  }
 #pragma unroll
   for (int e = 0; e < 2 * W; ++e) weights[e] = word * W + e < hidden ? weight[word * W + e] : 0.0f;
 }
@@ -1109,10 +1139,10 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
 // A row's sum over the cluster's warps. Each warp's lane 0 stores the warp's partial into every
 // block of the cluster with st.async, which counts its bytes on the receiving block's mbarrier;
 // a block waits on its own mbarrier, then every warp adds the 48 partials in the same order. A
-// cluster barrier would do too, but its release waits until this thread's earlier stores reach
-// memory: here, the NVLink pushes of stage 1 (about 2 us measured on H200). Two buffers and
-// barriers alternate by row, so a block that is a row ahead cannot write into a row still being
-// summed.
+// cluster barrier would do too, but its release waits until this thread's earlier stores are
+// performed, here the NVLink pushes of stage 1: with it the kernel took 0.7-0.8 us longer on
+// H200 (N = 2 and 4), although alone it is the cheaper of the two. Two buffers and barriers
+// alternate by row, so a block that is a row ahead cannot write into a row still being summed.
 struct RowSum {
   float partials[2][kNormClusterWarps];
   uint64_t arrived[2];
@@ -1192,21 +1222,26 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
   // Slot of row r's group j in a (parity, sender) region.
   const auto slot_of = [&](int64_t r, int64_t j) { return (r * row_groups + j) * kGroupSlots + c.lane; };
   const auto word = [&](int64_t j) { return j * kGroupDataWords + c.slot.first_word; };
-  // Stages 1 and 2 take (row index within its owner's rows, group) pairs: warp w of the grid the
-  // pairs w, w + warps, ...
+  // Every stage takes row i of each owner's rows (i = cluster, cluster + clusters, ...) and its
+  // groups j = cluster_warp + k * 48: the same warp pushes, reduces and receives a line on every
+  // rank, so a line's sender and receiver started together (measured: 0.5 us faster at N = 2 than
+  // spreading stages 1 and 2 over the whole grid).
   const int64_t most_rows = (n.rows + N - 1) / N;
-  const int64_t pairs = most_rows * row_groups;
 
   // Stage 1: the other owners' rows.
-  for (int64_t t = c.first; t < pairs; t += c.warps) {
-    const int64_t i = t / row_groups, j = t % row_groups;
+  for (int64_t i = cluster_index; i < most_rows; i += clusters) {
 #pragma unroll
-    for (int step = 1; step < N; ++step) {
-      const int owner = (a.rank + step) % N;
-      const int64_t r = first_row(owner) + i;
-      if (r >= first_row(owner + 1)) continue;
-      store_line(ll.recv[owner] + c.parity + a.rank * ll.sender_slots + slot_of(r, j),
-                 make_slot<T>(c.in + r * hidden, word(j), hidden, c.in_aligned, c.slot.two_words, c.flag));
+    for (int k = 0; k < K; ++k) {
+      const int64_t j = cluster_warp + k * kNormClusterWarps;
+      if (j >= row_groups) continue;
+#pragma unroll
+      for (int step = 1; step < N; ++step) {
+        const int owner = (a.rank + step) % N;
+        const int64_t r = first_row(owner) + i;
+        if (r >= first_row(owner + 1)) continue;
+        store_line(ll.recv[owner] + c.parity + a.rank * ll.sender_slots + slot_of(r, j),
+                   make_slot<T>(c.in + r * hidden, word(j), hidden, c.in_aligned, c.slot.two_words, c.flag));
+      }
     }
   }
   row_sum.wait_ready();
@@ -1221,14 +1256,13 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
     for (int k = 0; k < K; ++k) {
       const int64_t j = cluster_warp + k * kNormClusterWarps;
       if (j >= row_groups) continue;
+      // Loaded before the wait, as in the other LL128 kernels (load_slot_words).
       load_slot_weights<T>(n.weight, word(j), hidden, weights[k]);
+      const uint4 residual = load_slot_words<T>(c.residual == nullptr ? nullptr : c.residual + r * hidden, word(j), hidden,
+                                                c.residual_aligned, c.slot.two_words);
       receive_slot<T, N>(a, received, ll.sender_slots, slot_of(r, j), c.in + r * hidden, word(j), hidden, c.in_aligned,
                          c.slot.two_words, c.flag, acc[k]);
-      if (c.residual != nullptr) {
-        const T* residual_row = c.residual + r * hidden;
-        add_word<T>(load_word<T>(residual_row, word(j), hidden, c.residual_aligned), acc[k]);
-        if (c.slot.two_words) add_word<T>(load_word<T>(residual_row, word(j) + 1, hidden, c.residual_aligned), acc[k] + W);
-      }
+      add_slot_words<T>(residual, acc[k]);
 #pragma unroll
       for (int e = 0; e < 2 * W; ++e) {
         acc[k][e] = Elem<T>::round(acc[k][e]);
@@ -1249,34 +1283,38 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
     }
   }
 
-  // Stage 2: the other owners' rows, waiting on the pair's group of every owner at once.
-  for (int64_t t = c.first; t < pairs; t += c.warps) {
-    const int64_t i = t / row_groups, j = t % row_groups;
-    float weights[2 * W];
-    load_slot_weights<T>(n.weight, word(j), hidden, weights);
-    const uint4* at[N - 1];
-    bool want[N - 1];
-    int64_t row[N - 1];
+  // Stage 2: the other owners' rows, waiting on the group of every owner at once.
+  for (int64_t i = cluster_index; i < most_rows; i += clusters) {
 #pragma unroll
-    for (int step = 1; step < N; ++step) {
-      const int owner = (a.rank + step) % N;
-      row[step - 1] = first_row(owner) + i;
-      want[step - 1] = row[step - 1] < first_row(owner + 1);
-      at[step - 1] = received + owner * ll.sender_slots + slot_of(row[step - 1], j);
-    }
-    uint4 lines[N - 1];
-    wait_groups<N - 1, true>(at, want, c.flag, !c.slot.two_words, lines);
+    for (int k = 0; k < K; ++k) {
+      const int64_t j = cluster_warp + k * kNormClusterWarps;
+      if (j >= row_groups) continue;
+      float weights[2 * W];
+      load_slot_weights<T>(n.weight, word(j), hidden, weights);
+      const uint4* at[N - 1];
+      bool want[N - 1];
+      int64_t row[N - 1];
 #pragma unroll
-    for (int q = 0; q < N - 1; ++q) {
-      if (!want[q]) continue;
-      const float scale = __uint_as_float(__shfl_sync(0xffffffffu, lines[q].z, c.lane | 7));
-      const int64_t r = row[q];
-      write_slot<T>(c.out + r * hidden, word(j), hidden, c.out_aligned, c.slot.two_words, lines[q]);
-      float values[Elem<T>::kPack];
-      Elem<T>::unpack(make_int4(static_cast<int>(lines[q].x), static_cast<int>(lines[q].y),
-                                static_cast<int>(lines[q].z), static_cast<int>(lines[q].w)),
-                      values);
-      store_norm_slot<T>(norm_out + r * hidden, weights, word(j), hidden, norm_aligned, c.slot.two_words, scale, values);
+      for (int step = 1; step < N; ++step) {
+        const int owner = (a.rank + step) % N;
+        row[step - 1] = first_row(owner) + i;
+        want[step - 1] = row[step - 1] < first_row(owner + 1);
+        at[step - 1] = received + owner * ll.sender_slots + slot_of(row[step - 1], j);
+      }
+      uint4 lines[N - 1];
+      wait_groups<N - 1, true>(at, want, c.flag, !c.slot.two_words, lines);
+#pragma unroll
+      for (int q = 0; q < N - 1; ++q) {
+        if (!want[q]) continue;
+        const float scale = __uint_as_float(__shfl_sync(0xffffffffu, lines[q].z, c.lane | 7));
+        const int64_t r = row[q];
+        write_slot<T>(c.out + r * hidden, word(j), hidden, c.out_aligned, c.slot.two_words, lines[q]);
+        float values[Elem<T>::kPack];
+        Elem<T>::unpack(make_int4(static_cast<int>(lines[q].x), static_cast<int>(lines[q].y),
+                                  static_cast<int>(lines[q].z), static_cast<int>(lines[q].w)),
+                        values);
+        store_norm_slot<T>(norm_out + r * hidden, weights, word(j), hidden, norm_aligned, c.slot.two_words, scale, values);
+      }
     }
   }
 }

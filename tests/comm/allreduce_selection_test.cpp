@@ -127,14 +127,16 @@ TEST(AllreduceSelection, CustomTableOverridesTheDefault) {
   EXPECT_EQ(select_allreduce(150, capability(LinkType::NVLink, 4), std::nullopt, table), AllreduceAlgorithm::Nccl);
 }
 
-TEST(AllreduceSelection, FusedRmsnormTwoShotFromItsRowsSize) {
+TEST(AllreduceSelection, FusedRmsnormTwoShotWithinItsRowsRange) {
   const std::vector<CrossoverRow> table = {
-      {LinkType::NVLink, 2, 1000, AllreduceAlgorithm::TwoShot, 4000, "test", 500},
+      {LinkType::NVLink, 2, 1000, AllreduceAlgorithm::TwoShot, 4000, "test", 500, 3000},
       {LinkType::NVLink, 4, 1000, AllreduceAlgorithm::TwoShot, 4000, "test"}};  // never two-shot fused
   const CustomCapability two = capability(LinkType::NVLink, 2, 8000);
   EXPECT_EQ(select_fused_rmsnorm(499, two, std::nullopt, table), AllreduceAlgorithm::OneShot);
   EXPECT_EQ(select_fused_rmsnorm(500, two, std::nullopt, table), AllreduceAlgorithm::TwoShot);
   EXPECT_EQ(select_fused_rmsnorm(3000, two, std::nullopt, table), AllreduceAlgorithm::TwoShot);
+  EXPECT_EQ(select_fused_rmsnorm(3001, two, std::nullopt, table), AllreduceAlgorithm::TwoShot);  // the plain choice
+  EXPECT_EQ(select_fused_rmsnorm(999, two, std::nullopt, table), AllreduceAlgorithm::TwoShot);
   // Where the plain table picks NCCL, so does the fused one.
   EXPECT_EQ(select_fused_rmsnorm(4001, two, std::nullopt, table), AllreduceAlgorithm::Nccl);
   const CustomCapability four = capability(LinkType::NVLink, 4, 8000);
@@ -147,5 +149,10 @@ TEST(AllreduceSelection, FusedRmsnormTwoShotFromItsRowsSize) {
 
 TEST(AllreduceSelection, DefaultFusedTwoShotOnlyOverNvlink) {
   for (int n : {2, 4, 6, 8}) EXPECT_EQ(row(LinkType::PCIe, n).fused_two_shot_min_bytes, kNeverBytes) << n;
-  EXPECT_LT(row(LinkType::NVLink, 2).fused_two_shot_min_bytes, kNeverBytes);
+  // Two H200s: the two-shot kernel at 256-512 KB only; the one-shot kernel around it.
+  const CustomCapability two = capability(LinkType::NVLink, 2);
+  EXPECT_EQ(select_fused_rmsnorm(128 * KiB, two), AllreduceAlgorithm::OneShot);
+  EXPECT_EQ(select_fused_rmsnorm(512 * KiB, two), AllreduceAlgorithm::TwoShot);
+  EXPECT_EQ(select_fused_rmsnorm(1 * MiB, two), AllreduceAlgorithm::OneShot);
+  EXPECT_EQ(select_fused_rmsnorm(512 * KiB, capability(LinkType::PCIe, 2)), AllreduceAlgorithm::OneShot);
 }
