@@ -49,8 +49,8 @@ const std::vector<CrossoverRow>& default_crossovers() {
   static const std::vector<CrossoverRow> table = {
       // Two H200s over NVLink: one-shot is fastest at every size measured, 1 KB to 64 MB (two-shot
       // moves the same bytes per rank in two steps); NCCL only past the registered buffers.
-      // The fused RMSNorm's two-shot kernel from 256 to 512 KB (rows of 8192 bf16, H200 x4 with
-      // --nproc 2: 16-32 rows ahead of the one-shot kernel, 8 rows a tie, 64 rows behind).
+      // The fused RMSNorm's two-shot kernel from 256 to 512 KB (rows of 8192 bf16 on H200: 16-32
+      // rows ahead of the one-shot kernel, 8 rows within 0.2 us, 64 rows behind).
       {LinkType::NVLink, 2, 64 * MiB, A::Nccl, 0, kMeasuredH200, 256 * KiB, 512 * KiB},
       // Four H200s: one-shot (LL128) up to 256 KB, two-shot (LL128 to 2 MB, reads above) to 8 MB;
       // the fused RMSNorm's two-shot kernel from 256 KB (a tie there, ahead above; its own limit
