@@ -47,11 +47,11 @@ std::string_view link_name(LinkType link) {
 const std::vector<CrossoverRow>& default_crossovers() {
   using A = AllreduceAlgorithm;
   static const std::vector<CrossoverRow> table = {
-      // Two H200s over NVLink: one-shot is fastest at every size measured, 1 KB to 64 MB (two-shot
-      // moves the same bytes per rank in two steps); NCCL only past the registered buffers.
-      // The fused RMSNorm's two-shot kernel from 256 to 512 KB (rows of 8192 bf16 on H200: 16-32
-      // rows ahead of the one-shot kernel, 8 rows within 0.2 us, 64 rows behind).
-      {LinkType::NVLink, 2, 64 * MiB, A::Nccl, 0, kMeasuredH200, 256 * KiB, 512 * KiB},
+      // Two H200s over NVLink: one-shot up to 64 MB, except two-shot (LL128) from 512 KB to 1 MB
+      // (4.4 / 6.6 us vs 4.8 / 6.9; one-shot ahead at 256 KB and 2 MB); NCCL only past the
+      // registered buffers. The fused RMSNorm's two-shot kernel from 256 to 512 KB (rows of 8192
+      // bf16: 16-32 rows ahead of the one-shot kernel, 8 rows within 0.2 us, 64 rows behind).
+      {LinkType::NVLink, 2, 64 * MiB, A::Nccl, 0, kMeasuredH200, 256 * KiB, 512 * KiB, 512 * KiB, 1 * MiB},
       // Four H200s: one-shot (LL128) up to 256 KB, two-shot (LL128 to 2 MB, reads above) to 8 MB;
       // the fused RMSNorm's two-shot kernel from 256 KB (a tie there, ahead above; its own limit
       // is LL128's).
@@ -84,7 +84,9 @@ AllreduceAlgorithm select_allreduce(size_t bytes, const CustomCapability& capabi
   for (const CrossoverRow& row : table) {
     if (row.link != capability.link || row.world_size != capability.world_size) continue;
     AllreduceAlgorithm choice = AllreduceAlgorithm::Nccl;
-    if (bytes <= row.one_shot_max_bytes) {
+    if (bytes >= row.two_shot_band_min_bytes && bytes <= row.two_shot_band_max_bytes) {
+      choice = AllreduceAlgorithm::TwoShot;
+    } else if (bytes <= row.one_shot_max_bytes) {
       choice = AllreduceAlgorithm::OneShot;
     } else if (bytes <= row.then_max_bytes) {
       choice = row.then;
@@ -99,9 +101,12 @@ AllreduceAlgorithm select_fused_rmsnorm(size_t bytes, const CustomCapability& ca
   const AllreduceAlgorithm plain = select_allreduce(bytes, capability, forced, table);
   if (forced || plain == AllreduceAlgorithm::Nccl) return plain;
   for (const CrossoverRow& row : table) {
-    if (row.link == capability.link && row.world_size == capability.world_size && bytes >= row.fused_two_shot_min_bytes &&
-        bytes <= row.fused_two_shot_max_bytes && custom_supports(AllreduceAlgorithm::TwoShot, capability, bytes))
+    if (row.link != capability.link || row.world_size != capability.world_size) continue;
+    if (bytes >= row.fused_two_shot_min_bytes && bytes <= row.fused_two_shot_max_bytes &&
+        custom_supports(AllreduceAlgorithm::TwoShot, capability, bytes))
       return AllreduceAlgorithm::TwoShot;
+    if (bytes <= row.one_shot_max_bytes && custom_supports(AllreduceAlgorithm::OneShot, capability, bytes))
+      return AllreduceAlgorithm::OneShot;
   }
   return plain;
 }

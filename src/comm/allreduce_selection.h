@@ -33,10 +33,11 @@ std::string_view link_name(LinkType link);  // "nvlink", "pcie", "none"
 // Sizes no message reaches: a crossover that never happens.
 inline constexpr size_t kNeverBytes = ~size_t{0};
 
-// One row per (link, world size): OneShot up to one_shot_max_bytes, then `then` up to
-// then_max_bytes, NCCL above. The fused allreduce + residual + RMSNorm runs its two-shot kernel
-// from fused_two_shot_min_bytes to fused_two_shot_max_bytes (where the custom path takes the
-// message).
+// One row per (link, world size): OneShot up to one_shot_max_bytes, except TwoShot from
+// two_shot_band_min_bytes to two_shot_band_max_bytes, then `then` up to then_max_bytes, NCCL
+// above. The fused allreduce + residual + RMSNorm runs its two-shot kernel from
+// fused_two_shot_min_bytes to fused_two_shot_max_bytes, its one-shot kernel elsewhere in the
+// one-shot range (where the custom path takes the message).
 struct CrossoverRow {
   LinkType link;
   int world_size;
@@ -46,6 +47,8 @@ struct CrossoverRow {
   const char* source;  // where the numbers come from
   size_t fused_two_shot_min_bytes = kNeverBytes;
   size_t fused_two_shot_max_bytes = kNeverBytes;
+  size_t two_shot_band_min_bytes = kNeverBytes;
+  size_t two_shot_band_max_bytes = kNeverBytes;
 };
 
 // The shipped table (rows not measured here say so in `source`).
@@ -69,10 +72,11 @@ AllreduceAlgorithm select_allreduce(size_t bytes, const CustomCapability& capabi
                                     std::optional<AllreduceAlgorithm> forced = std::nullopt,
                                     const std::vector<CrossoverRow>& table = default_crossovers());
 
-// The fused allreduce + residual + RMSNorm for a message of `bytes`: TwoShot within the row's
-// fused two-shot range when the custom path takes the message, else select_allreduce's choice
-// (OneShot: the one-shot fused kernel; another custom algorithm: it with the residual, then the
-// norm; NCCL: allreduce, add, norm). `forced` wins as in select_allreduce.
+// The fused allreduce + residual + RMSNorm for a message of `bytes`, when the custom path takes
+// it: TwoShot (the two-shot kernel) within the row's fused two-shot range, OneShot (the one-shot
+// kernel) elsewhere in its one-shot range, else select_allreduce's choice (a custom algorithm: it
+// with the residual, then the norm). NCCL where select_allreduce picks NCCL (allreduce, add,
+// norm). `forced` wins as in select_allreduce.
 AllreduceAlgorithm select_fused_rmsnorm(size_t bytes, const CustomCapability& capability,
                                         std::optional<AllreduceAlgorithm> forced = std::nullopt,
                                         const std::vector<CrossoverRow>& table = default_crossovers());

@@ -111,13 +111,13 @@ void CommGroup::allreduce_add_rmsnorm(const void* in, const void* residual_in, v
   const size_t bytes = count * dtype_size(dtype);
   const AllreduceAlgorithm algorithm = choose_allreduce(bytes);
   if (algorithm != AllreduceAlgorithm::Nccl && CustomAllreduce::fused_rmsnorm_supported(hidden, dtype)) {
-    // The two-shot kernel where the table says so and it takes the rows (LL128 on, a row per GPU),
-    // the one-shot kernel where one-shot takes the plain allreduce.
-    const bool two_shot = select_fused_rmsnorm(bytes, custom_capability(), forced_) == AllreduceAlgorithm::TwoShot &&
-                          custom_->two_shot_rmsnorm_supported(rows, hidden, dtype);
-    if (two_shot || algorithm == AllreduceAlgorithm::OneShot) {
-      custom_->allreduce_add_rmsnorm(two_shot ? AllreduceAlgorithm::TwoShot : AllreduceAlgorithm::OneShot, in,
-                                     residual_in, residual_out, norm_out, weight, eps, rows, hidden, dtype, stream);
+    // The fused kernel the table picks, the two-shot one only where it takes the rows (LL128 on, a
+    // row per GPU).
+    const AllreduceAlgorithm fused = select_fused_rmsnorm(bytes, custom_capability(), forced_);
+    if (fused == AllreduceAlgorithm::OneShot ||
+        (fused == AllreduceAlgorithm::TwoShot && custom_->two_shot_rmsnorm_supported(rows, hidden, dtype))) {
+      custom_->allreduce_add_rmsnorm(fused, in, residual_in, residual_out, norm_out, weight, eps, rows, hidden, dtype,
+                                     stream);
       return;
     }
   }

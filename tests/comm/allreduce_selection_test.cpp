@@ -156,3 +156,22 @@ TEST(AllreduceSelection, DefaultFusedTwoShotOnlyOverNvlink) {
   EXPECT_EQ(select_fused_rmsnorm(1 * MiB, two), AllreduceAlgorithm::OneShot);
   EXPECT_EQ(select_fused_rmsnorm(512 * KiB, capability(LinkType::PCIe, 2)), AllreduceAlgorithm::OneShot);
 }
+
+TEST(AllreduceSelection, TwoShotBandInsideTheOneShotRange) {
+  const std::vector<CrossoverRow> table = {
+      {LinkType::NVLink, 2, 10000, AllreduceAlgorithm::Nccl, 0, "test", kNeverBytes, kNeverBytes, 1000, 2000}};
+  const CustomCapability c = capability(LinkType::NVLink, 2, 20000);
+  EXPECT_EQ(select_allreduce(999, c, std::nullopt, table), AllreduceAlgorithm::OneShot);
+  EXPECT_EQ(select_allreduce(1000, c, std::nullopt, table), AllreduceAlgorithm::TwoShot);
+  EXPECT_EQ(select_allreduce(2000, c, std::nullopt, table), AllreduceAlgorithm::TwoShot);
+  EXPECT_EQ(select_allreduce(2001, c, std::nullopt, table), AllreduceAlgorithm::OneShot);
+  EXPECT_EQ(select_allreduce(10001, c, std::nullopt, table), AllreduceAlgorithm::Nccl);
+  // The fused norm keeps its one-shot kernel there (no fused two-shot range in this row).
+  EXPECT_EQ(select_fused_rmsnorm(1500, c, std::nullopt, table), AllreduceAlgorithm::OneShot);
+  // Two H200s: two-shot from 512 KB to 1 MB, one-shot around it.
+  const CustomCapability two = capability(LinkType::NVLink, 2);
+  EXPECT_EQ(select_allreduce(256 * KiB, two), AllreduceAlgorithm::OneShot);
+  EXPECT_EQ(select_allreduce(512 * KiB, two), AllreduceAlgorithm::TwoShot);
+  EXPECT_EQ(select_allreduce(1 * MiB, two), AllreduceAlgorithm::TwoShot);
+  EXPECT_EQ(select_allreduce(2 * MiB, two), AllreduceAlgorithm::OneShot);
+}
