@@ -1242,7 +1242,6 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
       }
     }
   }
-  row_sum.wait_ready();
   // This rank's rows, one per cluster at a time: reduce, scale, push, write.
   const uint4* received = ll.recv[a.rank] + c.parity;
   int iteration = 0;
@@ -1267,6 +1266,7 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
         squares += acc[k][e] * acc[k][e];
       }
     }
+    if (iteration == 0) row_sum.wait_ready();  // after the first row's lines arrived: off the critical path
     const float scale = rsqrtf(row_sum.add(squares, iteration, cluster_warp) / hidden + n.eps);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -1280,6 +1280,7 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
       store_norm_slot<T>(norm_out + r * hidden, weights[k], word(j), hidden, norm_aligned, c.slot.two_words, scale, acc[k]);
     }
   }
+  if (iteration == 0) row_sum.wait_ready();  // a cluster without rows still completes the barrier
 
   // Stage 2: the other owners' rows, waiting on the group of every owner at once.
   for (int64_t i = cluster_index; i < most_rows; i += clusters) {
