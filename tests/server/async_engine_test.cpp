@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <latch>
 #include <thread>
 
 namespace splitflow {
@@ -58,16 +59,22 @@ const std::vector<std::string> kPrompts = {"Once upon a time", "Tom had a big re
                                            "One day, a bird", "Lily and her mom went to the park.",
                                            "There was a boy who liked to run.", "The cat sat", "Max was sad"};
 
-// Every prompt of kPrompts from its own client thread at once, greedy, 40 tokens each.
+// Every prompt of kPrompts from its own client thread at once, greedy, 40 tokens each. The engine
+// loop starts once every client has submitted, so all sequences compete for the KV blocks from
+// the first step (tests that expect preemption or swapping do not depend on thread timing).
 std::vector<Collected> submit_all_concurrently(AsyncEngine& async, test::StoriesEngine& stories) {
   std::vector<Collected> results(kPrompts.size());
   std::vector<std::thread> clients;
+  std::latch submitted(static_cast<std::ptrdiff_t>(kPrompts.size()));
   for (size_t i = 0; i < kPrompts.size(); ++i) {
     clients.emplace_back([&, i] {
       auto stream = async.submit(stories.tokenizer->encode(kPrompts[i], true), greedy(40), 1);
+      submitted.count_down();
       results[i] = collect(*stream);
     });
   }
+  submitted.wait();
+  async.start();
   for (std::thread& client : clients) client.join();
   return results;
 }
@@ -76,7 +83,6 @@ TEST(AsyncEngine, ConcurrentClientsGetTheGreedyOutputsOfOneAtATime) {
   // 12 blocks for 4 running sequences of up to 4 blocks each: some are preempted on the way.
   test::StoriesEngine stories(/*num_blocks=*/12, /*max_seqs=*/4, /*max_batch_tokens=*/32, /*max_model_len=*/128);
   AsyncEngine async(*stories.engine, AsyncEngineConfig{});
-  async.start();
   const std::vector<Collected> results = submit_all_concurrently(async, stories);
   for (size_t i = 0; i < kPrompts.size(); ++i) {
     SCOPED_TRACE(kPrompts[i]);
@@ -98,7 +104,6 @@ TEST(AsyncEngine, SwappingClientsGetTheGreedyOutputsAndTheSwapMetricsCount) {
   // As above, with 64 host blocks: victims with 16 tokens or more to recompute are swapped.
   test::StoriesEngine stories(12, 4, 32, 128, /*num_host_blocks=*/64, /*swap_min_tokens=*/16);
   AsyncEngine async(*stories.engine, AsyncEngineConfig{});
-  async.start();
   const std::vector<Collected> results = submit_all_concurrently(async, stories);
   for (size_t i = 0; i < kPrompts.size(); ++i) {
     SCOPED_TRACE(kPrompts[i]);
