@@ -15,6 +15,14 @@ constexpr const char* kMeasuredH200x8 = "measured: nvidia-h200-x8, NVLink, befor
 constexpr const char* kNoteNvlink = "design note (A100/V100 NVLink); not measured here";
 constexpr const char* kNotePcie = "design note (4x A10 PCIe); not measured here";
 
+// The table's row for the capability's link and world size, or null.
+const CrossoverRow* find_row(const CustomCapability& capability, const std::vector<CrossoverRow>& table) {
+  for (const CrossoverRow& row : table) {
+    if (row.link == capability.link && row.world_size == capability.world_size) return &row;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::string_view algorithm_name(AllreduceAlgorithm algorithm) {
@@ -81,33 +89,29 @@ bool custom_supports(AllreduceAlgorithm algorithm, const CustomCapability& capab
 AllreduceAlgorithm select_allreduce(size_t bytes, const CustomCapability& capability,
                                     std::optional<AllreduceAlgorithm> forced, const std::vector<CrossoverRow>& table) {
   if (forced) return custom_supports(*forced, capability, bytes) ? *forced : AllreduceAlgorithm::Nccl;
-  for (const CrossoverRow& row : table) {
-    if (row.link != capability.link || row.world_size != capability.world_size) continue;
-    AllreduceAlgorithm choice = AllreduceAlgorithm::Nccl;
-    if (bytes >= row.two_shot_band_min_bytes && bytes <= row.two_shot_band_max_bytes) {
-      choice = AllreduceAlgorithm::TwoShot;
-    } else if (bytes <= row.one_shot_max_bytes) {
-      choice = AllreduceAlgorithm::OneShot;
-    } else if (bytes <= row.then_max_bytes) {
-      choice = row.then;
-    }
-    return custom_supports(choice, capability, bytes) ? choice : AllreduceAlgorithm::Nccl;
+  const CrossoverRow* row = find_row(capability, table);
+  if (row == nullptr) return AllreduceAlgorithm::Nccl;
+  AllreduceAlgorithm choice = AllreduceAlgorithm::Nccl;
+  if (bytes >= row->two_shot_band_min_bytes && bytes <= row->two_shot_band_max_bytes) {
+    choice = AllreduceAlgorithm::TwoShot;
+  } else if (bytes <= row->one_shot_max_bytes) {
+    choice = AllreduceAlgorithm::OneShot;
+  } else if (bytes <= row->then_max_bytes) {
+    choice = row->then;
   }
-  return AllreduceAlgorithm::Nccl;
+  return custom_supports(choice, capability, bytes) ? choice : AllreduceAlgorithm::Nccl;
 }
 
 AllreduceAlgorithm select_fused_rmsnorm(size_t bytes, const CustomCapability& capability,
                                         std::optional<AllreduceAlgorithm> forced, const std::vector<CrossoverRow>& table) {
   const AllreduceAlgorithm plain = select_allreduce(bytes, capability, forced, table);
   if (forced || plain == AllreduceAlgorithm::Nccl) return plain;
-  for (const CrossoverRow& row : table) {
-    if (row.link != capability.link || row.world_size != capability.world_size) continue;
-    if (bytes >= row.fused_two_shot_min_bytes && bytes <= row.fused_two_shot_max_bytes &&
-        custom_supports(AllreduceAlgorithm::TwoShot, capability, bytes))
-      return AllreduceAlgorithm::TwoShot;
-    if (bytes <= row.one_shot_max_bytes && custom_supports(AllreduceAlgorithm::OneShot, capability, bytes))
-      return AllreduceAlgorithm::OneShot;
-  }
+  const CrossoverRow* row = find_row(capability, table);  // found: plain is custom
+  if (bytes >= row->fused_two_shot_min_bytes && bytes <= row->fused_two_shot_max_bytes &&
+      custom_supports(AllreduceAlgorithm::TwoShot, capability, bytes))
+    return AllreduceAlgorithm::TwoShot;
+  if (bytes <= row->one_shot_max_bytes && custom_supports(AllreduceAlgorithm::OneShot, capability, bytes))
+    return AllreduceAlgorithm::OneShot;
   return plain;
 }
 

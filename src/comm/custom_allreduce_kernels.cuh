@@ -1221,6 +1221,8 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
   // Slot of row r's group j in a (parity, sender) region.
   const auto slot_of = [&](int64_t r, int64_t j) { return (r * row_groups + j) * kGroupSlots + c.lane; };
   const auto word = [&](int64_t j) { return j * kGroupDataWords + c.slot.first_word; };
+  // The warp's k-th line group of a row.
+  const auto group = [&](int k) { return static_cast<int64_t>(cluster_warp) + k * kNormClusterWarps; };
   // Every stage takes row i of each owner's rows (i = cluster, cluster + clusters, ...) and its
   // groups j = cluster_warp + k * 48, so the same warp pushes, reduces and receives a line on every
   // rank (spreading stages 1 and 2 over the whole grid measured the same on H200).
@@ -1230,7 +1232,7 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
   for (int64_t i = cluster_index; i < most_rows; i += clusters) {
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const int64_t j = cluster_warp + k * kNormClusterWarps;
+      const int64_t j = group(k);
       if (j >= row_groups) continue;
 #pragma unroll
       for (int step = 1; step < N; ++step) {
@@ -1251,7 +1253,7 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
     float squares = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const int64_t j = cluster_warp + k * kNormClusterWarps;
+      const int64_t j = group(k);
       if (j >= row_groups) continue;
       // Loaded before the wait, as in the other LL128 kernels (load_slot_words).
       load_slot_weights<T>(n.weight, word(j), hidden, weights[k]);
@@ -1270,7 +1272,7 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
     const float scale = rsqrtf(row_sum.add(squares, iteration, cluster_warp) / hidden + n.eps);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const int64_t j = cluster_warp + k * kNormClusterWarps;
+      const int64_t j = group(k);
       if (j >= row_groups) continue;
       const uint4 line = pack_scaled_slot<T>(acc[k], c.slot.two_words, scale, c.flag);
 #pragma unroll
@@ -1286,7 +1288,7 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
   for (int64_t i = cluster_index; i < most_rows; i += clusters) {
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const int64_t j = cluster_warp + k * kNormClusterWarps;
+      const int64_t j = group(k);
       if (j >= row_groups) continue;
       float weights[2 * W];
       load_slot_weights<T>(n.weight, word(j), hidden, weights);
