@@ -266,8 +266,16 @@ json run_worker(comm::CommGroup& group, const AllreduceBenchOptions& options) {
                                       stream);
       };
     };
-    std::vector<std::pair<std::string, std::function<void()>>> variants = {
-        {"fused one-shot (1 kernel)", fused_kernel(AllreduceAlgorithm::OneShot)}};
+    std::vector<std::pair<std::string, std::function<void()>>> variants;
+    if (custom->one_shot_rmsnorm_ll128(rows_n, hidden, dtype))
+      variants.push_back({"fused one-shot LL128 (1 kernel)", fused_kernel(AllreduceAlgorithm::OneShot)});
+    // The one-shot kernel that reads the peers' staged inputs: LL128 off for the call (it is chosen
+    // on the host, so a captured graph keeps it).
+    variants.push_back({"fused one-shot read (1 kernel)", [&, ll128 = custom->ll128_max_bytes()] {
+                          custom->set_ll128_max_bytes(0);
+                          fused_kernel(AllreduceAlgorithm::OneShot)();
+                          custom->set_ll128_max_bytes(ll128);
+                        }});
     if (custom->two_shot_rmsnorm_supported(rows_n, hidden, dtype))
       variants.push_back({"fused two-shot LL128 (1 kernel)", fused_kernel(AllreduceAlgorithm::TwoShot)});
     variants.push_back({"CommGroup::allreduce_add_rmsnorm (the group's choice)", [&] {

@@ -161,9 +161,12 @@ NormKernelFn norm_kernel_for(int world_size, DType dtype) {
   });
 }
 
-LL128NormKernelFn ll128_norm_kernel_for(int world_size, DType dtype) {
-  return pick_kernel<LL128NormKernelFn>(dtype, world_size, [](auto type, auto n) -> LL128NormKernelFn {
-    return detail::two_shot_ll128_add_rmsnorm_kernel<decltype(type), decltype(n)::value>;
+// The fused RMSNorm over LL128 lines: one-shot or two-shot.
+LL128NormKernelFn ll128_norm_kernel_for(AllreduceAlgorithm algorithm, int world_size, DType dtype) {
+  return pick_kernel<LL128NormKernelFn>(dtype, world_size, [&](auto type, auto n) -> LL128NormKernelFn {
+    if (algorithm == AllreduceAlgorithm::TwoShot)
+      return detail::two_shot_ll128_add_rmsnorm_kernel<decltype(type), decltype(n)::value>;
+    return detail::one_shot_ll128_add_rmsnorm_kernel<decltype(type), decltype(n)::value>;
   });
 }
 
@@ -277,6 +280,10 @@ struct CustomAllreduce::State {
     *end_barrier = false;
     return slots + parity;
   }
+
+  // Whether [rows, hidden] fits the LL128 path of the fused RMSNorm: LL128 on for the message, rows
+  // of at most max_row_groups line groups, the row-aligned groups within a sender's region.
+  bool ll128_rows_fit(size_t rows, size_t hidden, DType dtype, int64_t max_row_groups) const;
 
   int blocks_for(size_t work_packs) const {
     const size_t blocks = (work_packs + detail::kThreads - 1) / detail::kThreads;
@@ -436,13 +443,22 @@ bool CustomAllreduce::fused_rmsnorm_supported(size_t hidden, DType dtype) {
          hidden / pack <= static_cast<size_t>(detail::kNormMaxThreads * detail::kNormPacksPerThread);
 }
 
+bool CustomAllreduce::State::ll128_rows_fit(size_t rows, size_t hidden, DType dtype, int64_t max_row_groups) const {
+  if (!fused_rmsnorm_supported(hidden, dtype)) return false;
+  const int64_t row_groups = detail::row_line_groups(static_cast<int64_t>(hidden * dtype_size(dtype)));
+  return rows * hidden * dtype_size(dtype) <= ll128_use_max_bytes && row_groups <= max_row_groups &&
+         static_cast<int64_t>(rows) * row_groups * detail::kGroupSlots <= ll128_args.sender_slots;
+}
+
 bool CustomAllreduce::two_shot_rmsnorm_supported(size_t rows, size_t hidden, DType dtype) const {
   const State& s = *state_;
-  if (!fused_rmsnorm_supported(hidden, dtype) || rows < static_cast<size_t>(s.world_size)) return false;
-  const int64_t row_groups = detail::row_line_groups(static_cast<int64_t>(hidden * dtype_size(dtype)));
-  return rows * hidden * dtype_size(dtype) <= s.ll128_use_max_bytes &&
-         row_groups <= detail::kNormGroupsPerWarp * detail::kNormClusterWarps &&
-         static_cast<int64_t>(rows) * row_groups * detail::kGroupSlots <= s.ll128_args.sender_slots;
+  return rows >= static_cast<size_t>(s.world_size) &&
+         s.ll128_rows_fit(rows, hidden, dtype, detail::kNormGroupsPerWarp * detail::kNormClusterWarps);
+}
+
+bool CustomAllreduce::one_shot_rmsnorm_ll128(size_t rows, size_t hidden, DType dtype) const {
+  return state_->ll128_rows_fit(rows, hidden, dtype,
+                                detail::kOneShotNormGroupsPerWarp * (detail::kLL128Threads / 32));
 }
 
 void CustomAllreduce::allreduce_add_rmsnorm(AllreduceAlgorithm algorithm, const void* in, const void* residual_in,
@@ -462,12 +478,14 @@ void CustomAllreduce::allreduce_add_rmsnorm(AllreduceAlgorithm algorithm, const 
              "custom allreduce + RMSNorm: two-shot cannot take {} rows of {} {} on {} GPUs (LL128 up to {} bytes, at "
              "least one row per GPU)",
              rows, hidden, dtype_name(dtype), s.world_size, s.ll128_use_max_bytes);
+  }
+  if (algorithm == AllreduceAlgorithm::TwoShot || one_shot_rmsnorm_ll128(rows, hidden, dtype)) {
     detail::LL128Args ll = s.ll128_args;
     ll.in = in;
     const KernelArgs args{nullptr,      nullptr,     s.signals, s.tmps, s.rank, false,
                           residual_out, residual_in, static_cast<int64_t>(rows * hidden)};
-    ll128_norm_kernel_for(s.world_size, dtype)<<<detail::kLL128Blocks, detail::kLL128Threads, 0, stream>>>(args, ll,
-                                                                                                          norm);
+    ll128_norm_kernel_for(algorithm, s.world_size, dtype)<<<detail::kLL128Blocks, detail::kLL128Threads, 0, stream>>>(
+        args, ll, norm);
     SF_CUDA_CHECK(cudaGetLastError());
     return;
   }

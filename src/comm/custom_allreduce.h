@@ -76,12 +76,17 @@ class CustomAllreduce {
   // Whether its two-shot kernel takes [rows, hidden] too: LL128 on (NVLink) and the message within
   // its limit, every rank owning a row (rows >= world size), the rows' lines within the LL128 buffers.
   bool two_shot_rmsnorm_supported(size_t rows, size_t hidden, DType dtype) const;
+  // Whether its one-shot kernel runs over LL128 for [rows, hidden]: LL128 on (NVLink) and the
+  // message within its limit, rows of at most 40 line groups (9600 bf16), the rows' lines within
+  // the LL128 buffers. Otherwise the one-shot kernel reads the peers' staged inputs.
+  bool one_shot_rmsnorm_ll128(size_t rows, size_t hidden, DType dtype) const;
   // One kernel: residual_out = sum over ranks of `in` + residual_in;
   // norm_out = residual_out * rsqrt(mean(residual_out^2) + eps) * weight, per row. `algorithm`:
-  // OneShot (every rank reads every peer's rows and normalizes all of them) or TwoShot (LL128: each
-  // row's owner reduces and normalizes it, then pushes it with its scale; see
-  // two_shot_rmsnorm_supported). Shapes: in, residual_in, residual_out, norm_out [rows, hidden] of
-  // `dtype`; weight [hidden] f32. residual_out may alias residual_in.
+  // OneShot (every rank gets every peer's rows, pushed over LL128 or read after a barrier, and
+  // normalizes all of them) or TwoShot (LL128: each row's owner reduces and normalizes it, then
+  // pushes it with its scale; see two_shot_rmsnorm_supported). Shapes: in, residual_in,
+  // residual_out, norm_out [rows, hidden] of `dtype`; weight [hidden] f32. residual_out may alias
+  // residual_in.
   void allreduce_add_rmsnorm(AllreduceAlgorithm algorithm, const void* in, const void* residual_in, void* residual_out,
                              void* norm_out, const float* weight, float eps, size_t rows, size_t hidden, DType dtype,
                              cudaStream_t stream);

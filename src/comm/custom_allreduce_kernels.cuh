@@ -1320,4 +1320,98 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
   }
 }
 
+// ---- one-shot LL128 + residual + RMSNorm (NVLink) -----------------------------------------------
+// Every rank pushes its whole input to every peer, in the row-aligned line groups of the two-shot
+// kernel above (group j of row r at slot (r row_groups + j) of the sender's region), spread over
+// the whole grid; then every rank reduces and normalizes every row itself, one block per row at a
+// time: warp w holds the row's groups w, w + 8, ..., waits on all of them from every peer at once,
+// sums in rank order, adds residual_in and rounds once, and the row's sum of squares is a block
+// reduction. One hop over the links and no cluster-wide sum, against two-shot's two hops, for
+// N - 1 whole messages on the wire instead of 2 (N - 1) / N: the faster kernel while the links
+// are not the limit (N = 2; docs/comm.md). Every rank computes every row with the same
+// expression, so the outputs are bit-identical across ranks. Flags, grid and parities are the
+// other LL128 kernels'; every rank receives every row from every peer in every call.
+
+constexpr int kOneShotNormGroupsPerWarp = 5;  // rows of up to 8 warps x 5 line groups (bf16: 9600 elements)
+
+template <typename T, int N>
+__global__ void __launch_bounds__(kLL128Threads) one_shot_ll128_add_rmsnorm_kernel(KernelArgs a, LL128Args ll,
+                                                                                   NormArgs n) {
+  constexpr int W = 8 / sizeof(T);
+  constexpr int K = kOneShotNormGroupsPerWarp;
+  const LL128Call<T, N> c(a, ll);
+  const int64_t hidden = n.hidden;
+  const int64_t row_groups = row_line_groups(hidden * static_cast<int64_t>(sizeof(T)));
+  const int64_t region = c.parity + a.rank * ll.sender_slots;  // where peers keep ours
+
+  // Push: the grid's last warps take the first groups, so the blocks that receive rows next (the
+  // first ones) push the least.
+  for (int64_t g = c.warps - 1 - c.first; g < n.rows * row_groups; g += c.warps) {
+    const int64_t r = g / row_groups, j = g % row_groups;
+    const uint4 value = make_slot<T>(c.in + r * hidden, c.word(j), hidden, c.in_aligned, c.slot.two_words, c.flag);
+#pragma unroll
+    for (int step = 1; step < N; ++step) store_line(ll.recv[(a.rank + step) % N] + region + g * kGroupSlots + c.lane, value);
+  }
+
+  const uint4* received = ll.recv[a.rank] + c.parity;
+  T* norm_out = static_cast<T*>(n.norm_out);
+  const bool norm_aligned = aligned8(norm_out);
+  const int warp = threadIdx.x / 32, block_warps = blockDim.x / 32;
+  const auto group = [&](int k) { return static_cast<int64_t>(warp) + k * block_warps; };
+  for (int64_t r = blockIdx.x; r < n.rows; r += gridDim.x) {
+    const T* in_row = c.in + r * hidden;
+    // Everything this rank holds is loaded before the wait (load_slot_words says why).
+    // Indexed by sender (this rank's entry unused), so that every index is known at compile time.
+    const uint4* at[K * N];
+    bool want[K * N];
+    uint4 own[K], residual[K];
+    float weights[K][2 * W];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t j = group(k);
+#pragma unroll
+      for (int p = 0; p < N; ++p) {
+        at[k * N + p] = received + p * ll.sender_slots + (r * row_groups + j) * kGroupSlots + c.lane;
+        want[k * N + p] = p != a.rank && j < row_groups;
+      }
+      if (j >= row_groups) continue;
+      own[k] = make_slot<T>(in_row, c.word(j), hidden, c.in_aligned, c.slot.two_words, c.flag);
+      residual[k] = load_slot_words<T>(c.residual == nullptr ? nullptr : c.residual + r * hidden, c.word(j), hidden,
+                                       c.residual_aligned, c.slot.two_words);
+      load_slot_weights<T>(n.weight, c.word(j), hidden, weights[k]);
+    }
+    uint4 lines[K * N];
+    wait_groups<K * N>(at, want, c.flag, !c.slot.two_words, lines);
+
+    float acc[K][2 * W] = {};
+    float squares = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (group(k) >= row_groups) continue;
+#pragma unroll
+      for (int p = 0; p < N; ++p) {
+        const uint4 value = p == a.rank ? own[k] : lines[k * N + p];
+        add_word<T>(make_uint2(value.x, value.y), acc[k]);
+        if (c.slot.two_words) add_word<T>(make_uint2(value.z, value.w), acc[k] + W);
+      }
+      add_slot_words<T>(residual[k], acc[k]);
+#pragma unroll
+      for (int e = 0; e < 2 * W; ++e) {
+        acc[k][e] = Elem<T>::round(acc[k][e]);
+        squares += acc[k][e] * acc[k][e];
+      }
+    }
+    const float scale = rsqrtf(block_sum(squares) / hidden + n.eps);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t j = group(k);
+      if (j >= row_groups) continue;
+      write_slot<T>(c.out + r * hidden, c.word(j), hidden, c.out_aligned, c.slot.two_words,
+                    pack_slot<T>(acc[k], c.slot.two_words, c.flag));
+      store_norm_slot<T>(norm_out + r * hidden, weights[k], c.word(j), hidden, norm_aligned, c.slot.two_words, scale,
+                         acc[k]);
+    }
+  }
+}
+
 }  // namespace splitflow::comm::detail

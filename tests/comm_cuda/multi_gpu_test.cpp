@@ -50,6 +50,26 @@ std::vector<AllreduceAlgorithm> algorithms_for(CommGroup& group) {
   return algorithms;
 }
 
+// A fused allreduce + residual + RMSNorm kernel to force: the algorithm, and whether LL128 stays on
+// for the call (the one-shot kernel pushes over LL128 where it takes the rows, else reads).
+struct FusedKernel {
+  AllreduceAlgorithm algorithm;
+  bool ll128;
+  std::string name, report_key;
+};
+
+// The fused kernels that take [rows, hidden] of `dtype`.
+std::vector<FusedKernel> fused_kernels(const CustomAllreduce& custom, size_t rows, size_t hidden, DType dtype) {
+  if (!CustomAllreduce::fused_rmsnorm_supported(hidden, dtype)) return {};
+  std::vector<FusedKernel> kernels = {
+      {AllreduceAlgorithm::OneShot, false, "one-shot read", "fused_one_shot_read_checks"}};
+  if (custom.one_shot_rmsnorm_ll128(rows, hidden, dtype))
+    kernels.push_back({AllreduceAlgorithm::OneShot, true, "one-shot LL128", "fused_one_shot_ll128_checks"});
+  if (custom.two_shot_rmsnorm_supported(rows, hidden, dtype))
+    kernels.push_back({AllreduceAlgorithm::TwoShot, true, "two-shot LL128", "fused_two_shot_checks"});
+  return kernels;
+}
+
 std::vector<size_t> counts_for(DType dtype) {
   const size_t max_count = kMaxBytes / dtype_size(dtype);
   return {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 100, 127, 1000, 1023, 4097, 65535, 131073, (size_t{512} << 10) / dtype_size(dtype),
@@ -210,12 +230,14 @@ void graph_scenario(CommGroup& group, cudaStream_t stream, json& report) {
   rank_input(4242, -1, count, DType::BF16, &residual_bytes);
   SF_COMM_CUDA_OK(upload(res.ptr, residual_bytes.data(), bytes));
   const float* weight_device = static_cast<const float*>(w.ptr);
-  for (AllreduceAlgorithm algorithm : {AllreduceAlgorithm::OneShot, AllreduceAlgorithm::TwoShot}) {
-    if (algorithm == AllreduceAlgorithm::TwoShot && !group.custom()->two_shot_rmsnorm_supported(rows, hidden, DType::BF16))
-      continue;
+  CustomAllreduce& custom = *group.custom();
+  const size_t ll128_default = custom.ll128_max_bytes();
+  for (const FusedKernel& kernel : fused_kernels(custom, rows, hidden, DType::BF16)) {
     const auto call = [&](void* res_out, void* norm_out) {
-      group.custom()->allreduce_add_rmsnorm(algorithm, in.ptr, res.ptr, res_out, norm_out, weight_device, 1e-6f, rows, hidden,
-                                            DType::BF16, stream);
+      custom.set_ll128_max_bytes(kernel.ll128 ? ll128_default : 0);
+      custom.allreduce_add_rmsnorm(kernel.algorithm, in.ptr, res.ptr, res_out, norm_out, weight_device, 1e-6f, rows, hidden,
+                                   DType::BF16, stream);
+      custom.set_ll128_max_bytes(ll128_default);
     };
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
@@ -229,7 +251,7 @@ void graph_scenario(CommGroup& group, cudaStream_t stream, json& report) {
     call(res_eager.ptr, norm_eager.ptr);
     SF_COMM_CUDA_OK(cudaGraphLaunch(exec, stream));
     SF_COMM_CUDA_OK(cudaStreamSynchronize(stream));
-    const std::string what = fmt::format("fused {}", algorithm_name(algorithm));
+    const std::string what = fmt::format("fused {}", kernel.name);
     EXPECT_TRUE(download(res_graph.ptr, bytes) == download(res_eager.ptr, bytes)) << what << " residual: graph != eager";
     EXPECT_TRUE(download(norm_graph.ptr, bytes) == download(norm_eager.ptr, bytes)) << what << " norm: graph != eager";
     cudaGraphExecDestroy(exec);
@@ -237,8 +259,8 @@ void graph_scenario(CommGroup& group, cudaStream_t stream, json& report) {
   }
 }
 
-// Fused allreduce + residual (every algorithm) and allreduce + residual + RMSNorm (fused kernel
-// and the unfused fallback), against fp64.
+// Fused allreduce + residual (every algorithm) and allreduce + residual + RMSNorm (each fused
+// kernel and the unfused fallback), against fp64.
 void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
   const int rank = group.rank(), n = group.world_size();
   for (DType dtype : kDtypes) {
@@ -295,17 +317,15 @@ void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
       SF_COMM_CUDA_OK(upload(w.ptr, weight.data(), hidden * 4));
       const float* weight_device = static_cast<const float*>(w.ptr);
       // The group's choice (no kernel named), then each fused kernel forced where it takes the rows,
-      // the two-shot one in place (residual_out = residual_in).
-      const bool fused_kernel = CustomAllreduce::fused_rmsnorm_supported(hidden, dtype) &&
-                                custom_supports(AllreduceAlgorithm::OneShot, group.custom_capability(), bytes);
-      std::vector<std::optional<AllreduceAlgorithm>> kernels = {std::nullopt};
-      if (fused_kernel) kernels.push_back(AllreduceAlgorithm::OneShot);
-      if (fused_kernel && group.custom()->two_shot_rmsnorm_supported(rows, hidden, dtype))
-        kernels.push_back(AllreduceAlgorithm::TwoShot);
-      for (const std::optional<AllreduceAlgorithm> kernel : kernels) {
-        const bool in_place = kernel == AllreduceAlgorithm::TwoShot;
-        const std::string path =
-            kernel ? fmt::format("{} kernel{}", algorithm_name(*kernel), in_place ? ", in place" : "") : "auto";
+      // the LL128 ones in place (residual_out = residual_in).
+      std::vector<std::optional<FusedKernel>> kernels = {std::nullopt};
+      if (custom_supports(AllreduceAlgorithm::OneShot, group.custom_capability(), bytes)) {
+        for (const FusedKernel& kernel : fused_kernels(*group.custom(), rows, hidden, dtype)) kernels.push_back(kernel);
+      }
+      const size_t ll128_default = group.custom() ? group.custom()->ll128_max_bytes() : 0;
+      for (const std::optional<FusedKernel>& kernel : kernels) {
+        const bool in_place = kernel && kernel->ll128;
+        const std::string path = kernel ? fmt::format("{} kernel{}", kernel->name, in_place ? ", in place" : "") : "auto";
         SF_COMM_CUDA_OK(upload(res_in.ptr, residual_bytes.data(), bytes));
         if (in_place) {
           SF_COMM_CUDA_OK(upload(res_out.ptr, residual_bytes.data(), bytes));
@@ -314,8 +334,10 @@ void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
         }
         SF_COMM_CUDA_OK(cudaMemsetAsync(norm_out.ptr, 0xff, bytes, stream));
         if (kernel) {
-          group.custom()->allreduce_add_rmsnorm(*kernel, in.ptr, in_place ? res_out.ptr : res_in.ptr, res_out.ptr,
+          group.custom()->set_ll128_max_bytes(kernel->ll128 ? ll128_default : 0);
+          group.custom()->allreduce_add_rmsnorm(kernel->algorithm, in.ptr, in_place ? res_out.ptr : res_in.ptr, res_out.ptr,
                                                 norm_out.ptr, weight_device, 1e-5f, rows, hidden, dtype, stream);
+          group.custom()->set_ll128_max_bytes(ll128_default);
         } else {
           group.allreduce_add_rmsnorm(in.ptr, res_in.ptr, res_out.ptr, norm_out.ptr, weight_device, 1e-5f, rows, hidden,
                                       dtype, stream);
@@ -363,7 +385,7 @@ void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
         EXPECT_EQ(bad_res, 0u) << what << ": residual";
         EXPECT_EQ(bad_norm, 0u) << what << ": norm";
         report["fused_checks"] = report.value("fused_checks", 0) + 1;
-        if (in_place) report["fused_two_shot_checks"] = report.value("fused_two_shot_checks", 0) + 1;
+        if (kernel) report[kernel->report_key] = report.value(kernel->report_key, 0) + 1;
       }
     }
   }
@@ -602,7 +624,9 @@ TEST(CommMultiGpu, FusedResidualAndRmsNorm) {
     const json report = run_scenario("fused", n);
     // Every dtype and shape through the group's choice, most through the one-shot kernel too.
     EXPECT_GE(report.value("fused_checks", 0), 21) << "N=" << n;
+    EXPECT_GT(report.value("fused_one_shot_read_checks", 0), 0) << "N=" << n;
     if (report.value("ll128", false)) {
+      EXPECT_GT(report.value("fused_one_shot_ll128_checks", 0), 0) << "N=" << n;
       EXPECT_GT(report.value("fused_two_shot_checks", 0), 0) << "N=" << n;
     }
   }
