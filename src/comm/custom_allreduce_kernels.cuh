@@ -1142,8 +1142,10 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
 // performed, here the NVLink pushes of stage 1: with it the kernel took 0.7-0.8 us longer on
 // H200 (N = 2 and 4), although alone it is the cheaper of the two. Two buffers and barriers
 // alternate by row, so a block that is a row ahead cannot write into a row still being summed.
+template <int kBlocks>
 struct RowSum {
-  float partials[2][kNormClusterWarps];
+  static constexpr int kWarps = kBlocks * kLL128Threads / 32;
+  float partials[2][kWarps];
   uint64_t arrived[2];
 
   // Every thread of the block, before any block of the cluster calls add(); the cluster barrier
@@ -1164,7 +1166,7 @@ struct RowSum {
     for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
     const uint32_t slot = shared_address(&partials[buffer][cluster_warp]);
     const uint32_t barrier = shared_address(&arrived[buffer]);
-    if (lane < kNormClusterBlocks) {
+    if (lane < kBlocks) {
       uint32_t remote_slot, remote_barrier;
       asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(slot), "r"(lane));
       asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_barrier) : "r"(barrier), "r"(lane));
@@ -1174,7 +1176,7 @@ struct RowSum {
     }
     if (threadIdx.x == 0) {
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier),
-                   "r"(static_cast<uint32_t>(sizeof(float) * kNormClusterWarps))
+                   "r"(static_cast<uint32_t>(sizeof(float) * kWarps))
                    : "memory");
     }
     const uint32_t phase = (iteration >> 1) & 1;
@@ -1194,7 +1196,7 @@ struct RowSum {
       }
     }
     float total = 0.0f;
-    for (int i = lane; i < kNormClusterWarps; i += 32) total += partials[buffer][i];
+    for (int i = lane; i < kWarps; i += 32) total += partials[buffer][i];
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
     return total;
@@ -1206,7 +1208,7 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
     two_shot_ll128_add_rmsnorm_kernel(KernelArgs a, LL128Args ll, NormArgs n) {
   constexpr int W = 8 / sizeof(T);
   constexpr int K = kNormGroupsPerWarp;
-  __shared__ RowSum row_sum;
+  __shared__ RowSum<kNormClusterBlocks> row_sum;
   row_sum.init();
   const LL128Call<T, N> c(a, ll);
   const int64_t hidden = n.hidden;
@@ -1323,30 +1325,34 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
 // ---- one-shot LL128 + residual + RMSNorm (NVLink) -----------------------------------------------
 // Every rank pushes its whole input to every peer, in the row-aligned line groups of the two-shot
 // kernel above (group j of row r at slot (r row_groups + j) of the sender's region), spread over
-// the whole grid; then every rank reduces and normalizes every row itself, one block per row at a
-// time: warp w holds the row's groups w, w + 8, ..., waits on all of them from every peer at once,
-// sums in rank order, adds residual_in and rounds once, and the row's sum of squares is a block
-// reduction. One hop over the links and no cluster-wide sum, against two-shot's two hops, for
-// N - 1 whole messages on the wire instead of 2 (N - 1) / N: the faster kernel while the links
-// are not the limit (N = 2; docs/comm.md). Every rank computes every row with the same
-// expression, so the outputs are bit-identical across ranks. Flags, grid and parities are the
-// other LL128 kernels'; every rank receives every row from every peer in every call.
+// the whole grid; then every rank reduces and normalizes every row itself, one cluster of
+// kOneShotNormClusterBlocks blocks per row at a time: the cluster's warp w holds the row's groups
+// w, w + 24, waits on both from every peer at once, sums in rank order, adds residual_in and
+// rounds once, and the cluster adds the row's squares (RowSum). One hop over the links, against
+// two-shot's two, for N - 1 whole messages on the wire instead of 2 (N - 1) / N: the faster kernel
+// while the links are not the limit (N = 2; docs/comm.md). Every rank computes every row with the
+// same expressions, so the outputs are bit-identical across ranks. Flags, grid and parities are
+// the other LL128 kernels'; every rank receives every row from every peer in every call.
 
-constexpr int kOneShotNormGroupsPerWarp = 5;  // rows of up to 8 warps x 5 line groups (bf16: 9600 elements)
+constexpr int kOneShotNormClusterBlocks = 3;  // 96 blocks: 32 clusters, a row each at 32 rows
+constexpr int kOneShotNormClusterWarps = kOneShotNormClusterBlocks * kLL128Threads / 32;
+constexpr int kOneShotNormGroupsPerWarp = 2;  // rows of up to 2 x 24 line groups (bf16: 11520 elements)
+static_assert(kLL128Blocks % kOneShotNormClusterBlocks == 0, "the LL128 grid is a whole number of clusters");
 
 template <typename T, int N>
-__global__ void __launch_bounds__(kLL128Threads) one_shot_ll128_add_rmsnorm_kernel(KernelArgs a, LL128Args ll,
-                                                                                   NormArgs n) {
+__global__ void __cluster_dims__(kOneShotNormClusterBlocks, 1, 1) __launch_bounds__(kLL128Threads)
+    one_shot_ll128_add_rmsnorm_kernel(KernelArgs a, LL128Args ll, NormArgs n) {
   constexpr int W = 8 / sizeof(T);
   constexpr int K = kOneShotNormGroupsPerWarp;
+  __shared__ RowSum<kOneShotNormClusterBlocks> row_sum;
+  row_sum.init();
   const LL128Call<T, N> c(a, ll);
   const int64_t hidden = n.hidden;
   const int64_t row_groups = row_line_groups(hidden * static_cast<int64_t>(sizeof(T)));
   const int64_t region = c.parity + a.rank * ll.sender_slots;  // where peers keep ours
 
-  // Push: the grid's last warps take the first groups, so the blocks that receive rows next (the
-  // first ones) push the least.
-  for (int64_t g = c.warps - 1 - c.first; g < n.rows * row_groups; g += c.warps) {
+  // Push every group (warp g mod warps pushes group g of the flattened rows).
+  for (int64_t g = c.first; g < n.rows * row_groups; g += c.warps) {
     const int64_t r = g / row_groups, j = g % row_groups;
     const uint4 value = make_slot<T>(c.in + r * hidden, c.word(j), hidden, c.in_aligned, c.slot.two_words, c.flag);
 #pragma unroll
@@ -1356,12 +1362,15 @@ __global__ void __launch_bounds__(kLL128Threads) one_shot_ll128_add_rmsnorm_kern
   const uint4* received = ll.recv[a.rank] + c.parity;
   T* norm_out = static_cast<T*>(n.norm_out);
   const bool norm_aligned = aligned8(norm_out);
-  const int warp = threadIdx.x / 32, block_warps = blockDim.x / 32;
-  const auto group = [&](int k) { return static_cast<int64_t>(warp) + k * block_warps; };
-  for (int64_t r = blockIdx.x; r < n.rows; r += gridDim.x) {
+  const int cluster_warp = static_cast<int>(cooperative_groups::this_cluster().block_rank()) * (kLL128Threads / 32) +
+                           threadIdx.x / 32;
+  const auto group = [&](int k) { return static_cast<int64_t>(cluster_warp) + k * kOneShotNormClusterWarps; };
+  const int clusters = gridDim.x / kOneShotNormClusterBlocks;
+  int iteration = 0;
+  for (int64_t r = blockIdx.x / kOneShotNormClusterBlocks; r < n.rows; r += clusters, ++iteration) {
     const T* in_row = c.in + r * hidden;
-    // Everything this rank holds is loaded before the wait (load_slot_words says why).
-    // Indexed by sender (this rank's entry unused), so that every index is known at compile time.
+    // Everything this rank holds is loaded before the wait (load_slot_words says why). Lines are
+    // indexed by sender (this rank's entry unused), so that every index is known at compile time.
     const uint4* at[K * N];
     bool want[K * N];
     uint4 own[K], residual[K];
@@ -1401,7 +1410,8 @@ __global__ void __launch_bounds__(kLL128Threads) one_shot_ll128_add_rmsnorm_kern
         squares += acc[k][e] * acc[k][e];
       }
     }
-    const float scale = rsqrtf(block_sum(squares) / hidden + n.eps);
+    if (iteration == 0) row_sum.wait_ready();  // after the first row's lines arrived: off the critical path
+    const float scale = rsqrtf(row_sum.add(squares, iteration, cluster_warp) / hidden + n.eps);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int64_t j = group(k);
@@ -1412,6 +1422,7 @@ __global__ void __launch_bounds__(kLL128Threads) one_shot_ll128_add_rmsnorm_kern
                          acc[k]);
     }
   }
+  if (iteration == 0) row_sum.wait_ready();  // a cluster without rows still completes the barrier
 }
 
 }  // namespace splitflow::comm::detail
