@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace splitflow::comm {
@@ -161,13 +162,21 @@ NormKernelFn norm_kernel_for(int world_size, DType dtype) {
   });
 }
 
-// The fused RMSNorm over LL128 lines: one-shot or two-shot.
-LL128NormKernelFn ll128_norm_kernel_for(AllreduceAlgorithm algorithm, int world_size, DType dtype) {
-  return pick_kernel<LL128NormKernelFn>(dtype, world_size, [&](auto type, auto n) -> LL128NormKernelFn {
-    if (algorithm == AllreduceAlgorithm::TwoShot)
-      return detail::two_shot_ll128_add_rmsnorm_kernel<decltype(type), decltype(n)::value>;
-    return detail::one_shot_ll128_add_rmsnorm_kernel<decltype(type), decltype(n)::value>;
-  });
+// The fused RMSNorm over LL128 lines: two-shot, or one-shot in the cluster shape for `rows`; and
+// the threads of its blocks.
+std::pair<LL128NormKernelFn, int> ll128_norm_kernel_for(AllreduceAlgorithm algorithm, size_t rows, int world_size,
+                                                        DType dtype) {
+  const bool few_rows = rows <= static_cast<size_t>(detail::kOneShotNormFewRows);
+  const LL128NormKernelFn kernel =
+      pick_kernel<LL128NormKernelFn>(dtype, world_size, [&](auto type, auto n) -> LL128NormKernelFn {
+        using T = decltype(type);
+        constexpr int N = decltype(n)::value;
+        if (algorithm == AllreduceAlgorithm::TwoShot) return detail::two_shot_ll128_add_rmsnorm_kernel<T, N>;
+        if (few_rows) return detail::one_shot_ll128_add_rmsnorm_kernel<T, N, 6, 256>;
+        return detail::one_shot_ll128_add_rmsnorm_kernel<T, N, 3, 512>;
+      });
+  const int threads = algorithm == AllreduceAlgorithm::OneShot && !few_rows ? 512 : detail::kLL128Threads;
+  return {kernel, threads};
 }
 
 template <typename T, int N>
@@ -458,7 +467,7 @@ bool CustomAllreduce::two_shot_rmsnorm_supported(size_t rows, size_t hidden, DTy
 
 bool CustomAllreduce::one_shot_rmsnorm_ll128(size_t rows, size_t hidden, DType dtype) const {
   return state_->ll128_rows_fit(rows, hidden, dtype,
-                                detail::kOneShotNormGroupsPerWarp * detail::kOneShotNormClusterWarps);
+                                detail::kOneShotNormRowGroups);
 }
 
 void CustomAllreduce::allreduce_add_rmsnorm(AllreduceAlgorithm algorithm, const void* in, const void* residual_in,
@@ -484,8 +493,8 @@ void CustomAllreduce::allreduce_add_rmsnorm(AllreduceAlgorithm algorithm, const 
     ll.in = in;
     const KernelArgs args{nullptr,      nullptr,     s.signals, s.tmps, s.rank, false,
                           residual_out, residual_in, static_cast<int64_t>(rows * hidden)};
-    ll128_norm_kernel_for(algorithm, s.world_size, dtype)<<<detail::kLL128Blocks, detail::kLL128Threads, 0, stream>>>(
-        args, ll, norm);
+    const auto [kernel, threads] = ll128_norm_kernel_for(algorithm, rows, s.world_size, dtype);
+    kernel<<<detail::kLL128Blocks, threads, 0, stream>>>(args, ll, norm);
     SF_CUDA_CHECK(cudaGetLastError());
     return;
   }
