@@ -12,7 +12,6 @@
 #include <set>
 #include <string>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 namespace splitflow::comm {
@@ -162,21 +161,16 @@ NormKernelFn norm_kernel_for(int world_size, DType dtype) {
   });
 }
 
-// The fused RMSNorm over LL128 lines: two-shot, or one-shot in the cluster shape for `rows`; and
-// the threads of its blocks.
-std::pair<LL128NormKernelFn, int> ll128_norm_kernel_for(AllreduceAlgorithm algorithm, size_t rows, int world_size,
-                                                        DType dtype) {
+// The fused RMSNorm over LL128 lines: two-shot, or one-shot in the cluster shape for `rows`.
+LL128NormKernelFn ll128_norm_kernel_for(AllreduceAlgorithm algorithm, size_t rows, int world_size, DType dtype) {
   const bool few_rows = rows <= static_cast<size_t>(detail::kOneShotNormFewRows);
-  const LL128NormKernelFn kernel =
-      pick_kernel<LL128NormKernelFn>(dtype, world_size, [&](auto type, auto n) -> LL128NormKernelFn {
-        using T = decltype(type);
-        constexpr int N = decltype(n)::value;
-        if (algorithm == AllreduceAlgorithm::TwoShot) return detail::two_shot_ll128_add_rmsnorm_kernel<T, N>;
-        if (few_rows) return detail::one_shot_ll128_add_rmsnorm_kernel<T, N, 6, 256>;
-        return detail::one_shot_ll128_add_rmsnorm_kernel<T, N, 3, 512>;
-      });
-  const int threads = algorithm == AllreduceAlgorithm::OneShot && !few_rows ? 512 : detail::kLL128Threads;
-  return {kernel, threads};
+  return pick_kernel<LL128NormKernelFn>(dtype, world_size, [&](auto type, auto n) -> LL128NormKernelFn {
+    using T = decltype(type);
+    constexpr int N = decltype(n)::value;
+    if (algorithm == AllreduceAlgorithm::TwoShot) return detail::two_shot_ll128_add_rmsnorm_kernel<T, N>;
+    if (few_rows) return detail::one_shot_ll128_add_rmsnorm_kernel<T, N, 6>;
+    return detail::one_shot_ll128_add_rmsnorm_kernel<T, N, 3>;
+  });
 }
 
 template <typename T, int N>
@@ -493,8 +487,8 @@ void CustomAllreduce::allreduce_add_rmsnorm(AllreduceAlgorithm algorithm, const 
     ll.in = in;
     const KernelArgs args{nullptr,      nullptr,     s.signals, s.tmps, s.rank, false,
                           residual_out, residual_in, static_cast<int64_t>(rows * hidden)};
-    const auto [kernel, threads] = ll128_norm_kernel_for(algorithm, rows, s.world_size, dtype);
-    kernel<<<detail::kLL128Blocks, threads, 0, stream>>>(args, ll, norm);
+    ll128_norm_kernel_for(algorithm, rows, s.world_size, dtype)<<<detail::kLL128Blocks, detail::kLL128Threads, 0,
+                                                                   stream>>>(args, ll, norm);
     SF_CUDA_CHECK(cudaGetLastError());
     return;
   }

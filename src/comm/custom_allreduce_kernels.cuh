@@ -1142,9 +1142,9 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
 // performed, here the NVLink pushes of stage 1: with it the kernel took 0.7-0.8 us longer on
 // H200 (N = 2 and 4), although alone it is the cheaper of the two. Two buffers and barriers
 // alternate by row, so a block that is a row ahead cannot write into a row still being summed.
-template <int kBlocks, int kBlockThreads = kLL128Threads>
+template <int kBlocks>
 struct RowSum {
-  static constexpr int kWarps = kBlocks * kBlockThreads / 32;
+  static constexpr int kWarps = kBlocks * kLL128Threads / 32;
   float partials[2][kWarps];
   uint64_t arrived[2];
 
@@ -1326,29 +1326,29 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
 // Every rank pushes its whole input to every peer, in the row-aligned line groups of the two-shot
 // kernel above (group j of row r at slot (r row_groups + j) of the sender's region), spread over
 // the whole grid; then every rank reduces and normalizes every row itself, one cluster per row at
-// a time: the cluster's warp w holds the row's group w, waits on it from every peer at once, sums
-// in rank order, adds residual_in and rounds once, and the cluster adds the row's squares
-// (RowSum). One hop over the links, against two-shot's two, for N - 1 whole messages on the wire
-// instead of 2 (N - 1) / N: the faster kernel while the links are not the limit (N = 2;
-// docs/comm.md). Every rank computes every row with the same expressions, so the outputs are
-// bit-identical across ranks. Flags, grid and parities are the other LL128 kernels' (the flags
-// need the grid of kLL128Blocks blocks, not their size); every rank receives every row from every
-// peer in every call.
-// Two cluster shapes of 48 warps, one per line group of a row of up to 48 (bf16: 11520
-// elements): up to 16 rows, 16 clusters of 6 blocks of 256 threads, which spread a row over the
-// most SMs; above, 32 clusters of 3 blocks of 512 threads, a row each up to 32 rows (a cluster
-// that takes a second row pays the whole chain of latencies again: 7.4 against 4.7 us at 32 and 16
-// rows of 8192 bf16 with the 6-block shape, H200 x2).
+// a time: the cluster's warp w holds the row's groups w (and w + its warps), waits on them from
+// every peer at once, sums in rank order, adds residual_in and rounds once, and the cluster adds
+// the row's squares (RowSum). One hop over the links, against two-shot's two, for N - 1 whole
+// messages on the wire instead of 2 (N - 1) / N: the faster kernel while the links are not the
+// limit (N = 2; docs/comm.md). Every rank computes every row with the same expressions, so the
+// outputs are bit-identical across ranks. Flags, grid and parities are the other LL128 kernels';
+// every rank receives every row from every peer in every call.
+// Rows of up to 48 line groups (bf16: 11520 elements), in two cluster shapes: up to 16 rows, 16
+// clusters of 6 blocks, a warp per group; above, 32 clusters of 3 blocks, two groups per warp, a
+// row each up to 32 rows. (H200 x2, rows of 8192 bf16: a cluster that takes a second row pays
+// the whole chain of latencies again, 7.4 against 4.7 us at 32 and 16 rows with the 6-block shape;
+// 3 blocks of 512 threads took 6.3 us at 32 rows, of 256 threads 5.9.)
 
 constexpr int kOneShotNormRowGroups = 48;
 constexpr int kOneShotNormFewRows = kLL128Blocks / 6;
 
-template <typename T, int N, int kClusterBlocks, int kBlockThreads>
-__global__ void __cluster_dims__(kClusterBlocks, 1, 1) __launch_bounds__(kBlockThreads)
+template <typename T, int N, int kClusterBlocks>
+__global__ void __cluster_dims__(kClusterBlocks, 1, 1) __launch_bounds__(kLL128Threads)
     one_shot_ll128_add_rmsnorm_kernel(KernelArgs a, LL128Args ll, NormArgs n) {
   constexpr int W = 8 / sizeof(T);
-  using Sum = RowSum<kClusterBlocks, kBlockThreads>;
-  static_assert(Sum::kWarps == kOneShotNormRowGroups, "a warp per line group");
+  using Sum = RowSum<kClusterBlocks>;
+  constexpr int K = kOneShotNormRowGroups / Sum::kWarps;  // groups per warp
+  static_assert(K * Sum::kWarps == kOneShotNormRowGroups, "whole groups per warp");
   static_assert(kLL128Blocks % kClusterBlocks == 0, "the LL128 grid is a whole number of clusters");
   __shared__ Sum row_sum;
   row_sum.init();
@@ -1357,61 +1357,88 @@ __global__ void __cluster_dims__(kClusterBlocks, 1, 1) __launch_bounds__(kBlockT
   const int64_t row_groups = row_line_groups(hidden * static_cast<int64_t>(sizeof(T)));
   const int64_t region = c.parity + a.rank * ll.sender_slots;  // where peers keep ours
 
-  // Push every group (warp g mod warps pushes group g of the flattened rows).
-  for (int64_t g = c.first; g < n.rows * row_groups; g += c.warps) {
-    const int64_t r = g / row_groups, j = g % row_groups;
-    const uint4 value = make_slot<T>(c.in + r * hidden, c.word(j), hidden, c.in_aligned, c.slot.two_words, c.flag);
+  // Push every group (warp w: groups w, w + warps, ... of the flattened rows), two at a time, both
+  // loaded before either is stored: a volatile store holds back the loads after it.
+  const int64_t groups = n.rows * row_groups;
+  for (int64_t g = c.first; g < groups; g += 2 * c.warps) {
+    uint4 values[2];
 #pragma unroll
-    for (int step = 1; step < N; ++step) store_line(ll.recv[(a.rank + step) % N] + region + g * kGroupSlots + c.lane, value);
+    for (int b = 0; b < 2; ++b) {
+      const int64_t h = g + b * c.warps;
+      if (h < groups)
+        values[b] = make_slot<T>(c.in + h / row_groups * hidden, c.word(h % row_groups), hidden, c.in_aligned,
+                                 c.slot.two_words, c.flag);
+    }
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const int64_t h = g + b * c.warps;
+      if (h >= groups) continue;
+#pragma unroll
+      for (int step = 1; step < N; ++step)
+        store_line(ll.recv[(a.rank + step) % N] + region + h * kGroupSlots + c.lane, values[b]);
+    }
   }
 
   const uint4* received = ll.recv[a.rank] + c.parity;
   T* norm_out = static_cast<T*>(n.norm_out);
   const bool norm_aligned = aligned8(norm_out);
-  const int j = static_cast<int>(cooperative_groups::this_cluster().block_rank()) * (kBlockThreads / 32) +
-                static_cast<int>(threadIdx.x / 32);  // the warp's line group of each row
-  const int64_t word = c.word(j);
+  const int cluster_warp = static_cast<int>(cooperative_groups::this_cluster().block_rank()) * (kLL128Threads / 32) +
+                           static_cast<int>(threadIdx.x / 32);
+  const auto group = [&](int k) { return static_cast<int64_t>(cluster_warp) + k * Sum::kWarps; };
   const int clusters = gridDim.x / kClusterBlocks;
   int iteration = 0;
   for (int64_t r = blockIdx.x / kClusterBlocks; r < n.rows; r += clusters, ++iteration) {
-    float acc[2 * W] = {};
-    float weights[2 * W];
-    if (j < row_groups) {
-      // Everything this rank holds is loaded before the wait (load_slot_words says why). Lines are
-      // indexed by sender (this rank's entry unused), so that every index is known at compile time.
-      const uint4* at[N];
-      bool want[N];
+    // Everything this rank holds is loaded before the wait (load_slot_words says why). Lines are
+    // indexed by sender (this rank's entry unused), so that every index is known at compile time.
+    const uint4* at[K * N];
+    bool want[K * N];
+    uint4 own[K], residual[K];
+    float weights[K][2 * W];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t j = group(k);
 #pragma unroll
       for (int p = 0; p < N; ++p) {
-        at[p] = received + p * ll.sender_slots + (r * row_groups + j) * kGroupSlots + c.lane;
-        want[p] = p != a.rank;
+        at[k * N + p] = received + p * ll.sender_slots + (r * row_groups + j) * kGroupSlots + c.lane;
+        want[k * N + p] = p != a.rank && j < row_groups;
       }
-      const uint4 own = make_slot<T>(c.in + r * hidden, word, hidden, c.in_aligned, c.slot.two_words, c.flag);
-      const uint4 residual = load_slot_words<T>(c.residual == nullptr ? nullptr : c.residual + r * hidden, word, hidden,
-                                                c.residual_aligned, c.slot.two_words);
-      load_slot_weights<T>(n.weight, word, hidden, weights);
-      uint4 lines[N];
-      wait_groups<N>(at, want, c.flag, !c.slot.two_words, lines);
-#pragma unroll
-      for (int p = 0; p < N; ++p) {
-        const uint4 value = p == a.rank ? own : lines[p];
-        add_word<T>(make_uint2(value.x, value.y), acc);
-        if (c.slot.two_words) add_word<T>(make_uint2(value.z, value.w), acc + W);
-      }
-      add_slot_words<T>(residual, acc);
+      if (j >= row_groups) continue;
+      own[k] = make_slot<T>(c.in + r * hidden, c.word(j), hidden, c.in_aligned, c.slot.two_words, c.flag);
+      residual[k] = load_slot_words<T>(c.residual == nullptr ? nullptr : c.residual + r * hidden, c.word(j), hidden,
+                                       c.residual_aligned, c.slot.two_words);
+      load_slot_weights<T>(n.weight, c.word(j), hidden, weights[k]);
     }
+    uint4 lines[K * N];
+    wait_groups<K * N>(at, want, c.flag, !c.slot.two_words, lines);
+
+    float acc[K][2 * W] = {};
     float squares = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 2 * W; ++e) {
-      acc[e] = Elem<T>::round(acc[e]);
-      squares += acc[e] * acc[e];
+    for (int k = 0; k < K; ++k) {
+      if (group(k) >= row_groups) continue;
+#pragma unroll
+      for (int p = 0; p < N; ++p) {
+        const uint4 value = p == a.rank ? own[k] : lines[k * N + p];
+        add_word<T>(make_uint2(value.x, value.y), acc[k]);
+        if (c.slot.two_words) add_word<T>(make_uint2(value.z, value.w), acc[k] + W);
+      }
+      add_slot_words<T>(residual[k], acc[k]);
+#pragma unroll
+      for (int e = 0; e < 2 * W; ++e) {
+        acc[k][e] = Elem<T>::round(acc[k][e]);
+        squares += acc[k][e] * acc[k][e];
+      }
     }
     if (iteration == 0) row_sum.wait_ready();  // after the first row's lines arrived: off the critical path
-    const float scale = rsqrtf(row_sum.add(squares, iteration, j) / hidden + n.eps);
-    if (j < row_groups) {
-      write_slot<T>(c.out + r * hidden, word, hidden, c.out_aligned, c.slot.two_words,
-                    pack_slot<T>(acc, c.slot.two_words, c.flag));
-      store_norm_slot<T>(norm_out + r * hidden, weights, word, hidden, norm_aligned, c.slot.two_words, scale, acc);
+    const float scale = rsqrtf(row_sum.add(squares, iteration, cluster_warp) / hidden + n.eps);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t j = group(k);
+      if (j >= row_groups) continue;
+      write_slot<T>(c.out + r * hidden, c.word(j), hidden, c.out_aligned, c.slot.two_words,
+                    pack_slot<T>(acc[k], c.slot.two_words, c.flag));
+      store_norm_slot<T>(norm_out + r * hidden, weights[k], c.word(j), hidden, norm_aligned, c.slot.two_words, scale,
+                         acc[k]);
     }
   }
   if (iteration == 0) row_sum.wait_ready();  // a cluster without rows still completes the barrier
