@@ -460,8 +460,8 @@ bool CustomAllreduce::two_shot_rmsnorm_supported(size_t rows, size_t hidden, DTy
 }
 
 bool CustomAllreduce::one_shot_rmsnorm_ll128(size_t rows, size_t hidden, DType dtype) const {
-  return state_->ll128_rows_fit(rows, hidden, dtype,
-                                detail::kOneShotNormRowGroups);
+  return rows <= static_cast<size_t>(detail::kOneShotNormMaxRows) &&
+         state_->ll128_rows_fit(rows, hidden, dtype, detail::kOneShotNormRowGroups);
 }
 
 void CustomAllreduce::allreduce_add_rmsnorm(AllreduceAlgorithm algorithm, const void* in, const void* residual_in,

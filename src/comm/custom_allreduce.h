@@ -77,8 +77,9 @@ class CustomAllreduce {
   // its limit, every rank owning a row (rows >= world size), the rows' lines within the LL128 buffers.
   bool two_shot_rmsnorm_supported(size_t rows, size_t hidden, DType dtype) const;
   // Whether its one-shot kernel runs over LL128 for [rows, hidden]: LL128 on (NVLink) and the
-  // message within its limit, rows of at most 48 line groups (11520 bf16), the rows' lines within
-  // the LL128 buffers. Otherwise the one-shot kernel reads the peers' staged inputs.
+  // message within its limit, at most 32 rows (a cluster of blocks each) of at most 48 line groups
+  // (11520 bf16), the rows' lines within the LL128 buffers. Otherwise the one-shot kernel reads
+  // the peers' staged inputs.
   bool one_shot_rmsnorm_ll128(size_t rows, size_t hidden, DType dtype) const;
   // One kernel: residual_out = sum over ranks of `in` + residual_in;
   // norm_out = residual_out * rsqrt(mean(residual_out^2) + eps) * weight, per row. `algorithm`:

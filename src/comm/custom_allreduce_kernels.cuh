@@ -1341,6 +1341,7 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
 
 constexpr int kOneShotNormRowGroups = 48;
 constexpr int kOneShotNormFewRows = kLL128Blocks / 6;
+constexpr int kOneShotNormMaxRows = kLL128Blocks / 3;  // more would give a cluster a second row: the read kernel then
 
 template <typename T, int N, int kClusterBlocks>
 __global__ void __cluster_dims__(kClusterBlocks, 1, 1) __launch_bounds__(kLL128Threads)

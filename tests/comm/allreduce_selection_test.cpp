@@ -149,11 +149,14 @@ TEST(AllreduceSelection, FusedRmsnormTwoShotWithinItsRowsRange) {
 
 TEST(AllreduceSelection, DefaultFusedTwoShotOnlyOverNvlink) {
   for (int n : {2, 4, 6, 8}) EXPECT_EQ(row(LinkType::PCIe, n).fused_two_shot_min_bytes, kNeverBytes) << n;
-  // Two H200s: the two-shot kernel at 256-512 KB only; the one-shot kernel around it.
+  // Two H200s: the one-shot kernel throughout (over LL128 it beats the two-shot one at every row
+  // count); four: the two-shot kernel from 256 KB.
   const CustomCapability two = capability(LinkType::NVLink, 2);
-  EXPECT_EQ(select_fused_rmsnorm(128 * KiB, two), AllreduceAlgorithm::OneShot);
-  EXPECT_EQ(select_fused_rmsnorm(512 * KiB, two), AllreduceAlgorithm::TwoShot);
-  EXPECT_EQ(select_fused_rmsnorm(1 * MiB, two), AllreduceAlgorithm::OneShot);
+  for (size_t bytes : {128 * KiB, 256 * KiB, 512 * KiB, 1 * MiB})
+    EXPECT_EQ(select_fused_rmsnorm(bytes, two), AllreduceAlgorithm::OneShot) << bytes;
+  const CustomCapability four = capability(LinkType::NVLink, 4);
+  EXPECT_EQ(select_fused_rmsnorm(128 * KiB, four), AllreduceAlgorithm::OneShot);
+  EXPECT_EQ(select_fused_rmsnorm(512 * KiB, four), AllreduceAlgorithm::TwoShot);
   EXPECT_EQ(select_fused_rmsnorm(512 * KiB, capability(LinkType::PCIe, 2)), AllreduceAlgorithm::OneShot);
 }
 
