@@ -1325,23 +1325,23 @@ __global__ void __cluster_dims__(kNormClusterBlocks, 1, 1) __launch_bounds__(kLL
 // ---- one-shot LL128 + residual + RMSNorm (NVLink) -----------------------------------------------
 // Every rank pushes its whole input to every peer, in the row-aligned line groups of the two-shot
 // kernel above (group j of row r at slot (r row_groups + j) of the sender's region), spread over
-// the whole grid; then every rank reduces and normalizes every row itself, one cluster per row at
-// a time: the cluster's warp w holds the row's groups w (and w + its warps), waits on them from
+// the whole grid; then every rank reduces and normalizes every row itself, a cluster per row: the
+// cluster's warp w holds the row's groups w (and w + its warps), waits on them from
 // every peer at once, sums in rank order, adds residual_in and rounds once, and the cluster adds
 // the row's squares (RowSum). One hop over the links, against two-shot's two, for N - 1 whole
 // messages on the wire instead of 2 (N - 1) / N: the faster kernel while the links are not the
 // limit (N = 2; docs/comm.md). Every rank computes every row with the same expressions, so the
 // outputs are bit-identical across ranks. Flags, grid and parities are the other LL128 kernels';
 // every rank receives every row from every peer in every call.
-// Rows of up to 48 line groups (bf16: 11520 elements), in two cluster shapes: up to 16 rows, 16
-// clusters of 6 blocks, a warp per group; above, 32 clusters of 3 blocks, two groups per warp, a
-// row each up to 32 rows. (H200 x2, rows of 8192 bf16: a cluster that takes a second row pays
-// the whole chain of latencies again, 7.4 against 4.7 us at 32 and 16 rows with the 6-block shape;
-// 3 blocks of 512 threads took 6.3 us at 32 rows, of 256 threads 5.9.)
+// Up to 32 rows of up to 48 line groups (bf16: 11520 elements), in two cluster shapes: up to 16
+// rows, 16 clusters of 6 blocks, a warp per group; above, 32 clusters of 3 blocks, two groups per
+// warp. (H200 x2, rows of 8192 bf16: a cluster that took a second row paid the whole chain of
+// latencies again, 7.4 against 4.7 us at 32 and 16 rows with the 6-block shape, so more rows go
+// to the read kernel; 3 blocks of 512 threads took 6.3 us at 32 rows, of 256 threads 5.9.)
 
 constexpr int kOneShotNormRowGroups = 48;
 constexpr int kOneShotNormFewRows = kLL128Blocks / 6;
-constexpr int kOneShotNormMaxRows = kLL128Blocks / 3;  // more would give a cluster a second row: the read kernel then
+constexpr int kOneShotNormMaxRows = kLL128Blocks / 3;
 
 template <typename T, int N, int kClusterBlocks>
 __global__ void __cluster_dims__(kClusterBlocks, 1, 1) __launch_bounds__(kLL128Threads)
@@ -1386,63 +1386,64 @@ __global__ void __cluster_dims__(kClusterBlocks, 1, 1) __launch_bounds__(kLL128T
   const int cluster_warp = static_cast<int>(cooperative_groups::this_cluster().block_rank()) * (kLL128Threads / 32) +
                            static_cast<int>(threadIdx.x / 32);
   const auto group = [&](int k) { return static_cast<int64_t>(cluster_warp) + k * Sum::kWarps; };
-  const int clusters = gridDim.x / kClusterBlocks;
-  int iteration = 0;
-  for (int64_t r = blockIdx.x / kClusterBlocks; r < n.rows; r += clusters, ++iteration) {
-    // Everything this rank holds is loaded before the wait (load_slot_words says why). Lines are
-    // indexed by sender (this rank's entry unused), so that every index is known at compile time.
-    const uint4* at[K * N];
-    bool want[K * N];
-    uint4 own[K], residual[K];
-    float weights[K][2 * W];
+  // The cluster's row: the launcher gives every row a cluster of its own.
+  const int64_t r = blockIdx.x / kClusterBlocks;
+  if (r >= n.rows) {
+    row_sum.wait_ready();  // a cluster without a row still completes the barrier
+    return;
+  }
+  // Everything this rank holds is loaded before the wait (load_slot_words says why). Lines are
+  // indexed by sender (this rank's entry unused), so that every index is known at compile time.
+  const uint4* at[K * N];
+  bool want[K * N];
+  uint4 own[K], residual[K];
+  float weights[K][2 * W];
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t j = group(k);
+  for (int k = 0; k < K; ++k) {
+    const int64_t j = group(k);
 #pragma unroll
-      for (int p = 0; p < N; ++p) {
-        at[k * N + p] = received + p * ll.sender_slots + (r * row_groups + j) * kGroupSlots + c.lane;
-        want[k * N + p] = p != a.rank && j < row_groups;
-      }
-      if (j >= row_groups) continue;
-      own[k] = make_slot<T>(c.in + r * hidden, c.word(j), hidden, c.in_aligned, c.slot.two_words, c.flag);
-      residual[k] = load_slot_words<T>(c.residual == nullptr ? nullptr : c.residual + r * hidden, c.word(j), hidden,
-                                       c.residual_aligned, c.slot.two_words);
-      load_slot_weights<T>(n.weight, c.word(j), hidden, weights[k]);
+    for (int p = 0; p < N; ++p) {
+      at[k * N + p] = received + p * ll.sender_slots + (r * row_groups + j) * kGroupSlots + c.lane;
+      want[k * N + p] = p != a.rank && j < row_groups;
     }
-    uint4 lines[K * N];
-    wait_groups<K * N>(at, want, c.flag, !c.slot.two_words, lines);
+    if (j >= row_groups) continue;
+    own[k] = make_slot<T>(c.in + r * hidden, c.word(j), hidden, c.in_aligned, c.slot.two_words, c.flag);
+    residual[k] = load_slot_words<T>(c.residual == nullptr ? nullptr : c.residual + r * hidden, c.word(j), hidden,
+                                     c.residual_aligned, c.slot.two_words);
+    load_slot_weights<T>(n.weight, c.word(j), hidden, weights[k]);
+  }
+  uint4 lines[K * N];
+  wait_groups<K * N>(at, want, c.flag, !c.slot.two_words, lines);
 
-    float acc[K][2 * W] = {};
-    float squares = 0.0f;
+  float acc[K][2 * W] = {};
+  float squares = 0.0f;
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      if (group(k) >= row_groups) continue;
+  for (int k = 0; k < K; ++k) {
+    if (group(k) >= row_groups) continue;
 #pragma unroll
-      for (int p = 0; p < N; ++p) {
-        const uint4 value = p == a.rank ? own[k] : lines[k * N + p];
-        add_word<T>(make_uint2(value.x, value.y), acc[k]);
-        if (c.slot.two_words) add_word<T>(make_uint2(value.z, value.w), acc[k] + W);
-      }
-      add_slot_words<T>(residual[k], acc[k]);
-#pragma unroll
-      for (int e = 0; e < 2 * W; ++e) {
-        acc[k][e] = Elem<T>::round(acc[k][e]);
-        squares += acc[k][e] * acc[k][e];
-      }
+    for (int p = 0; p < N; ++p) {
+      const uint4 value = p == a.rank ? own[k] : lines[k * N + p];
+      add_word<T>(make_uint2(value.x, value.y), acc[k]);
+      if (c.slot.two_words) add_word<T>(make_uint2(value.z, value.w), acc[k] + W);
     }
-    if (iteration == 0) row_sum.wait_ready();  // after the first row's lines arrived: off the critical path
-    const float scale = rsqrtf(row_sum.add(squares, iteration, cluster_warp) / hidden + n.eps);
+    add_slot_words<T>(residual[k], acc[k]);
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t j = group(k);
-      if (j >= row_groups) continue;
-      write_slot<T>(c.out + r * hidden, c.word(j), hidden, c.out_aligned, c.slot.two_words,
-                    pack_slot<T>(acc[k], c.slot.two_words, c.flag));
-      store_norm_slot<T>(norm_out + r * hidden, weights[k], c.word(j), hidden, norm_aligned, c.slot.two_words, scale,
-                         acc[k]);
+    for (int e = 0; e < 2 * W; ++e) {
+      acc[k][e] = Elem<T>::round(acc[k][e]);
+      squares += acc[k][e] * acc[k][e];
     }
   }
-  if (iteration == 0) row_sum.wait_ready();  // a cluster without rows still completes the barrier
+  row_sum.wait_ready();  // after the row's lines arrived: off the critical path
+  const float scale = rsqrtf(row_sum.add(squares, 0, cluster_warp) / hidden + n.eps);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t j = group(k);
+    if (j >= row_groups) continue;
+    write_slot<T>(c.out + r * hidden, c.word(j), hidden, c.out_aligned, c.slot.two_words,
+                  pack_slot<T>(acc[k], c.slot.two_words, c.flag));
+    store_norm_slot<T>(norm_out + r * hidden, weights[k], c.word(j), hidden, norm_aligned, c.slot.two_words, scale,
+                       acc[k]);
+  }
 }
 
 }  // namespace splitflow::comm::detail
