@@ -12,6 +12,7 @@ DEBIAN_PACKAGES=(
   libgtest-dev libgmock-dev
   libcpp-httplib-dev
   gnuplot-nox  # splitflow sim draws its plots with it (skipped with a message when absent)
+  openmpi-bin  # mpirun: the comm bootstrap's launcher test (skipped when absent)
 )
 # torch, transformers, gguf: the references of the end-to-end tests (the openai-client server
 # test and the chat-template fixtures skip without them); ~2 minutes from PyPI.

@@ -15,8 +15,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Names starting with '.' belong to the store itself (temporary files, finish marks), so no key a
+// caller picks can collide with them.
 void check_key(const std::string& key) {
-  SF_CHECK(!key.empty() && key != "." && key != "..", "file store: empty or reserved key '{}'", key);
+  SF_CHECK(!key.empty() && key[0] != '.', "file store: empty key, or key '{}' starts with '.' (reserved for the store)",
+           key);
   for (char c : key) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
                     c == '_' || c == '.';
@@ -41,10 +44,16 @@ std::string FileStore::path(const std::string& key) const {
   return dir_ + "/" + key;
 }
 
-void FileStore::set(const std::string& key, const std::string& value) {
-  const std::string final_path = path(key);
+std::string FileStore::finish_mark(int rank) const { return dir_ + "/.finished." + std::to_string(rank); }
+
+void FileStore::set(const std::string& key, const std::string& value) { write(path(key), value); }
+
+std::string FileStore::get(const std::string& key) const { return wait_read(path(key), key); }
+
+void FileStore::write(const std::string& final_path, const std::string& value) {
   // The temporary name is unique per writer, and rename() is atomic within a directory.
-  const std::string tmp_path = dir_ + "/.tmp." + key + "." + std::to_string(::getpid());
+  const std::string tmp_path =
+      dir_ + "/.tmp." + fs::path(final_path).filename().string() + "." + std::to_string(::getpid());
   {
     std::ofstream out(tmp_path, std::ios::binary | std::ios::trunc);
     out.write(value.data(), static_cast<std::streamsize>(value.size()));
@@ -56,8 +65,7 @@ void FileStore::set(const std::string& key, const std::string& value) {
   SF_CHECK(!error, "file store: cannot rename '{}' to '{}': {}", tmp_path, final_path, error.message());
 }
 
-std::string FileStore::get(const std::string& key) const {
-  const std::string file = path(key);
+std::string FileStore::wait_read(const std::string& file, const std::string& key) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   auto pause = std::chrono::microseconds(50);
   while (true) {
@@ -93,9 +101,9 @@ std::string FileStore::broadcast(const std::string& name, const std::string& val
 void FileStore::barrier(const std::string& name) { allgather(name, ""); }
 
 void FileStore::finish() {
-  set("done." + std::to_string(rank_), "");
+  write(finish_mark(rank_), "");
   if (rank_ != 0) return;
-  for (int r = 1; r < world_size_; ++r) get("done." + std::to_string(r));
+  for (int r = 1; r < world_size_; ++r) wait_read(finish_mark(r), "finish mark of rank " + std::to_string(r));
   std::error_code error;
   fs::remove_all(dir_, error);
 }

@@ -3,8 +3,9 @@
 // key and the others wait for them. Writes are atomic (temporary file + rename), so a reader
 // never sees half a value. It carries start-up data only, never tensors, and holds no GPU state.
 //
-// Keys are single path components of [A-Za-z0-9._-]; every collective call (allgather, barrier)
-// takes a name that must be unique within the job and identical on all ranks.
+// Keys are single path components of [A-Za-z0-9._-] not starting with '.' (names the store keeps
+// for itself); every collective call (allgather, barrier) takes a name that must be unique within
+// the job and identical on all ranks.
 #pragma once
 
 #include <chrono>
@@ -36,7 +37,11 @@ class FileStore {
   void finish();
 
  private:
-  std::string path(const std::string& key) const;
+  std::string path(const std::string& key) const;  // checks the key
+  std::string finish_mark(int rank) const;
+  void write(const std::string& file, const std::string& value);
+  // Waits until `file` exists, then returns its contents; `key` names it in the timeout's message.
+  std::string wait_read(const std::string& file, const std::string& key) const;
 
   std::string dir_;
   int rank_;

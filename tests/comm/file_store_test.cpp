@@ -122,3 +122,32 @@ TEST(FileStore, FinishRemovesTheDirectoryOnceEveryRankIsDone) {
   other.join();
   EXPECT_FALSE(std::filesystem::exists(dir));
 }
+
+TEST(FileStore, FinishMarksCannotCollideWithTheCallersKeys) {
+  // A barrier named "done" (whose keys are done.0, done.1) must not let rank 0's finish() remove
+  // the directory while rank 1 still waits in that barrier.
+  const std::string dir = fresh_dir("collide");
+  std::string other_error;
+  std::thread other([&] {
+    try {
+      FileStore store(dir, 1, 2, 2s);
+      store.barrier("done");  // waits (backing off) for rank 0's done.0
+      store.finish();
+    } catch (const Error& e) {
+      other_error = e.what();
+    }
+  });
+  std::this_thread::sleep_for(50ms);  // rank 1 is polling by now
+  FileStore store(dir, 0, 2, 2s);
+  store.barrier("done");
+  store.finish();
+  other.join();
+  EXPECT_EQ(other_error, "");
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  // Names starting with '.' are the store's own.
+  FileStore lone(fresh_dir("dot"), 0, 1);
+  EXPECT_THROW(lone.set(".finished.0", ""), Error);
+  EXPECT_THROW(lone.get(".tmp.x"), Error);
+  std::filesystem::remove_all(lone.dir());
+}
+
