@@ -88,14 +88,15 @@ GetAttribute pointer_attribute_function() {
 }
 
 // What a peer needs to map one of our buffers: the IPC handle of the allocation holding it (handles
-// name whole allocations), the buffer's offset in it, and the allocation's base address here. The
-// base lets a peer recognise memory it mapped already: a process may map an allocation only once,
-// and when we free a buffer a peer still maps, the next cudaMalloc can hand the same memory back
-// under a new handle.
+// name whole allocations), the buffer's offset in it, and the allocation's base address and size
+// here. The base lets a peer recognise memory it mapped already: a process may map an allocation
+// only once, and when we free a buffer a peer still maps, the next cudaMalloc can hand the same
+// memory back under a new handle, possibly as a larger allocation.
 struct ExportedBuffer {
   cudaIpcMemHandle_t handle;
   int64_t offset;
   uint64_t base;
+  uint64_t size;
 };
 
 std::string export_buffer(const void* ptr) {
@@ -105,10 +106,14 @@ std::string export_buffer(const void* ptr) {
       get_attribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, reinterpret_cast<CUdeviceptr>(ptr));
   SF_CHECK(status == CUDA_SUCCESS, "custom allreduce: {} is not device memory this process allocated (error {})", ptr,
            static_cast<int>(status));
+  size_t size = 0;
+  SF_CHECK(get_attribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, reinterpret_cast<CUdeviceptr>(ptr)) == CUDA_SUCCESS,
+           "custom allreduce: no allocation size for {}", ptr);
   ExportedBuffer exported{};
   SF_CUDA_CHECK(cudaIpcGetMemHandle(&exported.handle, reinterpret_cast<void*>(base)));
   exported.offset = static_cast<const char*>(ptr) - reinterpret_cast<const char*>(base);
   exported.base = static_cast<uint64_t>(base);
+  exported.size = static_cast<uint64_t>(size);
   return std::string(reinterpret_cast<const char*>(&exported), sizeof exported);
 }
 
@@ -218,8 +223,12 @@ struct CustomAllreduce::State {
   detail::PeerTmps tmps{};
 
   // Peer allocations mapped here, by (rank, handle bytes) and by (rank, base address on the peer).
+  struct Mapping {
+    char* base;     // here
+    uint64_t size;  // of the allocation it was opened for
+  };
   std::map<std::pair<int, std::string>, char*> opened_by_handle;
-  std::map<std::pair<int, uint64_t>, char*> opened_by_base;
+  std::map<std::pair<int, uint64_t>, Mapping> opened_by_base;
   size_t graph_slots_used = 0;
   std::vector<const void*> pending;  // inputs recorded during capture, in call order
   uint64_t eager_calls = 0;
@@ -238,21 +247,44 @@ struct CustomAllreduce::State {
     auto known = opened_by_handle.find(handle_key);
     if (known != opened_by_handle.end()) return known->second + record.offset;
     void* base = nullptr;
-    const cudaError_t status = cudaIpcOpenMemHandle(&base, record.handle, cudaIpcMemLazyEnablePeerAccess);
+    cudaError_t status = cudaIpcOpenMemHandle(&base, record.handle, cudaIpcMemLazyEnablePeerAccess);
     if (status == cudaErrorAlreadyMapped) {
-      // The peer's memory came back under a new handle at the same address: our mapping still holds it.
+      // The peer freed an allocation we still map, and its allocator handed the same memory back
+      // at the same address under a new handle.
       cudaGetLastError();
       auto same = opened_by_base.find(base_key);
       SF_CHECK(same != opened_by_base.end(),
                "custom allreduce: rank {}'s buffer at {:#x} is already mapped here under another address", rank,
                record.base);
-      base = same->second;
+      if (same->second.size >= record.size) {
+        base = same->second.base;  // our mapping covers the new allocation
+      } else {
+        // The new allocation is larger than the one we mapped, which is dead (two live allocations
+        // never share a base): unmap it and map the new one, so no access goes past a mapping.
+        close_mapping(same->second.base);
+        status = cudaIpcOpenMemHandle(&base, record.handle, cudaIpcMemLazyEnablePeerAccess);
+        SF_CHECK(status == cudaSuccess,
+                 "custom allreduce: cannot map rank {}'s {}-byte buffer at {:#x} after unmapping the smaller one "
+                 "that was there: {}",
+                 rank, record.size, record.base, cudaGetErrorString(status));
+        opened_by_base[base_key] = {static_cast<char*>(base), record.size};
+      }
     } else {
       SF_CUDA_CHECK(status);
-      opened_by_base[base_key] = static_cast<char*>(base);
+      opened_by_base[base_key] = {static_cast<char*>(base), record.size};
     }
     opened_by_handle[handle_key] = static_cast<char*>(base);
     return static_cast<char*>(base) + record.offset;
+  }
+
+  // Unmaps a peer allocation and forgets every record that led to it.
+  void close_mapping(char* base) {
+    SF_CUDA_CHECK(cudaIpcCloseMemHandle(base));
+    // (CUDA sources build as C++17 here: no std::erase_if.)
+    for (auto it = opened_by_handle.begin(); it != opened_by_handle.end();)
+      it = it->second == base ? opened_by_handle.erase(it) : std::next(it);
+    for (auto it = opened_by_base.begin(); it != opened_by_base.end();)
+      it = it->second.base == base ? opened_by_base.erase(it) : std::next(it);
   }
 
   // Pointer slot for this call's input. Captured calls record `in` (or enqueue a copy into the
