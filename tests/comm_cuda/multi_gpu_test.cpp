@@ -303,9 +303,11 @@ void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
     }
 
     // RMSNorm: [rows, hidden]; hidden 8192 is 512 KB at 32 rows of bf16; 1001 is no whole number of
-    // packs; 2056 and 24 end rows inside a line group; 2 rows leave a GPU without a row at N = 4.
+    // packs; 2056 and 24 end rows inside a line group; 2 rows leave a GPU without a row at N = 4;
+    // 47 x 4096 and 100 x 1000: more rows than the one-shot LL128 kernel's clusters, so the
+    // one-shot call reads, and two-shot rows end inside a line group.
     for (auto [rows, hidden] : {std::pair<size_t, size_t>{32, 8192}, {64, 8192}, {7, 4096}, {3, 1001}, {9, 2056},
-                                {5, 24}, {2, 4096}}) {
+                                {5, 24}, {2, 4096}, {47, 4096}, {100, 1000}}) {
       const size_t count = rows * hidden, bytes = count * size;
       const Case c = make_case(500 + hidden, rank, n, count, dtype);
       std::vector<uint8_t> residual_bytes;
