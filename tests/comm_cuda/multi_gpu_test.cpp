@@ -70,6 +70,17 @@ std::vector<FusedKernel> fused_kernels(const CustomAllreduce& custom, size_t row
   return kernels;
 }
 
+// residual_out, norm_out = allreduce_add_rmsnorm through `kernel`: LL128 left on, or off for this call.
+void call_fused(CustomAllreduce& custom, const FusedKernel& kernel, const void* in, const void* residual_in,
+                void* residual_out, void* norm_out, const float* weight, float eps, size_t rows, size_t hidden,
+                DType dtype, cudaStream_t stream) {
+  const size_t ll128 = custom.ll128_max_bytes();
+  custom.set_ll128_max_bytes(kernel.ll128 ? ll128 : 0);
+  custom.allreduce_add_rmsnorm(kernel.algorithm, in, residual_in, residual_out, norm_out, weight, eps, rows, hidden,
+                               dtype, stream);
+  custom.set_ll128_max_bytes(ll128);
+}
+
 std::vector<size_t> counts_for(DType dtype) {
   const size_t max_count = kMaxBytes / dtype_size(dtype);
   return {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 100, 127, 1000, 1023, 4097, 65535, 131073, (size_t{512} << 10) / dtype_size(dtype),
@@ -231,13 +242,10 @@ void graph_scenario(CommGroup& group, cudaStream_t stream, json& report) {
   SF_COMM_CUDA_OK(upload(res.ptr, residual_bytes.data(), bytes));
   const float* weight_device = static_cast<const float*>(w.ptr);
   CustomAllreduce& custom = *group.custom();
-  const size_t ll128_default = custom.ll128_max_bytes();
   for (const FusedKernel& kernel : fused_kernels(custom, rows, hidden, DType::BF16)) {
     const auto call = [&](void* res_out, void* norm_out) {
-      custom.set_ll128_max_bytes(kernel.ll128 ? ll128_default : 0);
-      custom.allreduce_add_rmsnorm(kernel.algorithm, in.ptr, res.ptr, res_out, norm_out, weight_device, 1e-6f, rows, hidden,
-                                   DType::BF16, stream);
-      custom.set_ll128_max_bytes(ll128_default);
+      call_fused(custom, kernel, in.ptr, res.ptr, res_out, norm_out, weight_device, 1e-6f, rows, hidden, DType::BF16,
+                 stream);
     };
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
@@ -324,7 +332,6 @@ void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
       if (custom_supports(AllreduceAlgorithm::OneShot, group.custom_capability(), bytes)) {
         for (const FusedKernel& kernel : fused_kernels(*group.custom(), rows, hidden, dtype)) kernels.push_back(kernel);
       }
-      const size_t ll128_default = group.custom() ? group.custom()->ll128_max_bytes() : 0;
       for (const std::optional<FusedKernel>& kernel : kernels) {
         const bool in_place = kernel && kernel->ll128;
         const std::string path = kernel ? fmt::format("{} kernel{}", kernel->name, in_place ? ", in place" : "") : "auto";
@@ -336,10 +343,8 @@ void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
         }
         SF_COMM_CUDA_OK(cudaMemsetAsync(norm_out.ptr, 0xff, bytes, stream));
         if (kernel) {
-          group.custom()->set_ll128_max_bytes(kernel->ll128 ? ll128_default : 0);
-          group.custom()->allreduce_add_rmsnorm(kernel->algorithm, in.ptr, in_place ? res_out.ptr : res_in.ptr, res_out.ptr,
-                                                norm_out.ptr, weight_device, 1e-5f, rows, hidden, dtype, stream);
-          group.custom()->set_ll128_max_bytes(ll128_default);
+          call_fused(*group.custom(), *kernel, in.ptr, in_place ? res_out.ptr : res_in.ptr, res_out.ptr, norm_out.ptr,
+                     weight_device, 1e-5f, rows, hidden, dtype, stream);
         } else {
           group.allreduce_add_rmsnorm(in.ptr, res_in.ptr, res_out.ptr, norm_out.ptr, weight_device, 1e-5f, rows, hidden,
                                       dtype, stream);
