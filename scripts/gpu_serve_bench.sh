@@ -18,7 +18,8 @@
 # Knobs: CONFIG (bench/configs/llama-3-8b.json), KV_CACHE_GB (54), MAX_SEQS (224: 1000+1000 tokens each fit the 54 GiB),
 # MAX_BATCH_TOKENS (2048, the SplitFuse budget), RATES (2,4,6,8,10,12,14,16), DURATION (30 s of
 # arrivals per rate), TRACE (.carry/shared/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv),
-# TRACE_DURATION (300 s of the trace), PORT (8391).
+# TRACE_DURATION (300 s of the trace), PORT (8391), THROUGHPUT_NAME (1000x1000: the throughput
+# JSON is throughput-$THROUGHPUT_NAME.json).
 # A dry run on the CPU (checks the script, not the numbers): CUDA=OFF BACKEND=cpu
 # MODEL_ARGS="--model ../shared/models/stories260K-hf" THROUGHPUT_LENS="--num-requests 16 --input-len 64
 # --output-len 32" SWEEP_LENS="--input-len 64 --output-len 32" RATES=5,10 DURATION=2 TRACE_DURATION=3.
@@ -63,6 +64,24 @@ fi
 echo "configure + build: $((SECONDS - start)) s"
 splitflow=$build/splitflow
 rc=0
+
+# The SM clock and board power while a part runs (sampled every 500 ms by nvidia-smi): a step
+# that streams HBM next to busy tensor cores can hold the board at its power limit, and the clock
+# it drops to is part of why a step sits above its byte roofline.
+telemetry_start() {
+  command -v nvidia-smi >/dev/null || return 0
+  nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv,noheader,nounits -lms 500 \
+    >"$logs/telemetry-$1.csv" 2>/dev/null &
+  telemetry_pid=$!
+}
+telemetry_stop() {
+  [[ -n ${telemetry_pid:-} ]] || return 0
+  kill "$telemetry_pid" 2>/dev/null; wait "$telemetry_pid" 2>/dev/null; telemetry_pid=
+  awk -F', *' '$3 > 0.8 * $4 { n++; clock += $1; power += $3; max = $2; limit = $4 }
+    END { if (n) printf "telemetry: %d samples at > 80%% of the power limit: SM clock %.0f of %d MHz, power %.0f of %.0f W\n",
+          n, clock / n, max, power / n, limit; else print "telemetry: no sample above 80% of the power limit" }' \
+    "$logs/telemetry-$1.csv"
+}
 
 # GET /health over bash's /dev/tcp (no curl needed): 0 once the server answers 200.
 healthy() {
@@ -123,13 +142,15 @@ for part in $parts; do
       echo "=== throughput: ${throughput_lens[*]} ==="
       rm -rf "${work:?}/throughput"
       run_start=$SECONDS
+      telemetry_start throughput
       "$splitflow" bench throughput --backend "$backend" "${model_args[@]}" "${throughput_lens[@]}" \
         --max-seqs "$max_seqs" --max-batch-tokens "$max_batch_tokens" \
         --kv-cache-gb "$kv_cache_gb" --results-dir "$work/throughput" 2>"$logs/throughput.log"
       status=$?
+      telemetry_stop throughput
       [[ $status -ne 0 ]] && { rc=$status; tail -5 "$logs/throughput.log"; }
       echo "exit $status after $((SECONDS - run_start)) s"
-      cp "$(newest "$work/throughput" json)" "$out/throughput-1000x1000.json"
+      cp "$(newest "$work/throughput" json)" "$out/throughput-${THROUGHPUT_NAME:-1000x1000}.json"
       ;;
     splitfuse) run_sweep splitfuse "SplitFuse, budget $max_batch_tokens" ;;
     nosplitfuse) run_sweep nosplitfuse "prefill-first" --no-splitfuse ;;

@@ -30,6 +30,14 @@ int64_t weight_stream_bytes(const ModelWeights& weights) {
   return bytes;
 }
 
+ModelCost model_cost(const ModelWeights& weights, int64_t kv_bytes_per_token) {
+  ModelCost cost{weight_stream_bytes(weights), kv_bytes_per_token, 0, weights.lm_head.numel()};
+  for (const LayerWeights& layer : weights.layers) {
+    cost.layer_matrix_params += layer.wqkv.numel() + layer.wo.numel() + layer.w_gate_up.numel() + layer.w_down.numel();
+  }
+  return cost;
+}
+
 nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOptions& options, double bandwidth_gbps,
                            double gemm_tflops) {
   SF_CHECK(options.input_len >= 1 && options.output_len >= 1 && options.batch >= 1,
@@ -39,11 +47,9 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
   const int64_t total_len = static_cast<int64_t>(options.input_len) + options.output_len;
   SF_CHECK(total_len <= spec.max_position, "--input-len + --output-len = {} exceeds the model's context {}", total_len,
            spec.max_position);
-  const int64_t weight_bytes = weight_stream_bytes(model.weights);
-  int64_t matrix_params = model.weights.lm_head.numel();
-  for (const LayerWeights& layer : model.weights.layers) {
-    matrix_params += layer.wqkv.numel() + layer.wo.numel() + layer.w_gate_up.numel() + layer.w_down.numel();
-  }
+  const ModelCost cost = model_cost(model.weights, 0);
+  const int64_t weight_bytes = cost.weight_bytes;
+  const int64_t matrix_params = cost.layer_matrix_params + cost.head_matrix_params;
   const int32_t blocks_per_seq = blocks_for_tokens(total_len, options.block_size);
   const int32_t prefill_chunk = std::min(options.max_batch_tokens, options.input_len);
   const auto setup_start = Clock::now();

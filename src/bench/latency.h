@@ -34,6 +34,15 @@ struct LatencyOptions {
 // (the embedding table only for the gathered rows, so it is left out unless it is the LM head).
 int64_t weight_stream_bytes(const ModelWeights& weights);
 
+// What one step of a model costs the device, whatever the kernels.
+struct ModelCost {
+  int64_t weight_bytes = 0;         // read once per step (weight_stream_bytes)
+  int64_t kv_bytes_per_token = 0;   // K and V of one position, every layer, in the cache dtype
+  int64_t layer_matrix_params = 0;  // weights of the layers' matrices: 2 FLOPs each per token
+  int64_t head_matrix_params = 0;   // the LM head's: 2 FLOPs each per sampled row
+};
+ModelCost model_cost(const ModelWeights& weights, int64_t kv_bytes_per_token);
+
 // Runs the benchmark; `bandwidth_gbps` is the measured memory roofline and `gemm_tflops` the
 // measured matrix rate (0: not measured, no prefill fraction reported). Returns the result JSON
 // (without the device/date/commit header, which the caller adds).

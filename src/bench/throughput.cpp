@@ -70,14 +70,37 @@ int64_t throughput_kv_blocks(const ThroughputOptions& options, int64_t kv_bytes_
   return int64_t{std::min(options.num_requests, options.max_seqs)} * blocks_for_tokens(total_len, options.block_size);
 }
 
+ThroughputBound throughput_bound(const ThroughputOptions& options, const ModelCost& cost, double bandwidth_gbps,
+                                 double gemm_tflops) {
+  SF_CHECK(bandwidth_gbps > 0 && gemm_tflops >= 0, "throughput bound: bandwidth {} GB/s and GEMM rate {} TFLOP/s",
+           bandwidth_gbps, gemm_tflops);
+  const int64_t n = options.num_requests, in = options.input_len, out = options.output_len;
+  const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  ThroughputBound bound;
+  bound.min_steps = std::max(ceil_div(n * (out - 1), options.max_seqs), ceil_div(n * (in + out - 1), options.max_batch_tokens));
+  bound.weight_read_bytes = static_cast<double>(bound.min_steps) * static_cast<double>(cost.weight_bytes);
+  // Sum over j = 1 .. out - 1 of (in + j) positions, per request.
+  const double kv_positions = static_cast<double>(n) * static_cast<double>(out - 1) * (static_cast<double>(in) + out / 2.0);
+  bound.kv_read_bytes = kv_positions * static_cast<double>(cost.kv_bytes_per_token);
+  bound.gemm_flops = 2.0 * static_cast<double>(n) *
+                     (static_cast<double>(cost.layer_matrix_params) * static_cast<double>(in + out - 1) +
+                      static_cast<double>(cost.head_matrix_params) * static_cast<double>(out));
+  const double bytes_per_s = bandwidth_gbps * 1e9;
+  const double gemm_s = gemm_tflops > 0 ? bound.gemm_flops / (gemm_tflops * 1e12) : 0.0;
+  bound.serial_s = bound.kv_read_bytes / bytes_per_s + std::max(bound.weight_read_bytes / bytes_per_s, gemm_s);
+  bound.overlapped_s = std::max((bound.kv_read_bytes + bound.weight_read_bytes) / bytes_per_s, gemm_s);
+  return bound;
+}
+
 nlohmann::json run_throughput(LoadedModel model, Backend& backend, const ThroughputOptions& options,
-                              double bandwidth_gbps) {
+                              double bandwidth_gbps, double gemm_tflops) {
   check_throughput_options(options, model.spec);
   const ModelSpec spec = model.spec;
   const int64_t total_len = static_cast<int64_t>(options.input_len) + options.output_len;
-  const int64_t weight_bytes = weight_stream_bytes(model.weights);
   const DType kv_cache_dtype = resolve_kv_cache_dtype(backend, options.kv_cache_dtype);
   const int64_t kv_bytes_per_token = kv_cache_bytes_per_token(spec, kv_cache_dtype);
+  const ModelCost cost = model_cost(model.weights, kv_bytes_per_token);
+  const int64_t weight_bytes = cost.weight_bytes;
   const bool sized_from_memory = options.kv_cache_memory_fraction.has_value();
   int64_t num_blocks = throughput_kv_blocks(options, kv_bytes_per_token * options.block_size);
   const int64_t blocks_per_request = blocks_for_tokens(total_len, options.block_size);
@@ -207,6 +230,19 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
     }
   }
   const int64_t input_tokens = int64_t{options.num_requests} * options.input_len;
+  const ThroughputBound bound = throughput_bound(options, cost, bandwidth_gbps, gemm_tflops);
+  const double expected_output = static_cast<double>(options.num_requests) * options.output_len;
+  const nlohmann::json bound_json = {
+      {"min_steps", bound.min_steps},
+      {"weight_read_bytes", bound.weight_read_bytes},
+      {"kv_read_bytes", bound.kv_read_bytes},
+      {"gemm_flops", bound.gemm_flops},
+      {"serial_s", bound.serial_s},
+      {"overlapped_s", bound.overlapped_s},
+      {"serial_output_tps", expected_output / bound.serial_s},
+      {"overlapped_output_tps", expected_output / bound.overlapped_s},
+      {"fraction_of_serial", bound.serial_s / elapsed},
+  };
   return {
       {"num_requests", options.num_requests},
       {"input_len", options.input_len},
@@ -241,7 +277,11 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
       {"preemptions", engine.scheduler().num_preemptions()},
       {"swap_outs", engine.scheduler().num_swap_outs()},
       {"bandwidth_gbps", bandwidth_gbps},
+      {"gemm_tflops", gemm_tflops},
+      {"layer_matrix_params", cost.layer_matrix_params},
+      {"head_matrix_params", cost.head_matrix_params},
       {"saturation", saturation},
+      {"bound", bound_json},
   };
 }
 

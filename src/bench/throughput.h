@@ -3,11 +3,13 @@
 // so each produces exactly output_len tokens) and stepped until all finish. Reports output,
 // total-token and request throughput over the whole run, and the decode step at saturation (pure
 // decode steps at the largest batch seen) against its roofline: (weights + the KV bytes the step
-// reads) / the measured memory bandwidth. The engine warms up (Engine::warm_up) before the clock
+// reads) / the measured memory bandwidth; and the whole run against the least time the workload
+// can take on the device (throughput_bound). The engine warms up (Engine::warm_up) before the clock
 // starts, so no step pays for recording a decode graph.
 #pragma once
 
 #include "backend/backend.h"
+#include "bench/latency.h"
 #include "engine/model_loader.h"
 #include "engine/scheduler.h"
 
@@ -46,9 +48,34 @@ void check_throughput_options(const ThroughputOptions& options, const ModelSpec&
 // 0 when kv_cache_memory_fraction leaves the count to the runner.
 int64_t throughput_kv_blocks(const ThroughputOptions& options, int64_t kv_bytes_per_block);
 
-// Runs the benchmark; `bandwidth_gbps` is the memory roofline measured in the same process.
-// Returns the result JSON without the device/date/commit header (the caller adds it).
+// The least time the options' workload can take on a device that streams `bandwidth_gbps` and
+// multiplies at `gemm_tflops` (0: not measured, the FLOP terms drop out). What every run must do:
+// - steps: each decodes at most max_seqs tokens and runs at most max_batch_tokens, so at least
+//   max(N (out - 1) / max_seqs, N (in + out - 1) / max_batch_tokens) of them, each reading the
+//   weights once;
+// - KV reads: every decode step of a request reads its whole context, in + j positions at its
+//   j-th decode step (the first output token comes from the prefill);
+// - matrix FLOPs: the layers' for every token, the head's for every output token.
+// Left out, so the bound stays low: attention FLOPs, the prefill's own KV traffic, activations.
+struct ThroughputBound {
+  int64_t min_steps = 0;
+  double weight_read_bytes = 0;  // min_steps x the weights
+  double kv_read_bytes = 0;
+  double gemm_flops = 0;
+  // The decode attention runs beside no GEMM (this engine's step: kernels in sequence), and each
+  // step's GEMMs take the longer of reading the weights and computing:
+  // kv / B + max(weights / B, flops / G).
+  double serial_s = 0;
+  // Every byte and FLOP overlapped: max((kv + weights) / B, flops / G).
+  double overlapped_s = 0;
+};
+ThroughputBound throughput_bound(const ThroughputOptions& options, const ModelCost& cost, double bandwidth_gbps,
+                                 double gemm_tflops);
+
+// Runs the benchmark; `bandwidth_gbps` and `gemm_tflops` are the memory and matrix rooflines
+// measured in the same process (gemm_tflops 0: not measured). Returns the result JSON without the
+// device/date/commit header (the caller adds it).
 nlohmann::json run_throughput(LoadedModel model, Backend& backend, const ThroughputOptions& options,
-                              double bandwidth_gbps);
+                              double bandwidth_gbps, double gemm_tflops);
 
 }  // namespace splitflow::bench

@@ -8,14 +8,10 @@
 #include "bench/workload.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/roofline.h"
 #include "core/error.h"
 #include "runtime/kv_cache_sizing.h"
 #include "sim/workload.h"
-
-#ifdef SPLITFLOW_HAS_CUDA
-#include "backend/cuda/device_info.h"
-#include "backend/cuda/roofline.h"
-#endif
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -195,20 +191,6 @@ struct ThroughputFlags {
   std::string results_dir = "bench/results/serve";
 };
 
-// The device's name and measured memory bandwidth (GB/s), as `bench latency` measures them.
-std::pair<std::string, double> measure_bandwidth(const ModelFlags& flags, int threads) {
-  if (flags.backend == "cuda") {
-#ifdef SPLITFLOW_HAS_CUDA
-    const std::vector<cuda::DeviceInfo> devices = cuda::list_devices();
-    SF_CHECK(!devices.empty(), "--backend cuda: no GPU visible");
-    fmt::print(stderr, "measuring copy bandwidth on {}...\n", devices[0].name);
-    return {devices[0].name, cuda::measure_copy_bandwidth_gbps(0)};
-#endif
-  }
-  fmt::print(stderr, "measuring memory bandwidth...\n");
-  return {bench::cpu_description(threads), bench::measure_cpu_read_bandwidth_gbps(threads)};
-}
-
 void run_bench_throughput(const ThroughputFlags& flags) {
   const int threads = flags.model.threads > 0 ? flags.model.threads : omp_get_max_threads();
   bench::ThroughputOptions options = flags.options;
@@ -228,20 +210,21 @@ void run_bench_throughput(const ThroughputFlags& flags) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   fmt::print(stderr, "model: {} (loaded in {:.1f} s)\n", model.description, load_seconds);
   bench::check_throughput_options(options, model.spec);
-  const auto [device, bandwidth_gbps] = measure_bandwidth(flags.model, threads);
+  const Roofline roofline = measure_roofline(flags.model, threads);
   const std::string description = model.description;
-  nlohmann::json result = bench::run_throughput(std::move(model), *backend, options, bandwidth_gbps);
+  nlohmann::json result =
+      bench::run_throughput(std::move(model), *backend, options, roofline.bandwidth_gbps, roofline.gemm_tflops);
   result["benchmark"] = "throughput";
   result["model"] = description;
   result["load_s"] = load_seconds + result["runner_setup_s"].get<double>();
   result["backend"] = backend->name();
-  result["device"] = device;
+  result["device"] = roofline.device;
   result["date"] = bench::utc_timestamp();
   result["commit"] = bench::source_commit();
 
   fmt::print("| {:<34} | {:>16} |\n|{:-<36}|{:->18}|\n", "throughput", "value", "", "");
   auto row = [](const std::string& name, const std::string& value) { fmt::print("| {:<34} | {:>16} |\n", name, value); };
-  row("device", device.substr(0, 16));
+  row("device", roofline.device.substr(0, 16));
   row("requests x (in / out)", fmt::format("{} x {}/{}", options.num_requests, options.input_len, options.output_len));
   row("scheduler", fmt::format("{} {}/{}", options.splitfuse ? "splitfuse" : "prefill-first", options.max_batch_tokens,
                                options.max_seqs));
@@ -260,7 +243,17 @@ void run_bench_throughput(const ThroughputFlags& flags) {
     row("(weights + KV) / bandwidth (ms)", fmt::format("{:.2f}", saturation["roofline_step_ms"].get<double>()));
     row("step / roofline", fmt::format("{:.3f}", saturation["ratio_to_roofline"].get<double>()));
   }
-  row("measured bandwidth (GB/s)", fmt::format("{:.1f}", bandwidth_gbps));
+  const nlohmann::json& bound = result["bound"];
+  if (roofline.gemm_tflops > 0) {
+    row("bound, kernels in sequence (tok/s)", fmt::format("{:.0f}", bound["serial_output_tps"].get<double>()));
+    row("bound, all overlapped (tok/s)", fmt::format("{:.0f}", bound["overlapped_output_tps"].get<double>()));
+    row("bound in sequence / run", fmt::format("{:.3f}", bound["fraction_of_serial"].get<double>()));
+  } else {  // no GEMM rate measured (CPU): the bytes alone
+    row("bound, bytes only (tok/s)", fmt::format("{:.0f}", bound["serial_output_tps"].get<double>()));
+    row("bound / run", fmt::format("{:.3f}", bound["fraction_of_serial"].get<double>()));
+  }
+  row("measured bandwidth (GB/s)", fmt::format("{:.1f}", roofline.bandwidth_gbps));
+  if (roofline.gemm_tflops > 0) row("measured bf16 GEMM (TFLOP/s)", fmt::format("{:.1f}", roofline.gemm_tflops));
   fmt::print("result: {}\n", bench::write_result(result, flags.results_dir, "throughput"));
 }
 

@@ -498,6 +498,26 @@ TEST(BenchThroughputCommand, EightRequestsOnStories260K) {
   const double kv_tokens = kv_bytes / result["kv_bytes_per_token"].get<double>();
   EXPECT_GE(kv_tokens, 4 * 33);
   EXPECT_LE(kv_tokens, 4 * 48);
+  // The bound. stories260K's config: 5 layers of hidden 64, 8 heads of 8 (4 for K/V), MLP 172:
+  // qkv 64 x 128 + o 64 x 64 + gate/up 2 x 64 x 172 + down 172 x 64 = 45312 per layer; head
+  // 512 x 64 (tied to the embedding, still multiplied).
+  EXPECT_EQ(result["layer_matrix_params"], 5 * 45312);
+  EXPECT_EQ(result["head_matrix_params"], 512 * 64);
+  EXPECT_EQ(result["gemm_tflops"], 0.0);  // not measured on the CPU
+  const json& bound = result["bound"];
+  // Steps: 8 x 15 decode tokens at 4 a step = 30 (the 8 x 47 tokens need only 6 steps of 64).
+  EXPECT_EQ(bound["min_steps"], 30);
+  EXPECT_DOUBLE_EQ(bound["weight_read_bytes"].get<double>(), 30 * result["weight_bytes"].get<double>());
+  // Each request's 15 decode steps read 33 .. 47 positions: 8 x 600.
+  EXPECT_DOUBLE_EQ(bound["kv_read_bytes"].get<double>(), 8 * 600 * result["kv_bytes_per_token"].get<double>());
+  EXPECT_DOUBLE_EQ(bound["gemm_flops"].get<double>(), 2.0 * 8 * (5 * 45312 * 47 + 512 * 64 * 16));
+  const double bound_s = (bound["weight_read_bytes"].get<double>() + bound["kv_read_bytes"].get<double>()) /
+                         (result["bandwidth_gbps"].get<double>() * 1e9);
+  EXPECT_NEAR(bound["serial_s"].get<double>(), bound_s, 1e-9 * bound_s);
+  EXPECT_NEAR(bound["overlapped_s"].get<double>(), bound_s, 1e-9 * bound_s);
+  EXPECT_NEAR(bound["serial_output_tps"].get<double>(), 128 / bound_s, 1e-6 * 128 / bound_s);
+  EXPECT_NEAR(bound["fraction_of_serial"].get<double>(), bound_s / elapsed, 1e-6 * bound_s / elapsed);
+  EXPECT_NE(run.output.find("bound, bytes only"), std::string::npos) << run.output;
 }
 
 TEST(BenchThroughputCommand, BadOptionsAreNamed) {
