@@ -29,7 +29,8 @@ struct StepRecord {
   int32_t prefill_tokens = 0;
   int32_t decode_tokens = 0;
   int32_t preempted = 0;  // sequences preempted or swapped in: the step also ran block copies
-  int64_t kv_tokens = 0;  // positions the step's decode attention reads (before the step: num_tokens of each)
+  int32_t sampled_rows = 0;  // rows through the LM head: a token each
+  int64_t kv_tokens = 0;  // positions its decode attention reads: num_tokens of each decoding sequence before it
 };
 
 }  // namespace
@@ -161,7 +162,8 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
   auto last_report = start;
   while (engine.has_unfinished()) {
     StepRecord record;
-    for (const Sequence* seq : engine.scheduler().running()) record.kv_tokens += seq->num_tokens();
+    for (const Sequence* seq : engine.scheduler().running())
+      if (seq->is_decoding()) record.kv_tokens += seq->num_tokens();
     const auto step_start = Clock::now();
     const EngineStep step = engine.step();
     const auto step_end = Clock::now();
@@ -169,6 +171,7 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
     record.prefill_tokens = step.num_prefill_tokens;
     record.decode_tokens = step.num_decode_tokens;
     record.preempted = step.num_preempted + step.num_swapped_in;
+    record.sampled_rows = static_cast<int32_t>(step.outputs.size());
     steps.push_back(record);
     output_tokens += static_cast<int64_t>(step.outputs.size());
     finished += static_cast<int64_t>(step.finished_requests.size());
@@ -217,18 +220,44 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
     };
   }
 
-  int64_t prefill_steps = 0, mixed_steps = 0, decode_steps = 0;
+  // Each kind of step against its own bound, the bound of throughput_bound for one step: its
+  // decode attention's KV reads, then its GEMMs at the longer of reading the weights and their
+  // FLOPs (the prefill attention left out).
+  const double bytes_per_s = bandwidth_gbps * 1e9;
+  const auto step_bound_s = [&](const StepRecord& s) {
+    const double flops = 2.0 * (static_cast<double>(cost.layer_matrix_params) * (s.prefill_tokens + s.decode_tokens) +
+                                static_cast<double>(cost.head_matrix_params) * s.sampled_rows);
+    const double gemm_s = gemm_tflops > 0 ? flops / (gemm_tflops * 1e12) : 0.0;
+    return static_cast<double>(s.kv_tokens) * static_cast<double>(kv_bytes_per_token) / bytes_per_s +
+           std::max(static_cast<double>(weight_bytes) / bytes_per_s, gemm_s);
+  };
+  struct KindSum {
+    int64_t steps = 0;
+    double seconds = 0, bound_s = 0, prefill_tokens = 0, decode_tokens = 0;
+  };
+  KindSum prefill_kind, mixed_kind, decode_kind;
   double step_time_sum = 0;
   for (const StepRecord& s : steps) {
     step_time_sum += s.seconds;
-    if (s.prefill_tokens > 0 && s.decode_tokens > 0) {
-      ++mixed_steps;
-    } else if (s.prefill_tokens > 0) {
-      ++prefill_steps;
-    } else {
-      ++decode_steps;
-    }
+    KindSum& kind = s.prefill_tokens == 0 ? decode_kind : s.decode_tokens == 0 ? prefill_kind : mixed_kind;
+    ++kind.steps;
+    kind.seconds += s.seconds;
+    kind.bound_s += step_bound_s(s);
+    kind.prefill_tokens += s.prefill_tokens;
+    kind.decode_tokens += s.decode_tokens;
   }
+  const auto kind_json = [](const KindSum& kind) -> nlohmann::json {
+    if (kind.steps == 0) return nullptr;
+    const double n = static_cast<double>(kind.steps);
+    return {{"steps", kind.steps},
+            {"seconds", kind.seconds},
+            {"mean_ms", kind.seconds / n * 1e3},
+            {"mean_prefill_tokens", kind.prefill_tokens / n},
+            {"mean_decode_tokens", kind.decode_tokens / n},
+            {"bound_ms", kind.bound_s / n * 1e3},
+            {"ratio_to_bound", kind.seconds / kind.bound_s}};
+  };
+  const int64_t prefill_steps = prefill_kind.steps, mixed_steps = mixed_kind.steps, decode_steps = decode_kind.steps;
   const int64_t input_tokens = int64_t{options.num_requests} * options.input_len;
   const ThroughputBound bound = throughput_bound(options, cost, bandwidth_gbps, gemm_tflops);
   const double expected_output = static_cast<double>(options.num_requests) * options.output_len;
@@ -273,6 +302,7 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
       {"prefill_only_steps", prefill_steps},
       {"mixed_steps", mixed_steps},
       {"decode_only_steps", decode_steps},
+      {"step_kinds", {{"prefill", kind_json(prefill_kind)}, {"mixed", kind_json(mixed_kind)}, {"decode", kind_json(decode_kind)}}},
       {"mean_step_ms", steps.empty() ? 0.0 : step_time_sum / static_cast<double>(steps.size()) * 1e3},
       {"preemptions", engine.scheduler().num_preemptions()},
       {"swap_outs", engine.scheduler().num_swap_outs()},

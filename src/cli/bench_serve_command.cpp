@@ -243,6 +243,12 @@ void run_bench_throughput(const ThroughputFlags& flags) {
     row("(weights + KV) / bandwidth (ms)", fmt::format("{:.2f}", saturation["roofline_step_ms"].get<double>()));
     row("step / roofline", fmt::format("{:.3f}", saturation["ratio_to_roofline"].get<double>()));
   }
+  for (const char* kind : {"mixed", "decode"}) {
+    const nlohmann::json& steps = result["step_kinds"][kind];
+    if (steps.is_null()) continue;
+    row(fmt::format("{} steps: mean / bound (ms)", kind),
+        fmt::format("{:.1f} / {:.1f}", steps["mean_ms"].get<double>(), steps["bound_ms"].get<double>()));
+  }
   const nlohmann::json& bound = result["bound"];
   if (roofline.gemm_tflops > 0) {
     row("bound, kernels in sequence (tok/s)", fmt::format("{:.0f}", bound["serial_output_tps"].get<double>()));

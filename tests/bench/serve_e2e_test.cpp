@@ -518,6 +518,28 @@ TEST(BenchThroughputCommand, EightRequestsOnStories260K) {
   EXPECT_NEAR(bound["serial_output_tps"].get<double>(), 128 / bound_s, 1e-6 * 128 / bound_s);
   EXPECT_NEAR(bound["fraction_of_serial"].get<double>(), bound_s / elapsed, 1e-6 * bound_s / elapsed);
   EXPECT_NE(run.output.find("bound, bytes only"), std::string::npos) << run.output;
+  // The steps by kind add up to the run's steps, each kind's ratio is its mean over its bound, and
+  // a pure decode step of 4 sequences reads 33 .. 47 positions each.
+  const json& kinds = result["step_kinds"];
+  int64_t kind_steps = 0;
+  double kind_seconds = 0;
+  for (const char* kind : {"prefill", "mixed", "decode"}) {
+    if (kinds[kind].is_null()) continue;
+    kind_steps += kinds[kind]["steps"].get<int64_t>();
+    kind_seconds += kinds[kind]["seconds"].get<double>();
+    EXPECT_NEAR(kinds[kind]["ratio_to_bound"].get<double>(),
+                kinds[kind]["mean_ms"].get<double>() / kinds[kind]["bound_ms"].get<double>(), 1e-9) << kind;
+  }
+  EXPECT_EQ(kind_steps, result["steps"].get<int64_t>());
+  EXPECT_NEAR(kind_seconds * 1e3 / kind_steps, result["mean_step_ms"].get<double>(), 1e-6);
+  EXPECT_EQ(kinds["decode"]["steps"], result["decode_only_steps"]);
+  EXPECT_EQ(kinds["decode"]["mean_prefill_tokens"], 0.0);
+  const double decode_bound_ms = kinds["decode"]["bound_ms"].get<double>();
+  const double weights_ms = result["weight_bytes"].get<double>() / (result["bandwidth_gbps"].get<double>() * 1e9) * 1e3;
+  const double kv_ms_per_position =
+      result["kv_bytes_per_token"].get<double>() / (result["bandwidth_gbps"].get<double>() * 1e9) * 1e3;
+  EXPECT_GT(decode_bound_ms, weights_ms);
+  EXPECT_LE(decode_bound_ms, weights_ms + 4 * 47 * kv_ms_per_position * (1 + 1e-9));
 }
 
 TEST(BenchThroughputCommand, BadOptionsAreNamed) {
