@@ -218,6 +218,7 @@ struct CustomAllreduce::State {
   size_t ll128_max_bytes = 0;      // their capacity
   size_t ll128_use_max_bytes = 0;  // one-shot calls above the LL limit and up to this size use LL128
   detail::LL128Args ll128_args{};
+  bool one_shot_norm_ll128 = false;  // the fused one-shot kernel may push over LL128
   RankPtrs* slots = nullptr;
   detail::PeerSignals signals{};
   detail::PeerTmps tmps{};
@@ -355,6 +356,7 @@ CustomAllreduce::CustomAllreduce(FileStore& store, int device, size_t max_bytes,
   SF_CUDA_CHECK(cudaMemset(s.ll, 0, ll_bytes));
   s.ll128_max_bytes = std::min(s.max_bytes, kLL128CapacityBytes);
   s.ll128_use_max_bytes = std::min(s.ll128_max_bytes, ll128_default_max_bytes(s.world_size));
+  s.one_shot_norm_ll128 = s.world_size == 2;
   s.ll128_args.sender_slots = ll128_sender_slots(s.ll128_max_bytes);
   const size_t ll128_bytes = 2 * static_cast<size_t>(s.world_size) * static_cast<size_t>(s.ll128_args.sender_slots) * 16;
   SF_CUDA_CHECK(cudaMalloc(&s.ll128, ll128_bytes));
@@ -491,8 +493,11 @@ bool CustomAllreduce::two_shot_rmsnorm_supported(size_t rows, size_t hidden, DTy
          s.ll128_rows_fit(rows, hidden, dtype, detail::kNormGroupsPerWarp * detail::kNormClusterWarps);
 }
 
+bool CustomAllreduce::one_shot_rmsnorm_ll128_enabled() const { return state_->one_shot_norm_ll128; }
+void CustomAllreduce::set_one_shot_rmsnorm_ll128(bool enabled) { state_->one_shot_norm_ll128 = enabled; }
+
 bool CustomAllreduce::one_shot_rmsnorm_ll128(size_t rows, size_t hidden, DType dtype) const {
-  return rows <= static_cast<size_t>(detail::kOneShotNormMaxRows) &&
+  return state_->one_shot_norm_ll128 && rows <= static_cast<size_t>(detail::kOneShotNormMaxRows) &&
          state_->ll128_rows_fit(rows, hidden, dtype, detail::kOneShotNormRowGroups);
 }
 

@@ -58,27 +58,36 @@ struct FusedKernel {
   std::string name, report_key;
 };
 
-// The fused kernels that take [rows, hidden] of `dtype`.
-std::vector<FusedKernel> fused_kernels(const CustomAllreduce& custom, size_t rows, size_t hidden, DType dtype) {
+// The fused kernels that take [rows, hidden] of `dtype`; the one-shot LL128 kernel also on more
+// than two GPUs, where it is not on by default.
+std::vector<FusedKernel> fused_kernels(CustomAllreduce& custom, size_t rows, size_t hidden, DType dtype) {
   if (!CustomAllreduce::fused_rmsnorm_supported(hidden, dtype)) return {};
   std::vector<FusedKernel> kernels = {
       {AllreduceAlgorithm::OneShot, false, "one-shot read", "fused_one_shot_read_checks"}};
-  if (custom.one_shot_rmsnorm_ll128(rows, hidden, dtype))
+  const bool ll128_norm_default = custom.one_shot_rmsnorm_ll128_enabled();
+  custom.set_one_shot_rmsnorm_ll128(true);
+  const bool ll128_norm_fits = custom.one_shot_rmsnorm_ll128(rows, hidden, dtype);
+  custom.set_one_shot_rmsnorm_ll128(ll128_norm_default);
+  if (ll128_norm_fits)
     kernels.push_back({AllreduceAlgorithm::OneShot, true, "one-shot LL128", "fused_one_shot_ll128_checks"});
   if (custom.two_shot_rmsnorm_supported(rows, hidden, dtype))
     kernels.push_back({AllreduceAlgorithm::TwoShot, true, "two-shot LL128", "fused_two_shot_checks"});
   return kernels;
 }
 
-// residual_out, norm_out = allreduce_add_rmsnorm through `kernel`: LL128 left on, or off for this call.
+// residual_out, norm_out = allreduce_add_rmsnorm through `kernel`: LL128 (and the one-shot LL128
+// kernel) on, or LL128 off, for this call.
 void call_fused(CustomAllreduce& custom, const FusedKernel& kernel, const void* in, const void* residual_in,
                 void* residual_out, void* norm_out, const float* weight, float eps, size_t rows, size_t hidden,
                 DType dtype, cudaStream_t stream) {
   const size_t ll128 = custom.ll128_max_bytes();
+  const bool ll128_norm = custom.one_shot_rmsnorm_ll128_enabled();
   custom.set_ll128_max_bytes(kernel.ll128 ? ll128 : 0);
+  custom.set_one_shot_rmsnorm_ll128(kernel.ll128);
   custom.allreduce_add_rmsnorm(kernel.algorithm, in, residual_in, residual_out, norm_out, weight, eps, rows, hidden,
                                dtype, stream);
   custom.set_ll128_max_bytes(ll128);
+  custom.set_one_shot_rmsnorm_ll128(ll128_norm);
 }
 
 std::vector<size_t> counts_for(DType dtype) {
@@ -397,6 +406,7 @@ void fused_scenario(CommGroup& group, cudaStream_t stream, json& report) {
     }
   }
   report["ll128"] = group.custom() != nullptr && group.custom()->ll128_max_bytes() > 0;
+  report["one_shot_norm_ll128_default"] = group.custom() != nullptr && group.custom()->one_shot_rmsnorm_ll128_enabled();
 }
 
 // The protocols of one-shot (LL, LL128, read) and two-shot (LL128, read), each forced over every
@@ -632,6 +642,8 @@ TEST(CommMultiGpu, FusedResidualAndRmsNorm) {
     // Every dtype and shape through the group's choice, most through the one-shot kernel too.
     EXPECT_GE(report.value("fused_checks", 0), 21) << "N=" << n;
     EXPECT_GT(report.value("fused_one_shot_read_checks", 0), 0) << "N=" << n;
+    // The one-shot LL128 kernel runs by default where it was measured (two GPUs); forced elsewhere.
+    EXPECT_EQ(report.value("one_shot_norm_ll128_default", false), n == 2) << "N=" << n;
     if (report.value("ll128", false)) {
       EXPECT_GT(report.value("fused_one_shot_ll128_checks", 0), 0) << "N=" << n;
       EXPECT_GT(report.value("fused_two_shot_checks", 0), 0) << "N=" << n;
