@@ -33,6 +33,15 @@ struct StepRecord {
   int64_t kv_tokens = 0;  // positions its decode attention reads: num_tokens of each decoding sequence before it
 };
 
+// KV reads, then GEMMs at the longer of reading their weights and computing: the time of work
+// whose decode attention runs beside no GEMM (throughput_bound's serial_s).
+double in_sequence_seconds(double kv_bytes, double weight_bytes, double flops, double bandwidth_gbps,
+                           double gemm_tflops) {
+  const double bytes_per_s = bandwidth_gbps * 1e9;
+  const double gemm_s = gemm_tflops > 0 ? flops / (gemm_tflops * 1e12) : 0.0;
+  return kv_bytes / bytes_per_s + std::max(weight_bytes / bytes_per_s, gemm_s);
+}
+
 }  // namespace
 
 void check_throughput_options(const ThroughputOptions& options, const ModelSpec& spec) {
@@ -86,10 +95,10 @@ ThroughputBound throughput_bound(const ThroughputOptions& options, const ModelCo
   bound.gemm_flops = 2.0 * static_cast<double>(n) *
                      (static_cast<double>(cost.layer_matrix_params) * static_cast<double>(in + out - 1) +
                       static_cast<double>(cost.head_matrix_params) * static_cast<double>(out));
-  const double bytes_per_s = bandwidth_gbps * 1e9;
+  bound.serial_s =
+      in_sequence_seconds(bound.kv_read_bytes, bound.weight_read_bytes, bound.gemm_flops, bandwidth_gbps, gemm_tflops);
   const double gemm_s = gemm_tflops > 0 ? bound.gemm_flops / (gemm_tflops * 1e12) : 0.0;
-  bound.serial_s = bound.kv_read_bytes / bytes_per_s + std::max(bound.weight_read_bytes / bytes_per_s, gemm_s);
-  bound.overlapped_s = std::max((bound.kv_read_bytes + bound.weight_read_bytes) / bytes_per_s, gemm_s);
+  bound.overlapped_s = std::max((bound.kv_read_bytes + bound.weight_read_bytes) / (bandwidth_gbps * 1e9), gemm_s);
   return bound;
 }
 
@@ -220,16 +229,13 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
     };
   }
 
-  // Each kind of step against its own bound, the bound of throughput_bound for one step: its
-  // decode attention's KV reads, then its GEMMs at the longer of reading the weights and their
-  // FLOPs (the prefill attention left out).
-  const double bytes_per_s = bandwidth_gbps * 1e9;
+  // Each kind of step against its own bound, throughput_bound's serial_s for one step (the
+  // prefill attention left out).
   const auto step_bound_s = [&](const StepRecord& s) {
     const double flops = 2.0 * (static_cast<double>(cost.layer_matrix_params) * (s.prefill_tokens + s.decode_tokens) +
                                 static_cast<double>(cost.head_matrix_params) * s.sampled_rows);
-    const double gemm_s = gemm_tflops > 0 ? flops / (gemm_tflops * 1e12) : 0.0;
-    return static_cast<double>(s.kv_tokens) * static_cast<double>(kv_bytes_per_token) / bytes_per_s +
-           std::max(static_cast<double>(weight_bytes) / bytes_per_s, gemm_s);
+    return in_sequence_seconds(static_cast<double>(s.kv_tokens) * static_cast<double>(kv_bytes_per_token),
+                               static_cast<double>(weight_bytes), flops, bandwidth_gbps, gemm_tflops);
   };
   struct KindSum {
     int64_t steps = 0;
