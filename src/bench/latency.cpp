@@ -47,7 +47,7 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
   const int64_t total_len = static_cast<int64_t>(options.input_len) + options.output_len;
   SF_CHECK(total_len <= spec.max_position, "--input-len + --output-len = {} exceeds the model's context {}", total_len,
            spec.max_position);
-  const ModelCost cost = model_cost(model.weights, 0);
+  const ModelCost cost = model_cost(model.weights, 0);  // KV bytes: from the runner's cache dtype, below
   const int64_t weight_bytes = cost.weight_bytes;
   const int64_t matrix_params = cost.layer_matrix_params + cost.head_matrix_params;
   const int32_t blocks_per_seq = blocks_for_tokens(total_len, options.block_size);
