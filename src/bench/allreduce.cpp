@@ -267,13 +267,10 @@ json run_worker(comm::CommGroup& group, const AllreduceBenchOptions& options) {
       };
     };
     std::vector<std::pair<std::string, std::function<void()>>> variants;
-    // The one-shot LL128 kernel wherever it takes the rows: on for the call also where it is not
-    // yet on by default (more than two GPUs).
+    // The one-shot LL128 kernel wherever it takes the rows: enabled for the call also where it is
+    // not by default (more than two GPUs).
     const bool ll128_norm_default = custom->one_shot_rmsnorm_ll128_enabled();
-    custom->set_one_shot_rmsnorm_ll128(true);
-    const bool ll128_norm_fits = custom->one_shot_rmsnorm_ll128(rows_n, hidden, dtype);
-    custom->set_one_shot_rmsnorm_ll128(ll128_norm_default);
-    if (ll128_norm_fits)
+    if (custom->one_shot_rmsnorm_ll128(rows_n, hidden, dtype))
       variants.push_back({"fused one-shot LL128 (1 kernel)", [&, ll128_norm_default] {
                             custom->set_one_shot_rmsnorm_ll128(true);
                             fused_kernel(AllreduceAlgorithm::OneShot)();

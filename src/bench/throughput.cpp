@@ -33,13 +33,14 @@ struct StepRecord {
   int64_t kv_tokens = 0;  // positions its decode attention reads: num_tokens of each decoding sequence before it
 };
 
+double gemm_seconds(double flops, double gemm_tflops) { return gemm_tflops > 0 ? flops / (gemm_tflops * 1e12) : 0.0; }
+
 // KV reads, then GEMMs at the longer of reading their weights and computing: the time of work
 // whose decode attention runs beside no GEMM (throughput_bound's serial_s).
 double in_sequence_seconds(double kv_bytes, double weight_bytes, double flops, double bandwidth_gbps,
                            double gemm_tflops) {
   const double bytes_per_s = bandwidth_gbps * 1e9;
-  const double gemm_s = gemm_tflops > 0 ? flops / (gemm_tflops * 1e12) : 0.0;
-  return kv_bytes / bytes_per_s + std::max(weight_bytes / bytes_per_s, gemm_s);
+  return kv_bytes / bytes_per_s + std::max(weight_bytes / bytes_per_s, gemm_seconds(flops, gemm_tflops));
 }
 
 }  // namespace
@@ -97,8 +98,8 @@ ThroughputBound throughput_bound(const ThroughputOptions& options, const ModelCo
                       static_cast<double>(cost.head_matrix_params) * static_cast<double>(out));
   bound.serial_s =
       in_sequence_seconds(bound.kv_read_bytes, bound.weight_read_bytes, bound.gemm_flops, bandwidth_gbps, gemm_tflops);
-  const double gemm_s = gemm_tflops > 0 ? bound.gemm_flops / (gemm_tflops * 1e12) : 0.0;
-  bound.overlapped_s = std::max((bound.kv_read_bytes + bound.weight_read_bytes) / (bandwidth_gbps * 1e9), gemm_s);
+  bound.overlapped_s = std::max((bound.kv_read_bytes + bound.weight_read_bytes) / (bandwidth_gbps * 1e9),
+                                gemm_seconds(bound.gemm_flops, gemm_tflops));
   return bound;
 }
 

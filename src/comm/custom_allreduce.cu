@@ -497,7 +497,7 @@ bool CustomAllreduce::one_shot_rmsnorm_ll128_enabled() const { return state_->on
 void CustomAllreduce::set_one_shot_rmsnorm_ll128(bool enabled) { state_->one_shot_norm_ll128 = enabled; }
 
 bool CustomAllreduce::one_shot_rmsnorm_ll128(size_t rows, size_t hidden, DType dtype) const {
-  return state_->one_shot_norm_ll128 && rows <= static_cast<size_t>(detail::kOneShotNormMaxRows) &&
+  return rows <= static_cast<size_t>(detail::kOneShotNormMaxRows) &&
          state_->ll128_rows_fit(rows, hidden, dtype, detail::kOneShotNormRowGroups);
 }
 
@@ -519,7 +519,7 @@ void CustomAllreduce::allreduce_add_rmsnorm(AllreduceAlgorithm algorithm, const 
              "least one row per GPU)",
              rows, hidden, dtype_name(dtype), s.world_size, s.ll128_use_max_bytes);
   }
-  if (algorithm == AllreduceAlgorithm::TwoShot || one_shot_rmsnorm_ll128(rows, hidden, dtype)) {
+  if (algorithm == AllreduceAlgorithm::TwoShot || (s.one_shot_norm_ll128 && one_shot_rmsnorm_ll128(rows, hidden, dtype))) {
     detail::LL128Args ll = s.ll128_args;
     ll.in = in;
     const KernelArgs args{nullptr,      nullptr,     s.signals, s.tmps, s.rank, false,

@@ -76,14 +76,14 @@ class CustomAllreduce {
   // Whether its two-shot kernel takes [rows, hidden] too: LL128 on (NVLink) and the message within
   // its limit, every rank owning a row (rows >= world size), the rows' lines within the LL128 buffers.
   bool two_shot_rmsnorm_supported(size_t rows, size_t hidden, DType dtype) const;
-  // Whether its one-shot kernel runs over LL128 for [rows, hidden]: that kernel enabled (below),
-  // LL128 on (NVLink) and the message within its limit, at most 32 rows (a cluster of blocks
-  // each) of at most 48 line groups (11520 bf16), the rows' lines within the LL128 buffers.
-  // Otherwise the one-shot kernel reads the peers' staged inputs.
+  // Whether its one-shot LL128 kernel takes [rows, hidden]: LL128 on (NVLink) and the message
+  // within its limit, at most 32 rows (a cluster of blocks each) of at most 48 line groups (11520
+  // bf16), the rows' lines within the LL128 buffers. The one-shot call runs it there when it is
+  // enabled (below), and otherwise reads the peers' staged inputs.
   bool one_shot_rmsnorm_ll128(size_t rows, size_t hidden, DType dtype) const;
-  // The one-shot LL128 kernel is on by default on two GPUs only, the one world it has been timed
-  // and tested on; tests and the benchmark turn it on to run it on more (issue 7). Set it the
-  // same on every rank.
+  // The one-shot LL128 kernel is enabled by default on two GPUs only, the one world it has been
+  // timed and tested on; tests and the benchmark enable it to run it on more (issue 7). Set it
+  // the same on every rank.
   bool one_shot_rmsnorm_ll128_enabled() const;
   void set_one_shot_rmsnorm_ll128(bool enabled);
   // One kernel: residual_out = sum over ranks of `in` + residual_in;

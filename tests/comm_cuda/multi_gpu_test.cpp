@@ -59,16 +59,12 @@ struct FusedKernel {
 };
 
 // The fused kernels that take [rows, hidden] of `dtype`; the one-shot LL128 kernel also on more
-// than two GPUs, where it is not on by default.
-std::vector<FusedKernel> fused_kernels(CustomAllreduce& custom, size_t rows, size_t hidden, DType dtype) {
+// than two GPUs, where it is not enabled by default (call_fused enables it for its call).
+std::vector<FusedKernel> fused_kernels(const CustomAllreduce& custom, size_t rows, size_t hidden, DType dtype) {
   if (!CustomAllreduce::fused_rmsnorm_supported(hidden, dtype)) return {};
   std::vector<FusedKernel> kernels = {
       {AllreduceAlgorithm::OneShot, false, "one-shot read", "fused_one_shot_read_checks"}};
-  const bool ll128_norm_default = custom.one_shot_rmsnorm_ll128_enabled();
-  custom.set_one_shot_rmsnorm_ll128(true);
-  const bool ll128_norm_fits = custom.one_shot_rmsnorm_ll128(rows, hidden, dtype);
-  custom.set_one_shot_rmsnorm_ll128(ll128_norm_default);
-  if (ll128_norm_fits)
+  if (custom.one_shot_rmsnorm_ll128(rows, hidden, dtype))
     kernels.push_back({AllreduceAlgorithm::OneShot, true, "one-shot LL128", "fused_one_shot_ll128_checks"});
   if (custom.two_shot_rmsnorm_supported(rows, hidden, dtype))
     kernels.push_back({AllreduceAlgorithm::TwoShot, true, "two-shot LL128", "fused_two_shot_checks"});
