@@ -33,25 +33,32 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace splitflow {
 
+// Quantized matrices (core/dtype.h) are DeviceTensors of their quantized dtype and logical shape
+// [rows, cols]; a DType::Mixed one carries its row runs (core/tensor.h), and runs() splits it.
 struct DeviceTensor {
   void* data = nullptr;
   DType dtype = DType::F32;
   Shape shape;
+  RowRuns row_runs;  // DType::Mixed only
 
   bool empty() const { return data == nullptr; }
   int64_t numel() const { return shape_numel(shape); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  size_t nbytes() const { return storage_bytes(dtype, shape, row_runs); }
   int64_t dim(int axis) const { return shape.at(axis < 0 ? shape.size() + axis : axis); }
   // Elements per index of dim 0.
   int64_t row_numel() const { return shape.empty() ? 1 : numel() / shape[0]; }
-  // Rows [begin, begin + count) along dim 0.
+  // Rows [begin, begin + count) along dim 0 (of a plain or quantized tensor; a Mixed one: runs()).
   DeviceTensor rows(int64_t begin, int64_t count) const {
     SF_CHECK(!shape.empty() && begin >= 0 && count >= 0 && begin + count <= shape[0],
              "device tensor {}: rows [{}, {}) out of range", shape_str(shape), begin, begin + count);
-    DeviceTensor view{static_cast<char*>(data) + static_cast<size_t>(begin * row_numel()) * dtype_size(dtype), dtype, shape};
+    SF_CHECK(dtype != DType::Mixed, "device tensor {}: rows() of a mixed-dtype matrix (use runs())", shape_str(shape));
+    Shape one_row = shape;
+    one_row[0] = 1;
+    DeviceTensor view{static_cast<char*>(data) + static_cast<size_t>(begin) * storage_bytes(dtype, one_row), dtype, shape};
     view.shape[0] = count;
     return view;
   }
@@ -59,12 +66,36 @@ struct DeviceTensor {
   DeviceTensor reshape(Shape new_shape) const {
     SF_CHECK(shape_numel(new_shape) == numel(), "device tensor {}: cannot reshape to {}", shape_str(shape),
              shape_str(new_shape));
+    SF_CHECK(!is_quantized(dtype) && dtype != DType::Mixed, "device tensor {}: cannot reshape a {} matrix",
+             shape_str(shape), dtype_name(dtype));
     return DeviceTensor{data, dtype, std::move(new_shape)};
   }
+  // A matrix as single-dtype pieces: each run of a Mixed matrix as a view of its own dtype, with
+  // the index of its first row; any other tensor is one piece starting at row 0.
+  std::vector<struct MatrixRun> runs() const;
 
   template <typename T>
   T* as() const { return static_cast<T*>(data); }
 };
+
+struct MatrixRun {
+  int64_t first_row = 0;
+  DeviceTensor rows;
+};
+
+inline std::vector<MatrixRun> DeviceTensor::runs() const {
+  if (dtype != DType::Mixed) return {MatrixRun{0, *this}};
+  std::vector<MatrixRun> pieces;
+  char* at = static_cast<char*>(data);
+  int64_t row = 0;
+  for (const RowRun& run : *row_runs) {
+    DeviceTensor piece{at, run.dtype, {run.rows, shape[1]}};
+    pieces.push_back({row, piece});
+    at += piece.nbytes();
+    row += run.rows;
+  }
+  return pieces;
+}
 
 class Backend;
 
@@ -160,6 +191,10 @@ class Backend {
   virtual DType activation_dtype() const = 0;
   // The dtypes the KV-write and attention kernels take for the cache, activation_dtype() first.
   virtual std::span<const DType> kv_cache_dtypes() const = 0;
+  // The matrix dtypes matmul and embed read (plain and quantized, core/dtype.h); a weight of any
+  // other dtype is refused by upload() with a message listing these. Mixed matrices are allowed
+  // when each of their runs is.
+  virtual std::span<const DType> weight_dtypes() const = 0;
 
   // --- memory -------------------------------------------------------------------------------
   // Zero-filled.

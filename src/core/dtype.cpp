@@ -8,6 +8,68 @@
 
 namespace splitflow {
 
+namespace {
+
+struct BlockGeometry {
+  int64_t elems;
+  size_t bytes;  // 0 for the FP8 row-scaled types (row_bytes computes them)
+};
+
+// ggml's block structs (ggml-common.h) and the Inferflow layouts described in dtype.h.
+BlockGeometry block_geometry(DType dtype) {
+  switch (dtype) {
+    case DType::Q4_0: return {32, 18};
+    case DType::Q4_1: return {32, 20};
+    case DType::Q5_0: return {32, 22};
+    case DType::Q5_1: return {32, 24};
+    case DType::Q8_0: return {32, 34};
+    case DType::Q2_K: return {256, 84};
+    case DType::Q3_K: return {256, 110};
+    case DType::Q4_K: return {256, 144};
+    case DType::Q5_K: return {256, 176};
+    case DType::Q6_K: return {256, 210};
+    case DType::Q2_B32: return {32, 4 + 4 * 2};
+    case DType::Q3_B32: return {32, 4 + 4 * 3};
+    case DType::Q4_B32: return {32, 4 + 4 * 4};
+    case DType::Q5_B32: return {32, 4 + 4 * 5};
+    case DType::Q6_B32: return {32, 4 + 4 * 6};
+    case DType::Q8_B32: return {32, 4 + 4 * 8};
+    case DType::Q2_B64: return {64, 4 + 8 * 2};
+    case DType::Q3_B64: return {64, 4 + 8 * 3};
+    case DType::Q4_B64: return {64, 4 + 8 * 4};
+    case DType::Q5_B64: return {64, 4 + 8 * 5};
+    case DType::Q6_B64: return {64, 4 + 8 * 6};
+    case DType::Q8_B64: return {64, 4 + 8 * 8};
+    case DType::Q3H_B64: return {64, 4 + 28};  // 32 codes of 7 bits
+    case DType::F8_CHANNEL: return {16, 0};
+    case DType::F8_G128: return {128, 0};
+    default: return {1, dtype_size(dtype)};
+  }
+}
+
+}  // namespace
+
+bool is_quantized(DType dtype) { return dtype >= DType::Q4_0 && dtype <= DType::F8_G128; }
+
+int64_t dtype_block_elems(DType dtype) {
+  SF_CHECK(dtype != DType::Mixed, "dtype mixed has no block size (its row runs have one each)");
+  return block_geometry(dtype).elems;
+}
+
+size_t dtype_row_bytes(DType dtype, int64_t row_len) {
+  SF_CHECK(dtype != DType::Mixed, "dtype mixed has no single row size (its row runs have one each)");
+  SF_CHECK(row_len >= 0, "negative row length {}", row_len);
+  const BlockGeometry block = block_geometry(dtype);
+  SF_CHECK(row_len % block.elems == 0, "a row of {} elements is not a whole number of {} blocks ({} elements each)",
+           row_len, dtype_name(dtype), block.elems);
+  const auto blocks = static_cast<size_t>(row_len / block.elems);
+  if (dtype == DType::F8_CHANNEL || dtype == DType::F8_G128) {
+    const size_t groups = dtype == DType::F8_CHANNEL ? (row_len > 0 ? 1 : 0) : blocks;
+    return (groups * sizeof(float) + 15) / 16 * 16 + static_cast<size_t>(row_len);
+  }
+  return blocks * block.bytes;
+}
+
 size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::F64:
@@ -21,8 +83,10 @@ size_t dtype_size(DType dtype) {
     case DType::I8:
     case DType::U8:
     case DType::Bool: return 1;
+    default:
+      fail("dtype {} has no per-element size (a quantized or mixed matrix: its rows have a size, dtype_row_bytes)",
+           dtype_name(dtype));
   }
-  return 0;
 }
 
 std::string_view dtype_name(DType dtype) {
@@ -38,6 +102,32 @@ std::string_view dtype_name(DType dtype) {
     case DType::I64: return "i64";
     case DType::U8: return "u8";
     case DType::Bool: return "bool";
+    case DType::Q4_0: return "q4_0";
+    case DType::Q4_1: return "q4_1";
+    case DType::Q5_0: return "q5_0";
+    case DType::Q5_1: return "q5_1";
+    case DType::Q8_0: return "q8_0";
+    case DType::Q2_K: return "q2_k";
+    case DType::Q3_K: return "q3_k";
+    case DType::Q4_K: return "q4_k";
+    case DType::Q5_K: return "q5_k";
+    case DType::Q6_K: return "q6_k";
+    case DType::Q2_B32: return "q2_b32";
+    case DType::Q3_B32: return "q3_b32";
+    case DType::Q4_B32: return "q4_b32";
+    case DType::Q5_B32: return "q5_b32";
+    case DType::Q6_B32: return "q6_b32";
+    case DType::Q8_B32: return "q8_b32";
+    case DType::Q2_B64: return "q2_b64";
+    case DType::Q3_B64: return "q3_b64";
+    case DType::Q4_B64: return "q4_b64";
+    case DType::Q5_B64: return "q5_b64";
+    case DType::Q6_B64: return "q6_b64";
+    case DType::Q8_B64: return "q8_b64";
+    case DType::Q3H_B64: return "q3h_b64";
+    case DType::F8_CHANNEL: return "f8_channel";
+    case DType::F8_G128: return "f8_g128";
+    case DType::Mixed: return "mixed";
   }
   return "?";
 }
@@ -56,7 +146,10 @@ DType parse_dtype(std::string_view name) {
   if (lower == "i64" || lower == "int64") return DType::I64;
   if (lower == "u8" || lower == "uint8") return DType::U8;
   if (lower == "bool") return DType::Bool;
-  fail("unknown dtype '{}' (known: f32, f16, bf16, f8_e4m3, f64, i8, i16, i32, i64, u8, bool)", name);
+  for (auto d = static_cast<uint8_t>(DType::Q4_0); d <= static_cast<uint8_t>(DType::F8_G128); ++d)
+    if (lower == dtype_name(static_cast<DType>(d))) return static_cast<DType>(d);
+  fail("unknown dtype '{}' (known: f32, f16, bf16, f8_e4m3, f64, i8, i16, i32, i64, u8, bool, and the quantized "
+       "types q4_0, q4_1, q5_0, q5_1, q8_0, q2_k .. q6_k, q2_b32 .. q8_b64, q3h_b64, f8_channel, f8_g128)", name);
 }
 
 float f16_to_f32(uint16_t bits) {

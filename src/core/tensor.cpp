@@ -23,6 +23,25 @@ int64_t shape_numel(const Shape& shape) {
   return count;
 }
 
+size_t storage_bytes(DType dtype, const Shape& shape, const RowRuns& runs) {
+  if (dtype == DType::Mixed) {
+    SF_CHECK(runs && !runs->empty() && shape.size() == 2, "a mixed-dtype tensor {} needs row runs and two dimensions",
+             shape_str(shape));
+    size_t bytes = 0;
+    int64_t rows = 0;
+    for (const RowRun& run : *runs) {
+      bytes += static_cast<size_t>(run.rows) * dtype_row_bytes(run.dtype, shape[1]);
+      rows += run.rows;
+    }
+    SF_CHECK(rows == shape[0], "a mixed-dtype tensor {}: its row runs add up to {} rows", shape_str(shape), rows);
+    return bytes;
+  }
+  if (!is_quantized(dtype)) return static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  SF_CHECK(!shape.empty(), "a {} tensor cannot be a scalar", dtype_name(dtype));
+  const int64_t cols = shape.back();
+  return static_cast<size_t>(shape_numel(shape) / (cols == 0 ? 1 : cols)) * dtype_row_bytes(dtype, cols);
+}
+
 Tensor Tensor::zeros(DType dtype, Shape shape) {
   Tensor tensor;
   tensor.dtype = dtype;

@@ -84,6 +84,16 @@ std::optional<DType> plain_dtype(uint32_t ggml_type) {
     case 27: return DType::I64;
     case 28: return DType::F64;
     case 30: return DType::BF16;
+    case 2: return DType::Q4_0;
+    case 3: return DType::Q4_1;
+    case 6: return DType::Q5_0;
+    case 7: return DType::Q5_1;
+    case 8: return DType::Q8_0;
+    case 10: return DType::Q2_K;
+    case 11: return DType::Q3_K;
+    case 12: return DType::Q4_K;
+    case 13: return DType::Q5_K;
+    case 14: return DType::Q6_K;
     default: return std::nullopt;
   }
 }
@@ -153,11 +163,22 @@ std::unique_ptr<WeightSource> open_gguf(const std::string& path) {
     const std::optional<DType> dtype = plain_dtype(ggml_type);
     if (!dtype) {
       if (ggml_type < kGgmlTypeNames.size() && !kGgmlTypeNames[ggml_type].empty())
-        fail("'{}': tensor '{}' has ggml type {}, which is not supported yet (F32, F16, BF16 only for now)", path, name,
-             kGgmlTypeNames[ggml_type]);
+        fail("'{}': tensor '{}' has ggml type {}, which splitflow does not run (it runs F32, F16, BF16, I8-I64, F64, "
+             "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
+             path, name, kGgmlTypeNames[ggml_type]);
       fail("'{}': tensor '{}' has unknown ggml type {}", path, name, ggml_type);
     }
-    const uint64_t nbytes = checked_mul(numel, dtype_size(*dtype), fmt::format("'{}': tensor '{}' byte size", path, name));
+    uint64_t nbytes = 0;
+    if (is_quantized(*dtype)) {
+      const int64_t row_len = shape.empty() ? 1 : shape.back();
+      SF_CHECK(row_len % dtype_block_elems(*dtype) == 0,
+               "'{}': tensor '{}' of type {} has rows of {} elements, not a whole number of {}-element blocks", path,
+               name, dtype_name(*dtype), row_len, dtype_block_elems(*dtype));
+      nbytes = checked_mul(numel / static_cast<uint64_t>(row_len == 0 ? 1 : row_len), dtype_row_bytes(*dtype, row_len),
+                           fmt::format("'{}': tensor '{}' byte size", path, name));
+    } else {
+      nbytes = checked_mul(numel, dtype_size(*dtype), fmt::format("'{}': tensor '{}' byte size", path, name));
+    }
     SF_CHECK(offset % alignment == 0, "'{}': tensor '{}' offset {} is not a multiple of the alignment {}", path, name,
              offset, alignment);
     pending.push_back({std::move(name), std::move(shape), *dtype, offset, nbytes});

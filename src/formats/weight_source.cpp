@@ -21,7 +21,9 @@ void WeightSet::add(std::string name, Tensor tensor, std::string file) {
 }
 
 Tensor tensor_from_file(DType dtype, Shape shape, const uint8_t* bytes, const std::shared_ptr<const MappedFile>& file) {
-  if (reinterpret_cast<uintptr_t>(bytes) % dtype_size(dtype) == 0)
+  // Quantized blocks are read bytewise (ggml's blocks are 2-byte aligned at most).
+  const size_t alignment = is_quantized(dtype) ? 1 : dtype_size(dtype);
+  if (reinterpret_cast<uintptr_t>(bytes) % alignment == 0)
     return Tensor::view(dtype, std::move(shape), bytes, file);
   Tensor copy = Tensor::zeros(dtype, std::move(shape));
   std::memcpy(copy.data, bytes, copy.nbytes());

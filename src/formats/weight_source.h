@@ -40,8 +40,9 @@ class WeightSource {
 std::unique_ptr<WeightSource> open_safetensors(const std::string& path);
 // Opens every shard listed in `model.safetensors.index.json` (a path to the index file).
 std::unique_ptr<WeightSource> open_safetensors_index(const std::string& index_path);
-// Opens a GGUF file (v2 or v3). Tensor types F32/F16/BF16 now; quantized types are rejected with
-// an error naming the type until the quant module supports them.
+// Opens a GGUF file (v2 or v3). F32/F16/BF16, the integer types and the quantized types splitflow
+// runs (Q4_0 .. Q6_K, core/dtype.h) stay views of the mapped file, blocks as ggml wrote them; any
+// other ggml type is an error naming the tensor and the type.
 std::unique_ptr<WeightSource> open_gguf(const std::string& path);
 // Opens a llama2.c checkpoint (legacy v0 header of 7 int32). Tensors are named as in Meta's
 // Llama checkpoints (`tok_embeddings.weight`, `layers.{i}.attention.wq.weight`, ...; see the

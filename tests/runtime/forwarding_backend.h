@@ -18,6 +18,7 @@ class ForwardingBackend : public Backend {
 
   DType activation_dtype() const override { return inner_->activation_dtype(); }
   std::span<const DType> kv_cache_dtypes() const override { return inner_->kv_cache_dtypes(); }
+  std::span<const DType> weight_dtypes() const override { return inner_->weight_dtypes(); }
   DeviceBuffer allocate(DType dtype, Shape shape) override { return inner_->allocate(dtype, std::move(shape)); }
   DeviceBuffer upload(const Tensor& host) override { return inner_->upload(host); }
   void copy_to_device(const void* host, const DeviceTensor& dst) override { inner_->copy_to_device(host, dst); }

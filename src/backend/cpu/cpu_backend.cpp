@@ -132,6 +132,11 @@ CpuBackend::CpuBackend(int num_threads) : num_threads_(num_threads > 0 ? num_thr
 
 std::string CpuBackend::name() const { return "cpu"; }
 
+std::span<const DType> CpuBackend::weight_dtypes() const {
+  static constexpr DType kDtypes[] = {DType::F32, DType::F16, DType::BF16};
+  return kDtypes;
+}
+
 std::span<const DType> CpuBackend::kv_cache_dtypes() const {
   static constexpr DType kDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::F8E4M3};
   return kDtypes;

@@ -17,6 +17,7 @@ class CpuBackend final : public Backend {
   std::string name() const override;
   DType activation_dtype() const override { return DType::F32; }
   std::span<const DType> kv_cache_dtypes() const override;
+  std::span<const DType> weight_dtypes() const override;
   int num_threads() const { return num_threads_; }
 
   DeviceBuffer allocate(DType dtype, Shape shape) override;

@@ -117,6 +117,11 @@ CudaBackend::~CudaBackend() {
 
 std::string CudaBackend::name() const { return fmt::format("cuda:{} ({})", device_, device_name_); }
 
+std::span<const DType> CudaBackend::weight_dtypes() const {
+  static constexpr DType kDtypes[] = {DType::F32, DType::F16, DType::BF16};
+  return kDtypes;
+}
+
 std::span<const DType> CudaBackend::kv_cache_dtypes() const {
   static constexpr DType kDtypes[] = {DType::BF16, DType::F8E4M3};
   return kDtypes;

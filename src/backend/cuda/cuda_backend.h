@@ -33,6 +33,7 @@ class CudaBackend final : public Backend {
   std::string name() const override;
   DType activation_dtype() const override { return DType::BF16; }
   std::span<const DType> kv_cache_dtypes() const override;
+  std::span<const DType> weight_dtypes() const override;
 
   DeviceBuffer allocate(DType dtype, Shape shape) override;
   DeviceBuffer upload(const Tensor& host) override;
