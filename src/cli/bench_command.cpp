@@ -1,6 +1,7 @@
 // `splitflow bench ...`: benchmarks that print a table and write JSON under bench/results/ with
 // the device, date, commit and the roofline measured in the same run.
 #include "bench/latency.h"
+#include "bench/llama_cpp_peer.h"
 #include "bench/report.h"
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -24,6 +25,7 @@ struct LatencyFlags {
   bench::LatencyOptions options;
   std::string kv_cache_dtype = "auto";
   std::string results_dir = "bench/results";
+  std::string llama_bench;  // run llama.cpp's llama-bench on the same file as the peer
 };
 
 void run_bench_latency(const LatencyFlags& flags) {
@@ -55,6 +57,17 @@ void run_bench_latency(const LatencyFlags& flags) {
   result["date"] = bench::utc_timestamp();
   result["commit"] = bench::source_commit();
 
+  if (!flags.llama_bench.empty()) {
+    SF_CHECK(!flags.model.load.dummy_weights && !flags.model.load.model_path.empty(),
+             "--llama-bench needs a model file (the peer runs the same .gguf)");
+    bench::LlamaBenchRequest request{flags.llama_bench, flags.model.load.model_path, threads, options.input_len,
+                                     options.output_len, 3, !on_cpu};
+    nlohmann::json peer = bench::run_llama_bench(request);
+    result["decode_vs_peer"] = result["decode_tokens_per_s"].get<double>() / peer["decode_tokens_per_s"].get<double>();
+    result["prefill_vs_peer"] = result["prefill_tokens_per_s"].get<double>() / peer["prefill_tokens_per_s"].get<double>();
+    result["peer"] = std::move(peer);
+  }
+
   fmt::print("| {:<28} | {:>14} |\n|{:-<30}|{:->16}|\n", "latency", "value", "", "");
   auto row = [&](const char* name, const char* key, const char* format) {
     fmt::print("| {:<28} | {:>14} |\n", name, fmt::format(fmt::runtime(format), result.at(key).get<double>()));
@@ -73,6 +86,12 @@ void run_bench_latency(const LatencyFlags& flags) {
     row("prefill TFLOP/s", "prefill_tflops", "{:.1f}");
     row("measured bf16 GEMM (TFLOP/s)", "gemm_tflops", "{:.1f}");
     row("fraction of GEMM rate", "prefill_fraction_of_gemm", "{:.3f}");
+  }
+  if (result.contains("peer")) {
+    fmt::print("| {:<28} | {:>14.1f} |\n", "llama.cpp prefill tokens/s", result["peer"]["prefill_tokens_per_s"].get<double>());
+    fmt::print("| {:<28} | {:>14.2f} |\n", "llama.cpp decode tokens/s", result["peer"]["decode_tokens_per_s"].get<double>());
+    row("prefill / llama.cpp", "prefill_vs_peer", "{:.3f}");
+    row("decode / llama.cpp", "decode_vs_peer", "{:.3f}");
   }
   fmt::print("result: {}\n", bench::write_result(result, flags.results_dir, "latency"));
 }
@@ -94,6 +113,8 @@ void register_bench(CLI::App& app) {
   latency->add_flag("--profile-prefill", flags->options.profile_prefill,
                     "profile the prefill instead of the decode steps (ncu --profile-from-start off)");
   latency->add_option("--results-dir", flags->results_dir, "where the JSON result goes")->capture_default_str();
+  latency->add_option("--llama-bench", flags->llama_bench,
+                      "llama.cpp's llama-bench binary: run it on the same .gguf, threads and lengths as the peer");
   latency->callback([flags] { run_bench_latency(*flags); });
   register_bench_serving(*bench);
   register_bench_allreduce(*bench);

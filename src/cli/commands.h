@@ -18,5 +18,8 @@ void register_bench_serving(CLI::App& bench);
 void register_serve(CLI::App& app);
 #endif
 void register_sim(CLI::App& app);
+void register_perplexity(CLI::App& app);
+void register_quantize(CLI::App& app);
+void register_chat(CLI::App& app);
 
 }  // namespace splitflow::cli

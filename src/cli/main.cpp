@@ -17,6 +17,9 @@ int main(int argc, char** argv) {
   splitflow::cli::register_serve(app);
 #endif
   splitflow::cli::register_sim(app);
+  splitflow::cli::register_perplexity(app);
+  splitflow::cli::register_quantize(app);
+  splitflow::cli::register_chat(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

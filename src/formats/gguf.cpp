@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "formats/byte_reader.h"
+#include "formats/gguf_types.h"
 #include "formats/weight_set.h"
 
 #include <array>
@@ -74,30 +75,6 @@ constexpr std::array<std::string_view, 40> kGgmlTypeNames = {
     "IQ4_NL",  "IQ3_S",   "IQ2_S",    "IQ4_XS",   "I8",       "I16",      "I32",      "I64",     "F64",    "IQ1_M",
     "BF16",    "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",   "TQ2_0",    "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
 
-std::optional<DType> plain_dtype(uint32_t ggml_type) {
-  switch (ggml_type) {
-    case 0: return DType::F32;
-    case 1: return DType::F16;
-    case 24: return DType::I8;
-    case 25: return DType::I16;
-    case 26: return DType::I32;
-    case 27: return DType::I64;
-    case 28: return DType::F64;
-    case 30: return DType::BF16;
-    case 2: return DType::Q4_0;
-    case 3: return DType::Q4_1;
-    case 6: return DType::Q5_0;
-    case 7: return DType::Q5_1;
-    case 8: return DType::Q8_0;
-    case 10: return DType::Q2_K;
-    case 11: return DType::Q3_K;
-    case 12: return DType::Q4_K;
-    case 13: return DType::Q5_K;
-    case 14: return DType::Q6_K;
-    default: return std::nullopt;
-  }
-}
-
 uint64_t read_alignment(const json& metadata, const std::string& path) {
   const auto it = metadata.find("general.alignment");
   if (it == metadata.end()) return 32;
@@ -160,12 +137,12 @@ std::unique_ptr<WeightSource> open_gguf(const std::string& path) {
     }
     const auto ggml_type = in.read<uint32_t>(name + " type");
     const auto offset = in.read<uint64_t>(name + " offset");
-    const std::optional<DType> dtype = plain_dtype(ggml_type);
+    const std::optional<DType> dtype = dtype_from_gguf_type(ggml_type);
     if (!dtype) {
       if (ggml_type < kGgmlTypeNames.size() && !kGgmlTypeNames[ggml_type].empty())
         fail("'{}': tensor '{}' has ggml type {}, which splitflow does not run (it runs F32, F16, BF16, I8-I64, F64, "
-             "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
-             path, name, kGgmlTypeNames[ggml_type]);
+             "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and its own types from id {})",
+             path, name, kGgmlTypeNames[ggml_type], kSplitflowTypeBase);
       fail("'{}': tensor '{}' has unknown ggml type {}", path, name, ggml_type);
     }
     uint64_t nbytes = 0;

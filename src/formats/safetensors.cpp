@@ -24,7 +24,8 @@ struct SafetensorsDType {
 };
 constexpr SafetensorsDType kSafetensorsDTypes[] = {
     {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16}, {"F64", DType::F64}, {"I8", DType::I8},
-    {"I16", DType::I16}, {"I32", DType::I32}, {"I64", DType::I64},   {"U8", DType::U8},   {"BOOL", DType::Bool}};
+    {"I16", DType::I16}, {"I32", DType::I32}, {"I64", DType::I64},   {"U8", DType::U8},   {"BOOL", DType::Bool},
+    {"F8_E4M3", DType::F8E4M3}};  // FP8 checkpoints (weights only; quant::pack_fp8_checkpoint_weight)
 
 std::string_view safetensors_dtype_name(DType dtype) {
   for (const auto& entry : kSafetensorsDTypes)
@@ -50,7 +51,7 @@ Tensor read_entry(const std::shared_ptr<const MappedFile>& file, const std::stri
   const SafetensorsDType* dtype = nullptr;
   for (const auto& known : kSafetensorsDTypes)
     if (known.name == dtype_text) dtype = &known;
-  SF_CHECK(dtype != nullptr, "{}: dtype '{}' is not supported (supported: F32, F16, BF16, F64, I8, I16, I32, I64, U8, BOOL)",
+  SF_CHECK(dtype != nullptr, "{}: dtype '{}' is not supported (supported: F32, F16, BF16, F64, I8, I16, I32, I64, U8, BOOL, F8_E4M3)",
            where, dtype_text);
 
   const auto shape_field = entry.find("shape");

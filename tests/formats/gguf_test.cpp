@@ -323,9 +323,15 @@ TEST_F(GgufDamage, BadTensorInfos) {
 }
 
 TEST_F(GgufDamage, QuantizedAndUnknownGgmlTypes) {
-  GgufBuilder quantized;
-  quantized.tensor("blk.0.attn_q.weight", {256}, kGgmlQ4K, std::string(144, '\0'));
-  expect_rejected(quantized, {"'blk.0.attn_q.weight'", "ggml type Q4_K", "not supported yet"});
+  GgufBuilder unsupported;
+  unsupported.tensor("blk.0.attn_q.weight", {256}, 16 /* IQ2_XXS */, std::string(66, '\0'));
+  expect_rejected(unsupported, {"'blk.0.attn_q.weight'", "ggml type IQ2_XXS", "does not run"});
+  GgufBuilder partial_block;
+  partial_block.tensor("blk.0.attn_k.weight", {100, 2}, kGgmlQ4K, std::string(144, '\0'));
+  expect_rejected(partial_block, {"'blk.0.attn_k.weight'", "q4_k", "rows of 100 elements"});
+  GgufBuilder truncated;
+  truncated.tensor("blk.0.attn_v.weight", {256, 2}, kGgmlQ4K, std::string(200, '\0'));  // 288 bytes needed
+  expect_rejected(truncated, {"'blk.0.attn_v.weight'", "288 bytes", "beyond the end"});
   for (uint32_t type : {4u, 99u}) {
     GgufBuilder unknown;
     unknown.tensor("w", {1}, type, std::string(4, '\0'));
