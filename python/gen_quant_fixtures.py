@@ -15,6 +15,10 @@ References (none of them is splitflow code):
     once to fp16 from fp64, codes in fp64, decoding in float32), plus its fp64 RMS error.
   - fp8.sfq: float32 rows and, per FP8 type, the packed rows, decoded values and fp64 RMS error, the
     e4m3 codes from torch's float8_e4m3fn cast (checked against a nearest-value search in fp64).
+  - int8.sfq: float32 rows and, per int8 group type (I8_G32, I8_G64, I8_G128), the packed rows,
+    decoded values and fp64 RMS error, the codes from llama2.c export.py's quantize_q80 (torch:
+    scale = max|w| / 127, torch.round(w / scale), ties to even; a zero group gets scale 0 and zero
+    codes) and checked to be a nearest integer of w / scale in fp64.
   - fp8_checkpoint.safetensors: a tiny compressed-tensors style checkpoint (float8_e4m3fn weights,
     per-tensor and per-channel weight_scale) for quant::pack_fp8_checkpoint_weight.
   - ggml_reference_quantize.sfq: float32 rows and the bytes llama.cpp's quantize_row_<type>_ref give
@@ -230,6 +234,49 @@ def fp8_fixture() -> dict:
     return arrays
 
 
+def int8_encode(x: np.ndarray, group: int):
+    import torch
+
+    rows, cols = x.shape
+    groups = cols // group
+    w = torch.from_numpy(x.reshape(-1, group).copy())
+    scale_t = w.abs().max(dim=1).values / 127.0  # llama2.c export.py quantize_q80
+    codes_t = torch.round(w / scale_t[:, None]).to(torch.int8)
+    codes_t[scale_t == 0] = 0  # 0 / 0: splitflow defines zero codes (export.py would cast NaN)
+    scale = scale_t.numpy().astype(np.float32).reshape(rows, groups)
+    codes = codes_t.numpy().reshape(rows, groups, group)
+    g = x.reshape(rows, groups, group).astype(np.float64)
+    s = scale.astype(np.float64)[:, :, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exact = np.where(s == 0, 0.0, g / s)
+    assert (np.abs(exact - codes) <= 0.5 + 1e-6).all(), "a code is not a nearest integer of w / scale (fp64)"
+    assert (np.abs(codes.astype(np.int32)) <= 127).all()
+    scale_bytes = (groups * 4 + 15) // 16 * 16
+    header = np.zeros((rows, scale_bytes), dtype=np.uint8)
+    header[:, :groups * 4] = scale.view(np.uint8).reshape(rows, groups * 4)
+    packed = np.concatenate([header, codes.reshape(rows, cols).view(np.uint8)], axis=1)
+    decoded = (codes.astype(np.float32) * scale[:, :, None]).astype(np.float32).reshape(rows, cols)
+    return packed.reshape(-1), decoded
+
+
+def int8_fixture() -> dict:
+    rng = rng_for("int8")
+    data = quant_rows(rng, 6, 256)
+    data[4, :] = 0.0  # an all-zero row
+    data[4, 0] = 127.0  # then scale 1 for the first 32 elements: exact ties, to even
+    data[4, 1:8] = [2.5, -3.5, 0.5, -0.5, 1.5, 126.5, -126.5]
+    data[5, :32] = (rng.standard_normal(32) * 3000).astype(np.float32)
+    data[5, 40] = 900.0  # an outlier
+    arrays = {"input": data.reshape(-1), "shape": np.array(data.shape, dtype=np.uint32)}
+    for name, group in (("I8_G32", 32), ("I8_G64", 64), ("I8_G128", 128)):
+        packed, decoded = int8_encode(data, group)
+        arrays[name + ".packed"] = packed
+        arrays[name + ".decoded"] = decoded.reshape(-1)
+        err = decoded.astype(np.float64) - data.astype(np.float64)
+        arrays[name + ".rms"] = np.array([np.sqrt(np.mean(err * err))], dtype=np.float64)
+    return arrays
+
+
 def fp8_checkpoint(path: Path):
     """Weights as llm-compressor writes them: float8_e4m3fn `weight` and a float32 `weight_scale`,
     per tensor (shape [1]) for one, per channel ([out, 1]) for the other; and the dequantized values
@@ -335,6 +382,7 @@ def main():
     write_sfq(args.out / "gguf_quantize.sfq", gguf_quantize_fixture())
     write_sfq(args.out / "inferflow.sfq", inferflow_fixture())
     write_sfq(args.out / "fp8.sfq", fp8_fixture())
+    write_sfq(args.out / "int8.sfq", int8_fixture())
     fp8_checkpoint(args.out / "fp8_checkpoint.safetensors")
     ggml_out = args.out / "ggml_reference_quantize.sfq"
     if args.ggml.is_file():

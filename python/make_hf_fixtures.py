@@ -61,6 +61,9 @@ class Fixture:
     # config.json overrides that switch off the feature under test; see MIN_FEATURE_EFFECT.
     ablation: dict = field(default_factory=dict)
     notes: str = ""
+    # Projections (`*_proj.weight`) stored as an FP8 checkpoint the way llm-compressor writes one
+    # (F8_E4M3 weights, a per-channel f32 `weight_scale`, `quantization_config`), see fp8_checkpoint().
+    fp8_weights: bool = False
 
 
 def llama(vocab=256, hidden=32, heads=4, kv_heads=4, intermediate=64, **extra):
@@ -138,12 +141,49 @@ def gpt_neox(parallel_residual, rotary_pct, **extra):
     return config
 
 
+def gemma3(vocab=256, hidden=32, heads=4, kv_heads=2, head_dim=16, intermediate=64, **extra):
+    """Gemma 3 text model with 3 layers: sliding_window_pattern 3 makes layers 0, 1 slide (window 4,
+    below every prompt length) and layer 2 attend fully, each with its own RoPE base."""
+    config = {
+        "architectures": ["Gemma3ForCausalLM"],
+        "model_type": "gemma3_text",
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_hidden_layers": 3,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": 64,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_local_base_freq": 100.0,
+        "rope_scaling": None,
+        "sliding_window": 4,
+        "sliding_window_pattern": 3,
+        "query_pre_attn_scalar": 24,
+        "attn_logit_softcapping": None,
+        "final_logit_softcapping": None,
+        "attention_bias": False,
+        "tie_word_embeddings": True,
+        "bos_token_id": 2,
+        "eos_token_id": 1,
+        "pad_token_id": 0,
+    }
+    config.update(extra)
+    return config
+
+
 def ramp(count, low, high):
     return [round(low + (high - low) * i / (count - 1), 4) for i in range(count)]
 
 
 FIXTURES = [
     Fixture("llama", "Llama, multi-head attention, untied lm_head, no biases", "float32", llama()),
+    Fixture("llama_fp8", "Llama, GQA 4/2, projections stored as an FP8 (e4m3) checkpoint with per-channel "
+            "scales as llm-compressor writes it; expected outputs from the exactly equal fp32 weights",
+            "float32", llama(kv_heads=2), fp8_weights=True),
     Fixture("llama_gqa_tied", "Llama, grouped-query attention 8 heads / 2 kv heads, tied embeddings",
             "float16", llama(vocab=320, hidden=64, heads=8, kv_heads=2, intermediate=128,
                              tie_word_embeddings=True)),
@@ -217,6 +257,20 @@ FIXTURES = [
             expect_config={"sliding_window": None},
             # Proves the trap is live: an engine that applied the window would fail.
             ablation={"use_sliding_window": True}),
+    Fixture("qwen2_sliding",
+            "Qwen2 with use_sliding_window, sliding_window 4 and max_window_layers 1: layer 0 full, "
+            "layer 1 sliding (transformers' serializer writes layer_types)",
+            "float16",
+            {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 384,
+             "hidden_size": 32, "intermediate_size": 96, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_act": "silu",
+             "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+             "rope_scaling": None, "use_sliding_window": True, "sliding_window": 4,
+             "max_window_layers": 1, "tie_word_embeddings": False, "bos_token_id": 1,
+             "eos_token_id": 2},
+            native_v5_config=True,
+            expect_config={"layer_types": ["full_attention", "sliding_attention"]},
+            ablation={"layer_types": ["full_attention", "full_attention"]}),
     Fixture("phi3", "Phi-3, fused qkv_proj [q;k;v] and gate_up_proj [gate;up]", "float16", phi3()),
     Fixture("phi3_partial",
             "Phi-3 with partial_rotary_factor 0.75 (head_dim 16, rotary dim 12), one kv head, tied "
@@ -248,6 +302,47 @@ FIXTURES = [
                                "long_factor": ramp(8, 2.0, 20.0)}),
             expect_config={"rope_parameters.rope_type": "longrope"},
             ablation={"rope_scaling": None}),
+    Fixture("gemma3",
+            "Gemma 3 (hub-style config): QK-norm, (1 + w) RMSNorms, sandwich post-attention/post-FFN "
+            "norms, sqrt(hidden) embedding scale, query_pre_attn_scalar 24 (softmax scale 24^-1/2, not "
+            "head_dim 16's), layers 0-1 sliding window 4 at RoPE base 100, layer 2 global at base 1e6 "
+            "with linear scaling 2, GQA 4/2, gelu_tanh, tied embeddings",
+            "float32", gemma3(rope_scaling={"rope_type": "linear", "factor": 2.0}),
+            expect_config={"layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+                           "rope_parameters.sliding_attention.rope_theta": 100.0,
+                           "rope_parameters.full_attention.rope_type": "linear"},
+            ablation={"sliding_window_pattern": 1}),
+    Fixture("gemma3_softcap",
+            "Gemma 3 written by transformers' serializer (rope_parameters per layer type, layer_types "
+            "sliding/full/sliding) with final logit soft-capping 10; attn_logit_softcapping 4 is set but "
+            "transformers' Gemma3 attention ignores it, so an engine must too",
+            "bfloat16",
+            gemma3(sliding_window=5, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                   attn_logit_softcapping=4.0, final_logit_softcapping=10.0),
+            native_v5_config=True,
+            expect_config={"final_logit_softcapping": 10.0, "attn_logit_softcapping": 4.0},
+            ablation={"final_logit_softcapping": None}),
+    Fixture("gemma2",
+            "Gemma 2: sandwich norms, (1 + w) RMSNorms, query_pre_attn_scalar 24, layer 0 sliding "
+            "window 4 and layer 1 global (every 2nd), attention logit soft-capping 2 and final logit "
+            "soft-capping 12, GQA 4/2, tied embeddings",
+            "float16",
+            dict(gemma3(num_hidden_layers=2, rope_theta=10000.0, attn_logit_softcapping=2.0,
+                        final_logit_softcapping=12.0),
+                 architectures=["Gemma2ForCausalLM"], model_type="gemma2"),
+            expect_config={"layer_types": ["sliding_attention", "full_attention"]},
+            ablation={"attn_logit_softcapping": None}),
+    Fixture("qwen3",
+            "Qwen3: per-head q_norm/k_norm before RoPE, explicit head_dim 16 != hidden/heads 8, GQA 4/2, "
+            "no biases, untied lm_head",
+            "bfloat16",
+            {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 384,
+             "hidden_size": 32, "intermediate_size": 96, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "hidden_act": "silu",
+             "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+             "rope_scaling": None, "attention_bias": False, "use_sliding_window": False,
+             "sliding_window": None, "max_window_layers": 2, "tie_word_embeddings": False,
+             "bos_token_id": 1, "eos_token_id": 2}),
     Fixture("gpt2", "GPT-2: learned positions, Conv1D weights stored [in, out], fused c_attn, "
             "gelu_new, LayerNorm with bias, tied lm_head", "float16",
             {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 300,
@@ -308,6 +403,45 @@ def random_state_dict(model, rng):
     return state
 
 
+def fp8_scales(weight):
+    """Per-output-channel scales, powers of two just above absmax / 448, so e4m3 * scale is exact in fp32."""
+    absmax = weight.abs().amax(dim=1, keepdim=True).clamp(min=1e-30)
+    return torch.exp2(torch.ceil(torch.log2(absmax / 448.0)))
+
+
+def fp8_representable(weight):
+    """The weight rounded to what an FP8 checkpoint stores: e4m3(w / scale) * scale, exactly."""
+    scale = fp8_scales(weight)
+    return (weight / scale).to(torch.float8_e4m3fn).to(torch.float32) * scale
+
+
+def fp8_checkpoint(model_dir):
+    """Rewrites model_dir's fp32 checkpoint (projections already fp8_representable) as
+    llm-compressor's compressed-tensors FP8 format: F8_E4M3 `*_proj.weight` with an f32
+    `weight_scale` [out, 1], `quantization_config` in config.json. transformers computed the expected
+    logits from the fp32 twin, whose weights are exactly e4m3 * scale."""
+    tensors = safetensors.torch.load_file(model_dir / "model.safetensors")
+    out = {}
+    for name, values in tensors.items():
+        if name.endswith("_proj.weight"):
+            scale = fp8_scales(values)
+            codes = (values / scale).to(torch.float8_e4m3fn)
+            assert torch.equal(codes.to(torch.float32) * scale, values), f"{name} is not fp8-representable"
+            out[name] = codes.contiguous()
+            out[name[:-len("weight")] + "weight_scale"] = scale.to(torch.float32).contiguous()
+        else:
+            out[name] = values
+    safetensors.torch.save_file(out, model_dir / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((model_dir / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "compressed-tensors", "format": "float-quantized",
+        "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": None,
+                                      "weights": {"num_bits": 8, "type": "float", "strategy": "channel",
+                                                  "symmetric": True, "dynamic": False}}},
+        "ignore": ["lm_head"]}
+    write_json(model_dir / "config.json", config)
+
+
 def tied_duplicates(model):
     """Names of tensors that share storage with an earlier one (tied lm_head): not stored."""
     seen, duplicates = {}, []
@@ -356,6 +490,9 @@ def write_checkpoint(fixture, model_dir, rng):
     storage = STORAGE_DTYPES[fixture.weights_dtype]
     tensors = {name: values.to(storage).contiguous()
                for name, values in random_state_dict(skeleton, rng).items() if name not in skip}
+    if fixture.fp8_weights:
+        tensors = {name: fp8_representable(values) if name.endswith("_proj.weight") else values
+                   for name, values in tensors.items()}
     safetensors.torch.save_file(tensors, model_dir / "model.safetensors", metadata={"format": "pt"})
 
     model, info = AutoModelForCausalLM.from_pretrained(
@@ -534,6 +671,8 @@ def build_fixture(fixture, out_dir, work_dir):
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
+    if fixture.fp8_weights:
+        fp8_checkpoint(model_dir)
     for file_name in ("config.json", "model.safetensors", "expected.safetensors", "meta.json"):
         shutil.copyfile(model_dir / file_name, target / file_name)
     return meta

@@ -14,9 +14,9 @@ DEBIAN_PACKAGES=(
   gnuplot-nox  # splitflow sim draws its plots with it (skipped with a message when absent)
   openmpi-bin  # mpirun: the comm bootstrap's launcher test (skipped when absent)
 )
-# torch, transformers, gguf: the references of the end-to-end tests (the openai-client server
+# torch, transformers, gguf (+ accelerate, which transformers needs to load a GGUF): the references of the end-to-end tests (the openai-client server
 # test and the chat-template fixtures skip without them); ~2 minutes from PyPI.
-PYTHON_PACKAGES=(numpy tokenizers safetensors jinja2 openai torch transformers gguf)
+PYTHON_PACKAGES=(numpy tokenizers safetensors jinja2 openai torch transformers gguf accelerate)
 
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do
@@ -29,7 +29,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-if ! python3 -c "import numpy, tokenizers, safetensors, jinja2, openai, torch, transformers, gguf" 2>/dev/null; then
+if ! python3 -c "import numpy, tokenizers, safetensors, jinja2, openai, torch, transformers, gguf, accelerate" 2>/dev/null; then
   echo "setup: installing Python packages: ${PYTHON_PACKAGES[*]}"
   python3 -m pip install -q "${PYTHON_PACKAGES[@]}" 2>/dev/null ||
     python3 -m pip install -q --break-system-packages "${PYTHON_PACKAGES[@]}"

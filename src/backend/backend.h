@@ -161,6 +161,7 @@ struct AttentionParams {
   int block_size = 0;       // tokens per KV block
   float scale = 1.0f;       // softmax(scale * q.k)
   int sliding_window = 0;   // 0: full causal; W: keys at positions (p - W, p]
+  float logit_softcap = 0;  // > 0: each score s = scale * q.k becomes cap * tanh(s / cap) before the softmax
 };
 
 // Where each sequence of a batch sits: S sequences, T new tokens in total.
@@ -252,6 +253,20 @@ class Backend {
   // residual, delta, out [T, H]; weight [H]; bias [H] or empty (always empty for RMSNorm).
   virtual void add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
                         const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) = 0;
+
+  // Post-norm residual add: residual += norm(x) * (weight_offset + weight). x, residual [T, H];
+  // weight [H] F32.
+  virtual void norm_add(const DeviceTensor& x, const DeviceTensor& weight, const NormParams& params,
+                        const DeviceTensor& residual) = 0;
+
+  // Per-head RMSNorm in place: every q head of qkv [T, ...] (layout below) becomes
+  // rmsnorm(head) * (weight_offset + q_weight), every k head the same with k_weight; v heads
+  // are untouched. q_weight, k_weight [head_dim] F32. Heads and head_dim from params.
+  virtual void qk_norm(const DeviceTensor& qkv, const DeviceTensor& q_weight, const DeviceTensor& k_weight,
+                       const NormParams& norm, const AttentionParams& params) = 0;
+
+  // x = cap * tanh(x / cap) in place (final logit soft-capping). x [R, V] F32.
+  virtual void softcap(const DeviceTensor& x, float cap) = 0;
 
   // y = x W^T + bias, or with accumulate y += x W^T + bias (a residual add in the epilogue).
   // x [m, k] activation dtype; w [n, k] F32/F16/BF16; bias [n] F32 or empty; y [m, n] in the

@@ -8,6 +8,9 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <functional>
+#include <span>
+#include <vector>
 #include <memory>
 #include <sstream>
 
@@ -24,7 +27,23 @@ struct GenerateFlags {
   int max_batch_tokens = 512;
   int block_size = 16;
   std::string kv_cache_dtype = "auto";
+  std::string logits_out;  // .npy of every sampled step's logits, [steps, vocab] float32
 };
+
+// A float32 [rows, cols] array as NumPy's .npy (format 1.0), for checks against a reference.
+void write_npy(const std::string& path, const std::vector<float>& values, int64_t rows, int64_t cols) {
+  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}", rows, cols);
+  header.append(63 - (10 + header.size()) % 64, ' ');  // magic + version + length + header + '\n': 64 bytes
+  header += '\n';
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  SF_CHECK(file != nullptr, "--logits-out: cannot write '{}'", path);
+  const uint16_t length = static_cast<uint16_t>(header.size());
+  std::fwrite("\x93NUMPY\x01\x00", 1, 8, file);
+  std::fwrite(&length, sizeof length, 1, file);
+  std::fwrite(header.data(), 1, header.size(), file);
+  std::fwrite(values.data(), sizeof(float), values.size(), file);
+  SF_CHECK(std::fclose(file) == 0, "--logits-out: writing '{}' failed", path);
+}
 
 std::vector<int32_t> parse_ids(const std::string& text) {
   std::vector<int32_t> ids;
@@ -50,6 +69,7 @@ void run_generate(const GenerateFlags& flags) {
   SF_CHECK(flags.block_size > 0, "--block-size must be positive, not {}", flags.block_size);
   const std::optional<DType> kv_cache_dtype = parse_kv_cache_dtype_flag(flags.kv_cache_dtype);
 
+  std::unique_ptr<Backend> backend = flags.model.make_backend();
   LoadedModel model = load_model(flags.model.options());
   std::vector<int32_t> prompt_ids;
   if (!flags.prompt_ids.empty()) {
@@ -63,16 +83,22 @@ void run_generate(const GenerateFlags& flags) {
   int64_t kv_tokens = static_cast<int64_t>(prompt_ids.size()) + params.max_tokens;
   if (model.spec.rope.scaling.type != RopeScalingType::DynamicNTK) kv_tokens = std::min<int64_t>(kv_tokens, model.spec.max_position);
 
-  std::unique_ptr<Backend> backend = flags.model.make_backend();
   KvCacheConfig kv{blocks_for_tokens(kv_tokens, flags.block_size), flags.block_size, 0, kv_cache_dtype};
   RunnerLimits limits{flags.max_batch_tokens, 1};
   ModelRunner runner(model.spec, std::move(model.weights), *backend, kv, limits);
   Generator generator(runner, model.tokenizer.get());
 
-  GenerationResult result = generator.generate(prompt_ids, params, [](std::string_view text) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-  });
+  std::vector<float> logits;
+  const auto keep_logits = [&](std::span<const float> row) { logits.insert(logits.end(), row.begin(), row.end()); };
+  GenerationResult result = generator.generate(
+      prompt_ids, params,
+      [](std::string_view text) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+      },
+      flags.logits_out.empty() ? std::function<void(std::span<const float>)>() : keep_logits);
+  if (!flags.logits_out.empty())
+    write_npy(flags.logits_out, logits, static_cast<int64_t>(result.output_ids.size()), model.spec.vocab_size);
   if (!model.tokenizer) {
     for (int32_t id : result.output_ids) fmt::print("{} ", id);
   }
@@ -98,6 +124,8 @@ void register_generate(CLI::App& app) {
   command->add_option("--max-batch-tokens", flags->max_batch_tokens, "prefill chunk size in tokens");
   command->add_option("--block-size", flags->block_size, "KV cache block size in tokens");
   add_kv_cache_dtype_flag(*command, flags->kv_cache_dtype);
+  command->add_option("--logits-out", flags->logits_out,
+                      "write each sampled step's logits to this .npy file ([steps, vocab] float32), for reference checks");
   command->callback([flags] { run_generate(*flags); });
 }
 

@@ -1,6 +1,9 @@
 #include "cli/options.h"
 
 #include "core/error.h"
+#include "model/weights.h"
+
+#include <algorithm>
 
 namespace splitflow::cli {
 
@@ -12,19 +15,43 @@ ModelLoadOptions ModelFlags::options() const {
              "--weight-dtype must be auto, f32, f16 or bf16, not '{}'", weight_dtype);
     result.weight_dtype = dtype;
   }
+  if (!quantization.empty()) {
+    DType dtype;
+    try {
+      dtype = parse_dtype(quantization);
+    } catch (const Error&) {
+      fail("--quantization: unknown type '{}' (one of: {})", quantization, quantized_type_names());
+    }
+    SF_CHECK(is_quantized(dtype), "--quantization: '{}' is not a quantized type (one of: {})", quantization,
+             quantized_type_names());
+    result.quantization = dtype;
+  }
   return result;
 }
 
+void ModelFlags::check_backend_runs(const Backend& backend) const {
+  const std::optional<DType> type = options().quantization;
+  if (!type) return;
+  const std::span<const DType> runnable = backend.weight_dtypes();
+  SF_CHECK(std::find(runnable.begin(), runnable.end(), *type) != runnable.end(),
+           "--quantization {}: the {} backend cannot run {} matrices (it runs {})", quantization, backend.name(),
+           dtype_name(*type), dtype_names(runnable));
+}
+
 std::unique_ptr<Backend> ModelFlags::make_backend() const {
+  std::unique_ptr<Backend> made;
   if (backend == "cuda") {
 #ifdef SPLITFLOW_HAS_CUDA
-    return make_cuda_backend(0);
+    made = make_cuda_backend(0);
 #else
     fail("--backend cuda: this build has no CUDA backend (configure with -DSPLITFLOW_CUDA=ON)");
 #endif
+  } else {
+    SF_CHECK(backend == "cpu", "--backend must be cpu or cuda, not '{}'", backend);
+    made = make_cpu_backend(threads);
   }
-  SF_CHECK(backend == "cpu", "--backend must be cpu or cuda, not '{}'", backend);
-  return make_cpu_backend(threads);
+  check_backend_runs(*made);
+  return made;
 }
 
 void add_model_flags(CLI::App& command, ModelFlags& flags) {
@@ -35,6 +62,9 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
   command.add_flag("--dummy-weights", flags.load.dummy_weights, "seeded random weights instead of a checkpoint");
   command.add_option("--weight-seed", flags.load.seed, "seed of --dummy-weights");
   command.add_option("--weight-dtype", flags.weight_dtype, "matrices in memory: auto (as stored), f32, f16, bf16");
+  command.add_option("--quantization", flags.quantization,
+                     "quantize float projection matrices while loading: " + quantized_type_names() +
+                         " (checkpoints already quantized stay as stored)");
   command.add_option("--threads,-t", flags.threads, "CPU threads (0: all cores)");
   command.add_option("--backend", flags.backend, "where the model runs: cpu or cuda")->capture_default_str();
 }

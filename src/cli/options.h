@@ -17,12 +17,17 @@ namespace splitflow::cli {
 struct ModelFlags {
   ModelLoadOptions load;
   std::string weight_dtype = "auto";  // auto | f32 | f16 | bf16
+  std::string quantization;           // empty, or a quantized dtype name (core/dtype.h)
   int threads = 0;                    // 0: OpenMP default
   std::string backend = "cpu";        // cpu | cuda
 
-  // Resolves the flags into load options (parses --weight-dtype).
+  // Resolves the flags into load options (parses --weight-dtype and --quantization).
   ModelLoadOptions options() const;
-  // The backend --backend names (cuda: GPU 0); fails when this build has no CUDA backend.
+  // Fails, listing what the backend runs, when --quantization names a type it cannot run.
+  void check_backend_runs(const Backend& backend) const;
+  // The backend --backend names (cuda: GPU 0); fails when this build has no CUDA backend, or
+  // (check_backend_runs) when it cannot run the --quantization type. Commands make it before
+  // loading the model.
   std::unique_ptr<Backend> make_backend() const;
 };
 

@@ -93,6 +93,7 @@ void run_serve(const ServeFlags& flags) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  std::unique_ptr<Backend> backend = flags.model.make_backend();
   LoadedModel model = load_model(flags.model.options());
   std::optional<ChatTemplate> chat_template;
   if (!flags.chat_template.empty()) {
@@ -101,7 +102,6 @@ void run_serve(const ServeFlags& flags) {
     chat_template = ChatTemplate::find_for_model(flags.model.load.model_path);
   }
 
-  std::unique_ptr<Backend> backend = flags.model.make_backend();
   const ModelSpec& spec = model.spec;
   const DType kv_cache_dtype = resolve_kv_cache_dtype(*backend, requested_kv_dtype);
   const int64_t kv_bytes_per_block = kv_cache_bytes_per_token(spec, kv_cache_dtype) * flags.block_size;

@@ -12,7 +12,7 @@ namespace {
 
 struct BlockGeometry {
   int64_t elems;
-  size_t bytes;  // 0 for the FP8 row-scaled types (row_bytes computes them)
+  size_t bytes;  // 0 for the row-scaled FP8 and int8 types (row_bytes computes them)
 };
 
 // ggml's block structs (ggml-common.h) and the Inferflow layouts described in dtype.h.
@@ -43,13 +43,16 @@ BlockGeometry block_geometry(DType dtype) {
     case DType::Q3H_B64: return {64, 4 + 28};  // 32 codes of 7 bits
     case DType::F8_CHANNEL: return {16, 0};
     case DType::F8_G128: return {128, 0};
+    case DType::I8_G32: return {32, 0};
+    case DType::I8_G64: return {64, 0};
+    case DType::I8_G128: return {128, 0};
     default: return {1, dtype_size(dtype)};
   }
 }
 
 }  // namespace
 
-bool is_quantized(DType dtype) { return dtype >= DType::Q4_0 && dtype <= DType::F8_G128; }
+bool is_quantized(DType dtype) { return dtype >= DType::Q4_0 && dtype <= DType::I8_G128; }
 
 int64_t dtype_block_elems(DType dtype) {
   SF_CHECK(dtype != DType::Mixed, "dtype mixed has no block size (its row runs have one each)");
@@ -63,7 +66,7 @@ size_t dtype_row_bytes(DType dtype, int64_t row_len) {
   SF_CHECK(row_len % block.elems == 0, "a row of {} elements is not a whole number of {} blocks ({} elements each)",
            row_len, dtype_name(dtype), block.elems);
   const auto blocks = static_cast<size_t>(row_len / block.elems);
-  if (dtype == DType::F8_CHANNEL || dtype == DType::F8_G128) {
+  if (block.bytes == 0) {  // f32 scales (one per row or per block) padded to 16 bytes, then 1-byte codes
     const size_t groups = dtype == DType::F8_CHANNEL ? (row_len > 0 ? 1 : 0) : blocks;
     return (groups * sizeof(float) + 15) / 16 * 16 + static_cast<size_t>(row_len);
   }
@@ -127,6 +130,9 @@ std::string_view dtype_name(DType dtype) {
     case DType::Q3H_B64: return "q3h_b64";
     case DType::F8_CHANNEL: return "f8_channel";
     case DType::F8_G128: return "f8_g128";
+    case DType::I8_G32: return "i8_g32";
+    case DType::I8_G64: return "i8_g64";
+    case DType::I8_G128: return "i8_g128";
     case DType::Mixed: return "mixed";
   }
   return "?";
@@ -146,10 +152,10 @@ DType parse_dtype(std::string_view name) {
   if (lower == "i64" || lower == "int64") return DType::I64;
   if (lower == "u8" || lower == "uint8") return DType::U8;
   if (lower == "bool") return DType::Bool;
-  for (auto d = static_cast<uint8_t>(DType::Q4_0); d <= static_cast<uint8_t>(DType::F8_G128); ++d)
+  for (auto d = static_cast<uint8_t>(DType::Q4_0); d <= static_cast<uint8_t>(DType::I8_G128); ++d)
     if (lower == dtype_name(static_cast<DType>(d))) return static_cast<DType>(d);
   fail("unknown dtype '{}' (known: f32, f16, bf16, f8_e4m3, f64, i8, i16, i32, i64, u8, bool, and the quantized "
-       "types q4_0, q4_1, q5_0, q5_1, q8_0, q2_k .. q6_k, q2_b32 .. q8_b64, q3h_b64, f8_channel, f8_g128)", name);
+       "types q4_0, q4_1, q5_0, q5_1, q8_0, q2_k .. q6_k, q2_b32 .. q8_b64, q3h_b64, f8_channel, f8_g128, i8_g32, i8_g64, i8_g128)", name);
 }
 
 float f16_to_f32(uint16_t bits) {

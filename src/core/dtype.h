@@ -19,6 +19,9 @@ namespace splitflow {
 //    codes as a little-endian bit stream) and Q3H_B64 (3.5 bits: two weights per 7-bit code).
 //  - FP8 E4M3 weight-only: F8_CHANNEL (one f32 scale per row), F8_G128 (one per 128 elements).
 //    A row is its f32 scales, padded to 16 bytes, then K e4m3 bytes (K a multiple of 16 / 128).
+//  - int8 groups I8_G32 / I8_G64 / I8_G128 (llama2.c's version-2 "Q8_0" export): int8 codes, one
+//    f32 scale per 32 / 64 / 128 elements, w = q * scale. A row is its f32 scales, padded to 16
+//    bytes, then K int8 bytes (the FP8 row layout with int8 codes).
 // Mixed: a matrix whose runs of rows have different types (Tensor::row_runs), e.g. a fused QKV of
 // a Q4_K_M GGUF whose v rows are Q6_K.
 enum class DType : uint8_t {
@@ -27,13 +30,14 @@ enum class DType : uint8_t {
   Q2_B32, Q3_B32, Q4_B32, Q5_B32, Q6_B32, Q8_B32,
   Q2_B64, Q3_B64, Q4_B64, Q5_B64, Q6_B64, Q8_B64, Q3H_B64,
   F8_CHANNEL, F8_G128,
+  I8_G32, I8_G64, I8_G128,
   Mixed,
 };
 
 // Bytes per element of a plain type; throws for the quantized types and Mixed (their size is
 // per row: dtype_row_bytes).
 size_t dtype_size(DType dtype);
-// True for the quantized matrix types (Q4_0 .. F8_G128).
+// True for the quantized matrix types (Q4_0 .. I8_G128).
 bool is_quantized(DType dtype);
 // Elements per block: 1 for plain types; a quantized row length must be a multiple of it.
 int64_t dtype_block_elems(DType dtype);
@@ -50,7 +54,7 @@ std::string dtype_names(const DTypes& dtypes) {
 }
 
 // Parses the names dtype_name() prints (quantized types included: "q4_k", "q3h_b64",
-// "f8_channel") plus the safetensors spellings ("F32", "BF16", ...), case-insensitively.
+// "f8_channel", "i8_g32") plus the safetensors spellings ("F32", "BF16", ...), case-insensitively.
 // Throws splitflow::Error naming the unknown string.
 DType parse_dtype(std::string_view name);
 

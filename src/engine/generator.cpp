@@ -21,7 +21,8 @@ int32_t blocks_for_tokens(int64_t max_tokens, int32_t block_size) {
 Generator::Generator(ModelRunner& runner, const Tokenizer* tokenizer) : runner_(runner), tokenizer_(tokenizer) {}
 
 GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, const SamplingParams& params,
-                                     const std::function<void(std::string_view)>& on_text) {
+                                     const std::function<void(std::string_view)>& on_text,
+                                     const std::function<void(std::span<const float>)>& on_logits) {
   const ModelSpec& spec = runner_.spec();
   params.validate();
   params.validate_token_ids(spec.vocab_size);
@@ -66,6 +67,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   int64_t position = prompt_len;
   while (true) {
     const auto row = std::span<const float>(logits.as<float>(), static_cast<size_t>(spec.vocab_size));
+    if (on_logits) on_logits(row);
     const int32_t token = sampler.sample(row, prompt_ids, result.output_ids).token_id;
     result.output_ids.push_back(token);
     if (result.output_ids.size() == 1) {

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,8 +38,10 @@ class Generator {
   // UTF-8, not possibly the start of a stop string). Throws splitflow::Error for an empty prompt,
   // a prompt that does not fit the context, token ids outside the vocabulary, or bad params.
   // Generation also ends ("length") when the sequence reaches the model's context.
+  // on_logits, when set, sees each step's logits row (vocab floats) before the token is sampled.
   GenerationResult generate(const std::vector<int32_t>& prompt_ids, const SamplingParams& params,
-                            const std::function<void(std::string_view)>& on_text = {});
+                            const std::function<void(std::string_view)>& on_text = {},
+                            const std::function<void(std::span<const float>)>& on_logits = {});
 
  private:
   ModelRunner& runner_;

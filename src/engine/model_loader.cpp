@@ -27,6 +27,14 @@ DType dominant_matrix_dtype(const WeightSource& source) {
   return best;
 }
 
+namespace {
+
+std::string quantization_note(const ModelLoadOptions& options) {
+  return options.quantization ? fmt::format(", projections quantized to {}", dtype_name(*options.quantization)) : "";
+}
+
+}  // namespace
+
 LoadedModel load_model(const ModelLoadOptions& options) {
   LoadedModel model;
   if (options.dummy_weights) {
@@ -35,11 +43,12 @@ LoadedModel load_model(const ModelLoadOptions& options) {
     const std::string& shape_path = options.config_path.empty() ? options.spec_path : options.config_path;
     model.spec = resolve_config_spec(shape_path, options.config_path.empty() ? "" : options.spec_path);
     const DType dtype = options.weight_dtype.value_or(DType::BF16);
-    model.weights = make_dummy_weights(model.spec, dtype, options.seed);
+    model.weights = make_dummy_weights(model.spec, dtype, options.seed, options.quantization);
     if (!options.tokenizer_path.empty() || !options.model_path.empty()) {
       model.tokenizer = load_tokenizer_for_model(options.model_path, options.tokenizer_path);
     }
-    model.description = fmt::format("{} (dummy weights, {}, seed {})", shape_path, dtype_name(dtype), options.seed);
+    model.description = fmt::format("{} (dummy weights, {}{}, seed {})", shape_path, dtype_name(dtype),
+                                    quantization_note(options), options.seed);
     return model;
   }
 
@@ -48,9 +57,10 @@ LoadedModel load_model(const ModelLoadOptions& options) {
   std::unique_ptr<WeightSource> source = open_weights(options.model_path);
   model.spec = resolve_source_spec(*source, options.model_path, options.spec_path);
   const DType dtype = options.weight_dtype.value_or(dominant_matrix_dtype(*source));
-  model.weights = bind_weights(model.spec, *source, dtype);
+  model.weights = bind_weights(model.spec, *source, dtype, options.quantization);
   model.tokenizer = load_tokenizer_for_model(options.model_path, options.tokenizer_path);
-  model.description = fmt::format("{} ({}, {})", options.model_path, source->format(), dtype_name(dtype));
+  model.description = fmt::format("{} ({}, {}{})", options.model_path, source->format(), dtype_name(dtype),
+                                  quantization_note(options));
   return model;
 }
 

@@ -25,6 +25,9 @@ struct ModelLoadOptions {
   uint64_t seed = 0;           // for dummy weights
   // Matrices' dtype in memory; unset keeps the checkpoint's (bf16 for dummy weights).
   std::optional<DType> weight_dtype;
+  // --quantization: float projection matrices (and an untied lm_head) quantized to this type
+  // while loading (model/weights.h); checkpoint matrices already quantized stay as stored.
+  std::optional<DType> quantization;
 };
 
 struct LoadedModel {

@@ -16,7 +16,9 @@ constexpr std::array<std::pair<uint32_t, DType>, 18> kGgmlTypes = {{
     {27, DType::I64},  {28, DType::F64},  {30, DType::BF16},
 }};
 
-bool is_splitflow_type(DType dtype) { return dtype >= DType::Q2_B32 && dtype <= DType::F8_G128; }
+// Q2_B32 .. I8_G128 take ids kSplitflowTypeBase + (dtype - Q2_B32): new types are appended after
+// the last (before Mixed), so the ids of the earlier ones never change.
+bool is_splitflow_type(DType dtype) { return dtype >= DType::Q2_B32 && dtype <= DType::I8_G128; }
 
 }  // namespace
 
@@ -25,7 +27,7 @@ std::optional<DType> dtype_from_gguf_type(uint32_t type) {
     if (id == type) return dtype;
   if (type >= kSplitflowTypeBase) {
     const uint32_t value = type - kSplitflowTypeBase + static_cast<uint32_t>(DType::Q2_B32);
-    if (value <= static_cast<uint32_t>(DType::F8_G128)) return static_cast<DType>(value);
+    if (value <= static_cast<uint32_t>(DType::I8_G128)) return static_cast<DType>(value);
   }
   return std::nullopt;
 }

@@ -1,5 +1,5 @@
 // formats/gguf_types.h — the tensor type ids of GGUF files, shared by the reader and the writer.
-// ggml's own ids for the types llama.cpp defines; splitflow's Inferflow and FP8 weight-only types
+// ggml's own ids for the types llama.cpp defines; splitflow's Inferflow, FP8 and int8 weight-only types
 // (core/dtype.h), which ggml has no id for, take ids from kSplitflowTypeBase up, so a file holding
 // them is a valid GGUF that llama.cpp refuses by type ("invalid ggml type") instead of misreading.
 #pragma once

@@ -1,7 +1,9 @@
 // llama2.c checkpoint reader: the legacy v0 file (7 int32 header, f32 tensors stacked per kind)
 // and the "ak42" versioned files of llama2.c's export.py: version 1 (f32) and version 2 (Q8_0 int8
-// values with one f32 scale per group, dequantized here to owned f32 tensors). Tensors get Meta
-// Llama names; matrices are [out, in].
+// values with one f32 scale per group). Version 2 matrices (the embedding included) stay int8:
+// repacked into I8_G32 / I8_G64 / I8_G128 rows (core/dtype.h), the int8 bytes and f32 scales copied
+// unchanged; only a group size without such a type, or one that does not divide the row length,
+// falls back to owned f32 tensors. Tensors get Meta Llama names; matrices are [out, in].
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "formats/byte_reader.h"
@@ -9,6 +11,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 namespace splitflow {
 namespace {
@@ -146,6 +149,37 @@ Tensor dequantize_q8_0(const uint8_t* bytes, Shape shape, int64_t group_size) {
   return out;
 }
 
+// The packed type holding llama2.c's groups of `group_size` along rows of `cols`, when there is one.
+// export.py groups the flattened tensor, so a group lies within a row only when group_size divides
+// cols; otherwise (or for a group size with no I8 type: export.py's default is 64, any size is
+// allowed) the caller keeps the f32 dequantization, as exact as the packed form but 4x the size.
+std::optional<DType> packed_type(int64_t cols, int64_t group_size) {
+  if (cols % group_size != 0) return std::nullopt;
+  switch (group_size) {
+    case 32: return DType::I8_G32;
+    case 64: return DType::I8_G64;
+    case 128: return DType::I8_G128;
+    default: return std::nullopt;
+  }
+}
+
+// The same values as `type` rows: per row its cols / group_size scales (f32, padded to 16 bytes),
+// then its cols int8 values, both copied byte for byte from the file's two arrays.
+Tensor repack_q8_0(const uint8_t* bytes, Shape shape, int64_t group_size, DType type) {
+  Tensor out = Tensor::zeros(type, std::move(shape));
+  const int64_t cols = out.shape.back(), rows = out.numel() / cols, groups = cols / group_size;
+  const size_t row_bytes = dtype_row_bytes(type, cols);
+  const size_t scale_bytes = row_bytes - static_cast<size_t>(cols);
+  const uint8_t* scales = bytes + out.numel();
+  auto* packed = out.as<uint8_t>();
+  for (int64_t row = 0; row < rows; ++row) {
+    uint8_t* dst = packed + row * row_bytes;
+    std::memcpy(dst, scales + row * groups * sizeof(float), static_cast<size_t>(groups) * sizeof(float));
+    std::memcpy(dst + scale_bytes, bytes + row * cols, static_cast<size_t>(cols));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::unique_ptr<WeightSource> open_llama2c(const std::string& path) {
@@ -173,8 +207,13 @@ std::unique_ptr<WeightSource> open_llama2c(const std::string& path) {
       const uint8_t* bytes = file->data() + offset;
       if (block.storage == Storage::F32)
         source->add(name, tensor_from_file(DType::F32, block.shape, bytes, file), path);
-      else if (block.storage == Storage::Q8_0)
-        source->add(name, dequantize_q8_0(bytes, block.shape, header.group_size), path);
+      else if (block.storage == Storage::Q8_0) {
+        const std::optional<DType> type = packed_type(block.shape.back(), header.group_size);
+        source->add(name,
+                    type ? repack_q8_0(bytes, block.shape, header.group_size, *type)
+                         : dequantize_q8_0(bytes, block.shape, header.group_size),
+                    path);
+      }
     }
   }
   source->metadata() = {{"dim", header.dim},

@@ -85,6 +85,15 @@ const std::vector<EnumName<QkvLayout>>& qkv_layout_names() {
   return names;
 }
 
+const std::vector<EnumName<LayerAttention>>& layer_attention_names() {
+  // HF's config.json layer_types use the long names.
+  static const std::vector<EnumName<LayerAttention>> names = {
+      {LayerAttention::Full, {"full", "full_attention"}},
+      {LayerAttention::Sliding, {"sliding", "sliding_attention"}},
+  };
+  return names;
+}
+
 template <typename Enum>
 std::string enum_name(const std::vector<EnumName<Enum>>& table, Enum value) {
   for (const auto& entry : table)
@@ -226,7 +235,17 @@ void parse_attention(const json& object, AttentionSpec& attention) {
   reader.read_bool("v_bias", attention.v_bias);
   reader.read_bool("o_bias", attention.o_bias);
   reader.read_int("sliding_window", attention.sliding_window);
+  if (const json* types = reader.find("layer_types")) {
+    SF_CHECK(types->is_array(), "attention.layer_types: expected an array of full / sliding, got {}", types->dump());
+    attention.layer_types.clear();
+    for (size_t i = 0; i < types->size(); ++i)
+      attention.layer_types.push_back(
+          ObjectReader::to_enum((*types)[i], fmt::format("attention.layer_types[{}]", i), layer_attention_names()));
+  }
+  reader.read_int("full_attention_interval", attention.full_attention_interval);
   reader.read_double("softmax_scale", attention.softmax_scale);
+  reader.read_double("logit_softcap", attention.logit_softcap);
+  reader.read_bool("qk_norm", attention.qk_norm);
   reader.read_enum("qkv_layout", qkv_layout_names(), attention.qkv_layout);
   reader.finish();
 }
@@ -246,13 +265,13 @@ void parse_mlp(const json& object, MlpSpec& mlp) {
 // rope.scaling: our field names, or HF's rope_scaling / rope_parameters object as config.json has
 // it (rope_type or type, original_max_position_embeddings). HF's rope_parameters also carries
 // rope_theta and partial_rotary_factor; those must agree with rope.theta / rope.partial_factor.
-void parse_scaling(const json& object, RopeSpec& rope) {
+void parse_scaling(const json& object, RopeSpec& rope, const std::string& path = "rope.scaling") {
   RopeScaling& scaling = rope.scaling;
-  ObjectReader reader(object, "rope.scaling");
+  ObjectReader reader(object, path);
   const json* type = reader.find("type");
   const json* rope_type = reader.find("rope_type");
   if (type && rope_type && *type != *rope_type)
-    fail("rope.scaling: type {} and rope_type {} disagree", type->dump(), rope_type->dump());
+    fail("{}: type {} and rope_type {} disagree", path, type->dump(), rope_type->dump());
   if (type || rope_type)
     scaling.type = ObjectReader::to_enum(type ? *type : *rope_type, reader.path(type ? "type" : "rope_type"),
                                          scaling_names());
@@ -260,7 +279,7 @@ void parse_scaling(const json& object, RopeSpec& rope) {
   const bool has_original = reader.read_int("original_max_position", original);
   const bool has_original_hf = reader.read_int("original_max_position_embeddings", original_hf);
   if (has_original && has_original_hf && original != original_hf)
-    fail("rope.scaling: original_max_position {} and original_max_position_embeddings {} disagree", original,
+    fail("{}: original_max_position {} and original_max_position_embeddings {} disagree", path, original,
          original_hf);
   if (has_original || has_original_hf) scaling.original_max_position = has_original ? original : original_hf;
   reader.read_double("factor", scaling.factor);
@@ -277,9 +296,9 @@ void parse_scaling(const json& object, RopeSpec& rope) {
   reader.read_double_list("freq_factors", scaling.freq_factors);
   double theta = 0.0, partial = 0.0;
   if (reader.read_double("rope_theta", theta) && theta != rope.theta)
-    fail("rope.scaling.rope_theta: {} disagrees with rope.theta {}", theta, rope.theta);
+    fail("{}.rope_theta: {} disagrees with {} {}", path, theta, path == "rope.scaling" ? "rope.theta" : "rope.sliding.theta", rope.theta);
   if (reader.read_double("partial_rotary_factor", partial) && partial != rope.partial_factor)
-    fail("rope.scaling.partial_rotary_factor: {} disagrees with rope.partial_factor {}", partial, rope.partial_factor);
+    fail("{}.partial_rotary_factor: {} disagrees with rope.partial_factor {}", path, partial, rope.partial_factor);
   reader.finish();
   // Without scaling the other fields mean nothing; drop them so equal models compare equal.
   if (scaling.type == RopeScalingType::None) scaling = RopeScaling{};
@@ -292,6 +311,15 @@ void parse_rope(const json& object, RopeSpec& rope) {
   reader.read_enum("style", rope_style_names(), rope.style);
   // scaling last: its HF form is checked against theta and partial_factor.
   if (const json* scaling = reader.find("scaling")) parse_scaling(*scaling, rope);
+  if (const json* sliding = reader.find("sliding")) {
+    ObjectReader sliding_reader(*sliding, "rope.sliding");
+    // The sliding layers' scaling is read (and its HF rope_theta checked) against their own base.
+    RopeSpec own{.theta = rope.theta, .partial_factor = rope.partial_factor};
+    sliding_reader.read_double("theta", own.theta);
+    if (const json* scaling = sliding_reader.find("scaling")) parse_scaling(*scaling, own, "rope.sliding.scaling");
+    sliding_reader.finish();
+    rope.sliding = SlidingRope{own.theta, own.scaling};
+  }
   reader.finish();
 }
 
@@ -316,6 +344,8 @@ void parse_tensors(const json& object, TensorNames& tensors) {
       {"k", &tensors.k},               {"v", &tensors.v},                 {"qkv", &tensors.qkv},
       {"o", &tensors.o},               {"ffn_norm", &tensors.ffn_norm},   {"gate", &tensors.gate},
       {"up", &tensors.up},             {"gate_up", &tensors.gate_up},     {"down", &tensors.down},
+      {"q_norm", &tensors.q_norm},     {"k_norm", &tensors.k_norm},       {"post_attn_norm", &tensors.post_attn_norm},
+      {"post_ffn_norm", &tensors.post_ffn_norm},
   };
   for (const auto& [key, target] : names) reader.read_string(key, *target);
   reader.finish();
@@ -431,6 +461,27 @@ double ModelSpec::attention_scale() const {
   return attention.softmax_scale > 0.0 ? attention.softmax_scale : 1.0 / std::sqrt(static_cast<double>(attention.head_dim));
 }
 
+LayerAttention ModelSpec::layer_attention(int layer) const {
+  if (attention.sliding_window <= 0) return LayerAttention::Full;
+  if (!attention.layer_types.empty()) return attention.layer_types.at(static_cast<size_t>(layer));
+  const int interval = attention.full_attention_interval;
+  return interval > 0 && (layer + 1) % interval == 0 ? LayerAttention::Full : LayerAttention::Sliding;
+}
+
+int ModelSpec::layer_sliding_window(int layer) const {
+  return layer_attention(layer) == LayerAttention::Sliding ? attention.sliding_window : 0;
+}
+
+ModelSpec ModelSpec::layer_rope_spec(int layer) const {
+  ModelSpec own = *this;
+  if (rope.sliding && layer_attention(layer) == LayerAttention::Sliding) {
+    own.rope.theta = rope.sliding->theta;
+    own.rope.scaling = rope.sliding->scaling;
+  }
+  own.rope.sliding.reset();
+  return own;
+}
+
 ModelSpec spec_from_json(const json& object) {
   ModelSpec spec;
   ObjectReader reader(object, "");
@@ -449,7 +500,9 @@ ModelSpec spec_from_json(const json& object) {
   if (const json* rope = reader.find("rope")) parse_rope(*rope, spec.rope);
   reader.read_bool("parallel_residual", spec.parallel_residual);
   reader.read_bool("shared_layer_norm", spec.shared_layer_norm);
+  reader.read_bool("post_norms", spec.post_norms);
   reader.read_bool("tie_embeddings", spec.tie_embeddings);
+  reader.read_double("final_logit_softcap", spec.final_logit_softcap);
   reader.read_double("embedding_multiplier", spec.embedding_multiplier);
   parse_tensors(*reader.find("tensors"), spec.tensors);
   reader.read_int("bos_token_id", spec.bos_token_id);
@@ -469,6 +522,12 @@ ModelSpec spec_from_json(const json& object) {
   const bool defaults_original = scaling.type == RopeScalingType::DynamicNTK || scaling.type == RopeScalingType::YaRN ||
                                  scaling.type == RopeScalingType::LongRope;
   if (defaults_original && scaling.original_max_position == 0) scaling.original_max_position = spec.max_position;
+  if (spec.rope.sliding) {
+    RopeScaling& own = spec.rope.sliding->scaling;
+    const bool own_defaults_original = own.type == RopeScalingType::DynamicNTK || own.type == RopeScalingType::YaRN ||
+                                       own.type == RopeScalingType::LongRope;
+    if (own_defaults_original && own.original_max_position == 0) own.original_max_position = spec.max_position;
+  }
 
   validate_spec(spec);
   return spec;
@@ -497,6 +556,19 @@ void validate_spec(const ModelSpec& spec) {
            attention.sliding_window);
   SF_CHECK(std::isfinite(attention.softmax_scale) && attention.softmax_scale >= 0.0,
            "attention.softmax_scale: must be >= 0 (0 = 1/sqrt(head_dim)), got {}", attention.softmax_scale);
+  SF_CHECK(attention.logit_softcap >= 0.0, "attention.logit_softcap: must be >= 0 (0 = none), got {}",
+           attention.logit_softcap);
+  SF_CHECK(spec.final_logit_softcap >= 0.0, "final_logit_softcap: must be >= 0 (0 = none), got {}",
+           spec.final_logit_softcap);
+  SF_CHECK(attention.full_attention_interval >= 0, "attention.full_attention_interval: must be >= 0 (0 = none), got {}",
+           attention.full_attention_interval);
+  if (!attention.layer_types.empty()) {
+    SF_CHECK(static_cast<int>(attention.layer_types.size()) == spec.num_layers,
+             "attention.layer_types: {} entries, num_layers is {}", attention.layer_types.size(), spec.num_layers);
+    for (size_t i = 0; i < attention.layer_types.size(); ++i)
+      SF_CHECK(attention.layer_types[i] == LayerAttention::Full || attention.sliding_window > 0,
+               "attention.layer_types[{}]: sliding, but attention.sliding_window is 0", i);
+  }
   if (attention.qkv_layout == QkvLayout::PerHead)
     SF_CHECK(attention.num_kv_heads == attention.num_heads,
              "attention.qkv_layout: per_head needs num_kv_heads == num_heads, got {} and {}", attention.num_kv_heads,
@@ -521,6 +593,17 @@ void validate_spec(const ModelSpec& spec) {
     SF_CHECK(spec.rotary_dim() >= 2, "rope.partial_factor: head_dim {} x {} leaves no rotary pair", attention.head_dim,
              rope.partial_factor);
     validate_scaling(spec);
+    if (rope.sliding) {
+      SF_CHECK(is_positive_finite(rope.sliding->theta), "rope.sliding.theta: must be > 0, got {}", rope.sliding->theta);
+      try {
+        ModelSpec own = spec;
+        own.rope.theta = rope.sliding->theta;
+        own.rope.scaling = rope.sliding->scaling;
+        validate_scaling(own);
+      } catch (const Error& e) {
+        fail("rope.sliding: {}", e.what());
+      }
+    }
   } else {
     SF_CHECK(spec.rope.scaling.type == RopeScalingType::None, "rope.scaling: given, but position is {}",
              enum_name(position_names(), spec.position));
@@ -536,9 +619,20 @@ void validate_spec(const ModelSpec& spec) {
       {"attn_norm", &tensors.attn_norm}, {"q", &tensors.q},     {"k", &tensors.k},       {"v", &tensors.v},
       {"qkv", &tensors.qkv},             {"o", &tensors.o},     {"ffn_norm", &tensors.ffn_norm},
       {"gate", &tensors.gate},           {"up", &tensors.up},   {"gate_up", &tensors.gate_up},
-      {"down", &tensors.down},
+      {"down", &tensors.down},           {"q_norm", &tensors.q_norm}, {"k_norm", &tensors.k_norm},
+      {"post_attn_norm", &tensors.post_attn_norm}, {"post_ffn_norm", &tensors.post_ffn_norm},
   };
   for (const auto& [field, name] : per_layer) check_tensor_name(field, *name, true);
+  for (const auto& [field, name] : {std::pair{"q_norm", &tensors.q_norm}, {"k_norm", &tensors.k_norm}}) {
+    if (attention.qk_norm) require_name(field, *name, "attention.qk_norm is true");
+    else forbid_name(field, *name, "attention.qk_norm is false");
+  }
+  for (const auto& [field, name] :
+       {std::pair{"post_attn_norm", &tensors.post_attn_norm}, {"post_ffn_norm", &tensors.post_ffn_norm}}) {
+    if (spec.post_norms) require_name(field, *name, "post_norms is true");
+    else forbid_name(field, *name, "post_norms is false");
+  }
+  SF_CHECK(!spec.post_norms || !spec.parallel_residual, "post_norms: not with parallel_residual");
 
   require_name("embed", tensors.embed, "every model has a token embedding");
   require_name("final_norm", tensors.final_norm, "decoder-only models end with a norm");
@@ -601,7 +695,15 @@ json spec_to_json(const ModelSpec& spec) {
                       {"k_bias", attention.k_bias},         {"v_bias", attention.v_bias},
                       {"o_bias", attention.o_bias},         {"sliding_window", attention.sliding_window},
                       {"softmax_scale", attention.softmax_scale},
+                      {"logit_softcap", attention.logit_softcap},
+                      {"qk_norm", attention.qk_norm},
+                      {"full_attention_interval", attention.full_attention_interval},
                       {"qkv_layout", enum_name(qkv_layout_names(), attention.qkv_layout)}};
+  if (!attention.layer_types.empty()) {
+    json types = json::array();
+    for (const LayerAttention type : attention.layer_types) types.push_back(enum_name(layer_attention_names(), type));
+    out["attention"]["layer_types"] = types;
+  }
   const MlpSpec& mlp = spec.mlp;
   out["mlp"] = {{"intermediate_size", mlp.intermediate_size},
                 {"activation", enum_name(activation_names(), mlp.activation)},
@@ -611,7 +713,7 @@ json spec_to_json(const ModelSpec& spec) {
                 {"down_bias", mlp.down_bias}};
   out["position"] = enum_name(position_names(), spec.position);
 
-  const RopeScaling& scaling = spec.rope.scaling;
+  const auto scaling_to_json = [](const RopeScaling& scaling) {
   json scaling_json = nullptr;
   if (scaling.type != RopeScalingType::None) {
     // Fields at their defaults are left out: they read back to the same values.
@@ -633,13 +735,19 @@ json spec_to_json(const ModelSpec& spec) {
     if (!scaling.short_factor.empty()) scaling_json["short_factor"] = scaling.short_factor;
     if (!scaling.freq_factors.empty()) scaling_json["freq_factors"] = scaling.freq_factors;
   }
+  return scaling_json;
+  };
   out["rope"] = {{"theta", spec.rope.theta},
                  {"partial_factor", spec.rope.partial_factor},
                  {"style", enum_name(rope_style_names(), spec.rope.style)},
-                 {"scaling", scaling_json}};
+                 {"scaling", scaling_to_json(spec.rope.scaling)}};
+  if (spec.rope.sliding)
+    out["rope"]["sliding"] = {{"theta", spec.rope.sliding->theta}, {"scaling", scaling_to_json(spec.rope.sliding->scaling)}};
   out["parallel_residual"] = spec.parallel_residual;
   out["shared_layer_norm"] = spec.shared_layer_norm;
+  out["post_norms"] = spec.post_norms;
   out["tie_embeddings"] = spec.tie_embeddings;
+  out["final_logit_softcap"] = spec.final_logit_softcap;
   out["embedding_multiplier"] = spec.embedding_multiplier;
   const TensorNames& tensors = spec.tensors;
   out["tensors"] = {{"weight_suffix", tensors.weight_suffix},
@@ -661,7 +769,11 @@ json spec_to_json(const ModelSpec& spec) {
                     {"gate", tensors.gate},
                     {"up", tensors.up},
                     {"gate_up", tensors.gate_up},
-                    {"down", tensors.down}};
+                    {"down", tensors.down},
+                    {"q_norm", tensors.q_norm},
+                    {"k_norm", tensors.k_norm},
+                    {"post_attn_norm", tensors.post_attn_norm},
+                    {"post_ffn_norm", tensors.post_ffn_norm}};
   out["bos_token_id"] = spec.bos_token_id;
   out["eos_token_ids"] = spec.eos_token_ids;
   return out;

@@ -26,6 +26,8 @@ enum class RopeScalingType { None, Linear, DynamicNTK, YaRN, Llama3, LongRope, F
 // How a fused QKV weight stacks its rows: Concat = [q rows; k rows; v rows] (Phi-3, GPT-2, Falcon
 // with GQA groups excluded); PerHead = for each head [q; k; v] of head_dim rows (GPT-NeoX, MHA only).
 enum class QkvLayout { Separate, Concat, PerHead };
+// What one layer's attention sees: Full = every earlier position, Sliding = the last sliding_window.
+enum class LayerAttention { Full, Sliding };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::None;
@@ -45,11 +47,21 @@ struct RopeScaling {
   bool operator==(const RopeScaling&) const = default;
 };
 
+// The base and scaling of the sliding-window layers' RoPE where they differ from the full-attention
+// layers' (Gemma 3: local layers turn at base 10000 without scaling, global ones at 1e6, scaled).
+struct SlidingRope {
+  double theta = 10000.0;
+  RopeScaling scaling;  // none unless given
+
+  bool operator==(const SlidingRope&) const = default;
+};
+
 struct RopeSpec {
   double theta = 10000.0;
   double partial_factor = 1.0;  // rotary_dim = head_dim * partial_factor (rounded down to even)
   RopeStyle style = RopeStyle::Half;
   RopeScaling scaling;
+  std::optional<SlidingRope> sliding;  // unset: sliding-window layers use theta and scaling above
 
   bool operator==(const RopeSpec&) const = default;
 };
@@ -69,7 +81,16 @@ struct AttentionSpec {
   int head_dim = 0;
   bool q_bias = false, k_bias = false, v_bias = false, o_bias = false;
   int sliding_window = 0;  // 0: full causal attention; W: each query sees the last W positions
+  // Which layers slide (with sliding_window > 0; layer_attention() resolves them): layer_types, one
+  // per layer, when given; else with full_attention_interval N > 0 layers N-1, 2N-1, ... attend
+  // fully and the rest slide (Gemma 3: 6); else every layer slides.
+  std::vector<LayerAttention> layer_types;
+  int full_attention_interval = 0;
   double softmax_scale = 0.0;  // 0: 1/sqrt(head_dim)
+  double logit_softcap = 0.0;  // > 0: scores become cap * tanh(score / cap) before the softmax (Gemma 2)
+  // Per-head RMSNorm (norm.eps, norm.weight_offset) of every q and k head before RoPE, with the
+  // weights q_norm and k_norm [head_dim] (Qwen 3, Gemma 3).
+  bool qk_norm = false;
   QkvLayout qkv_layout = QkvLayout::Separate;
 
   bool operator==(const AttentionSpec&) const = default;
@@ -100,6 +121,8 @@ struct TensorNames {
   std::string embed, pos_embed, final_norm, lm_head;
   std::string attn_norm, q, k, v, qkv, o;
   std::string ffn_norm, gate, up, gate_up, down;
+  std::string q_norm, k_norm;                // attention.qk_norm
+  std::string post_attn_norm, post_ffn_norm; // post_norms
 
   bool operator==(const TensorNames&) const = default;
 };
@@ -118,7 +141,11 @@ struct ModelSpec {
   RopeSpec rope;
   bool parallel_residual = false;      // x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX, Falcon)
   bool shared_layer_norm = false;      // parallel residual with one norm feeding both (Falcon-7B)
+  // Each sublayer's output is normed before its residual add: x + post_attn_norm(attn(attn_norm(x))),
+  // then the same for the MLP with post_ffn_norm (Gemma 2/3 "sandwich" norms).
+  bool post_norms = false;
   bool tie_embeddings = false;         // lm_head = embed
+  double final_logit_softcap = 0.0;    // > 0: logits become cap * tanh(logit / cap) (Gemma 2)
   double embedding_multiplier = 1.0;   // Gemma: sqrt(hidden)
   TensorNames tensors;
   int bos_token_id = -1;
@@ -126,6 +153,11 @@ struct ModelSpec {
 
   int rotary_dim() const;              // head_dim * partial_factor, even
   double attention_scale() const;      // softmax_scale or 1/sqrt(head_dim)
+  // Whether `layer` attends through the sliding window (attention.layer_types, full_attention_interval).
+  LayerAttention layer_attention(int layer) const;
+  int layer_sliding_window(int layer) const;  // sliding_window, or 0 for a full-attention layer
+  // The spec with rope.theta and rope.scaling those `layer` turns by (rope.sliding on a sliding layer).
+  ModelSpec layer_rope_spec(int layer) const;
 
   bool operator==(const ModelSpec&) const = default;
 };

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <memory>
 
 namespace splitflow {
@@ -16,7 +17,7 @@ using nlohmann::json;
 // Expression tree. Branches of `?:` and the alternatives of `|` are evaluated only when chosen,
 // so `$n ? $a / $n : 0` never divides by an absent or zero $n.
 struct Node {
-  enum class Kind { Literal, Reference, Unary, Binary, Alternative, Conditional, Length } kind;
+  enum class Kind { Literal, Reference, Unary, Binary, Alternative, Conditional, Length, Sqrt } kind;
   json literal;                   // Literal
   std::string text;               // Reference key, or the operator of Unary/Binary
   std::vector<std::unique_ptr<Node>> children;
@@ -217,9 +218,9 @@ class Parser {
       if (word == "true") return literal(true);
       if (word == "false") return literal(false);
       if (word == "null") return literal(nullptr);
-      if (word == "len") {
+      if (word == "len" || word == "sqrt") {
         expect("(");
-        auto node = make_node(Node::Kind::Length);
+        auto node = make_node(word == "len" ? Node::Kind::Length : Node::Kind::Sqrt);
         node->children.push_back(parse_conditional());
         expect(")");
         return node;
@@ -292,6 +293,13 @@ class Evaluator {
         if (!container.is_array() && !container.is_string() && !container.is_object())
           error(fmt::format("len() needs an array, string or object, got {}", brief(container)));
         return {json(container.is_string() ? container.get_ref<const std::string&>().size() : container.size()), {}};
+      }
+      case Node::Kind::Sqrt: {
+        ExpressionValue value = evaluate(*node.children[0]);
+        if (!value.value) return value;
+        if (!value.value->is_number() || value.value->get<double>() < 0)
+          error(fmt::format("sqrt() needs a number >= 0, got {}", brief(*value.value)));
+        return {json(std::sqrt(value.value->get<double>())), {}};
       }
       case Node::Kind::Unary: {
         ExpressionValue value = evaluate(*node.children[0]);

@@ -4,9 +4,13 @@
 #include "core/error.h"
 #include "formats/weight_source.h"
 #include "model/config.h"
+#include "quant/quant.h"
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -24,6 +28,11 @@ bool is_float(DType dtype) {
 void check_matrix_dtype(DType dtype) {
   SF_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
            "weight dtype {} is not supported for matrices (f32, f16 or bf16)", dtype_name(dtype));
+}
+
+void check_quantization(std::optional<DType> quantization) {
+  SF_CHECK(!quantization || is_quantized(*quantization), "quantization type {} is not a quantized type (one of: {})",
+           dtype_name(*quantization), quantized_type_names());
 }
 
 std::string with_layer(const std::string& pattern, int layer) {
@@ -78,12 +87,37 @@ void write_rows(const Tensor& src, bool transposed, Tensor& dst, int64_t row_off
   }
 }
 
+// Asks the kernel to reclaim the whole pages of a checkpoint tensor just copied into a fused
+// matrix (MADV_PAGEOUT): a page of a mapped file leaves the resident set, read again from the
+// file if ever touched; an anonymous page is kept (or swapped), so this is safe on any tensor.
+// Keeps a GGUF's resident memory near its file size although q/k/v and gate/up are copied.
+// Best effort: kernels before 5.4 ignore it.
+void release_pages(const Tensor& part) {
+#ifdef MADV_PAGEOUT
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(part.data);
+  const uintptr_t begin = (start + page - 1) / page * page, end = (start + part.nbytes()) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
+#endif
+}
+
+// Zeroed storage for a packed matrix (quantized, or Mixed with its row runs).
+Tensor packed_zeros(DType dtype, Shape shape, RowRuns runs = {}) {
+  Tensor out = Tensor::zeros(DType::U8, {static_cast<int64_t>(storage_bytes(dtype, shape, runs))});
+  out.dtype = dtype;
+  out.shape = std::move(shape);
+  out.row_runs = std::move(runs);
+  return out;
+}
+
 // A fused per-head QKV ([q; k; v] of head_dim rows for each head) reordered to q rows, k rows,
-// v rows. Works on matrices and on bias vectors (cols = 1).
+// v rows. Works on matrices (plain or quantized: rows move as bytes) and on bias vectors (cols = 1).
 Tensor per_head_to_concat(const Tensor& fused, int num_heads, int head_dim) {
-  Tensor out = Tensor::zeros(fused.dtype, fused.shape);
+  const bool packed = is_quantized(fused.dtype);
+  Tensor out = packed ? packed_zeros(fused.dtype, fused.shape) : Tensor::zeros(fused.dtype, fused.shape);
   const int64_t cols = fused.shape.size() == 1 ? 1 : fused.dim(1);
-  const size_t block_bytes = static_cast<size_t>(head_dim * cols) * dtype_size(fused.dtype);
+  const size_t block_bytes = packed ? static_cast<size_t>(head_dim) * dtype_row_bytes(fused.dtype, cols)
+                                    : static_cast<size_t>(head_dim * cols) * dtype_size(fused.dtype);
   const auto* in = static_cast<const uint8_t*>(fused.data);
   auto* dst = static_cast<uint8_t*>(out.data);
   const size_t section_bytes = static_cast<size_t>(num_heads) * block_bytes;  // all q rows
@@ -95,17 +129,17 @@ Tensor per_head_to_concat(const Tensor& fused, int num_heads, int head_dim) {
 
 class Binder {
  public:
-  Binder(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype)
-      : spec_(spec), names_(spec.tensors), source_(source), matrix_dtype_(matrix_dtype) {
+  Binder(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype, std::optional<DType> quantization)
+      : spec_(spec), names_(spec.tensors), source_(source), matrix_dtype_(matrix_dtype), quantization_(quantization) {
     for (const TensorInfo& info : source.tensors()) by_name_.emplace(info.name, &info);
   }
 
   ModelWeights bind() {
     const int64_t hidden = spec_.hidden_size, vocab = spec_.vocab_size;
     ModelWeights weights;
-    weights.embed = matrix("embed", names_.embed, -1, {vocab, hidden}, /*projection=*/false);
+    weights.embed = matrix("embed", names_.embed, -1, {vocab, hidden}, /*projection=*/false, /*quantize=*/false);
     if (spec_.position == PositionType::Learned)
-      weights.pos_embed = matrix("pos_embed", names_.pos_embed, -1, {spec_.max_position, hidden}, false);
+      weights.pos_embed = matrix("pos_embed", names_.pos_embed, -1, {spec_.max_position, hidden}, false, false);
     weights.final_norm = vector("final_norm", names_.final_norm, -1, hidden);
     if (spec_.norm.bias) weights.final_norm_bias = bias("final_norm", names_.final_norm, -1, hidden);
     bind_lm_head(weights);
@@ -140,14 +174,48 @@ class Binder {
                      : fmt::format("tensors.{} = '{}', layer {}", field, pattern, layer);
   }
 
-  const TensorInfo& require(const std::string& field, const std::string& pattern, int layer, const std::string& suffix) {
+  // `is_matrix`: the tensor may be quantized (packed blocks); vectors must be floats.
+  const TensorInfo& require(const std::string& field, const std::string& pattern, int layer, const std::string& suffix,
+                            bool is_matrix = false) {
     const TensorInfo* info = find(pattern, layer, suffix);
     if (!info)
       fail("missing tensor '{}' (from {}) in the {} checkpoint{}", fmt::join(candidates(pattern, layer, suffix), "' or '"),
            describe(field, pattern, layer), source_.format(), source_file());
-    SF_CHECK(is_float(info->tensor.dtype), "tensor '{}' in '{}' has dtype {}; weights must be f32, f16, bf16 or f64",
-             info->name, info->file, dtype_name(info->tensor.dtype));
+    SF_CHECK(is_float(info->tensor.dtype) ||
+                 (is_matrix && (is_quantized(info->tensor.dtype) || info->tensor.dtype == DType::F8E4M3)),
+             "tensor '{}' in '{}' has dtype {}; weights must be f32, f16, bf16 or f64{}", info->name, info->file,
+             dtype_name(info->tensor.dtype), is_matrix ? " (matrices also a quantized type)" : "");
     return *info;
+  }
+
+  // An FP8 checkpoint's matrix (llm-compressor / compressed-tensors: F8_E4M3 weights with a
+  // `weight_scale`, or DeepSeek's `weight_scale_inv` blocks) packed as F8_CHANNEL / F8_G128, its
+  // e4m3 bytes kept (quant::pack_fp8_checkpoint_weight). Activation scales are not used:
+  // splitflow's FP8 is weight-only.
+  Tensor fp8_packed(const TensorInfo& info, bool transposed, const std::string& field, const std::string& pattern,
+                    int layer) {
+    SF_CHECK(!transposed, "tensor '{}' ({}) is f8_e4m3 and stored [in, out] (tensors.linear_transposed)", info.name,
+             describe(field, pattern, layer));
+    const TensorInfo* scale = find(pattern, layer, ".weight_scale");
+    if (!scale) scale = find(pattern, layer, ".weight_scale_inv");
+    SF_CHECK(scale != nullptr, "tensor '{}' ({}) is f8_e4m3 but the checkpoint has no '{}' or '{}' beside it",
+             info.name, describe(field, pattern, layer), fmt::join(candidates(pattern, layer, ".weight_scale"), "|"),
+             fmt::join(candidates(pattern, layer, ".weight_scale_inv"), "|"));
+    find(pattern, layer, ".input_scale");  // present in W8A8 exports; weight-only FP8 does not use it
+    Tensor out = quant::pack_fp8_checkpoint_weight(info.tensor, scale->tensor, info.name);
+    quant::validate(out, info.name);
+    return out;
+  }
+
+  // A checkpoint's quantized matrix as it is stored (a view of the file), its scales checked.
+  const Tensor& packed(const TensorInfo& info, bool transposed, const std::string& field, const std::string& pattern,
+                       int layer) const {
+    SF_CHECK(!transposed,
+             "tensor '{}' ({}) is {} and stored [in, out] (tensors.linear_transposed): a quantized matrix cannot be "
+             "transposed and stay packed",
+             info.name, describe(field, pattern, layer), dtype_name(info.tensor.dtype));
+    quant::validate(info.tensor, info.name);
+    return info.tensor;
   }
 
   std::string source_file() const {
@@ -162,10 +230,12 @@ class Binder {
          shape_str(info.tensor.shape), shape_str(expected), note);
   }
 
-  // A matrix as [out, in] in matrix_dtype_. Projections follow tensors.linear_transposed; the
+  // A matrix as [out, in] in matrix_dtype_, or quantized: packed as stored, or (`quantize` with
+  // quantization_ set) quantized from its floats. Projections follow tensors.linear_transposed; the
   // stored tensor stays a view into the file when no conversion is needed.
-  Tensor matrix(const std::string& field, const std::string& pattern, int layer, Shape canonical, bool projection) {
-    const TensorInfo& info = require(field, pattern, layer, names_.weight_suffix);
+  Tensor matrix(const std::string& field, const std::string& pattern, int layer, Shape canonical, bool projection,
+                bool quantize) {
+    const TensorInfo& info = require(field, pattern, layer, names_.weight_suffix, /*is_matrix=*/true);
     const Tensor& stored = info.tensor;
     const bool transposed = projection && names_.linear_transposed;
     if (transposed)
@@ -173,28 +243,74 @@ class Binder {
                   " (stored [in, out]: tensors.linear_transposed is true)");
     else
       check_shape(info, canonical, field, pattern, layer);
-    if (!transposed && stored.dtype == matrix_dtype_ && aligned(stored)) return stored;
+    if (is_quantized(stored.dtype)) return packed(info, transposed, field, pattern, layer);
+    if (stored.dtype == DType::F8E4M3) return fp8_packed(info, transposed, field, pattern, layer);
+    const bool direct = !transposed && aligned(stored);
+    if (quantize && quantization_) {
+      const int64_t block = dtype_block_elems(*quantization_);
+      SF_CHECK(canonical[1] % block == 0,
+               "--quantization {}: tensor '{}' ({}) has rows of {} elements, not a whole number of {}-element blocks",
+               dtype_name(*quantization_), info.name, describe(field, pattern, layer), canonical[1], block);
+      if (direct && stored.dtype != DType::F64) return quant::quantize(stored, *quantization_);
+      Tensor floats = Tensor::zeros(matrix_dtype_, canonical);
+      write_rows(stored, transposed, floats, 0);
+      return quant::quantize(floats, *quantization_);
+    }
+    if (direct && stored.dtype == matrix_dtype_) return stored;
     Tensor out = Tensor::zeros(matrix_dtype_, canonical);
     write_rows(stored, transposed, out, 0);
     return out;
   }
 
-  // Rows of several stored matrices stacked into one [sum of out, in] matrix.
+  // Rows of several stored matrices stacked into one [sum of out, in] matrix. When a part is
+  // quantized (stored so, or quantized now), the parts' packed rows are concatenated as bytes:
+  // one quantized dtype, or DType::Mixed with a run per part (plain parts in matrix_dtype_).
   Tensor stacked(const std::vector<std::pair<std::string, std::string>>& parts, int layer,
                  const std::vector<int64_t>& rows, int64_t cols) {
     int64_t total = 0;
     for (int64_t count : rows) total += count;
-    Tensor out = Tensor::zeros(matrix_dtype_, {total, cols});
-    int64_t offset = 0;
+    std::vector<const TensorInfo*> infos;
+    bool any_packed = quantization_.has_value();
     for (size_t i = 0; i < parts.size(); ++i) {
       const auto& [field, pattern] = parts[i];
-      const TensorInfo& info = require(field, pattern, layer, names_.weight_suffix);
+      const TensorInfo& info = require(field, pattern, layer, names_.weight_suffix, /*is_matrix=*/true);
       if (names_.linear_transposed)
         check_shape(info, {cols, rows[i]}, field, pattern, layer, " (stored [in, out]: tensors.linear_transposed is true)");
       else
         check_shape(info, {rows[i], cols}, field, pattern, layer);
-      write_rows(info.tensor, names_.linear_transposed, out, offset);
-      offset += rows[i];
+      any_packed = any_packed || is_quantized(info.tensor.dtype) || info.tensor.dtype == DType::F8E4M3;
+      infos.push_back(&info);
+    }
+    if (!any_packed) {
+      Tensor out = Tensor::zeros(matrix_dtype_, {total, cols});
+      int64_t offset = 0;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        write_rows(infos[i]->tensor, names_.linear_transposed, out, offset);
+        offset += rows[i];
+      }
+      return out;
+    }
+    std::vector<Tensor> pieces;
+    auto runs = std::make_shared<std::vector<RowRun>>();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const auto& [field, pattern] = parts[i];
+      const DType stored = infos[i]->tensor.dtype;
+      pieces.push_back(is_quantized(stored) ? packed(*infos[i], names_.linear_transposed, field, pattern, layer)
+                       : stored == DType::F8E4M3
+                           ? fp8_packed(*infos[i], names_.linear_transposed, field, pattern, layer)
+                           : matrix(field, pattern, layer, {rows[i], cols}, /*projection=*/true, /*quantize=*/true));
+      if (!runs->empty() && runs->back().dtype == pieces.back().dtype)
+        runs->back().rows += rows[i];
+      else
+        runs->push_back({pieces.back().dtype, rows[i]});
+    }
+    Tensor out = runs->size() == 1 ? packed_zeros(runs->front().dtype, {total, cols})
+                                   : packed_zeros(DType::Mixed, {total, cols}, std::move(runs));
+    auto* at = static_cast<uint8_t*>(out.data);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      std::memcpy(at, pieces[i].data, pieces[i].nbytes());
+      at += pieces[i].nbytes();
+      if (pieces[i].data == infos[i]->tensor.data) release_pages(pieces[i]);  // a view of the checkpoint
     }
     return out;
   }
@@ -215,7 +331,7 @@ class Binder {
   }
 
   static bool aligned(const Tensor& tensor) {
-    return reinterpret_cast<uintptr_t>(tensor.data) % dtype_size(tensor.dtype) == 0;
+    return is_quantized(tensor.dtype) || reinterpret_cast<uintptr_t>(tensor.data) % dtype_size(tensor.dtype) == 0;
   }
 
   void bind_lm_head(ModelWeights& weights) {
@@ -231,7 +347,7 @@ class Binder {
       weights.lm_head = weights.embed;
       return;
     }
-    weights.lm_head = matrix("lm_head", names_.lm_head, -1, shape, false);
+    weights.lm_head = matrix("lm_head", names_.lm_head, -1, shape, /*projection=*/false, /*quantize=*/true);
   }
 
   void bind_layer(int layer, LayerWeights& out) {
@@ -246,6 +362,14 @@ class Binder {
     if (!spec_.shared_layer_norm) {
       out.ffn_norm = vector("ffn_norm", names_.ffn_norm, layer, hidden);
       if (spec_.norm.bias) out.ffn_norm_bias = bias("ffn_norm", names_.ffn_norm, layer, hidden);
+    }
+    if (attention.qk_norm) {
+      out.q_norm = vector("q_norm", names_.q_norm, layer, attention.head_dim);
+      out.k_norm = vector("k_norm", names_.k_norm, layer, attention.head_dim);
+    }
+    if (spec_.post_norms) {
+      out.post_attn_norm = vector("post_attn_norm", names_.post_attn_norm, layer, hidden);
+      out.post_ffn_norm = vector("post_ffn_norm", names_.post_ffn_norm, layer, hidden);
     }
 
     const bool any_qkv_bias = attention.q_bias || attention.k_bias || attention.v_bias;
@@ -271,7 +395,7 @@ class Binder {
       case QkvLayout::Concat:
       case QkvLayout::PerHead: {
         const int64_t rows = q_dim + 2 * kv_dim;
-        Tensor wqkv = matrix("qkv", names_.qkv, layer, {rows, hidden}, true);
+        Tensor wqkv = matrix("qkv", names_.qkv, layer, {rows, hidden}, true, true);
         Tensor bqkv = any_qkv_bias ? bias("qkv", names_.qkv, layer, rows) : Tensor{};
         if (attention.qkv_layout == QkvLayout::PerHead) {
           wqkv = per_head_to_concat(wqkv, attention.num_heads, attention.head_dim);
@@ -282,11 +406,11 @@ class Binder {
         break;
       }
     }
-    out.wo = matrix("o", names_.o, layer, {hidden, q_dim}, true);
+    out.wo = matrix("o", names_.o, layer, {hidden, q_dim}, true, true);
     if (attention.o_bias) out.bo = bias("o", names_.o, layer, hidden);
 
     if (mlp.gated && mlp.gate_up_fused) {
-      out.w_gate_up = matrix("gate_up", names_.gate_up, layer, {2 * inter, hidden}, true);
+      out.w_gate_up = matrix("gate_up", names_.gate_up, layer, {2 * inter, hidden}, true, true);
       if (mlp.up_bias) out.b_gate_up = bias("gate_up", names_.gate_up, layer, 2 * inter);
     } else if (mlp.gated) {
       out.w_gate_up = stacked({{"gate", names_.gate}, {"up", names_.up}}, layer, {inter, inter}, hidden);
@@ -296,10 +420,10 @@ class Binder {
         write_rows(bias("up", names_.up, layer, inter), false, out.b_gate_up, inter);
       }
     } else {
-      out.w_gate_up = matrix("up", names_.up, layer, {inter, hidden}, true);
+      out.w_gate_up = matrix("up", names_.up, layer, {inter, hidden}, true, true);
       if (mlp.up_bias) out.b_gate_up = bias("up", names_.up, layer, inter);
     }
-    out.w_down = matrix("down", names_.down, layer, {hidden, inter}, true);
+    out.w_down = matrix("down", names_.down, layer, {hidden, inter}, true, true);
     if (mlp.down_bias) out.b_down = bias("down", names_.down, layer, hidden);
   }
 
@@ -309,7 +433,7 @@ class Binder {
   void warn_unused() const {
     std::vector<std::string> unused;
     for (const TensorInfo& info : source_.tensors()) {
-      if (used_.count(info.name) || !is_float(info.tensor.dtype)) continue;
+      if (used_.count(info.name) || !(is_float(info.tensor.dtype) || is_quantized(info.tensor.dtype))) continue;
       if (info.tensor.shape.empty() || info.tensor.shape.size() > 2) continue;
       if (info.name.size() >= 8 && info.name.compare(info.name.size() - 8, 8, "inv_freq") == 0) continue;
       if (info.name == kGgufRopeFreqs && spec_.rope.scaling.type == RopeScalingType::FreqFactors) continue;  // in the spec
@@ -326,6 +450,7 @@ class Binder {
   const TensorNames& names_;
   const WeightSource& source_;
   DType matrix_dtype_;
+  std::optional<DType> quantization_;  // --quantization: plain projection matrices quantized to it
   std::unordered_map<std::string, const TensorInfo*> by_name_;
   std::unordered_set<std::string> used_;
 };
@@ -355,14 +480,18 @@ class DummyFiller {
 
 }  // namespace
 
-ModelWeights bind_weights(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype) {
+ModelWeights bind_weights(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype,
+                          std::optional<DType> quantization) {
   check_matrix_dtype(matrix_dtype);
+  check_quantization(quantization);
   validate_spec(spec);
-  return Binder(spec, source, matrix_dtype).bind();
+  return Binder(spec, source, matrix_dtype, quantization).bind();
 }
 
-ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint64_t seed) {
+ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint64_t seed,
+                                std::optional<DType> quantization) {
   check_matrix_dtype(matrix_dtype);
+  check_quantization(quantization);
   validate_spec(spec);
   DummyFiller fill(matrix_dtype, seed);
   const AttentionSpec& attention = spec.attention;
@@ -385,6 +514,14 @@ ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint6
       layer.ffn_norm = DummyFiller::ones(hidden);
       if (norm_bias) layer.ffn_norm_bias = Tensor::zeros(DType::F32, {hidden});
     }
+    if (attention.qk_norm) {
+      layer.q_norm = DummyFiller::ones(attention.head_dim);
+      layer.k_norm = DummyFiller::ones(attention.head_dim);
+    }
+    if (spec.post_norms) {
+      layer.post_attn_norm = DummyFiller::ones(hidden);
+      layer.post_ffn_norm = DummyFiller::ones(hidden);
+    }
     layer.wqkv = fill.matrix(q_dim + 2 * kv_dim, hidden);
     if (attention.q_bias || attention.k_bias || attention.v_bias) layer.bqkv = fill.bias(q_dim + 2 * kv_dim);
     layer.wo = fill.matrix(hidden, q_dim);
@@ -395,7 +532,29 @@ ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint6
     layer.w_down = fill.matrix(hidden, inter);
     if (spec.mlp.down_bias) layer.b_down = fill.bias(hidden);
   }
+  if (quantization) {  // the projections (and an untied lm_head), from their generated values
+    const auto quantized = [&](const Tensor& matrix, const char* what) {
+      const int64_t block = dtype_block_elems(*quantization);
+      SF_CHECK(matrix.dim(1) % block == 0,
+               "--quantization {}: {} {} has rows of {} elements, not a whole number of {}-element blocks",
+               dtype_name(*quantization), what, shape_str(matrix.shape), matrix.dim(1), block);
+      return quant::quantize(matrix, *quantization);
+    };
+    for (LayerWeights& layer : weights.layers) {
+      layer.wqkv = quantized(layer.wqkv, "wqkv");
+      layer.wo = quantized(layer.wo, "wo");
+      layer.w_gate_up = quantized(layer.w_gate_up, "w_gate_up");
+      layer.w_down = quantized(layer.w_down, "w_down");
+    }
+    if (!spec.tie_embeddings) weights.lm_head = quantized(weights.lm_head, "lm_head");
+  }
   return weights;
+}
+
+std::string quantized_type_names() {
+  std::vector<DType> types;
+  for (const quant::TypeInfo& info : quant::all_types()) types.push_back(info.type);
+  return dtype_names(types);
 }
 
 }  // namespace splitflow

@@ -8,6 +8,7 @@
 #include "model/spec.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace splitflow {
@@ -22,6 +23,8 @@ struct LayerWeights {
   Tensor ffn_norm, ffn_norm_bias;     // (hidden); absent with shared_layer_norm
   Tensor w_gate_up, b_gate_up;        // gated: (2*inter, hidden), gate rows then up rows; else (inter, hidden)
   Tensor w_down, b_down;              // (hidden, inter)
+  Tensor q_norm, k_norm;              // (head_dim), attention.qk_norm: one weight for every q / k head
+  Tensor post_attn_norm, post_ffn_norm;  // (hidden), post_norms
 };
 
 struct ModelWeights {
@@ -33,19 +36,30 @@ struct ModelWeights {
 };
 
 // Matrices (embed, lm_head, projections) are converted to `matrix_dtype` (F32, F16 or BF16);
-// norms and biases are always F32. Q/K rows stay as stored: the spec's rope.style says how the
+// norms and biases are always F32. Quantized checkpoint matrices (core/dtype.h) stay packed as
+// stored (views of the file, scales checked by quant::validate): fused QKV / gate-up concatenate
+// the parts' packed rows, a DType::Mixed matrix with row runs when the parts' types differ (plain
+// parts then in matrix_dtype); a quantized tensor stored transposed is an error. `quantization`
+// (--quantization) quantizes the float projection matrices, and an untied lm_head, to that type
+// while binding (quant::quantize); the embedding stays as it is. Q/K rows stay as stored: the spec's rope.style says how the
 // checkpoint pairs them (Half for HF, Interleaved for Meta/llama2.c/GGUF layouts).
 // A tensor that needs no conversion, transposition or fusion stays a view into the source's
 // mapped file (read-only memory; the view keeps the mapping alive). Errors name the tensor, the
 // spec field that produced its name and the expected shape; checkpoint tensors no field uses are
 // reported with spdlog::warn.
-ModelWeights bind_weights(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype);
+ModelWeights bind_weights(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype,
+                          std::optional<DType> quantization = std::nullopt);
 
 // Seeded random weights of the spec's shapes (close to normal, std 0.02, biases too; norms 1,
 // norm biases 0), so any shape can be run and timed without a checkpoint. Matrices and biases are
 // generated tensors (core/tensor.h): a backend's upload() fills them where they live (the CUDA
 // backend on the GPU, in milliseconds), materialize() gives them on the host. Deterministic for a
 // given seed, whatever the thread count or device.
-ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint64_t seed);
+// `quantization` quantizes the projections (and an untied lm_head) as bind_weights does.
+ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint64_t seed,
+                                std::optional<DType> quantization = std::nullopt);
+
+// "q4_0, q4_1, ...": every quantized type's name, for messages and --help.
+std::string quantized_type_names();
 
 }  // namespace splitflow

@@ -38,6 +38,11 @@ void dequantize_fp8_row(DType type, const uint8_t* row, float* out, int64_t k);
 void quantize_fp8_row(DType type, const float* in, uint8_t* row, int64_t k);
 std::optional<BadScale> find_bad_fp8_scale(DType type, const uint8_t* row, int64_t k);
 
+// int8_groups.cpp: I8_G32, I8_G64, I8_G128 (a block is a scale group).
+void dequantize_int8_row(DType type, const uint8_t* row, float* out, int64_t k);
+void quantize_int8_row(DType type, const float* in, uint8_t* row, int64_t k);
+std::optional<BadScale> find_bad_int8_scale(DType type, const uint8_t* row, int64_t k);
+
 // Little-endian fp16 / f32 fields at `bytes` (blocks are byte-packed, so no alignment).
 inline float load_f16(const uint8_t* bytes) {
   return f16_to_f32(static_cast<uint16_t>(bytes[0] | (bytes[1] << 8)));

@@ -50,6 +50,9 @@ const std::vector<TypeInfo>& type_table() {
       make_info(DType::Q3H_B64, Family::Inferflow, "Inferflow 3.5-bit: 11 levels, two weights per 7-bit code, blocks of 64"),
       make_info(DType::F8_CHANNEL, Family::Fp8, "FP8 E4M3 weight-only, one f32 scale per output row"),
       make_info(DType::F8_G128, Family::Fp8, "FP8 E4M3 weight-only, one f32 scale per 128 elements"),
+      make_info(DType::I8_G32, Family::Int8, "int8, one f32 scale per 32 elements (llama2.c's Q8_0 export)"),
+      make_info(DType::I8_G64, Family::Int8, "int8, one f32 scale per 64 elements (llama2.c's Q8_0 export)"),
+      make_info(DType::I8_G128, Family::Int8, "int8, one f32 scale per 128 elements (llama2.c's Q8_0 export)"),
   };
   return table;
 }
@@ -129,6 +132,7 @@ void dequantize_row(DType type, const void* row, float* out, int64_t k) {
     case Family::Gguf: return detail::dequantize_gguf_row(type, bytes, out, k);
     case Family::Inferflow: return detail::dequantize_inferflow_row(type, bytes, out, k);
     case Family::Fp8: return detail::dequantize_fp8_row(type, bytes, out, k);
+    case Family::Int8: return detail::dequantize_int8_row(type, bytes, out, k);
   }
 }
 
@@ -142,6 +146,7 @@ void quantize_row(DType type, const float* in, void* row, int64_t k) {
     case Family::Gguf: return detail::quantize_gguf_row(type, in, bytes, k);
     case Family::Inferflow: return detail::quantize_inferflow_row(type, in, bytes, k);
     case Family::Fp8: return detail::quantize_fp8_row(type, in, bytes, k);
+    case Family::Int8: return detail::quantize_int8_row(type, in, bytes, k);
   }
 }
 
@@ -245,6 +250,7 @@ void validate(const Tensor& tensor, const std::string& what) {
         case Family::Gguf: return detail::find_bad_gguf_scale(run.dtype, row, cols);
         case Family::Inferflow: return detail::find_bad_inferflow_scale(run.dtype, row, cols);
         case Family::Fp8: return detail::find_bad_fp8_scale(run.dtype, row, cols);
+        case Family::Int8: return detail::find_bad_int8_scale(run.dtype, row, cols);
       }
       return std::nullopt;
     };

@@ -19,8 +19,11 @@
 //    bit stream: quant/inferflow_blocks.cpp.
 //  - FP8 E4M3 weight-only F8_CHANNEL / F8_G128: scale = absmax / 448 per row or per 128 elements,
 //    e = f32_to_e4m3(w / scale); w' = e4m3_to_f32(e) * scale. An all-zero group stores scale 0.
+//  - int8 groups I8_G32 / I8_G64 / I8_G128 (llama2.c's version-2 export, kept packed by its
+//    reader): scale = absmax / 127 per group (f32), q = round(w / scale) ties to even (torch.round,
+//    as llama2.c's export.py); w' = q * scale. An all-zero group stores scale 0.
 // Exactness for kernels: in every decoder the product of scales and codes is exact in float32
-// (an fp16 scale times integers whose product is below 2^13, or one e4m3 x f32 product), so an
+// (an fp16 scale times integers whose product is below 2^13, or one e4m3 or int8 x f32 product), so an
 // element is that product with at most one rounded add (GGUF's min/offset, Inferflow's m): a kernel
 // may use FMA or any association of the product and still match these references bit for bit.
 // The quantizers' operation order does matter (quant/ is built with -ffp-contract=off).
@@ -36,7 +39,7 @@
 
 namespace splitflow::quant {
 
-enum class Family { Gguf, Inferflow, Fp8 };
+enum class Family { Gguf, Inferflow, Fp8, Int8 };
 
 struct TypeInfo {
   DType type;

@@ -14,6 +14,7 @@ std::string_view slot_name(Slot slot) {
     case Slot::AttnOut: return "attn_out";
     case Slot::MlpUp: return "mlp_up";
     case Slot::MlpAct: return "mlp_act";
+    case Slot::Proj: return "proj";
   }
   return "?";
 }
@@ -27,6 +28,9 @@ std::string_view layer_weight_name(LayerWeight weight) {
     case LayerWeight::Output: return "o";
     case LayerWeight::GateUp: return "gate_up";
     case LayerWeight::Down: return "down";
+    case LayerWeight::QkNorm: return "qk_norm";
+    case LayerWeight::PostAttnNorm: return "post_attn_norm";
+    case LayerWeight::PostFfnNorm: return "post_ffn_norm";
   }
   return "?";
 }
@@ -41,6 +45,9 @@ std::string_view step_name(StepKind kind) {
     case StepKind::WriteKv: return "write_kv";
     case StepKind::Attention: return "attention";
     case StepKind::LinearActivation: return "linear+activation";
+    case StepKind::QkNorm: return "qk_norm";
+    case StepKind::RopeWriteKv: return "rope_write_kv";
+    case StepKind::NormAdd: return "norm_add";
   }
   return "?";
 }
@@ -65,7 +72,7 @@ std::string LayerPlan::describe() const {
     out += ": ";
     out += slot_name(step.input);
     if (step.output != Slot::None && step.output != step.input) {
-      out += step.accumulate ? " ->+ " : " -> ";
+      out += step.accumulate || step.kind == StepKind::NormAdd ? " ->+ " : " -> ";
       out += slot_name(step.output);
     }
     if (step.normed != Slot::None) {
@@ -90,16 +97,23 @@ LayerPlan build_layer_plan(const ModelSpec& spec) {
 
   LayerPlan plan;
   std::vector<PlanStep>& steps = plan.steps;
-  steps.reserve(8);  // at most 8 steps; also keeps GCC 12 from a false -Wstringop-overflow on push_back
+  steps.reserve(12);  // at most 12 steps; also keeps GCC 12 from a false -Wstringop-overflow on push_back
   // A sequential layer's norms each feed one projection: the projection step takes the norm
   // (a backend may fuse the two). A parallel residual takes both norms before the attention's add.
   const bool sequential = !spec.parallel_residual;
   const bool rope = spec.position == PositionType::Rope;
-  if (!sequential || !rope) steps.push_back({StepKind::Norm, Slot::Hidden, Slot::AttnIn, LayerWeight::AttnNorm, norm_bias});
+  // QK-norm sits between the projection and RoPE: no fused projection + RoPE + KV write.
+  const bool qk_norm = attention.qk_norm;
+  SF_CHECK(!spec.post_norms || sequential, "post_norms: not with parallel_residual");
+  if (!sequential || !rope || qk_norm) steps.push_back({StepKind::Norm, Slot::Hidden, Slot::AttnIn, LayerWeight::AttnNorm, norm_bias});
   if (spec.parallel_residual && !spec.shared_layer_norm)
     steps.push_back({StepKind::Norm, Slot::Hidden, Slot::MlpIn, LayerWeight::FfnNorm, norm_bias});
 
-  if (rope) {
+  if (qk_norm) {
+    steps.push_back({StepKind::Linear, Slot::AttnIn, Slot::Qkv, LayerWeight::Qkv, qkv_bias});
+    steps.push_back({StepKind::QkNorm, Slot::Qkv, Slot::Qkv, LayerWeight::QkNorm});
+    steps.push_back({rope ? StepKind::RopeWriteKv : StepKind::WriteKv, Slot::Qkv});
+  } else if (rope) {
     PlanStep qkv{StepKind::LinearRopeWriteKv, Slot::AttnIn, Slot::Qkv, LayerWeight::Qkv, qkv_bias};
     if (sequential) {
       qkv.input = Slot::Hidden;
@@ -114,7 +128,12 @@ LayerPlan build_layer_plan(const ModelSpec& spec) {
   }
   steps.push_back({StepKind::Attention, Slot::Qkv, Slot::AttnOut});
   // With a parallel residual both norms were taken before this add, as the architecture wants.
-  steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::Hidden, LayerWeight::Output, attention.o_bias, true});
+  if (spec.post_norms) {
+    steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::Proj, LayerWeight::Output, attention.o_bias});
+    steps.push_back({StepKind::NormAdd, Slot::Proj, Slot::Hidden, LayerWeight::PostAttnNorm});
+  } else {
+    steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::Hidden, LayerWeight::Output, attention.o_bias, true});
+  }
 
   PlanStep up{StepKind::LinearActivation, Slot::MlpIn, Slot::MlpAct, LayerWeight::GateUp, spec.mlp.up_bias};
   up.product = Slot::MlpUp;
@@ -127,7 +146,12 @@ LayerPlan build_layer_plan(const ModelSpec& spec) {
     up.input = Slot::AttnIn;
   }
   steps.push_back(up);
-  steps.push_back({StepKind::Linear, Slot::MlpAct, Slot::Hidden, LayerWeight::Down, spec.mlp.down_bias, true});
+  if (spec.post_norms) {
+    steps.push_back({StepKind::Linear, Slot::MlpAct, Slot::Proj, LayerWeight::Down, spec.mlp.down_bias});
+    steps.push_back({StepKind::NormAdd, Slot::Proj, Slot::Hidden, LayerWeight::PostFfnNorm});
+  } else {
+    steps.push_back({StepKind::Linear, Slot::MlpAct, Slot::Hidden, LayerWeight::Down, spec.mlp.down_bias, true});
+  }
   return plan;
 }
 

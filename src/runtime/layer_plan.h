@@ -6,6 +6,10 @@
 //   attn_in = norm(hidden); qkv = attn_in Wqkv^T; rope; write kv; attn_out = attention(qkv)
 //   hidden += attn_out Wo^T; mlp_in = norm(hidden)
 //   mlp_act = act(mlp_in Wgu^T) (through mlp_up); hidden += mlp_act Wd^T
+// QK-norm (Qwen 3, Gemma 3): the projection, the per-head norm of q and k, then RoPE and the KV
+// write, as separate steps (attn_in = norm(hidden) first).
+// Post norms (Gemma 2/3): each output projection goes to `proj` without accumulating, and
+// hidden += post_norm(proj) (norm_add) is the residual add.
 // Parallel residual (GPT-NeoX, Falcon): hidden += attention(norm1(hidden)) + mlp(norm2(hidden)),
 // with norm2 = norm1 when shared_layer_norm.
 // The residual adds are the output projections' epilogues (Linear with accumulate): no separate
@@ -30,9 +34,10 @@ enum class Slot : uint8_t {
   AttnOut,   // [T, q_dim]
   MlpUp,     // [T, 2 * inter] gated (gate columns, then up), [T, inter] otherwise
   MlpAct,    // [T, inter]
+  Proj,      // [T, hidden] an output projection before its post-norm (post_norms)
 };
 
-enum class LayerWeight : uint8_t { None, AttnNorm, FfnNorm, Qkv, Output, GateUp, Down };
+enum class LayerWeight : uint8_t { None, AttnNorm, FfnNorm, Qkv, Output, GateUp, Down, QkNorm, PostAttnNorm, PostFfnNorm };
 
 enum class StepKind : uint8_t {
   Norm,        // output = norm(input) with weight
@@ -42,6 +47,9 @@ enum class StepKind : uint8_t {
   WriteKv,     // store input's k and v heads in this layer's paged cache (no RoPE)
   Attention,   // output = paged attention of input's q heads
   LinearActivation,  // product = input W^T (+ bias); output = act(product) (gated: act(gate) * up)
+  QkNorm,      // per-head norm of input's q and k heads in place (weight QkNorm: q_norm and k_norm)
+  RopeWriteKv,  // rotate input's q and k heads in place, store its k and v heads in the cache
+  NormAdd,     // output += norm(input) with weight (a post-norm residual add)
 };
 
 struct PlanStep {

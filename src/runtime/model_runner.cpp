@@ -35,11 +35,16 @@ Tensor checked(Tensor tensor, const std::string& name, const Shape& shape, bool 
   SF_CHECK(!tensor.empty(), "weight {}: missing, the spec needs it with shape {}", name, shape_str(shape));
   SF_CHECK(tensor.shape == shape, "weight {}: shape {}, the spec needs {}", name, shape_str(tensor.shape),
            shape_str(shape));
-  SF_CHECK(is_float_dtype(tensor.dtype), "weight {}: dtype {}, expected f32, f16 or bf16", name,
-           dtype_name(tensor.dtype));
+  // Quantized and Mixed matrices go to the backend as they are (its upload() refuses a type
+  // outside weight_dtypes()).
+  const bool packed_matrix = matrix && (is_quantized(tensor.dtype) || tensor.dtype == DType::Mixed);
+  SF_CHECK(is_float_dtype(tensor.dtype) || packed_matrix, "weight {}: dtype {}, expected f32, f16 or bf16{}", name,
+           dtype_name(tensor.dtype), matrix ? " or a quantized type" : "");
   if (!matrix && tensor.dtype != DType::F32) return to_dtype(tensor, DType::F32);
   return tensor;
 }
+
+const DeviceBuffer kNoBuffer;  // an absent bias
 
 DeviceBuffer upload_or_empty(Backend& backend, const Tensor& tensor) {
   return tensor.empty() ? DeviceBuffer() : backend.upload(tensor);
@@ -109,7 +114,8 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
   if (spec.position == PositionType::Rope)
     rope_params_ = {attention.num_heads, attention.num_kv_heads, attention.head_dim, spec.rotary_dim(), spec.rope.style};
   attention_params_ = {attention.num_heads,  attention.num_kv_heads, attention.head_dim, kv_config.block_size,
-                       static_cast<float>(spec.attention_scale()), attention.sliding_window};
+                       static_cast<float>(spec.attention_scale()), attention.sliding_window,
+                       static_cast<float>(attention.logit_softcap)};
 
   const DType act = backend.activation_dtype(), cache_dtype = resolve_kv_cache_dtype(backend, kv_config.dtype);
   // An automatic cache is sized below, once everything but it is allocated: until then the
@@ -141,9 +147,10 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
       default: return hidden;
     }
   };
-  slots_.resize(static_cast<size_t>(Slot::MlpAct) + 1);
+  slots_.resize(static_cast<size_t>(Slot::Proj) + 1);
   for (size_t s = static_cast<size_t>(Slot::Hidden); s < slots_.size(); ++s)
-    slots_[s] = backend.allocate(act, {max_tokens, width(static_cast<Slot>(s))});
+    if (static_cast<Slot>(s) != Slot::Proj || spec.post_norms)
+      slots_[s] = backend.allocate(act, {max_tokens, width(static_cast<Slot>(s))});
   // Logits rows are computed in chunks so All mode does not need [max_batch_tokens, vocab].
   logit_rows_capacity_ = std::min<int64_t>(max_tokens, std::max<int64_t>(limits.max_seqs, 16));
   selected_ = backend.allocate(act, {logit_rows_capacity_, hidden});
@@ -262,6 +269,10 @@ void ModelRunner::upload_weights(ModelWeights& weights) {
     d.b_gate_up = up(w.b_gate_up, "b_gate_up", {mlp_up_width_}, spec.mlp.up_bias, false);
     d.w_down = up(w.w_down, "w_down", {hidden, inter}, true, true);
     d.b_down = up(w.b_down, "b_down", {hidden}, spec.mlp.down_bias, false);
+    d.q_norm = up(w.q_norm, "q_norm", {attention.head_dim}, attention.qk_norm, false);
+    d.k_norm = up(w.k_norm, "k_norm", {attention.head_dim}, attention.qk_norm, false);
+    d.post_attn_norm = up(w.post_attn_norm, "post_attn_norm", {hidden}, spec.post_norms, false);
+    d.post_ffn_norm = up(w.post_ffn_norm, "post_ffn_norm", {hidden}, spec.post_norms, false);
   }
 }
 
@@ -306,6 +317,23 @@ void ModelRunner::build_position_tables(int64_t max_positions) {
   rope_table_ = backend_.allocate(DType::F32, table.shape);
   backend_.copy_to_device(table.data, rope_table_.view());
   step_rope_rows_.resize(static_cast<size_t>(limits_.max_batch_tokens) * rotary_dim);
+
+  sliding_rope_layer_.assign(spec_.num_layers, false);
+  if (!spec_.rope.sliding) return;
+  for (int l = 0; l < spec_.num_layers; ++l) sliding_rope_layer_[l] = spec_.layer_attention(l) == LayerAttention::Sliding;
+  ModelSpec sliding = spec_;
+  sliding.rope.theta = spec_.rope.sliding->theta;
+  sliding.rope.scaling = spec_.rope.sliding->scaling;
+  sliding.rope.sliding.reset();
+  SF_CHECK(rope_static_length(sliding) == std::numeric_limits<int64_t>::max(),
+           "rope.sliding.scaling: a length-dependent scaling (dynamic, longrope) for sliding layers is not supported");
+  const RopeFrequencies sliding_freqs = rope_frequencies(sliding, 0);
+  sliding_inv_freq_ = sliding_freqs.inv_freq;
+  sliding_attention_factor_ = sliding_freqs.attention_factor;
+  for (int64_t p = 0; p < static_rope_rows_; ++p) fill_rope_row(sliding_freqs, p, table.as<float>() + p * rotary_dim);
+  sliding_rope_table_ = backend_.allocate(DType::F32, table.shape);
+  backend_.copy_to_device(table.data, sliding_rope_table_.view());
+  step_sliding_rope_rows_.resize(step_rope_rows_.size());
 }
 
 namespace {
@@ -395,6 +423,9 @@ int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const Samp
       slot_ids[t] = write_kv ? span.block_table[position / block_size] * block_size + position % block_size : -1;
       if (length_specific_rope) {
         fill_rope_row(freqs, position, step_rope_rows_.data() + step_rope_count_ * rotary_dim);
+        if (!sliding_rope_table_.empty())
+          fill_rope_row({sliding_inv_freq_, sliding_attention_factor_}, position,
+                        step_sliding_rope_rows_.data() + step_rope_count_ * rotary_dim);
         rope_rows[t] = static_cast<int32_t>(static_rope_rows_ + step_rope_count_++);
       } else {
         rope_rows[t] = position;
@@ -439,6 +470,9 @@ int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const Samp
   backend_.copy_to_device(staging_.get(), d_step_.view().rows(0, staged_words));
   if (step_rope_count_ > 0)
     backend_.copy_to_device(step_rope_rows_.data(), rope_table_.view().rows(static_rope_rows_, step_rope_count_));
+  if (step_rope_count_ > 0 && !sliding_rope_table_.empty())
+    backend_.copy_to_device(step_sliding_rope_rows_.data(),
+                            sliding_rope_table_.view().rows(static_rope_rows_, step_rope_count_));
   const DeviceTensor tables = step_view(kBlockTables, staged_seqs * table_width).reshape({staged_seqs, table_width});
   // A recording sizes its attention split for any context it may replay at: the cache's bound.
   // Eager decode steps on a recording backend use the bound too, so they split the KV (and round)
@@ -465,6 +499,9 @@ std::pair<const DeviceBuffer*, const DeviceBuffer*> ModelRunner::layer_weight(co
     case LayerWeight::Output: return {&layer.wo, &layer.bo};
     case LayerWeight::GateUp: return {&layer.w_gate_up, &layer.b_gate_up};
     case LayerWeight::Down: return {&layer.w_down, &layer.b_down};
+    case LayerWeight::QkNorm: return {&layer.q_norm, &layer.k_norm};  // (q weight, k weight)
+    case LayerWeight::PostAttnNorm: return {&layer.post_attn_norm, &kNoBuffer};
+    case LayerWeight::PostFfnNorm: return {&layer.post_ffn_norm, &kNoBuffer};
     case LayerWeight::None: break;
   }
   fail("layer plan: step has no weight");
@@ -485,6 +522,10 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
                              spec_.attention.head_dim};
   const DeviceTensor k_cache = k_cache_.view().rows(layer, 1).reshape(cache_shape);
   const DeviceTensor v_cache = v_cache_.view().rows(layer, 1).reshape(cache_shape);
+  AttentionParams attention_params = attention_params_;
+  attention_params.sliding_window = spec_.layer_sliding_window(layer);
+  const DeviceTensor rope_table = sliding_rope_layer_.empty() || !sliding_rope_layer_[layer]
+                                      ? rope_table_.view() : sliding_rope_table_.view();
   for (const PlanStep& step : plan_.steps) {
     const DeviceTensor input = slot_rows(step.input, tokens);
     const DeviceTensor output = slot_rows(step.output, tokens);
@@ -502,16 +543,28 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
       case StepKind::LinearRopeWriteKv: {
         const auto [w, b] = layer_weight(weights, step.weight);
         backend_.matmul_rope_write_kv(input_norm(weights, step, tokens), input, w->view(), b->view(), output,
-                                      rope_table_.view(),
+                                      rope_table,
                                       step_view(kRopeRows, tokens), rope_params_, step_view(kSlots, tokens),
-                                      attention_params_, k_cache, v_cache);
+                                      attention_params, k_cache, v_cache);
         break;
       }
       case StepKind::WriteKv:
-        backend_.write_kv(input, step_view(kSlots, tokens), attention_params_, k_cache, v_cache);
+        backend_.write_kv(input, step_view(kSlots, tokens), attention_params, k_cache, v_cache);
         break;
+      case StepKind::RopeWriteKv:
+        backend_.rope_write_kv(input, rope_table, step_view(kRopeRows, tokens), rope_params_, step_view(kSlots, tokens),
+                               attention_params, k_cache, v_cache);
+        break;
+      case StepKind::QkNorm:
+        backend_.qk_norm(input, weights.q_norm.view(), weights.k_norm.view(), norm_params_, attention_params);
+        break;
+      case StepKind::NormAdd: {
+        const auto [w, b] = layer_weight(weights, step.weight);
+        backend_.norm_add(input, w->view(), norm_params_, output);
+        break;
+      }
       case StepKind::Attention:
-        backend_.attention(input, k_cache, v_cache, attention_batch_, attention_params_, output);
+        backend_.attention(input, k_cache, v_cache, attention_batch_, attention_params, output);
         break;
       case StepKind::LinearActivation: {
         const auto [w, b] = layer_weight(weights, step.weight);
@@ -539,6 +592,7 @@ void ModelRunner::issue_head(int64_t begin, int64_t count, bool sample, bool row
   }
   backend_.add_norm(selected, {}, final_norm_.view(), final_norm_bias_.view(), norm_params_, normed);
   backend_.matmul(normed, lm_head_.view(), {}, logits, false);
+  if (spec_.final_logit_softcap > 0.0) backend_.softcap(logits, static_cast<float>(spec_.final_logit_softcap));
   if (sample) {
     const int64_t words = step_sections_[kSamplingRows].offset + begin * kSamplingRowWords;
     backend_.sample(logits, d_step_.view().rows(words, count * kSamplingRowWords).reshape({count, kSamplingRowWords}),

@@ -129,6 +129,7 @@ class ModelRunner {
   struct DeviceLayer {
     DeviceBuffer attn_norm, attn_norm_bias, wqkv, bqkv, wo, bo;
     DeviceBuffer ffn_norm, ffn_norm_bias, w_gate_up, b_gate_up, w_down, b_down;
+    DeviceBuffer q_norm, k_norm, post_attn_norm, post_ffn_norm;  // empty unless qk_norm / post_norms
   };
 
   void upload_weights(ModelWeights& weights);
@@ -203,6 +204,13 @@ class ModelRunner {
   // max_batch_tokens rows after them are filled per step for spans that need length-specific
   // frequencies (dynamic NTK, LongRoPE past the original context).
   DeviceBuffer rope_table_;  // [static_rope_rows_ + max_batch_tokens, 2, rotary_dim / 2]
+  // rope.sliding: the sliding-window layers' table, rows as rope_table_'s (its step rows are
+  // filled alongside); empty without rope.sliding. sliding_rope_layer_[l]: layer l reads it.
+  DeviceBuffer sliding_rope_table_;
+  std::vector<bool> sliding_rope_layer_;
+  std::vector<float> step_sliding_rope_rows_;
+  std::vector<float> sliding_inv_freq_;  // the sliding layers' frequencies (length-independent)
+  float sliding_attention_factor_ = 1.0f;
   int64_t static_rope_rows_ = 0;
   int64_t rope_static_length_ = 0;
 

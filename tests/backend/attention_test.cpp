@@ -24,6 +24,7 @@ struct SequenceCase {
 struct AttentionCase {
   int heads, kv_heads, head_dim, block_size, window;
   std::vector<SequenceCase> seqs;
+  float softcap = 0;  // > 0: scores become softcap * tanh(score / softcap)
 };
 
 // Rounds `values` to what a `dtype` cache holds.
@@ -96,7 +97,7 @@ void run_case(Backend& backend, const AttentionCase& c, uint64_t seed, DType cac
     batch.max_query_len = std::max(batch.max_query_len, c.seqs[s].fresh);
     batch.max_context_len = std::max(batch.max_context_len, context_lens[s]);
   }
-  const AttentionParams params{c.heads, c.kv_heads, c.head_dim, c.block_size, scale, c.window};
+  const AttentionParams params{c.heads, c.kv_heads, c.head_dim, c.block_size, scale, c.window, c.softcap};
   backend.attention(d_qkv.view(), d_k.view(), d_v.view(), batch, params, d_out.view());
   const std::vector<float> got = to_host(backend, d_out.view());
   if (output != nullptr) *output = got;
@@ -113,7 +114,8 @@ void run_case(Backend& backend, const AttentionCase& c, uint64_t seed, DType cac
           double dot = 0.0;
           for (int d = 0; d < c.head_dim; ++d)
             dot += static_cast<double>(qkv[t * width + h * c.head_dim + d]) * keys[s][j * kv_dim + kvh * c.head_dim + d];
-          scores.push_back(dot * scale);
+          const double score = dot * scale;
+          scores.push_back(c.softcap > 0 ? c.softcap * std::tanh(score / c.softcap) : score);
         }
         const double top = *std::max_element(scores.begin(), scores.end());
         double total = 0.0;
@@ -149,6 +151,15 @@ TEST_F(PagedAttention, SlidingWindowMatchesDenseReference) {
   uint64_t seed = 100;
   for (int window : {1, 5, 16, 64})
     for (int block_size : {4, 16}) run_case(*backend, {4, 2, 16, block_size, window, kMixedBatch}, seed++);
+}
+
+TEST_F(PagedAttention, LogitSoftcapMatchesDenseReference) {
+  uint64_t seed = 200;
+  for (int window : {0, 5}) {
+    AttentionCase c{4, 2, 16, 4, window, kMixedBatch};
+    c.softcap = 0.5f;
+    run_case(*backend, c, seed++);
+  }
 }
 
 TEST_F(PagedAttention, LongContextAcrossManyBlocks) {

@@ -30,6 +30,63 @@ void expect_close(double got, double want, double magnitude, double tol, const s
   ASSERT_LE(std::abs(got - want), tol * magnitude + 1e-7) << what << ": got " << got << ", want " << want;
 }
 
+// ---- post norms, QK-norm, soft-capping --------------------------------------------------------
+
+// rmsnorm(x[0, n)) * (offset + w) in fp64.
+std::vector<double> rms_reference(const float* x, int64_t n, const float* w, double offset, double eps) {
+  double squares = 0;
+  for (int64_t i = 0; i < n; ++i) squares += double{x[i]} * x[i];
+  const double inv = 1.0 / std::sqrt(squares / n + eps);
+  std::vector<double> y(n);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv * (offset + w[i]);
+  return y;
+}
+
+TEST_F(CpuKernels, NormAddAddsTheNormedRow) {
+  const int64_t tokens = 3, hidden = 37;
+  const std::vector<float> x = random_floats(rng, tokens * hidden, -3, 3), w = random_floats(rng, hidden);
+  const std::vector<float> residual = random_floats(rng, tokens * hidden);
+  DeviceBuffer dx = to_device(*backend, x, {tokens, hidden}), dw = to_device(*backend, w, {hidden});
+  DeviceBuffer dr = to_device(*backend, residual, {tokens, hidden});
+  backend->norm_add(dx.view(), dw.view(), {NormType::RMSNorm, 1e-6f, 1.0f}, dr.view());
+  const std::vector<float> got = to_host(*backend, dr.view());
+  for (int64_t t = 0; t < tokens; ++t) {
+    const std::vector<double> normed = rms_reference(x.data() + t * hidden, hidden, w.data(), 1.0, 1e-6);
+    for (int64_t i = 0; i < hidden; ++i)
+      expect_close(got[t * hidden + i], residual[t * hidden + i] + normed[i], 4.0, 1e-6, "norm_add");
+  }
+}
+
+TEST_F(CpuKernels, QkNormNormalizesQAndKHeadsOnly) {
+  const int heads = 4, kv_heads = 2, head_dim = 12;
+  const int64_t tokens = 5, width = (heads + 2 * kv_heads) * head_dim;
+  const std::vector<float> qkv = random_floats(rng, tokens * width, -2, 2);
+  const std::vector<float> q_w = random_floats(rng, head_dim, 0.5f, 1.5f), k_w = random_floats(rng, head_dim, 0.5f, 1.5f);
+  DeviceBuffer d = to_device(*backend, qkv, {tokens, width});
+  DeviceBuffer dq = to_device(*backend, q_w, {head_dim}), dk = to_device(*backend, k_w, {head_dim});
+  backend->qk_norm(d.view(), dq.view(), dk.view(), {NormType::RMSNorm, 1e-6f, 0.0f},
+                   AttentionParams{heads, kv_heads, head_dim, 16, 1.0f, 0});
+  const std::vector<float> got = to_host(*backend, d.view());
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int h = 0; h < heads + kv_heads; ++h) {
+      const int64_t at = t * width + int64_t{h} * head_dim;
+      const std::vector<double> want =
+          rms_reference(qkv.data() + at, head_dim, (h < heads ? q_w : k_w).data(), 0.0, 1e-6);
+      for (int d = 0; d < head_dim; ++d) expect_close(got[at + d], want[d], 3.0, 1e-6, "qk_norm");
+    }
+    for (int64_t i = int64_t{heads + kv_heads} * head_dim; i < width; ++i)
+      ASSERT_EQ(got[t * width + i], qkv[t * width + i]) << "v element " << i;
+  }
+}
+
+TEST_F(CpuKernels, SoftcapIsCapTimesTanh) {
+  const std::vector<float> x = random_floats(rng, 2 * 33, -90, 90);
+  DeviceBuffer d = to_device(*backend, x, {2, 33});
+  backend->softcap(d.view(), 30.0f);
+  const std::vector<float> got = to_host(*backend, d.view());
+  for (size_t i = 0; i < x.size(); ++i) expect_close(got[i], 30.0 * std::tanh(x[i] / 30.0), 30.0, 1e-6, "softcap");
+}
+
 // ---- matmul ----------------------------------------------------------------------------------
 
 using MatmulFn = void (*)(const float*, int64_t, int64_t, const void*, DType, int64_t, const float*, float*, int);

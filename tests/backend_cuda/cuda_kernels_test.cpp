@@ -560,6 +560,7 @@ struct AttentionCase {
   int heads, kv_heads, head_dim, block_size, sliding_window;
   std::vector<int> new_tokens, context_lens;
   int max_context_hint = 0;  // > 0: the launch's max_context_len (an upper bound, as a recorded decode passes)
+  float logit_softcap = 0;   // > 0: scores capped as cap * tanh(score / cap)
 };
 
 void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase& c, DType cache_dtype = DType::BF16,
@@ -597,7 +598,7 @@ void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase
   DeviceBuffer out = backend.allocate(DType::BF16, {tokens, q_dim});
   poison_bf16(backend, out.view());
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  const AttentionParams params{c.heads, c.kv_heads, c.head_dim, c.block_size, scale, c.sliding_window};
+  const AttentionParams params{c.heads, c.kv_heads, c.head_dim, c.block_size, scale, c.sliding_window, c.logit_softcap};
   backend.attention(d_qkv.view(), d_k.view(), d_v.view(),
                     {d_start.view(), d_lens.view(), d_tables.view(), max_query,
                      c.max_context_hint > 0 ? c.max_context_hint : max_context},
@@ -618,7 +619,8 @@ void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase
           double dot = 0;
           for (int d = 0; d < c.head_dim; ++d)
             dot += static_cast<double>(qkv[t * width + h * c.head_dim + d]) * k_cache[slot * kv_dim + kvh * c.head_dim + d];
-          scores.push_back(dot * scale);
+          const double score = dot * scale;
+          scores.push_back(c.logit_softcap > 0 ? c.logit_softcap * std::tanh(score / c.logit_softcap) : score);
         }
         const double top = *std::max_element(scores.begin(), scores.end());
         double sum = 0;
@@ -651,6 +653,18 @@ TEST_F(CudaKernels, AttentionLongContextAndOddBlockSize) {
   check_attention(*backend, rng, {4, 1, 128, 7, 0, {1, 3}, {1000, 517}});
   check_attention(*backend, rng, {2, 2, 256, 16, 0, {5}, {300}});
 }
+// Soft-capped scores (Gemma 2) take the split-KV kernel whatever the shape: prefill and decode,
+// head dims the tensor-core kernels would take, a window, a split key range.
+TEST_F(CudaKernels, AttentionLogitSoftcap) {
+  for (int head_dim : {16, 64, 128, 256}) {
+    AttentionCase c{4, 2, head_dim, 16, 0, {1, 20, 1}, {40, 20, 3000}};
+    c.logit_softcap = 0.5f;  // well below the scores' spread: the cap changes every row
+    check_attention(*backend, rng, c);
+    c.sliding_window = 7;
+    check_attention(*backend, rng, c);
+  }
+}
+
 // Few queries over long contexts: the launch splits the key range across blocks (flash-decoding)
 // and combines the partitions; with a window most partitions of the range hold no visible key.
 TEST_F(CudaKernels, AttentionSplitKvLongContextDecode) {

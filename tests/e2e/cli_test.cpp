@@ -102,6 +102,38 @@ TEST(Cli, KvCacheDtypeFlag) {
   EXPECT_EQ(result.out, expected.at("generated_text").get<std::string>() + "\n");
 }
 
+// --quantization on every command that runs a model: an unknown or float type is an error listing
+// the quantized types before any model loads; dummy weights run quantized (the bench use), and
+// --logits-out writes one float32 row of logits per generated token.
+TEST(Cli, QuantizationFlag) {
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"generate", "--prompt", "hi"}, {"bench", "latency"}, {"bench", "throughput"}
+#ifdef SPLITFLOW_HAS_HTTPLIB
+        , {"serve", "--port", "0"}
+#endif
+       }) {
+    std::vector<std::string> args = command;
+    args.insert(args.end(), {"--model", kStories, "--quantization", "q9_9"});
+    expect_error(args, "--quantization: unknown type 'q9_9' (one of: q4_0, q4_1, q5_0");
+  }
+  expect_error({"generate", "--model", kStories, "--prompt", "hi", "--quantization", "bf16"}, "not a quantized type");
+  const std::string small = test::fixture_path("hf/llama_gqa_tied/config.json");
+  const std::string logits = (std::filesystem::temp_directory_path() / "splitflow-cli-logits.npy").string();
+  for (const char* type : {"q4_k", "q8_0", "q3h_b64", "f8_channel"}) {
+    const CommandResult generated =
+        run_splitflow({"generate", "--config", small, "--dummy-weights", "--quantization", type, "--prompt-ids", "1,2,3",
+                       "--max-tokens", "5", "--temperature", "0", "--logits-out", logits});
+    if (std::string(type) == "q4_k") {  // rows of 64 elements: not whole 256-element blocks
+      test::expect_command_error(generated, "not a whole number of 256-element blocks");
+      continue;
+    }
+    ASSERT_EQ(generated.exit_code, 0) << type << ": " << generated.err;
+    EXPECT_NE(generated.err.find(std::string("projections quantized to ") + type), std::string::npos) << generated.err;
+    EXPECT_EQ(std::filesystem::file_size(logits), 128 + 5 * 320 * sizeof(float));  // .npy header + [5, 320]
+  }
+  std::filesystem::remove(logits);
+}
+
 TEST(Cli, UnknownArchitectureNamesTheSpecFieldsToAdd) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "sf_cli_unknown_arch";
   std::filesystem::create_directories(dir);

@@ -69,7 +69,7 @@ TEST(GgufWriter, RoundTripsMetadataAndTensors) {
 }
 
 TEST(GgufWriter, TypeIdsRoundTrip) {
-  for (uint8_t d = 0; d <= static_cast<uint8_t>(DType::F8_G128); ++d) {
+  for (uint8_t d = 0; d <= static_cast<uint8_t>(DType::I8_G128); ++d) {
     const auto dtype = static_cast<DType>(d);
     if (dtype == DType::F8E4M3 || dtype == DType::U8 || dtype == DType::Bool) {
       EXPECT_THROW(gguf_type_of(dtype), Error) << dtype_name(dtype);
@@ -78,6 +78,12 @@ TEST(GgufWriter, TypeIdsRoundTrip) {
     EXPECT_EQ(dtype_from_gguf_type(gguf_type_of(dtype)), dtype) << dtype_name(dtype);
   }
   EXPECT_EQ(gguf_type_of(DType::Q4_K), 12u);  // ggml.h's GGML_TYPE_Q4_K
+  // splitflow's ids never move: later types are appended (the int8 groups after the FP8 types).
+  EXPECT_EQ(gguf_type_of(DType::Q2_B32), 1024u);
+  EXPECT_EQ(gguf_type_of(DType::F8_G128), 1038u);
+  EXPECT_EQ(gguf_type_of(DType::I8_G32), 1039u);
+  EXPECT_EQ(gguf_type_of(DType::I8_G128), 1041u);
+  EXPECT_THROW(gguf_type_of(DType::Mixed), Error);
   EXPECT_EQ(gguf_type_of(DType::BF16), 30u);
   EXPECT_GE(gguf_type_of(DType::Q4_B32), kSplitflowTypeBase);
   EXPECT_EQ(dtype_from_gguf_type(kSplitflowTypeBase + 500), std::nullopt);

@@ -1,4 +1,5 @@
 #include "formats/weight_source.h"
+#include "quant/quant.h"
 #include "format_test_util.h"
 #include "test_paths.h"
 
@@ -7,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <random>
 
 namespace splitflow {
 namespace {
@@ -169,7 +172,12 @@ TEST(Llama2c, Q80DequantizesWithinToleranceOfF32) {
   ASSERT_EQ(q80->tensors().size(), f32->tensors().size());
   for (const TensorInfo& quantized : q80->tensors()) {
     const std::vector<float> expected = values_of(f32->find(quantized.name)->tensor);
-    const std::vector<float> actual = values_of(quantized.tensor);
+    const std::vector<float> actual = values_of(quant::dequantize(quantized.tensor));
+    // Matrices stay int8 where the file's groups of 32 lie within rows (every row of 64); w2's rows
+    // of 172 are not whole groups, so it is dequantized to f32.
+    const bool w2 = quantized.name.find("w2") != std::string::npos;
+    EXPECT_EQ(quantized.tensor.dtype, quantized.tensor.shape.size() == 1 || w2 ? DType::F32 : DType::I8_G32)
+        << quantized.name;
     ASSERT_EQ(actual.size(), expected.size());
     if (quantized.tensor.shape.size() == 1) {  // norms are stored in f32
       EXPECT_EQ(actual, expected) << quantized.name;
@@ -195,10 +203,154 @@ TEST(Llama2c, Q80DequantizesWithinToleranceOfF32) {
   // the f32 norms (2 x 5 x 64 + 64), then one f32 scale per 32 values.
   const std::string bytes = read_bytes(kStoriesQ80);
   const size_t values_offset = 256 + 4 * (2 * 5 * 64 + 64), scales_offset = values_offset + 512 * 64;
-  const Tensor& embedding = q80->find("tok_embeddings.weight")->tensor;
+  const Tensor& packed = q80->find("tok_embeddings.weight")->tensor;
+  ASSERT_EQ(packed.dtype, DType::I8_G32);
+  const Tensor embedding = quant::dequantize(packed);
+  const size_t row_bytes = dtype_row_bytes(DType::I8_G32, 64);  // 2 scales padded to 16 bytes, 64 int8
+  ASSERT_EQ(row_bytes, 16u + 64u);
   for (size_t i = 0; i < 512 * 64; ++i) {
     const float scale = value_at<float>(bytes, scales_offset, i / 32);
     ASSERT_EQ(embedding.as<float>()[i], float(value_at<int8_t>(bytes, values_offset, i)) * scale) << i;
+    ASSERT_EQ(packed.as<int8_t>()[i / 64 * row_bytes + 16 + i % 64], value_at<int8_t>(bytes, values_offset, i)) << i;
+  }
+}
+
+// A random model of `c` (weights ~ N(0, 0.05); norms near 1), with an unshared classifier.
+Reference random_reference(const Config& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  auto fill = [&](size_t count, float offset) {
+    std::vector<float> values(count);
+    for (float& v : values) v = offset + normal(rng);
+    return values;
+  };
+  const size_t dim = c.dim, hidden = c.hidden, kv = c.kv_dim(), vocab = c.vocab;
+  Reference ref;
+  ref["tok_embeddings.weight"] = fill(vocab * dim, 0);
+  ref["norm.weight"] = fill(dim, 1);
+  ref["output.weight"] = fill(vocab * dim, 0);
+  for (int l = 0; l < c.layers; ++l) {
+    ref[layer_name(l, "attention_norm.weight")] = fill(dim, 1);
+    ref[layer_name(l, "ffn_norm.weight")] = fill(dim, 1);
+    ref[layer_name(l, "attention.wq.weight")] = fill(dim * dim, 0);
+    ref[layer_name(l, "attention.wk.weight")] = fill(kv * dim, 0);
+    ref[layer_name(l, "attention.wv.weight")] = fill(kv * dim, 0);
+    ref[layer_name(l, "attention.wo.weight")] = fill(dim * dim, 0);
+    ref[layer_name(l, "feed_forward.w1.weight")] = fill(hidden * dim, 0);
+    ref[layer_name(l, "feed_forward.w2.weight")] = fill(dim * hidden, 0);
+    ref[layer_name(l, "feed_forward.w3.weight")] = fill(hidden * dim, 0);
+  }
+  return ref;
+}
+
+// A matrix as export.py's version 2 stores it: the int8 values of the flattened tensor, then one f32
+// scale per group (quantize_q80: scale = max|w| / 127, q = round(w / scale), ties to even).
+struct Q80 {
+  std::vector<int8_t> values;
+  std::vector<float> scales;
+  std::vector<float> dequantized() const {  // what the reader gave before packing: q * scale
+    std::vector<float> out(values.size());
+    const size_t group = values.size() / scales.size();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = float(values[i]) * scales[i / group];
+    return out;
+  }
+};
+
+Q80 quantize_q80(const std::vector<float>& w, size_t group_size) {
+  Q80 q;
+  for (size_t begin = 0; begin < w.size(); begin += group_size) {
+    float absmax = 0;
+    for (size_t i = begin; i < begin + group_size; ++i) absmax = std::max(absmax, std::fabs(w[i]));
+    const float scale = absmax / 127.0f;
+    q.scales.push_back(scale);
+    for (size_t i = begin; i < begin + group_size; ++i) q.values.push_back(int8_t(std::nearbyint(w[i] / scale)));
+  }
+  return q;
+}
+
+// export.py's version 2 layout: the 256-byte header (group_size after the shared flag), f32 norms,
+// then the Q80 matrices in version 1's order. Returns the file and each matrix's Q80 form.
+std::string version2_file(const Reference& ref, const Config& c, bool shared, int group_size,
+                          std::map<std::string, Q80>& matrices) {
+  ByteWriter out;
+  out.put<uint32_t>(0x616b3432).put<int32_t>(2);
+  for (int value : {c.dim, c.hidden, c.layers, c.heads, c.kv_heads, c.vocab, c.seq_len}) out.put<int32_t>(value);
+  out.put<uint8_t>(shared ? 1 : 0).put<int32_t>(group_size);
+  out.bytes.resize(256, '\0');
+  auto put_f32 = [&](const std::string& name) { out.raw(as_bytes_of(ref.at(name))); };
+  auto put_q80 = [&](const std::string& name) {
+    const Q80& q = matrices[name] = quantize_q80(ref.at(name), group_size);
+    out.raw(as_bytes_of(q.values)).raw(as_bytes_of(q.scales));
+  };
+  for (const char* suffix : {"attention_norm.weight", "ffn_norm.weight"})
+    for (int l = 0; l < c.layers; ++l) put_f32(layer_name(l, suffix));
+  put_f32("norm.weight");
+  put_q80("tok_embeddings.weight");
+  for (const char* suffix : {"attention.wq.weight", "attention.wk.weight", "attention.wv.weight", "attention.wo.weight",
+                             "feed_forward.w1.weight", "feed_forward.w2.weight", "feed_forward.w3.weight"})
+    for (int l = 0; l < c.layers; ++l) put_q80(layer_name(l, suffix));
+  if (!shared) put_q80("output.weight");
+  return out.bytes;
+}
+
+// Version 2 matrices stay int8: repacked to I8_G<group_size> rows whose int8 bytes and f32 scales
+// are the file's, so they dequantize to exactly the f32 values the reader used to produce. A matrix
+// whose rows are not whole groups (w2 of stories260K: rows of 172), or a group size with no I8 type,
+// is dequantized to those f32 values instead.
+TEST(Llama2c, Version2KeepsTheInt8Groups) {
+  const Reference stories = legacy_reference(read_bytes(kStories), kStoriesConfig, true);
+  constexpr Config kWide = {256, 384, 2, 4, 2, 96, 32};  // rows of 256 and 384: whole groups of 128
+  const Reference wide = random_reference(kWide, 7);
+  struct Case {
+    const Reference* ref;
+    Config config;
+    bool shared;
+    int group_size;
+    std::optional<DType> packed;  // the type of matrices whose rows are whole groups
+  };
+  TempDir dir;
+  for (const Case& t : {Case{&stories, kStoriesConfig, true, 32, DType::I8_G32},
+                        Case{&stories, kStoriesConfig, true, 64, DType::I8_G64},
+                        Case{&wide, kWide, false, 128, DType::I8_G128}, Case{&wide, kWide, false, 64, DType::I8_G64},
+                        Case{&stories, kStoriesConfig, true, 4, std::nullopt}}) {
+    SCOPED_TRACE("group_size " + std::to_string(t.group_size));
+    std::map<std::string, Q80> matrices;
+    const std::string path = dir.file("v2-" + std::to_string(t.group_size) + ".bin");
+    write_bytes(path, version2_file(*t.ref, t.config, t.shared, t.group_size, matrices));
+    const auto source = open_llama2c(path);
+    expect_header_metadata(*source, t.config, t.shared, 2);
+    EXPECT_EQ(source->metadata()["group_size"], t.group_size);
+    ASSERT_EQ(source->tensors().size(), t.ref->size() - (t.shared && t.ref->count("output.weight") ? 1 : 0));
+    int packed_count = 0;
+    for (const TensorInfo& info : source->tensors()) {
+      const auto q = matrices.find(info.name);
+      if (q == matrices.end()) {  // a norm: f32 as stored
+        EXPECT_EQ(values_of(info.tensor), t.ref->at(info.name)) << info.name;
+        continue;
+      }
+      const std::vector<float> expected = q->second.dequantized();
+      const int64_t cols = info.tensor.shape.back(), rows = info.tensor.numel() / cols;
+      if (!t.packed || cols % t.group_size != 0) {
+        EXPECT_EQ(values_of(info.tensor), expected) << info.name;
+        continue;
+      }
+      ++packed_count;
+      ASSERT_EQ(info.tensor.dtype, *t.packed) << info.name;
+      const size_t row_bytes = dtype_row_bytes(*t.packed, cols), groups = size_t(cols / t.group_size);
+      const size_t scale_bytes = (groups * 4 + 15) / 16 * 16;
+      ASSERT_EQ(row_bytes, scale_bytes + size_t(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = info.tensor.as<uint8_t>() + r * row_bytes;
+        ASSERT_EQ(std::memcmp(row, q->second.scales.data() + r * groups, groups * 4), 0) << info.name << " row " << r;
+        ASSERT_EQ(std::memcmp(row + scale_bytes, q->second.values.data() + r * cols, size_t(cols)), 0)
+            << info.name << " row " << r;
+      }
+      const Tensor dequantized = quant::dequantize(info.tensor);
+      EXPECT_EQ(values_of(dequantized), expected) << info.name;
+    }
+    const int layer_matrices = t.config.hidden % t.group_size == 0 ? 7 : 6;  // w2's rows are `hidden` long
+    if (t.packed) EXPECT_EQ(packed_count, 1 + (t.shared ? 0 : 1) + t.config.layers * layer_matrices);
+    else EXPECT_EQ(packed_count, 0);
   }
 }
 

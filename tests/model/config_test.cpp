@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 using namespace splitflow;
 using nlohmann::json;
@@ -42,7 +43,8 @@ void expect_llama_tensor_names(const TensorNames& tensors) {
 
 TEST(Templates, EveryEmbeddedTemplateParsesAndServesSomething) {
   ASSERT_GE(embedded_specs().size(), 8u);
-  for (const std::string name : {"llama", "mistral", "qwen2", "phi3", "gpt2", "gpt_neox", "gguf_llama", "llama2c"}) {
+  for (const std::string name : {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "gpt2", "gpt_neox",
+                                 "gguf_llama", "gguf_gemma3", "gguf_qwen2", "gguf_qwen3", "gguf_phi3", "llama2c"}) {
     const auto names = template_names();
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   }
@@ -50,7 +52,7 @@ TEST(Templates, EveryEmbeddedTemplateParsesAndServesSomething) {
   for (const char* architecture : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Phi3ForCausalLM",
                                    "GPT2LMHeadModel", "GPTNeoXForCausalLM"})
     EXPECT_NE(std::find(architectures.begin(), architectures.end(), architecture), architectures.end()) << architecture;
-  EXPECT_EQ(known_gguf_architectures(), std::vector<std::string>{"llama"});
+  EXPECT_EQ(known_gguf_architectures(), (std::vector<std::string>{"gemma3", "llama", "phi3", "qwen2", "qwen3"}));
 }
 
 TEST(Templates, Llama2_7B) {
@@ -158,6 +160,15 @@ TEST(Templates, Qwen2_SlidingWindowOnEveryLayerOrUnsupported) {
   request.config["max_window_layers"] = 14;  // half of them: one window per model cannot say that
   expect_error([&] { resolve_spec(request); }, {"config.json (edited)", "sliding window on some layers only",
                                                 "models/qwen2.json"});
+  // transformers >= 5 writes layer_types: then the layers >= max_window_layers slide.
+  json types = json::array();
+  for (int l = 0; l < 28; ++l) types.push_back(l >= 14 ? "sliding_attention" : "full_attention");
+  request.config["layer_types"] = types;
+  const ModelSpec spec = resolve_spec(request);
+  EXPECT_EQ(spec.layer_sliding_window(13), 0);
+  EXPECT_EQ(spec.layer_sliding_window(14), 131072);
+  request.config["use_sliding_window"] = false;  // then HF writes every layer full anyway
+  EXPECT_EQ(resolve_spec(request).layer_sliding_window(14), 0);
 }
 
 TEST(Templates, Phi3Mini4k_FusedProjections) {
@@ -461,18 +472,83 @@ TEST(Overrides, DummyWeightsFromConfigJson) {
   EXPECT_EQ(spec.rope.scaling.type, RopeScalingType::Llama3);
 }
 
+// Gemma 3 270M's GGUF metadata (gemma-3-270m-q4_k_m.gguf, less the tokenizer arrays): what
+// llama.cpp hard-codes for gemma3 (every 6th layer global, local RoPE base 10000, scale
+// 1/sqrt(head_dim)) comes from the template.
+TEST(Templates, GgufGemma3) {
+  const json metadata = json::parse(R"({
+    "general.architecture": "gemma3", "gemma3.context_length": 32768, "gemma3.embedding_length": 640,
+    "gemma3.block_count": 18, "gemma3.feed_forward_length": 2048, "gemma3.attention.head_count": 4,
+    "gemma3.attention.layer_norm_rms_epsilon": 1e-6, "gemma3.attention.key_length": 256,
+    "gemma3.attention.value_length": 256, "gemma3.rope.freq_base": 1000000.0,
+    "gemma3.attention.sliding_window": 512, "gemma3.attention.head_count_kv": 1, "gemma3.vocab_size": 262144,
+    "tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.eos_token_id": 1})");
+  const ModelSpec spec = resolve_spec(SpecRequest{metadata, "GGUF metadata", {}, "gemma3", "", {}});
+  EXPECT_EQ(spec.attention.head_dim, 256);
+  EXPECT_EQ(spec.attention.num_kv_heads, 1);
+  EXPECT_DOUBLE_EQ(spec.attention_scale(), 1.0 / 16);
+  EXPECT_TRUE(spec.attention.qk_norm && spec.post_norms);
+  EXPECT_EQ(spec.norm.weight_offset, 0.0);  // llama.cpp stores 1 + w
+  EXPECT_DOUBLE_EQ(spec.embedding_multiplier, std::sqrt(640.0));
+  EXPECT_EQ(spec.mlp.activation, Activation::GELUTanh);
+  EXPECT_EQ(spec.rope.style, RopeStyle::Half);
+  for (int l = 0; l < 18; ++l) {
+    const bool global = l % 6 == 5;
+    EXPECT_EQ(spec.layer_sliding_window(l), global ? 0 : 512) << l;
+    EXPECT_EQ(spec.layer_rope_spec(l).rope.theta, global ? 1e6 : 1e4) << l;
+  }
+  EXPECT_EQ(spec.tensors.q_norm, "blk.{layer}.attn_q_norm");
+  EXPECT_EQ(spec.tensors.post_attn_norm, "blk.{layer}.post_attention_norm");
+  EXPECT_EQ(spec.tensors.post_ffn_norm, "blk.{layer}.post_ffw_norm");
+}
+
+TEST(Templates, GgufQwen2Qwen3Phi3) {
+  const auto metadata = [](const std::string& arch, json extra) {
+    json m = {{"general.architecture", arch}, {arch + ".context_length", 4096}, {arch + ".embedding_length", 1024},
+              {arch + ".block_count", 4}, {arch + ".feed_forward_length", 3072}, {arch + ".attention.head_count", 16},
+              {arch + ".attention.head_count_kv", 8}, {arch + ".attention.layer_norm_rms_epsilon", 1e-6},
+              {arch + ".rope.freq_base", 1000000.0}, {arch + ".vocab_size", 1000}};
+    if (extra.is_object()) m.update(extra);
+    return m;
+  };
+  const ModelSpec qwen2 = resolve_spec(SpecRequest{metadata("qwen2", {}), "GGUF metadata", {}, "qwen2", "", {}});
+  EXPECT_TRUE(qwen2.attention.q_bias && qwen2.attention.k_bias && qwen2.attention.v_bias && !qwen2.attention.o_bias);
+  EXPECT_EQ(qwen2.rope.style, RopeStyle::Half);
+  EXPECT_EQ(qwen2.tensors.q, "blk.{layer}.attn_q");
+  const ModelSpec qwen3 = resolve_spec(
+      SpecRequest{metadata("qwen3", {{"qwen3.attention.key_length", 128}}), "GGUF metadata", {}, "qwen3", "", {}});
+  EXPECT_EQ(qwen3.attention.head_dim, 128);
+  EXPECT_TRUE(qwen3.attention.qk_norm);
+  EXPECT_FALSE(qwen3.attention.q_bias);
+  EXPECT_EQ(qwen3.tensors.k_norm, "blk.{layer}.attn_k_norm");
+  const ModelSpec phi3 = resolve_spec(SpecRequest{
+      metadata("phi3", {{"phi3.rope.dimension_count", 64}, {"phi3.rope.scaling.original_context_length", 4096},
+                        {"phi3.attention.sliding_window", 2047}}),
+      "GGUF metadata", {}, "phi3", "", {}});
+  EXPECT_EQ(phi3.attention.qkv_layout, QkvLayout::Concat);
+  EXPECT_TRUE(phi3.mlp.gate_up_fused);
+  EXPECT_EQ(phi3.tensors.gate_up, "blk.{layer}.ffn_up");
+  EXPECT_EQ(phi3.attention.sliding_window, 2047);
+  EXPECT_EQ(phi3.rotary_dim(), 64);
+  expect_error([&] {
+    resolve_spec(SpecRequest{metadata("phi3", {{"phi3.rope.scaling.original_context_length", 1024}}), "GGUF metadata",
+                             {}, "phi3", "", {}});
+  }, {"LongRoPE phi3 GGUF"});
+}
+
 TEST(BadInput, UnknownArchitectureSaysWhatToDo) {
   TempDir dir;
   dir.file("config.json", R"({"architectures": ["FalconForCausalLM"], "hidden_size": 64})");
   expect_error([&] { resolve_hf_spec(dir.path()); },
                {"config.json '", "no built-in template serves architectures [FalconForCausalLM]",
-                "known: GPT2LMHeadModel, GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, Phi3ForCausalLM, "
-                "Qwen2ForCausalLM",
+                "known: GPT2LMHeadModel, GPTNeoXForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, LlamaForCausalLM, "
+                "MistralForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
                 "hidden_size, num_layers, vocab_size, max_position, norm, attention, mlp", "--spec",
                 "\"template\": \"<name>\""});
-  SpecRequest gguf{{{"general.architecture", "qwen2"}}, "GGUF metadata of 'x.gguf'", {}, "qwen2", "", {}};
+  SpecRequest gguf{{{"general.architecture", "falcon"}}, "GGUF metadata of 'x.gguf'", {}, "falcon", "", {}};
   expect_error([&] { resolve_spec(gguf); },
-               {"GGUF metadata of 'x.gguf'", "general.architecture 'qwen2'", "known: llama", "--spec"});
+               {"GGUF metadata of 'x.gguf'", "general.architecture 'falcon'", "known: gemma3, llama, phi3, qwen2, qwen3",
+                "--spec"});
 }
 
 TEST(BadInput, NoArchitecturesOrNoConfig) {

@@ -161,6 +161,59 @@ TEST(Spec, HfRopeParametersObjectIsAccepted) {
   expect_spec_error(spec, "rope.scaling.rope_theta: 10000 disagrees with rope.theta 500000");
 }
 
+// Gemma 3's per-layer attention: layer_types over full_attention_interval over "every layer
+// slides"; rope.sliding gives the sliding layers their own base and scaling.
+TEST(Spec, SlidingAndFullLayersWithTheirOwnRope) {
+  json j = minimal_spec();
+  j["num_layers"] = 6;
+  j["attention"]["sliding_window"] = 512;
+  j["attention"]["full_attention_interval"] = 3;
+  j["rope"] = json::parse(R"({"theta": 1e6, "scaling": {"rope_type": "linear", "factor": 8},
+                              "sliding": {"theta": 10000, "scaling": {"rope_type": "default", "rope_theta": 10000}}})");
+  ModelSpec spec = spec_from_json(j);
+  const std::vector<int> windows = {512, 512, 0, 512, 512, 0};
+  for (int l = 0; l < 6; ++l) EXPECT_EQ(spec.layer_sliding_window(l), windows[l]) << "layer " << l;
+  EXPECT_EQ(spec.layer_rope_spec(0).rope.theta, 1e4);
+  EXPECT_EQ(spec.layer_rope_spec(0).rope.scaling.type, RopeScalingType::None);
+  EXPECT_EQ(spec.layer_rope_spec(2).rope.theta, 1e6);
+  EXPECT_EQ(spec.layer_rope_spec(2).rope.scaling.type, RopeScalingType::Linear);
+  EXPECT_EQ(spec_from_json(spec_to_json(spec)), spec);
+
+  j["attention"]["layer_types"] = {"full_attention", "sliding_attention", "sliding", "full", "full", "sliding"};
+  spec = spec_from_json(j);
+  EXPECT_EQ(spec.layer_sliding_window(0), 0);
+  EXPECT_EQ(spec.layer_sliding_window(2), 512);
+  EXPECT_EQ(spec_from_json(spec_to_json(spec)), spec);
+
+  expect_spec_error(with(j, "/attention/layer_types", {"full"}), "attention.layer_types: 1 entries, num_layers is 6");
+  expect_spec_error(with(j, "/attention/layer_types/1", "local"), "attention.layer_types[1]: unknown value 'local'");
+  expect_spec_error(with(j, "/attention/sliding_window", 0), "attention.layer_types[1]: sliding, but attention.sliding_window is 0");
+  expect_spec_error(with(j, "/rope/sliding/scaling/rope_theta", 5), "rope.sliding.scaling.rope_theta: 5 disagrees with rope.sliding.theta 10000");
+  j["rope"]["sliding"].erase("scaling");
+  expect_spec_error(with(j, "/rope/sliding/theta", -1), "rope.sliding.theta: must be > 0");
+}
+
+TEST(Spec, QkNormPostNormsAndSoftcapsNeedTheirTensors) {
+  json j = minimal_spec();
+  j["attention"]["qk_norm"] = true;
+  expect_spec_error(j, "tensors.q_norm: missing, needed because attention.qk_norm is true");
+  j["tensors"]["q_norm"] = "l{layer}.qn";
+  j["tensors"]["k_norm"] = "l{layer}.kn";
+  j["post_norms"] = true;
+  expect_spec_error(j, "tensors.post_attn_norm: missing, needed because post_norms is true");
+  j["tensors"]["post_attn_norm"] = "l{layer}.pa";
+  j["tensors"]["post_ffn_norm"] = "l{layer}.pf";
+  j["final_logit_softcap"] = 30;
+  j["attention"]["logit_softcap"] = 50;
+  const ModelSpec spec = spec_from_json(j);
+  EXPECT_TRUE(spec.attention.qk_norm && spec.post_norms);
+  EXPECT_EQ(spec.final_logit_softcap, 30);
+  EXPECT_EQ(spec.attention.logit_softcap, 50);
+  EXPECT_EQ(spec_from_json(spec_to_json(spec)), spec);
+  expect_spec_error(with(j, "/attention/qk_norm", false), "tensors.q_norm: 'l{layer}.qn' given, but attention.qk_norm is false");
+  expect_spec_error(with(j, "/final_logit_softcap", -1), "final_logit_softcap: must be >= 0");
+}
+
 TEST(Spec, NullMeansDefault) {
   json spec = minimal_spec();
   spec["rope"] = {{"scaling", nullptr}, {"theta", nullptr}};
@@ -317,6 +370,12 @@ TEST(TemplateExpression, Arithmetic) {
   EXPECT_EQ(evaluate("$missing | 0 > 0", config), false);
   // The branch not taken is not evaluated.
   EXPECT_EQ(evaluate("$heads > 100 ? $hidden / 0 : 5", config), 5);
+}
+
+TEST(TemplateExpression, Sqrt) {
+  const json config = {{"hidden", 640}, {"scalar", 256}};
+  EXPECT_DOUBLE_EQ(evaluate("sqrt($hidden)", config).get<double>(), std::sqrt(640.0));
+  EXPECT_DOUBLE_EQ(evaluate("1 / sqrt($missing | $scalar)", config).get<double>(), 1.0 / 16);
 }
 
 TEST(TemplateExpression, Errors) {

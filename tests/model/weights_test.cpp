@@ -9,6 +9,7 @@
 #include "model/config.h"
 #include "model/model_test_util.h"
 #include "model/weights.h"
+#include "quant/quant.h"
 #include "test_paths.h"
 
 #include <gtest/gtest.h>
@@ -234,11 +235,15 @@ TEST(Stories, OtherLlama2cCheckpointsResolveFromTheirHeaders) {
   EXPECT_EQ(aidreams.spec.max_position, 128);
   EXPECT_EQ(aidreams.weights.layers[0].wqkv.shape, (Shape{192, 64}));
 
-  // The int8 export (version 2) of stories260K: the reader dequantizes; within 0.007 of the f32 model.
+  // The int8 export (version 2) of stories260K: its matrices stay int8 (I8_G32, the file's groups of
+  // 32; the embedding too) and dequantize to within 0.007 of the f32 model.
   const Loaded q80 = load(test::shared_path("models/stories260K/stories260K_q80.bin"));
   const Loaded f32 = load(stories_llama2c());
   EXPECT_EQ(q80.spec, f32.spec);
-  const std::vector<float> got = values(q80.weights.layers[2].w_gate_up), want = values(f32.weights.layers[2].w_gate_up);
+  EXPECT_EQ(q80.weights.layers[2].w_gate_up.dtype, DType::I8_G32);
+  EXPECT_EQ(q80.weights.embed.dtype, DType::I8_G32);
+  const std::vector<float> got = values(quant::dequantize(q80.weights.layers[2].w_gate_up)),
+                           want = values(f32.weights.layers[2].w_gate_up);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 0.007f) << i;
 }

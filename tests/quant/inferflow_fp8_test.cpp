@@ -1,4 +1,4 @@
-// Inferflow and FP8 codecs against numpy/torch implementations of their definitions (fixtures by
+// Inferflow, FP8 and int8-group codecs against numpy/torch implementations of their definitions (fixtures by
 // python/gen_quant_fixtures.py): identical packed bytes, identical decoded float32 values, and so
 // the round-trip error the fp64 definition has.
 #include "core/dtype.h"
@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -153,5 +154,39 @@ TEST(Fp8, CodesAreStableUnderRequantization) {
     quant::dequantize_row(type, packed.data(), back.data(), k);
     quant::quantize_row(type, back.data(), again.data(), k);
     EXPECT_TRUE(std::equal(packed.begin() + codes_at, packed.end(), again.begin() + codes_at)) << dtype_name(type);
+  }
+}
+
+// Rows as for FP8, plus exact ties (scale 1: 2.5 -> 2, -3.5 -> -4, 126.5 -> 126) and a group around
+// +-3000: the codes llama2.c's export.py (torch) gives, checked in fp64 by the fixture script.
+TEST(Int8Groups, MatchLlama2cExportAndTheDefinition) {
+  const SfqFixture fixture("int8.sfq");
+  for (const DType type : {DType::I8_G32, DType::I8_G64, DType::I8_G128}) check_against_fixture(fixture, type);
+}
+
+// As FP8: re-quantizing a decoded row gives the same codes (the new scale is within an ulp of the old
+// one, so w / scale moves by ~2^-22 relative, far from a rounding boundary at |q| <= 127), and the
+// error is within half a step per group.
+TEST(Int8Groups, CodesAreStableUnderRequantization) {
+  constexpr int64_t k = 512;
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<float> x(k);
+  for (float& v : x) v = normal(rng);
+  for (const DType type : {DType::I8_G32, DType::I8_G64, DType::I8_G128}) {
+    const size_t row_bytes = dtype_row_bytes(type, k);
+    const size_t codes_at = row_bytes - k;
+    std::vector<uint8_t> packed(row_bytes), again(row_bytes);
+    std::vector<float> back(k);
+    quant::quantize_row(type, x.data(), packed.data(), k);
+    quant::dequantize_row(type, packed.data(), back.data(), k);
+    quant::quantize_row(type, back.data(), again.data(), k);
+    EXPECT_TRUE(std::equal(packed.begin() + codes_at, packed.end(), again.begin() + codes_at)) << dtype_name(type);
+    const int64_t group = dtype_block_elems(type);
+    for (int64_t i = 0; i < k; ++i) {
+      float scale;
+      std::memcpy(&scale, packed.data() + 4 * (i / group), 4);
+      EXPECT_LE(std::fabs(back[i] - x[i]), scale * 0.5f * (1 + 1e-5f)) << dtype_name(type) << " " << i;
+    }
   }
 }

@@ -62,6 +62,10 @@ TEST(Quant, TypeTableCoversEveryQuantizedDType) {
   EXPECT_DOUBLE_EQ(quant::info(DType::Q3H_B64).bits_per_weight, 4.0);
   EXPECT_DOUBLE_EQ(quant::info(DType::Q3_B32).bits_per_weight, 4.0);
   EXPECT_DOUBLE_EQ(quant::info(DType::F8_G128).bits_per_weight, 8.25);
+  EXPECT_DOUBLE_EQ(quant::info(DType::I8_G32).bits_per_weight, 9.0);
+  EXPECT_DOUBLE_EQ(quant::info(DType::I8_G64).bits_per_weight, 8.5);
+  EXPECT_DOUBLE_EQ(quant::info(DType::I8_G128).bits_per_weight, 8.25);
+  EXPECT_EQ(quant::info(DType::I8_G64).family, quant::Family::Int8);
   EXPECT_EQ(quant::info(DType::Q3H_B64).family, quant::Family::Inferflow);
   expect_error([] { quant::info(DType::BF16); }, {"bf16", "not a quantized type"});
 }

@@ -54,6 +54,15 @@ class ForwardingBackend : public Backend {
                  const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override {
     inner_->attention(qkv, k_cache, v_cache, batch, params, out);
   }
+  void norm_add(const DeviceTensor& x, const DeviceTensor& weight, const NormParams& params,
+                const DeviceTensor& residual) override {
+    inner_->norm_add(x, weight, params, residual);
+  }
+  void qk_norm(const DeviceTensor& qkv, const DeviceTensor& q_weight, const DeviceTensor& k_weight,
+               const NormParams& norm, const AttentionParams& params) override {
+    inner_->qk_norm(qkv, q_weight, k_weight, norm, params);
+  }
+  void softcap(const DeviceTensor& x, float cap) override { inner_->softcap(x, cap); }
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override {
     inner_->activation(x, act, gated, out);
   }

@@ -449,6 +449,28 @@ TEST(LayerPlan, SequentialLearnedPositionsLayer) {
             "linear down: mlp_act ->+ hidden\n");
 }
 
+// QK-norm splits the projection from RoPE; post norms make the output projections write `proj`
+// and add their norm to the residual (Gemma 3).
+TEST(LayerPlan, QkNormAndPostNorms) {
+  ModelSpec spec = tiny_spec();
+  spec.attention.qk_norm = true;
+  spec.post_norms = true;
+  EXPECT_EQ(build_layer_plan(spec).describe(),
+            "norm attn_norm: hidden -> attn_in\n"
+            "linear qkv: attn_in -> qkv\n"
+            "qk_norm qk_norm: qkv\n"
+            "rope_write_kv: qkv\n"
+            "attention: qkv -> attn_out\n"
+            "linear o: attn_out -> proj\n"
+            "norm_add post_attn_norm: proj ->+ hidden\n"
+            "norm ffn_norm + linear+activation gate_up: hidden -> mlp_act normed in mlp_in via mlp_up\n"
+            "linear down: mlp_act -> proj\n"
+            "norm_add post_ffn_norm: proj ->+ hidden\n");
+  spec.attention.qk_norm = false;
+  const std::string fused = build_layer_plan(spec).describe();
+  EXPECT_EQ(fused.find("norm attn_norm + linear+rope_write_kv qkv: hidden -> qkv normed in attn_in\n"), 0u) << fused;
+}
+
 TEST(LayerPlan, ParallelResidualSharedNormLearnedPositions) {
   ModelSpec spec = tiny_spec();
   spec.parallel_residual = spec.shared_layer_norm = true;

@@ -178,6 +178,8 @@ void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache,
             float* scores = scratch.scores.data();
             block_scores(q, scale, keys_t, padded, head_dim, scores);
             float* live = scores + j_lo;  // the keys this query sees: [lo, hi)
+            if (params.logit_softcap > 0.0f)
+              for (int64_t j = 0; j < j_count; ++j) live[j] = params.logit_softcap * std::tanh(live[j] / params.logit_softcap);
             const float block_max = *std::max_element(live, live + j_count);
             float* acc = scratch.acc.data() + row * head_dim;
             const float new_max = std::max(scratch.max[row], block_max);

@@ -3,6 +3,7 @@
 #include "backend/argument_checks.h"
 #include "backend/cpu/host_memory.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/simd.h"
 #include "core/error.h"
 
@@ -28,9 +29,21 @@ void check_f32(const DeviceTensor& t, const char* kernel, const char* arg) {
 void check_i32(const DeviceTensor& t, const char* kernel, const char* arg) {
   SF_CHECK(t.dtype == DType::I32, "cpu {}: {} has dtype {}, expected i32", kernel, arg, dtype_name(t.dtype));
 }
-void check_matrix_dtype(const DeviceTensor& t, const char* kernel, const char* arg) {
-  SF_CHECK(t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16,
-           "cpu {}: {} has dtype {}, expected f32, f16 or bf16", kernel, arg, dtype_name(t.dtype));
+// A weight matrix: plain, quantized, or Mixed with plain or quantized runs.
+void check_weight_dtype(const DeviceTensor& t, const char* kernel, const char* arg) {
+  const auto readable = [](DType dtype) {
+    return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16 || is_quantized(dtype);
+  };
+  if (t.dtype == DType::Mixed) {
+    SF_CHECK(t.row_runs != nullptr && t.shape.size() == 2, "cpu {}: {} is a mixed-dtype matrix {} without row runs",
+             kernel, arg, shape_str(t.shape));
+    for (const RowRun& run : *t.row_runs)
+      SF_CHECK(readable(run.dtype), "cpu {}: {} has a run of dtype {}, expected f32, f16, bf16 or a quantized type",
+               kernel, arg, dtype_name(run.dtype));
+    return;
+  }
+  SF_CHECK(readable(t.dtype), "cpu {}: {} has dtype {}, expected f32, f16, bf16 or a quantized type", kernel, arg,
+           dtype_name(t.dtype));
 }
 void check_shape(const DeviceTensor& t, const Shape& expected, const char* kernel, const char* arg) {
   SF_CHECK(t.shape == expected, "cpu {}: {} has shape {}, expected {}", kernel, arg, shape_str(t.shape),
@@ -39,6 +52,11 @@ void check_shape(const DeviceTensor& t, const Shape& expected, const char* kerne
 
 // out[0..n) = float(row[0..n)) * multiplier, for a matrix row of any supported dtype.
 void row_to_f32(const void* matrix, DType dtype, int64_t row, int64_t n, float multiplier, float* out) {
+  if (is_quantized(dtype)) {
+    quant_decode_rows(dtype, matrix, n, row, 1, 0, n, out);
+    if (multiplier != 1.0f) scale(multiplier, out, n);
+    return;
+  }
   switch (dtype) {
     case DType::F16: to_f32_row(static_cast<const F16Bits*>(matrix) + row * n, out, n); break;
     case DType::BF16: to_f32_row(static_cast<const BF16Bits*>(matrix) + row * n, out, n); break;
@@ -133,7 +151,12 @@ CpuBackend::CpuBackend(int num_threads) : num_threads_(num_threads > 0 ? num_thr
 std::string CpuBackend::name() const { return "cpu"; }
 
 std::span<const DType> CpuBackend::weight_dtypes() const {
-  static constexpr DType kDtypes[] = {DType::F32, DType::F16, DType::BF16};
+  static constexpr DType kDtypes[] = {
+      DType::F32,    DType::F16,    DType::BF16,   DType::Q4_0,   DType::Q4_1,    DType::Q5_0,       DType::Q5_1,
+      DType::Q8_0,   DType::Q2_K,   DType::Q3_K,   DType::Q4_K,   DType::Q5_K,    DType::Q6_K,       DType::Q2_B32,
+      DType::Q3_B32, DType::Q4_B32, DType::Q5_B32, DType::Q6_B32, DType::Q8_B32,  DType::Q2_B64,     DType::Q3_B64,
+      DType::Q4_B64, DType::Q5_B64, DType::Q6_B64, DType::Q8_B64, DType::Q3H_B64, DType::F8_CHANNEL, DType::F8_G128,
+      DType::I8_G32,  DType::I8_G64,  DType::I8_G128};
   return kDtypes;
 }
 
@@ -150,11 +173,11 @@ DeviceBuffer CpuBackend::allocate(DType dtype, Shape shape) {
 DeviceBuffer CpuBackend::upload(const Tensor& tensor) {
   SF_CHECK(!tensor.empty(), "cpu upload: tensor {} has no data", shape_str(tensor.shape));
   const Tensor host = materialize(tensor);
-  if (host.storage) return DeviceBuffer(DeviceTensor{host.data, host.dtype, host.shape}, host.storage);
-  // A view without a keepalive may die with its caller: keep a copy.
-  Tensor copy = Tensor::zeros(host.dtype, host.shape);
+  if (host.storage) return DeviceBuffer(DeviceTensor{host.data, host.dtype, host.shape, host.row_runs}, host.storage);
+  // A view without a keepalive may die with its caller: keep a copy (packed tensors as bytes).
+  Tensor copy = Tensor::zeros(DType::U8, {static_cast<int64_t>(host.nbytes())});
   std::memcpy(copy.data, host.data, host.nbytes());
-  return DeviceBuffer(DeviceTensor{copy.data, copy.dtype, copy.shape}, copy.storage);
+  return DeviceBuffer(DeviceTensor{copy.data, host.dtype, host.shape, host.row_runs}, copy.storage);
 }
 
 void CpuBackend::copy_to_device(const void* host, const DeviceTensor& dst) {
@@ -186,7 +209,8 @@ void CpuBackend::copy_blocks(const DeviceTensor& cache, const DeviceTensor& host
 
 void CpuBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier,
                        const DeviceTensor& pos_table, const DeviceTensor& positions, const DeviceTensor& out) {
-  check_matrix_dtype(table, "embed", "table");
+  SF_CHECK(table.dtype != DType::Mixed, "cpu embed: a mixed-dtype table {}", shape_str(table.shape));
+  check_weight_dtype(table, "embed", "table");
   check_i32(token_ids, "embed", "token_ids");
   check_f32(out, "embed", "out");
   SF_CHECK(table.shape.size() == 2, "cpu embed: table has shape {}, expected [vocab, hidden]", shape_str(table.shape));
@@ -194,7 +218,7 @@ void CpuBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids,
   check_shape(out, {tokens, hidden}, "embed", "out");
   const bool add_positions = !pos_table.empty();
   if (add_positions) {
-    check_matrix_dtype(pos_table, "embed", "pos_table");
+    check_weight_dtype(pos_table, "embed", "pos_table");
     check_i32(positions, "embed", "positions");
     SF_CHECK(pos_table.shape.size() == 2 && pos_table.dim(1) == hidden,
              "cpu embed: pos_table has shape {}, expected [positions, {}]", shape_str(pos_table.shape), hidden);
@@ -269,7 +293,7 @@ void CpuBackend::add_norm(const DeviceTensor& residual, const DeviceTensor& delt
 void CpuBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
                         bool accumulate) {
   check_f32(x, "matmul", "x");
-  check_matrix_dtype(w, "matmul", "w");
+  check_weight_dtype(w, "matmul", "w");
   check_f32(y, "matmul", "y");
   SF_CHECK(x.shape.size() == 2 && w.shape.size() == 2 && x.dim(1) == w.dim(1),
            "cpu matmul: x {} and w {} do not agree (expected [m, k] and [n, k])", shape_str(x.shape),
@@ -284,7 +308,14 @@ void CpuBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Devi
   float* out = y.as<float>();
   std::vector<float> residual;
   if (accumulate) residual.assign(out, out + m * n);
-  cpu::matmul(x.as<float>(), m, k, w.data, w.dtype, n, bias.empty() ? nullptr : bias.as<float>(), out, num_threads_);
+  // A Mixed matrix: each run into its own output columns.
+  for (const MatrixRun& run : w.runs())
+    matmul_strided(x.as<float>(), m, k, run.rows.data, run.rows.dtype, run.rows.dim(0), out + run.first_row, n,
+                   num_threads_);
+  if (!bias.empty()) {
+    const float* b = bias.as<float>();
+    for (int64_t i = 0; i < m; ++i) axpy(1.0f, b, out + i * n, n);
+  }
   if (!accumulate) return;
 #pragma omp parallel for num_threads(num_threads_) if (m * n >= 4 * kMinParallelWork)
   for (int64_t i = 0; i < m * n; ++i) out[i] += residual[static_cast<size_t>(i)];

@@ -2,6 +2,8 @@
 // inner loops (backend/cpu/simd.h). Device memory is host memory, so upload() shares a host
 // tensor's storage (mmapped checkpoints are not copied) and copies are memcpy. The KV cache may be
 // f32 (the default), f16, bf16 or fp8 e4m3: write_kv converts into it, attention back to f32.
+// Weights may be f32, f16, bf16, any quantized type or Mixed runs of those (backend/cpu/
+// quant_matmul.h): packed matrices stay packed, shared with the host tensor like any other.
 #pragma once
 
 #include "backend/backend.h"
@@ -35,6 +37,12 @@ class CpuBackend final : public Backend {
              const DeviceTensor& positions, const DeviceTensor& out) override;
   void add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
                 const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) override;
+  // norm_add, qk_norm, softcap: backend/cpu/norms.cpp.
+  void norm_add(const DeviceTensor& x, const DeviceTensor& weight, const NormParams& params,
+                const DeviceTensor& residual) override;
+  void qk_norm(const DeviceTensor& qkv, const DeviceTensor& q_weight, const DeviceTensor& k_weight,
+               const NormParams& norm, const AttentionParams& params) override;
+  void softcap(const DeviceTensor& x, float cap) override;
   void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
               bool accumulate) override;
   void rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,

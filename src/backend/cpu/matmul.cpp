@@ -1,5 +1,6 @@
 #include "backend/cpu/matmul.h"
 
+#include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/simd.h"
 #include "core/error.h"
 
@@ -92,7 +93,7 @@ const float* permute_for_bf16(const float* x, int64_t m, int64_t k) {
 }
 
 template <typename W>
-void gemv(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int num_threads) {
+void gemv(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int64_t ldy, int num_threads) {
 #ifdef SPLITFLOW_CPU_AVX2
   if constexpr (std::is_same_v<W, BF16Bits>) x = permute_for_bf16(x, m, k);
 #endif
@@ -108,12 +109,12 @@ void gemv(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y,
     for (int64_t i = 0; i < m;) {
       const int64_t rows = std::min<int64_t>(4, m - i);
       const float* xi = x + i * k;
-      float* yi = y + i * n;
+      float* yi = y + i * ldy;
       switch (rows) {
-        case 1: dot_rows<W, 1, 8>(xi, k, w, yi, n, j_begin, j_end); break;
-        case 2: dot_rows<W, 2, 4>(xi, k, w, yi, n, j_begin, j_end); break;
-        case 3: dot_rows<W, 3, 4>(xi, k, w, yi, n, j_begin, j_end); break;
-        default: dot_rows<W, 4, 3>(xi, k, w, yi, n, j_begin, j_end); break;
+        case 1: dot_rows<W, 1, 8>(xi, k, w, yi, ldy, j_begin, j_end); break;
+        case 2: dot_rows<W, 2, 4>(xi, k, w, yi, ldy, j_begin, j_end); break;
+        case 3: dot_rows<W, 3, 4>(xi, k, w, yi, ldy, j_begin, j_end); break;
+        default: dot_rows<W, 4, 3>(xi, k, w, yi, ldy, j_begin, j_end); break;
       }
       i += rows;
     }
@@ -225,8 +226,9 @@ struct AlignedFree {
   void operator()(float* p) const { std::free(p); }
 };
 
-template <typename W>
-void gemm(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int num_threads) {
+// `pack(j0, p0, kc, packed)` packs one panel of w (pack_panel's contract); y has row stride ldy.
+template <typename Pack>
+void gemm(const float* x, int64_t m, int64_t k, const Pack& pack, int64_t n, float* y, int64_t ldy, int num_threads) {
   const int64_t blocks = (n + kNC - 1) / kNC;
   // Few column blocks (narrow layers of small models) leave threads idle: split the rows too, at
   // the price of packing a block once per row chunk.
@@ -247,12 +249,12 @@ void gemm(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y,
       for (int64_t p0 = 0; p0 < k; p0 += kKC) {
         const int64_t kc = std::min(kKC, k - p0);
         for (int64_t panel = 0; panel < panels; ++panel)
-          pack_panel(w, k, n, j_begin + panel * kNR, p0, kc, packed.get() + panel * kKC * kNR);
+          pack(j_begin + panel * kNR, p0, kc, packed.get() + panel * kKC * kNR);
         for (int64_t i = i_begin; i < i_end; i += kMR) {
           const int64_t rows = std::min<int64_t>(kMR, i_end - i);
           for (int64_t panel = 0; panel < panels; ++panel) {
             const int64_t j = j_begin + panel * kNR;
-            micro_tile(rows, x + i * k + p0, k, packed.get() + panel * kKC * kNR, kc, y + i * n + j, n,
+            micro_tile(rows, x + i * k + p0, k, packed.get() + panel * kKC * kNR, kc, y + i * ldy + j, ldy,
                        std::min<int64_t>(kNR, j_end - j), p0 > 0);
           }
         }
@@ -261,57 +263,88 @@ void gemm(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y,
   }
 }
 
+// A panel of a quantized w: its 16 rows' slices decoded to f32 (quant_matmul.h), then packed
+// like an f32 matrix of row stride kc.
+struct QuantPack {
+  DType type;
+  const void* w;
+  int64_t k, n;
+  void operator()(int64_t j0, int64_t p0, int64_t kc, float* packed) const {
+    alignas(64) float rows[kNR * kKC];
+    const int64_t count = std::min<int64_t>(kNR, n - j0);
+    quant_decode_rows(type, w, k, j0, count, p0, kc, rows);
+    pack_panel(rows, kc, count, 0, 0, kc, packed);
+  }
+};
+
+template <typename W>
+void gemm_plain(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int64_t ldy, int num_threads) {
+  const auto pack = [&](int64_t j0, int64_t p0, int64_t kc, float* packed) { pack_panel(w, k, n, j0, p0, kc, packed); };
+  gemm(x, m, k, pack, n, y, ldy, num_threads);
+}
+
 void add_bias(const float* bias, int64_t m, int64_t n, float* y) {
   if (bias == nullptr) return;
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) y[i * n + j] += bias[j];
 }
 
-template <template <typename> class Kernel>
-void dispatch(DType w_dtype, const float* x, int64_t m, int64_t k, const void* w, int64_t n, float* y,
+void run_gemv(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y, int64_t ldy,
               int num_threads) {
   switch (w_dtype) {
-    case DType::F32: Kernel<float>::run(x, m, k, static_cast<const float*>(w), n, y, num_threads); return;
-    case DType::F16: Kernel<F16Bits>::run(x, m, k, static_cast<const F16Bits*>(w), n, y, num_threads); return;
-    case DType::BF16: Kernel<BF16Bits>::run(x, m, k, static_cast<const BF16Bits*>(w), n, y, num_threads); return;
-    default: fail("cpu matmul: weight dtype {} is not supported (f32, f16, bf16)", dtype_name(w_dtype));
+    case DType::F32: gemv(x, m, k, static_cast<const float*>(w), n, y, ldy, num_threads); return;
+    case DType::F16: gemv(x, m, k, static_cast<const F16Bits*>(w), n, y, ldy, num_threads); return;
+    case DType::BF16: gemv(x, m, k, static_cast<const BF16Bits*>(w), n, y, ldy, num_threads); return;
+    default:
+      SF_CHECK(is_quantized(w_dtype), "cpu matmul: weight dtype {} is not supported (f32, f16, bf16 or quantized)",
+               dtype_name(w_dtype));
+      quant_gemv(x, m, k, w, w_dtype, n, y, ldy, num_threads);
   }
 }
 
-template <typename W>
-struct GemvKernel {
-  static void run(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int threads) {
-    gemv(x, m, k, w, n, y, threads);
+void run_gemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y, int64_t ldy,
+              int num_threads) {
+  if (k == 0) {  // no depth panel would write y
+    for (int64_t i = 0; i < m; ++i) std::fill(y + i * ldy, y + i * ldy + n, 0.0f);
+    return;
   }
-};
-template <typename W>
-struct GemmKernel {
-  static void run(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int threads) {
-    gemm(x, m, k, w, n, y, threads);
+  switch (w_dtype) {
+    case DType::F32: gemm_plain(x, m, k, static_cast<const float*>(w), n, y, ldy, num_threads); return;
+    case DType::F16: gemm_plain(x, m, k, static_cast<const F16Bits*>(w), n, y, ldy, num_threads); return;
+    case DType::BF16: gemm_plain(x, m, k, static_cast<const BF16Bits*>(w), n, y, ldy, num_threads); return;
+    default:
+      SF_CHECK(is_quantized(w_dtype), "cpu matmul: weight dtype {} is not supported (f32, f16, bf16 or quantized)",
+               dtype_name(w_dtype));
+      gemm(x, m, k, QuantPack{w_dtype, w, k, n}, n, y, ldy, num_threads);
   }
-};
+}
 
 }  // namespace
 
 void matmul_gemv(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, const float* bias,
                  float* y, int num_threads) {
-  dispatch<GemvKernel>(w_dtype, x, m, k, w, n, y, num_threads);
+  run_gemv(x, m, k, w, w_dtype, n, y, n, num_threads);
   add_bias(bias, m, n, y);
 }
 
 void matmul_gemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, const float* bias,
                  float* y, int num_threads) {
-  if (k == 0) std::fill(y, y + m * n, 0.0f);  // no depth panel would write y
-  dispatch<GemmKernel>(w_dtype, x, m, k, w, n, y, num_threads);
+  run_gemm(x, m, k, w, w_dtype, n, y, n, num_threads);
   add_bias(bias, m, n, y);
+}
+
+void matmul_strided(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y,
+                    int64_t ldy, int num_threads) {
+  if (m < kGemmMinRows)
+    run_gemv(x, m, k, w, w_dtype, n, y, ldy, num_threads);
+  else
+    run_gemm(x, m, k, w, w_dtype, n, y, ldy, num_threads);
 }
 
 void matmul(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, const float* bias, float* y,
             int num_threads) {
-  if (m < kGemmMinRows)
-    matmul_gemv(x, m, k, w, w_dtype, n, bias, y, num_threads);
-  else
-    matmul_gemm(x, m, k, w, w_dtype, n, bias, y, num_threads);
+  matmul_strided(x, m, k, w, w_dtype, n, y, n, num_threads);
+  add_bias(bias, m, n, y);
 }
 
 }  // namespace splitflow::cpu

@@ -111,6 +111,7 @@ CudaBackend::~CudaBackend() {
   if (workspace_) cudaFree(workspace_);
   if (attention_partials_) cudaFree(attention_partials_);
   if (partition_counters_) cudaFree(partition_counters_);
+  if (scratch_) cudaFree(scratch_);
   if (lt_handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_handle_));
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -118,7 +119,13 @@ CudaBackend::~CudaBackend() {
 std::string CudaBackend::name() const { return fmt::format("cuda:{} ({})", device_, device_name_); }
 
 std::span<const DType> CudaBackend::weight_dtypes() const {
-  static constexpr DType kDtypes[] = {DType::F32, DType::F16, DType::BF16};
+  // Float matrices (stored as bf16) and every quantized type, read packed (quant_kernels.h).
+  static constexpr DType kDtypes[] = {
+      DType::F32,    DType::F16,    DType::BF16,   DType::Q4_0,    DType::Q4_1,      DType::Q5_0,
+      DType::Q5_1,   DType::Q8_0,   DType::Q2_K,   DType::Q3_K,    DType::Q4_K,      DType::Q5_K,
+      DType::Q6_K,   DType::Q2_B32, DType::Q3_B32, DType::Q4_B32,  DType::Q5_B32,    DType::Q6_B32,
+      DType::Q8_B32, DType::Q2_B64, DType::Q3_B64, DType::Q4_B64,  DType::Q5_B64,    DType::Q6_B64,
+      DType::Q8_B64, DType::Q3H_B64, DType::F8_CHANNEL, DType::F8_G128};
   return kDtypes;
 }
 
@@ -140,6 +147,7 @@ DeviceBuffer CudaBackend::allocate(DType dtype, Shape shape) {
 
 DeviceBuffer CudaBackend::upload(const Tensor& host) {
   SF_CHECK(!host.empty(), "cuda upload: tensor {} has no data", shape_str(host.shape));
+  if (is_quantized(host.dtype) || host.dtype == DType::Mixed) return upload_quantized(host);
   if (!is_float(host.dtype)) {  // generated tensors are always float
     DeviceBuffer buffer = allocate(host.dtype, host.shape);
     copy_to_device(host.data, buffer.view());
@@ -249,6 +257,10 @@ std::unique_ptr<RecordedWork> CudaBackend::record(const std::function<void()>& i
 
 void CudaBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier,
                         const DeviceTensor& pos_table, const DeviceTensor& positions, const DeviceTensor& out) {
+  if (is_quant_matrix(table)) {
+    quant_embed(table, token_ids, multiplier, pos_table, positions, out);
+    return;
+  }
   check_dtype(table, DType::BF16, "embed", "table");
   check_dtype(token_ids, DType::I32, "embed", "token_ids");
   check_dtype(out, DType::BF16, "embed", "out");
@@ -317,7 +329,7 @@ bool capturing(cudaStream_t stream) {
 const CudaBackend::GemmPlan& CudaBackend::gemm_plan(const GemmKey& key, const void* x, const void* w) {
   auto found = gemm_plans_.find(key);
   if (found != gemm_plans_.end()) return *found->second;
-  const auto [m, n, k, f32_out, alignment] = key;
+  const auto [m, n, k, f32_out, alignment, ldy] = key;
   // Row-major y[m, n] = x[m, k] w[n, k]^T is, column-major, y^T[n, m] = op_T(w)[n, k] x^T[k, m]:
   // w is a column-major [k, n] matrix used transposed, x a column-major [k, m] one.
   auto plan = std::make_unique<GemmPlan>();
@@ -329,7 +341,7 @@ const CudaBackend::GemmPlan& CudaBackend::gemm_plan(const GemmKey& key, const vo
                   "matmul transb");
   SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->w, CUDA_R_16BF, k, n, k), "matmul w layout");
   SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->x, CUDA_R_16BF, k, m, k), "matmul x layout");
-  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->y, f32_out ? CUDA_R_32F : CUDA_R_16BF, n, m, n), "matmul y layout");
+  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->y, f32_out ? CUDA_R_32F : CUDA_R_16BF, n, m, ldy), "matmul y layout");
 
   cublasLtMatmulPreference_t pref = nullptr;
   SF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), "matmul preference");
@@ -349,7 +361,7 @@ const CudaBackend::GemmPlan& CudaBackend::gemm_plan(const GemmKey& key, const vo
   SF_CUBLAS_CHECK(status, "matmul heuristic");
   SF_CHECK(found_count > 0, "cuda matmul: cuBLASLt has no algorithm for m {} n {} k {} ({} output, {}-byte alignment)",
            m, n, k, f32_out ? "f32" : "bf16", alignment);
-  const int chosen = found_count > 1 ? fastest_candidate(*plan, results, found_count, x, w, m * n * (f32_out ? 4 : 2)) : 0;
+  const int chosen = found_count > 1 ? fastest_candidate(*plan, results, found_count, x, w, m * ldy * (f32_out ? 4 : 2)) : 0;
   plan->algo = results[chosen].algo;
   return *gemm_plans_.emplace(key, std::move(plan)).first->second;
 }
@@ -403,6 +415,10 @@ int CudaBackend::fastest_candidate(const GemmPlan& plan, const void* results_ptr
 void CudaBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
                          const DeviceTensor& y, bool accumulate) {
   check_dtype(x, DType::BF16, "matmul", "x");
+  if (is_quant_matrix(w)) {
+    quant_matmul(x, w, bias, y, accumulate);
+    return;
+  }
   SF_CHECK(w.dtype == DType::BF16, "cuda matmul: w has dtype {}, expected bf16 (upload() stores matrices as bf16)",
            dtype_name(w.dtype));
   SF_CHECK(y.dtype == DType::BF16 || y.dtype == DType::F32, "cuda matmul: y has dtype {}, expected bf16 or f32",
@@ -425,17 +441,20 @@ void CudaBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Dev
                   "matmul (gemv)");
     return;
   }
-  const GemmPlan& plan = gemm_plan({m, n, k, f32_out, common_alignment({x.data, w.data, y.data})}, x.data, w.data);
+  const GemmPlan& plan =
+      gemm_plan({m, n, k, f32_out, common_alignment({x.data, w.data, y.data}), n}, x.data, w.data);
   // beta = 1 reads y as C: the residual add happens in cuBLASLt's epilogue, in fp32.
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  SF_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_handle_), plan.op, &alpha, w.data, plan.w, x.data,
-                                 plan.x, &beta, y.data, plan.y, y.data, plan.y, &plan.algo, workspace_,
-                                 workspace_bytes_, stream_),
-                  "matmul");
+  run_gemm(plan, x.data, w.data, y.data, 1.0f, accumulate ? 1.0f : 0.0f);
   if (bias_f32 != nullptr)
     SF_CUDA_CHECK(launch_add_bias(f32_out ? nullptr : bf16_ptr(y), f32_out ? y.as<float>() : nullptr, bias_f32, m, n,
                                   stream_),
                   "matmul bias");
+}
+
+void CudaBackend::run_gemm(const GemmPlan& plan, const void* x, const void* w, void* y, float alpha, float beta) {
+  SF_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_handle_), plan.op, &alpha, w, plan.w, x, plan.x, &beta,
+                                 y, plan.y, y, plan.y, &plan.algo, workspace_, workspace_bytes_, stream_),
+                  "matmul");
 }
 
 void CudaBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
@@ -483,6 +502,8 @@ std::optional<GemvNorm> gemv_norm(const InputNorm& norm) {
 }  // namespace
 
 bool CudaBackend::fold_norm_weight(const DeviceTensor& w, const DeviceTensor& norm_weight, float weight_offset) {
+  // A quantized matrix keeps its bytes: its GEMVs apply the norm weight to x instead.
+  if (is_quant_matrix(w)) return false;
   check_dtype(w, DType::BF16, "fold_norm_weight", "w");
   check_dtype(norm_weight, DType::F32, "fold_norm_weight", "norm_weight");
   SF_CHECK(w.shape.size() == 2, "cuda fold_norm_weight: w has shape {}, expected a matrix", shape_str(w.shape));
@@ -498,6 +519,9 @@ void CudaBackend::matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor
                                        const DeviceTensor& slots, const AttentionParams& attention_params,
                                        const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
   const int64_t m = x.shape.size() == 2 ? x.dim(0) : 0, k = x.shape.size() == 2 ? x.dim(1) : 0;
+  if (is_quant_matrix(w) && quant_matmul_rope_write_kv(norm, x, w, bias, qkv, cos_sin, table_rows, rope_params, slots,
+                                                       attention_params, k_cache, v_cache))
+    return;
   const std::optional<GemvNorm> fused_norm = gemv_norm(norm);
   const bool fused = m >= 1 && m <= gemv_max_rows_ && x.dtype == DType::BF16 && w.dtype == DType::BF16 &&
                      w.shape.size() == 2 && w.dim(1) == k && gemv_supported(x.data, w.data, m, k) && fused_norm;
@@ -565,6 +589,7 @@ void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache
                          attention_partials_,
                          attention_partials_floats(sm_count_),
                          partition_counters_};
+  launch.logit_softcap = params.logit_softcap;
   SF_CUDA_CHECK(launch_attention(launch, stream_), "attention");
 }
 
@@ -596,6 +621,7 @@ void CudaBackend::matmul_activation(const InputNorm& norm, const DeviceTensor& x
                                     const DeviceTensor& bias, Activation act, bool gated, const DeviceTensor& product,
                                     const DeviceTensor& out) {
   const int64_t m = x.shape.size() == 2 ? x.dim(0) : 0, k = x.shape.size() == 2 ? x.dim(1) : 0;
+  if (is_quant_matrix(w) && quant_matmul_activation(norm, x, w, bias, activation_code(act), gated, out)) return;
   const std::optional<GemvNorm> fused_norm = gemv_norm(norm);
   const bool fused = gated && m >= 1 && m <= gemv_max_rows_ && x.dtype == DType::BF16 && w.dtype == DType::BF16 &&
                      out.dtype == DType::BF16 && w.shape.size() == 2 && w.dim(1) == k && w.dim(0) % 2 == 0 &&

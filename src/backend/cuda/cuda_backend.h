@@ -6,7 +6,10 @@
 // Weights: upload() stores every float matrix (rank >= 2: weights, embedding and position
 // tables) as BF16, converting F32 and F16 on the host, so there is one GEMM path (bf16 x bf16,
 // fp32 compute); F16 checkpoints lose 3 mantissa bits there. Float vectors (norms, biases) are
-// stored as F32. GEMM outputs are BF16, or F32 for the logits.
+// stored as F32. GEMM outputs are BF16, or F32 for the logits. Quantized and Mixed matrices
+// (core/dtype.h) stay packed on the device (quant_backend.cpp): decode-sized matmuls decode their
+// blocks in registers (quant_gemv.cu), larger ones dequantize chunks into a bf16 scratch for
+// cuBLASLt (dequantize.cu); fold_norm_weight() declines them and their GEMVs apply the norm weight.
 //
 // Index tensors live on the device, so the host cannot check their values: token ids, rows,
 // slots and block tables must be valid (ModelRunner validates every batch before staging it);
@@ -14,6 +17,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/cuda/quant_kernels.h"
 
 #include <cuda_runtime.h>
 
@@ -22,6 +26,9 @@
 #include <tuple>
 
 namespace splitflow::cuda {
+
+// A quantized or Mixed matrix (the quantized kernels' operand).
+bool is_quant_matrix(const DeviceTensor& w);
 
 class CudaBackend final : public Backend {
  public:
@@ -56,6 +63,12 @@ class CudaBackend final : public Backend {
              const DeviceTensor& positions, const DeviceTensor& out) override;
   void add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
                 const DeviceTensor& bias, const NormParams& params, const DeviceTensor& out) override;
+  // norm_add, qk_norm, softcap: backend/cuda/norms_backend.cpp.
+  void norm_add(const DeviceTensor& x, const DeviceTensor& weight, const NormParams& params,
+                const DeviceTensor& residual) override;
+  void qk_norm(const DeviceTensor& qkv, const DeviceTensor& q_weight, const DeviceTensor& k_weight,
+               const NormParams& norm, const AttentionParams& params) override;
+  void softcap(const DeviceTensor& x, float cap) override;
   void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
               bool accumulate) override;
   void rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
@@ -83,11 +96,36 @@ class CudaBackend final : public Backend {
   // cuBLASLt descriptors and the algorithm picked for one GEMM shape (opaque here: the cuBLASLt
   // types stay in cuda_backend.cpp).
   struct GemmPlan;
-  // (m, n, k, f32 output, pointer alignment in bytes)
-  using GemmKey = std::tuple<int64_t, int64_t, int64_t, bool, int>;
+  // (m, n, k, f32 output, pointer alignment in bytes, y's row stride: n, or more for a column block)
+  using GemmKey = std::tuple<int64_t, int64_t, int64_t, bool, int, int64_t>;
   // The plan for `key`, made at the shape's first use; x and w are that call's operands (decode-
   // sized shapes time their candidate algorithms on them).
   const GemmPlan& gemm_plan(const GemmKey& key, const void* x, const void* w);
+  // y = x w^T on a bf16 w with a plan of gemm_plan(), alpha and beta as cuBLASLt's.
+  void run_gemm(const GemmPlan& plan, const void* x, const void* w, void* y, float alpha, float beta);
+
+  // Quantized weights (backend/cuda/quant_backend.cpp): upload() keeps a quantized or Mixed matrix
+  // packed; matmul runs the quantized GEMVs (quant_gemv.cu) for m <= kMaxQuantGemvRows, else
+  // dequantizes chunks of rows into scratch_ and runs cuBLASLt; the fused decode calls keep their
+  // epilogues and apply the norm weight on the fly (fold_norm_weight() declines quantized matrices);
+  // embed() dequantizes the token rows of a quantized table.
+  QuantMatrix quant_matrix(const DeviceTensor& w, const char* kernel) const;
+  DeviceBuffer upload_quantized(const Tensor& host);
+  void quant_matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
+                    bool accumulate);
+  // false: not fusable here (the caller takes the generic path).
+  bool quant_matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w,
+                                  const DeviceTensor& bias, const DeviceTensor& qkv, const DeviceTensor& cos_sin,
+                                  const DeviceTensor& table_rows, const RopeParams& rope_params,
+                                  const DeviceTensor& slots, const AttentionParams& attention_params,
+                                  const DeviceTensor& k_cache, const DeviceTensor& v_cache);
+  bool quant_matmul_activation(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w,
+                               const DeviceTensor& bias, int act, bool gated, const DeviceTensor& out);
+  void quant_embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier,
+                   const DeviceTensor& pos_table, const DeviceTensor& positions, const DeviceTensor& out);
+  void* scratch_ = nullptr;  // bf16 dequantization scratch of scratch_elems_, grown by upload_quantized
+  int64_t scratch_elems_ = 0;
+
   // Index of the fastest of `count` cuBLASLt heuristic results (cublasLtMatmulHeuristicResult_t[])
   // on x and w, timed into a scratch output of y_bytes.
   int fastest_candidate(const GemmPlan& plan, const void* results, int count, const void* x, const void* w,

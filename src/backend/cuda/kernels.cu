@@ -510,7 +510,7 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
       const float* q = q_s + warp * hd;
       float dot = 0.0f;
       for (int d = 0; d < hd; ++d) dot += q[d] * load(k_s, lane * key_stride + d);
-      score = dot;
+      score = a.logit_softcap > 0.0f ? a.logit_softcap * tanhf(dot / a.logit_softcap) : dot;
     }
     const float chunk_max = warp_max(score);
     if (chunk_max == -INFINITY) continue;  // no key of this chunk is visible to this row
@@ -741,7 +741,8 @@ cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, void* k_
 
 cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   if (a.seqs == 0 || a.max_query_len == 0) return cudaSuccess;
-  if (a.max_query_len >= kFlashMinQueryLen && flash_prefill_supported(a)) {
+  const bool tensor_core_paths = a.logit_softcap == 0.0f;  // they do not soft-cap
+  if (tensor_core_paths && a.max_query_len >= kFlashMinQueryLen && flash_prefill_supported(a)) {
     // A mixed (SplitFuse) batch: the decode kernel takes the one-token spans, reading each kv
     // head once for its whole GQA group instead of a 64-row tile per query head. Unsplit, so no
     // combine pass touches the prompt rows.
@@ -750,7 +751,7 @@ cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
     if (err != cudaSuccess || !split_decodes) return err;
     return launch_attention_decode(a, 1, stream);
   }
-  if (a.max_query_len == 1 && attention_decode_supported(a))
+  if (tensor_core_paths && a.max_query_len == 1 && attention_decode_supported(a))
     return launch_attention_decode(a, attention_decode_partitions(a), stream);
   const int tiles_per_seq = (a.max_query_len + kQueryTile - 1) / kQueryTile;
   const int64_t base_blocks = int64_t{a.seqs} * tiles_per_seq * a.heads;

@@ -132,6 +132,9 @@ struct AttentionLaunch {
   // Zeroed counters, attention_partition_counters(sm_count) of them: the decode kernel's last
   // partition of each (sequence, kv head) to finish merges the partials and resets its counter.
   int32_t* partition_counters;
+  // > 0: each score becomes cap * tanh(score / cap) before the softmax (Gemma 2). Only the split-KV
+  // kernel applies it: launch_attention sends such launches there whatever their shape.
+  float logit_softcap = 0.0f;
 };
 
 // Scratch attention() needs to split the KV length whenever it chooses to: at most 4 sm_count

@@ -1,0 +1,83 @@
+// The norms a pre-norm layer does not have: the post-norm residual add (Gemma's sandwich norms),
+// the per-head RMSNorm of q and k (QK-norm), and logit soft-capping. fp32, one row per thread.
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/simd.h"
+#include "core/error.h"
+
+#include <cmath>
+#include <vector>
+
+namespace splitflow::cpu {
+namespace {
+
+void check_f32(const DeviceTensor& t, const char* kernel, const char* arg) {
+  SF_CHECK(t.dtype == DType::F32, "cpu {}: {} has dtype {}, expected f32", kernel, arg, dtype_name(t.dtype));
+}
+
+// y[i] = norm(x)[i] * (weight_offset + w[i]) over n values (RMSNorm, or LayerNorm without bias);
+// the statistics in double, as add_norm takes them. y may be x.
+void normalize_row(const float* x, int64_t n, const float* w, const NormParams& params, float* y) {
+  float mean = 0.0f;
+  if (params.type == NormType::LayerNorm) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += x[i];
+    mean = static_cast<float>(sum / n);
+  }
+  double squares = 0.0;
+  for (int64_t i = 0; i < n; ++i) squares += static_cast<double>(x[i] - mean) * (x[i] - mean);
+  const float inv = static_cast<float>(1.0 / std::sqrt(squares / n + params.eps));
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * inv * (params.weight_offset + w[i]);
+}
+
+}  // namespace
+
+void CpuBackend::norm_add(const DeviceTensor& x, const DeviceTensor& weight, const NormParams& params,
+                          const DeviceTensor& residual) {
+  check_f32(x, "norm_add", "x");
+  check_f32(weight, "norm_add", "weight");
+  check_f32(residual, "norm_add", "residual");
+  SF_CHECK(x.shape.size() == 2 && x.shape == residual.shape && weight.shape == Shape{x.dim(1)},
+           "cpu norm_add: x {}, weight {} and residual {} must be [T, H], [H] and [T, H]", shape_str(x.shape),
+           shape_str(weight.shape), shape_str(residual.shape));
+  const int64_t tokens = x.dim(0), hidden = x.dim(1);
+#pragma omp parallel for num_threads(num_threads_) if (tokens * hidden >= kMinParallelWork)
+  for (int64_t t = 0; t < tokens; ++t) {
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(hidden));
+    normalize_row(x.as<float>() + t * hidden, hidden, weight.as<float>(), params, row.data());
+    float* r = residual.as<float>() + t * hidden;
+    for (int64_t i = 0; i < hidden; ++i) r[i] += row[i];
+  }
+}
+
+void CpuBackend::qk_norm(const DeviceTensor& qkv, const DeviceTensor& q_weight, const DeviceTensor& k_weight,
+                         const NormParams& norm, const AttentionParams& params) {
+  check_f32(qkv, "qk_norm", "qkv");
+  check_f32(q_weight, "qk_norm", "q_weight");
+  check_f32(k_weight, "qk_norm", "k_weight");
+  const int64_t head_dim = params.head_dim, heads = params.num_heads, kv_heads = params.num_kv_heads;
+  const int64_t width = (heads + 2 * kv_heads) * head_dim;
+  SF_CHECK(qkv.shape.size() == 2 && qkv.dim(1) == width, "cpu qk_norm: qkv has shape {}, expected [T, {}]",
+           shape_str(qkv.shape), width);
+  SF_CHECK(q_weight.shape == Shape{head_dim} && k_weight.shape == Shape{head_dim},
+           "cpu qk_norm: q_weight {} and k_weight {} must be [{}]", shape_str(q_weight.shape),
+           shape_str(k_weight.shape), head_dim);
+  const int64_t tokens = qkv.dim(0), normed_heads = heads + kv_heads;
+#pragma omp parallel for num_threads(num_threads_) if (tokens * width >= kMinParallelWork)
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < normed_heads; ++h) {
+      float* head = qkv.as<float>() + t * width + h * head_dim;
+      normalize_row(head, head_dim, (h < heads ? q_weight : k_weight).as<float>(), norm, head);
+    }
+}
+
+void CpuBackend::softcap(const DeviceTensor& x, float cap) {
+  check_f32(x, "softcap", "x");
+  SF_CHECK(cap > 0.0f, "cpu softcap: cap must be > 0, got {}", cap);
+  float* v = x.as<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for num_threads(num_threads_) if (n >= kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) v[i] = cap * std::tanh(v[i] / cap);
+}
+
+}  // namespace splitflow::cpu

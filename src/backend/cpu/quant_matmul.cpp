@@ -1,0 +1,153 @@
+#include "backend/cpu/quant_matmul.h"
+
+#include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/simd.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace splitflow::cpu {
+namespace {
+
+using quant_blocks::Codec;
+
+// y[i * ldy + j] = x[i] . w[j] for MX rows of x and NW rows of w: each weight block is decoded
+// once and used MX times. Codecs with one scale and offset per block (kVector) never form the
+// weights: x . (s q + o) = s (x . q) + o sum(x), with sum(x) per block from x_sums [MX][blocks].
+template <DType T, int MX, int NW>
+void qdot_tile(const float* x, int64_t k, const float* x_sums, const uint8_t* w, size_t row_bytes, float* y,
+               int64_t ldy) {
+  using C = Codec<T>;
+  const int64_t blocks = k / C::kElems;
+#ifdef SPLITFLOW_CPU_AVX2
+  __m256 acc[MX][NW];
+  float offsets[MX][NW] = {};
+#pragma GCC unroll 4
+  for (int i = 0; i < MX; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NW; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xb = x + b * C::kElems;
+#pragma GCC unroll 4
+    for (int j = 0; j < NW; ++j) {
+      const uint8_t* row = w + j * row_bytes;
+      if constexpr (C::kVector) {
+        __m256 part[MX];
+#pragma GCC unroll 4
+        for (int i = 0; i < MX; ++i) part[i] = _mm256_setzero_ps();
+        C::emit_codes(row, k, b, [&](int off, __m256 codes) {
+#pragma GCC unroll 4
+          for (int i = 0; i < MX; ++i) part[i] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + i * k + off), codes, part[i]);
+        });
+        float scale, offset;
+        C::scales(row, k, b, scale, offset);
+        const __m256 s = _mm256_set1_ps(scale);
+#pragma GCC unroll 4
+        for (int i = 0; i < MX; ++i) {
+          acc[i][j] = _mm256_fmadd_ps(part[i], s, acc[i][j]);
+          offsets[i][j] += offset * x_sums[i * blocks + b];
+        }
+      } else {
+        quant_blocks::emit<T>(row, k, b, [&](int off, __m256 wv) {
+#pragma GCC unroll 4
+          for (int i = 0; i < MX; ++i) acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + i * k + off), wv, acc[i][j]);
+        });
+      }
+    }
+  }
+  for (int i = 0; i < MX; ++i)
+    for (int j = 0; j < NW; ++j) y[i * ldy + j] = hsum(acc[i][j]) + offsets[i][j];
+#else
+  float acc[MX][NW] = {};
+  float buf[C::kElems];
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xb = x + b * C::kElems;
+    for (int j = 0; j < NW; ++j) {
+      C::decode(w + j * row_bytes, k, b, buf);
+      for (int i = 0; i < MX; ++i) {
+        float sum = 0.0f;
+        for (int64_t p = 0; p < C::kElems; ++p) sum += xb[i * k + p] * buf[p];
+        acc[i][j] += sum;
+      }
+    }
+  }
+  for (int i = 0; i < MX; ++i)
+    for (int j = 0; j < NW; ++j) y[i * ldy + j] = acc[i][j];
+#endif
+}
+
+template <DType T, int MX, int NW>
+void qdot_rows(const float* x, int64_t k, const float* x_sums, const uint8_t* w, size_t row_bytes, float* y,
+               int64_t ldy, int64_t j_begin, int64_t j_end) {
+  int64_t j = j_begin;
+  for (; j + NW <= j_end; j += NW) qdot_tile<T, MX, NW>(x, k, x_sums, w + j * row_bytes, row_bytes, y + j, ldy);
+  for (; j < j_end; ++j) qdot_tile<T, MX, 1>(x, k, x_sums, w + j * row_bytes, row_bytes, y + j, ldy);
+}
+
+template <DType T>
+void gemv(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y, int64_t ldy, int num_threads) {
+  const size_t row_bytes = dtype_row_bytes(T, k);
+  // Per-block sums of each x row, for the codecs' offsets.
+  constexpr int64_t kElems = Codec<T>::kElems;
+  const int64_t blocks = k / kElems;
+  thread_local std::vector<float> x_sums;
+  x_sums.assign(static_cast<size_t>(m * blocks), 0.0f);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t b = 0; b < blocks; ++b) {
+      float sum = 0.0f;
+      for (int64_t p = 0; p < kElems; ++p) sum += x[i * k + b * kElems + p];
+      x_sums[static_cast<size_t>(i * blocks + b)] = sum;
+    }
+  const float* sums = x_sums.data();
+  // As the plain GEMV: each thread owns a contiguous range of w rows (multiples of 8), one pass
+  // over it per group of up to 4 x rows.
+#pragma omp parallel num_threads(num_threads) if (m * n * k >= 8 * kMinParallelWork)
+  {
+    const int threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    const int64_t per_thread = (n + threads - 1) / threads;
+    const int64_t aligned = (per_thread + 7) / 8 * 8;
+    const int64_t j_begin = std::min<int64_t>(n, aligned * thread);
+    const int64_t j_end = std::min<int64_t>(n, j_begin + aligned);
+    for (int64_t i = 0; i < m;) {
+      const int64_t rows = std::min<int64_t>(4, m - i);
+      const float* xi = x + i * k;
+      const float* si = sums + i * blocks;
+      float* yi = y + i * ldy;
+      switch (rows) {
+        case 1: qdot_rows<T, 1, 4>(xi, k, si, w, row_bytes, yi, ldy, j_begin, j_end); break;
+        case 2: qdot_rows<T, 2, 2>(xi, k, si, w, row_bytes, yi, ldy, j_begin, j_end); break;
+        case 3: qdot_rows<T, 3, 2>(xi, k, si, w, row_bytes, yi, ldy, j_begin, j_end); break;
+        default: qdot_rows<T, 4, 2>(xi, k, si, w, row_bytes, yi, ldy, j_begin, j_end); break;
+      }
+      i += rows;
+    }
+  }
+}
+
+void check_blocks(DType type, int64_t k) {
+  SF_CHECK(k % dtype_block_elems(type) == 0, "cpu matmul: a {} matrix with rows of {} elements (not whole {}-element blocks)",
+           dtype_name(type), k, dtype_block_elems(type));
+}
+
+}  // namespace
+
+void quant_gemv(const float* x, int64_t m, int64_t k, const void* w, DType type, int64_t n, float* y, int64_t ldy,
+                int num_threads) {
+  check_blocks(type, k);
+  quant_blocks::visit(type, [&]<DType T>() { gemv<T>(x, m, k, static_cast<const uint8_t*>(w), n, y, ldy, num_threads); });
+}
+
+void quant_decode_rows(DType type, const void* w, int64_t k, int64_t row_begin, int64_t rows, int64_t p0, int64_t count,
+                       float* out) {
+  check_blocks(type, k);
+  const size_t row_bytes = dtype_row_bytes(type, k);
+  const auto* bytes = static_cast<const uint8_t*>(w);
+  quant_blocks::visit(type, [&]<DType T>() {
+    for (int64_t r = 0; r < rows; ++r)
+      quant_blocks::decode_range<T>(bytes + (row_begin + r) * row_bytes, k, p0, count, out + r * count);
+  });
+}
+
+}  // namespace splitflow::cpu
