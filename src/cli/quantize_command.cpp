@@ -38,7 +38,7 @@ void register_quantize(CLI::App& app) {
   command->add_option("--model", flags->model, "input GGUF file")->required();
   command->add_option("--type,-t", flags->type,
                       "q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k (llama.cpp reads these), "
-                      "q{2,3,4,5,6,8}_b{32,64} q3h_b64 f8_channel f8_g128 (splitflow's), f32 f16 bf16")
+                      "q{2,3,4,5,6,8}_b{32,64} q3h_b64 f8_channel f8_g128 i8_g{32,64,128} (splitflow's), f32 f16 bf16")
       ->required();
   command->add_option("--out,-o", flags->out, "output GGUF file")->required();
   command->add_flag("--verbose,-v", flags->verbose, "print each tensor's output type");

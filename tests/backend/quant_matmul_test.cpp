@@ -122,7 +122,7 @@ TEST_F(CpuQuantKernels, MatmulMatchesDequantizedReferenceForEveryType) {
 // Both paths on sizes the dispatch would not pick for them (GEMV at 64 rows, GEMM at 3).
 TEST_F(CpuQuantKernels, GemvAndGemmPathsMatchOnAnyRowCount) {
   const int64_t n = 21, k = 768;
-  for (DType type : {DType::Q4_1, DType::Q5_0, DType::Q6_K, DType::Q8_0, DType::Q3H_B64, DType::F8_CHANNEL})
+  for (DType type : {DType::Q4_1, DType::Q5_0, DType::Q6_K, DType::Q8_0, DType::Q3H_B64, DType::F8_CHANNEL, DType::I8_G64})
     for (int64_t m : {3, 64}) {
       const Tensor w = quant::quantize(random_matrix(rng, n, k), type);
       const Tensor values = quant::dequantize(w);
@@ -234,7 +234,8 @@ TEST_F(CpuQuantKernels, DecodeGemvSpeedIsPrinted) {
   const std::vector<float> x = random_floats(rng, k);
   std::vector<float> y(n);
   for (DType type : {DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q2_K, DType::Q3_K,
-                     DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_B32, DType::Q3H_B64, DType::F8_CHANNEL}) {
+                     DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_B32, DType::Q3H_B64, DType::F8_CHANNEL,
+                     DType::I8_G32}) {
     const Tensor w = is_quantized(type) ? quant::quantize(floats, type) : to_dtype(floats, type);
     const int reps = 20;
     cpu::matmul_gemv(x.data(), 1, k, w.data, type, n, nullptr, y.data(), 2);

@@ -66,6 +66,11 @@ TEST(Quant, TypeTableCoversEveryQuantizedDType) {
   EXPECT_DOUBLE_EQ(quant::info(DType::I8_G64).bits_per_weight, 8.5);
   EXPECT_DOUBLE_EQ(quant::info(DType::I8_G128).bits_per_weight, 8.25);
   EXPECT_EQ(quant::info(DType::I8_G64).family, quant::Family::Int8);
+  // The int8 groups' rows: f32 scales padded to 16 bytes, then one byte per weight.
+  EXPECT_EQ(dtype_row_bytes(DType::I8_G32, 64), 16u + 64u);
+  EXPECT_EQ(dtype_row_bytes(DType::I8_G32, 160), 32u + 160u);
+  EXPECT_EQ(dtype_row_bytes(DType::I8_G128, 128), 16u + 128u);
+  EXPECT_EQ(parse_dtype("I8_G64"), DType::I8_G64);
   EXPECT_EQ(quant::info(DType::Q3H_B64).family, quant::Family::Inferflow);
   expect_error([] { quant::info(DType::BF16); }, {"bf16", "not a quantized type"});
 }

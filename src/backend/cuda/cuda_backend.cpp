@@ -125,7 +125,8 @@ std::span<const DType> CudaBackend::weight_dtypes() const {
       DType::Q5_1,   DType::Q8_0,   DType::Q2_K,   DType::Q3_K,    DType::Q4_K,      DType::Q5_K,
       DType::Q6_K,   DType::Q2_B32, DType::Q3_B32, DType::Q4_B32,  DType::Q5_B32,    DType::Q6_B32,
       DType::Q8_B32, DType::Q2_B64, DType::Q3_B64, DType::Q4_B64,  DType::Q5_B64,    DType::Q6_B64,
-      DType::Q8_B64, DType::Q3H_B64, DType::F8_CHANNEL, DType::F8_G128};
+      DType::Q8_B64, DType::Q3H_B64, DType::F8_CHANNEL, DType::F8_G128, DType::I8_G32, DType::I8_G64,
+      DType::I8_G128};
   return kDtypes;
 }
 

@@ -64,6 +64,7 @@ bool quant_supported(DType dtype) {
 int quant_alignment(DType dtype) {
   switch (dtype) {
     case DType::Q4_K: case DType::Q5_K: case DType::F8_CHANNEL: case DType::F8_G128: return 16;
+    case DType::I8_G32: case DType::I8_G64: case DType::I8_G128: return 16;
     case DType::Q2_K: case DType::Q2_B32: case DType::Q3_B32: case DType::Q4_B32: case DType::Q5_B32:
     case DType::Q6_B32: case DType::Q8_B32: case DType::Q2_B64: case DType::Q3_B64: case DType::Q4_B64:
     case DType::Q5_B64: case DType::Q6_B64: case DType::Q8_B64: case DType::Q3H_B64: return 4;

@@ -4,9 +4,9 @@
 //   Dec::unit(row, k, u, w)  with row the row's first byte, k the row length.
 // A unit is a whole block (Q4_0 .. Q8_0, Qk_B32), half a 64-element block (Qk_B64, Q3H_B64), an
 // eighth of a 256-element super-block (K-quants: its one or two sub-block scales), or 32 fp8 bytes
-// under their group's scale. Loads: 16-bit words where blocks are only 2-byte aligned (18-, 22-,
+// under their group's scale, or 32 int8 bytes under theirs. Loads: 16-bit words where blocks are only 2-byte aligned (18-, 22-,
 // 34-, 110- and 210-byte blocks), 32-bit words for 4-byte ones, 16-byte words for the Q4_K / Q5_K
-// nibbles and the fp8 bytes (quant_alignment() says what a run's base must be aligned to).
+// nibbles and the fp8 / int8 bytes (quant_alignment() says what a run's base must be aligned to).
 // The arithmetic follows the CPU references (quant/): scale * q (- min) in fp32.
 #pragma once
 
@@ -327,6 +327,28 @@ struct F8 {
   }
 };
 
+// ---- int8 groups (llama2.c's Q8_0): a row is one f32 scale per kGroup elements (padded to 16
+// bytes), then k int8 bytes; w = q * scale (one rounding, as quant/int8_groups.cpp).
+template <int kGroup>
+struct I8 {
+  static constexpr int kBytes = 0;
+  __device__ static int64_t header_bytes(int64_t k) { return (4 * (k / kGroup) + 15) / 16 * 16; }
+  __device__ static void unit(const uint8_t* row, int64_t k, int64_t u, float (&w)[32]) {
+    const float scale = __ldg(reinterpret_cast<const float*>(row) + u * 32 / kGroup);
+    const uint8_t* bytes = row + header_bytes(k) + 32 * u;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint4 q = ld128(bytes + 16 * half);
+      const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int word = 0; word < 4; ++word)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          w[16 * half + 4 * word + i] = static_cast<float>(static_cast<int8_t>(byte_of(qw[word], i))) * scale;
+    }
+  }
+};
+
 // f(Decoder{}) for a quantized dtype; returns false for any other dtype. Host code uses it to pick
 // a kernel instantiation, device code to pick the decoder of a row's run.
 #pragma nv_exec_check_disable
@@ -358,6 +380,9 @@ __host__ __device__ __forceinline__ bool with_decoder(DType dtype, F&& f) {
     case DType::Q3H_B64: f(Q3H_B64{}); return true;
     case DType::F8_CHANNEL: f(F8<false>{}); return true;
     case DType::F8_G128: f(F8<true>{}); return true;
+    case DType::I8_G32: f(I8<32>{}); return true;
+    case DType::I8_G64: f(I8<64>{}); return true;
+    case DType::I8_G128: f(I8<128>{}); return true;
     default: return false;
   }
 }

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# scripts/gpu_quant_models.sh — the real quantized GGUFs on the GPU machine (issue 23): logits
+# against transformers (tests/python/test_gguf_logits.py --backend cuda), perplexity, decode speed
+# against the same model dequantized to bf16 (and llama.cpp's llama-bench when PEER is set), and the
+# quality table (bench/quant_quality.py) when QUALITY=1.
+#
+# The models do not fit one transfer (64 MiB): split them here into .cache/dev/<name>.partNN
+# (`split -n 2 -d FILE .cache/dev/smol.part`), carry one part per call (the device keeps ignored
+# files between calls while it stays warm), and run this with PARTS_ONLY=1 until the last one.
+# The device lacks the gguf and accelerate packages: carry them in .carry/py (copied from pip).
+#   MODELS="smol gemma" QUALITY=1 scripts/gpu_quant_models.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+build=${BUILD_DIR:-build-gpu}
+out=${OUT:-$root/$build}
+mkdir -p .cache/models "$out"
+declare -A files=([smol]=SmolLM2-135M-Instruct.Q4_1.gguf [gemma]=gemma-3-270m-q4_k_m.gguf)
+ls -la .cache/dev 2>/dev/null | tail -n +4 | awk '{print $5, $9}'
+[[ ${PARTS_ONLY:-0} == 1 ]] && exit 0
+for name in ${MODELS:-smol}; do
+  file=.cache/models/${files[$name]}
+  [[ -f $file ]] || cat .cache/dev/$name.part* > "$file"
+  echo "$file: $(sha256sum "$file" | cut -c1-16) $(stat -c %s "$file") bytes"
+done
+
+args=(-DSPLITFLOW_CUDA=ON -DSPLITFLOW_EXTRA_INCLUDE=$root/.carry/include)
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${args[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+start=$SECONDS
+cmake --build "$build" -j16 --target splitflow >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -30; exit 1; }
+echo "build: $((SECONDS - start)) s"
+bin=$build/splitflow
+export PYTHONPATH=$root/.carry/py${PYTHONPATH:+:$PYTHONPATH}
+nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader
+
+for name in ${MODELS:-smol}; do
+  file=.cache/models/${files[$name]}
+  extra=(); [[ $name == gemma ]] && extra=(--long-prompt 512)
+  echo "=== $name: logits vs transformers on cuda"
+  python3 tests/python/test_gguf_logits.py --splitflow "$bin" --models .cache/models --model "${files[$name]}" \
+    --backend cuda "${extra[@]}" 2>&1 | tail -8
+  echo "=== $name: perplexity (40 chunks of 512)"
+  "$bin" perplexity --model "$file" --file .carry/shared/data/wiki.test.raw --ctx 512 --chunks 40 --backend cuda 2>&1 | tail -1
+  echo "=== $name: decode speed, quantized vs the same weights in bf16"
+  "$bin" quantize --model "$file" --type bf16 --out "/tmp/$name-bf16.gguf" | tail -1
+  for model in "$file" "/tmp/$name-bf16.gguf"; do
+    "$bin" bench latency --backend cuda --model "$model" --input-len 128 --output-len 128 --results-dir "$out/results" \
+      ${PEER:+--llama-bench $PEER} 2>/dev/null | grep -E "decode tokens/s|prefill tokens/s|llama.cpp|result:"
+  done
+done
+if [[ ${QUALITY:-0} == 1 ]]; then
+  for name in ${MODELS:-smol}; do
+    python3 bench/quant_quality.py --model ".cache/models/${files[$name]}" --splitflow "$bin" --backend cuda \
+      --file .carry/shared/data/wiki.test.raw --chunks 40 --results-dir "$out/results" 2>&1 | tail -32
+  done
+fi
