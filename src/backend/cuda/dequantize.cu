@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t i = index / units, u = index % units;
   const int64_t row = rows != nullptr ? rows[i] : first_row + i;
   float w[32];
-  Dec::unit(run.data + (row - run.first_row) * run.row_bytes, k, u, w);
+  quant_decode::decode_unit<Dec>(run.data + (row - run.first_row) * run.row_bytes, k, u, w);
   const uint4* pos = pos_table != nullptr
                          ? reinterpret_cast<const uint4*>(pos_table + static_cast<int64_t>(positions[i]) * k + 32 * u)
                          : nullptr;

@@ -75,7 +75,8 @@ DeviceBuffer CudaBackend::upload_quantized(const Tensor& host) {
   // Checks every run's dtype and alignment on a view at a 256-byte aligned address, as cudaMalloc's.
   view.data = reinterpret_cast<void*>(uintptr_t{256});
   (void)quant_matrix(view, "upload");
-  const size_t bytes = std::max<size_t>(view.nbytes(), 1);
+  // + kQuantStagingPad: the GEMVs stage rows in whole 16-byte words, so the last one reads past the end.
+  const size_t bytes = view.nbytes() + kQuantStagingPad;
   SF_QUANT_CUDA_CHECK(cudaMalloc(&view.data, bytes),
                       fmt::format("allocate {} bytes for {} {}", bytes, dtype_name(host.dtype), shape_str(host.shape)));
   std::shared_ptr<void> owner(view.data, [](void* p) { cudaFree(p); });

@@ -1,12 +1,18 @@
 // backend/cuda/quant_decode.cuh — block decoders for the quantized weight types (core/dtype.h's
 // layouts, byte-identical to ggml's blocks for the GGUF ones). Each decoder turns one 32-element
 // unit of a row (elements [32u, 32u + 32)) into fp32 in registers:
-//   Dec::unit(row, k, u, w)  with row the row's first byte, k the row length.
+//   Dec::unit(blocks, lu, row, k, u, w)
+// with `blocks` the first block of a run of whole blocks holding the unit as its lu-th (global or
+// shared memory: the GEMVs stage chunks of rows in shared memory), `row` the row's first byte in
+// global memory and u the unit's index in the row (F8 / I8 read their scales there). Each has
+// kBytes and kUnitsPerBlock (a block's bytes and 32-element units) and data_offset(k), where the
+// row's blocks start; decode_unit() is the plain "unit u of this global row".
 // A unit is a whole block (Q4_0 .. Q8_0, Qk_B32), half a 64-element block (Qk_B64, Q3H_B64), an
 // eighth of a 256-element super-block (K-quants: its one or two sub-block scales), or 32 fp8 bytes
-// under their group's scale, or 32 int8 bytes under theirs. Loads: 16-bit words where blocks are only 2-byte aligned (18-, 22-,
-// 34-, 110- and 210-byte blocks), 32-bit words for 4-byte ones, 16-byte words for the Q4_K / Q5_K
-// nibbles and the fp8 / int8 bytes (quant_alignment() says what a run's base must be aligned to).
+// under their group's scale, or 32 int8 bytes under theirs. Loads: 16-bit words where blocks are
+// only 2-byte aligned (18-, 22-, 34-, 110- and 210-byte blocks), 32-bit words for 4-byte ones,
+// 16-byte words for the Q4_K / Q5_K nibbles and the fp8 / int8 bytes (quant_alignment() says what a
+// run's base must be aligned to; staging keeps every byte's address modulo 16).
 // The arithmetic follows the CPU references (quant/): scale * q (- min) in fp32.
 #pragma once
 
@@ -18,23 +24,28 @@
 
 namespace splitflow::cuda::quant_decode {
 
-__device__ __forceinline__ uint32_t ld8(const uint8_t* p) { return __ldg(p); }
-__device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return __ldg(reinterpret_cast<const unsigned short*>(p)); }
+__device__ __forceinline__ uint32_t ld8(const uint8_t* p) { return *p; }
+__device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return *reinterpret_cast<const unsigned short*>(p); }
 // Four bytes from a 2-byte aligned address.
 __device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) { return ld16(p) | (ld16(p + 2) << 16); }
-__device__ __forceinline__ uint32_t ld32(const uint8_t* p) { return __ldg(reinterpret_cast<const unsigned int*>(p)); }
-__device__ __forceinline__ uint4 ld128(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint32_t ld32(const uint8_t* p) { return *reinterpret_cast<const unsigned int*>(p); }
+__device__ __forceinline__ uint4 ld128(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ float f16(uint32_t bits) { return __half2float(__ushort_as_half(static_cast<unsigned short>(bits))); }
 __device__ __forceinline__ float ldf16(const uint8_t* p) { return f16(ld16(p)); }
 
 // Byte i (0..3) of a word.
 __device__ __forceinline__ uint32_t byte_of(uint32_t word, int i) { return (word >> (8 * i)) & 0xffu; }
 
+// Block types: the block decoders' data start at the row's first byte (F8 and I8 override it: their scales come first).
+struct BlocksFromRowStart {
+  __device__ static int64_t data_offset(int64_t) { return 0; }
+};
+
 // ---- GGUF legacy blocks (32 elements) ------------------------------------------------------------
 // Q4_0 {f16 d; u8 qs[16]}: w[j] = (lo(qs[j]) - 8) d, w[j + 16] = (hi(qs[j]) - 8) d.
-struct Q4_0 {
-  static constexpr int kBytes = 18;
-  __device__ static void unit(const uint8_t* row, int64_t, int64_t u, float (&w)[32]) {
+struct Q4_0 : BlocksFromRowStart {
+  static constexpr int kBytes = 18, kUnitsPerBlock = 1;
+  __device__ static void unit(const uint8_t* row, int64_t u, const uint8_t*, int64_t, int64_t, float (&w)[32]) {
     const uint8_t* b = row + u * kBytes;
     const float d = ldf16(b);
 #pragma unroll
@@ -49,9 +60,9 @@ struct Q4_0 {
 };
 
 // Q4_1 {f16 d, m; u8 qs[16]}: w = q d + m.
-struct Q4_1 {
-  static constexpr int kBytes = 20;
-  __device__ static void unit(const uint8_t* row, int64_t, int64_t u, float (&w)[32]) {
+struct Q4_1 : BlocksFromRowStart {
+  static constexpr int kBytes = 20, kUnitsPerBlock = 1;
+  __device__ static void unit(const uint8_t* row, int64_t u, const uint8_t*, int64_t, int64_t, float (&w)[32]) {
     const uint8_t* b = row + u * kBytes;
     const float d = ldf16(b), m = ldf16(b + 2);
 #pragma unroll
@@ -68,9 +79,9 @@ struct Q4_1 {
 // Q5_0 {f16 d; u8 qh[4]; u8 qs[16]}: fifth bits of w[j] in qh bit j, of w[j + 16] in bit j + 16.
 // Q5_1 {f16 d, m; u8 qh[4]; u8 qs[16]}: no offset, + m.
 template <bool kMin>
-struct Q5 {
-  static constexpr int kBytes = kMin ? 24 : 22;
-  __device__ static void unit(const uint8_t* row, int64_t, int64_t u, float (&w)[32]) {
+struct Q5 : BlocksFromRowStart {
+  static constexpr int kBytes = kMin ? 24 : 22, kUnitsPerBlock = 1;
+  __device__ static void unit(const uint8_t* row, int64_t u, const uint8_t*, int64_t, int64_t, float (&w)[32]) {
     const uint8_t* b = row + u * kBytes;
     const float d = ldf16(b), m = kMin ? ldf16(b + 2) : -16.0f * d;
     const uint8_t* at = b + (kMin ? 4 : 2);
@@ -91,9 +102,9 @@ struct Q5 {
 };
 
 // Q8_0 {f16 d; i8 qs[32]}.
-struct Q8_0 {
-  static constexpr int kBytes = 34;
-  __device__ static void unit(const uint8_t* row, int64_t, int64_t u, float (&w)[32]) {
+struct Q8_0 : BlocksFromRowStart {
+  static constexpr int kBytes = 34, kUnitsPerBlock = 1;
+  __device__ static void unit(const uint8_t* row, int64_t u, const uint8_t*, int64_t, int64_t, float (&w)[32]) {
     const uint8_t* b = row + u * kBytes;
     const float d = ldf16(b);
 #pragma unroll
@@ -108,9 +119,9 @@ struct Q8_0 {
 // ---- K-quants (256-element super-blocks; unit s = u % 8 is elements [32 s, 32 s + 32)) ----------
 // Q2_K {u8 scales[16]; u8 qs[64]; f16 d, dmin}: element e: 2-bit q at qs[32 (e / 128) + e % 32]
 // >> 2 ((e % 128) / 32), scale byte scales[e / 16] (low nibble: scale, high: min).
-struct Q2_K {
-  static constexpr int kBytes = 84;
-  __device__ static void unit(const uint8_t* row, int64_t, int64_t u, float (&w)[32]) {
+struct Q2_K : BlocksFromRowStart {
+  static constexpr int kBytes = 84, kUnitsPerBlock = 8;
+  __device__ static void unit(const uint8_t* row, int64_t u, const uint8_t*, int64_t, int64_t, float (&w)[32]) {
     const uint8_t* b = row + (u / 8) * kBytes;
     const int s = static_cast<int>(u % 8), shift = 2 * (s % 4);
     const uint32_t dd = ld32(b + 80), sc = ld16(b + 2 * s);
@@ -134,9 +145,9 @@ struct Q2_K {
 // Q3_K {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}: element e: 2-bit low part as Q2_K, high bit
 // hmask[e % 32] bit e / 32 (clear: subtract 4), 6-bit scale (is = e / 16) with low nibble
 // scales[is % 8] >> 4 (is / 8) and high bits scales[8 + is % 4] >> 2 (is / 4), less 32.
-struct Q3_K {
-  static constexpr int kBytes = 110;
-  __device__ static void unit(const uint8_t* row, int64_t, int64_t u, float (&w)[32]) {
+struct Q3_K : BlocksFromRowStart {
+  static constexpr int kBytes = 110, kUnitsPerBlock = 8;
+  __device__ static void unit(const uint8_t* row, int64_t u, const uint8_t*, int64_t, int64_t, float (&w)[32]) {
     const uint8_t* b = row + (u / 8) * kBytes;
     const int s = static_cast<int>(u % 8), shift = 2 * (s % 4);
     const float d = ldf16(b + 108);
@@ -179,9 +190,9 @@ __device__ __forceinline__ void scale_min_k4(const uint32_t (&s)[3], int j, uint
 // Q5_K {f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}: fifth bit of element 32 s + l in
 // qh[l] bit s.
 template <bool kFive>
-struct QK45 {
-  static constexpr int kBytes = kFive ? 176 : 144;
-  __device__ static void unit(const uint8_t* row, int64_t, int64_t u, float (&w)[32]) {
+struct QK45 : BlocksFromRowStart {
+  static constexpr int kBytes = kFive ? 176 : 144, kUnitsPerBlock = 8;
+  __device__ static void unit(const uint8_t* row, int64_t u, const uint8_t*, int64_t, int64_t, float (&w)[32]) {
     const uint8_t* b = row + (u / 8) * kBytes;
     const int s = static_cast<int>(u % 8);
     const uint32_t dd = ld32(b);
@@ -212,9 +223,9 @@ struct QK45 {
 // Q6_K {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}: element e = 128 n + 32 qd + l: low nibble
 // (qd < 2) or high nibble of ql[64 n + 32 (qd % 2) + l], high bits qh[32 n + l] >> 2 qd, scale
 // scales[e / 16]; w = d sc (q - 32).
-struct Q6_K {
-  static constexpr int kBytes = 210;
-  __device__ static void unit(const uint8_t* row, int64_t, int64_t u, float (&w)[32]) {
+struct Q6_K : BlocksFromRowStart {
+  static constexpr int kBytes = 210, kUnitsPerBlock = 8;
+  __device__ static void unit(const uint8_t* row, int64_t u, const uint8_t*, int64_t, int64_t, float (&w)[32]) {
     const uint8_t* b = row + (u / 8) * kBytes;
     const int s = static_cast<int>(u % 8), n = s / 4, qd = s % 4;
     const float d = ldf16(b + 208);
@@ -242,10 +253,10 @@ struct Q6_K {
 // of the little-endian bit stream after the 4-byte header; w = min + q scale. A unit's 32 codes
 // take kBits 32-bit words (4-byte aligned: blocks are 4 + 4 kBits or 4 + 8 kBits bytes).
 template <int kBits, int kBlockElems>
-struct QB {
-  static constexpr int kBytes = 4 + kBlockElems * kBits / 8;
-  __device__ static void unit(const uint8_t* row, int64_t, int64_t u, float (&w)[32]) {
-    constexpr int kUnits = kBlockElems / 32;
+struct QB : BlocksFromRowStart {
+  static constexpr int kBytes = 4 + kBlockElems * kBits / 8, kUnitsPerBlock = kBlockElems / 32;
+  __device__ static void unit(const uint8_t* row, int64_t u, const uint8_t*, int64_t, int64_t, float (&w)[32]) {
+    constexpr int kUnits = kUnitsPerBlock;
     const uint8_t* b = row + (u / kUnits) * kBytes;
     const uint32_t header = ld32(b);
     const float mn = f16(header & 0xffff), scale = f16(header >> 16);
@@ -267,9 +278,9 @@ struct QB {
 
 // Q3H_B64 {f16 min; f16 scale; 32 codes of 7 bits}: code c = q[2c] * 11 + q[2c + 1] (levels 0..10).
 // A unit (half block) is 16 codes, 112 bits from byte 4 + 14 half (2-byte aligned).
-struct Q3H_B64 {
-  static constexpr int kBytes = 32;
-  __device__ static void unit(const uint8_t* row, int64_t, int64_t u, float (&w)[32]) {
+struct Q3H_B64 : BlocksFromRowStart {
+  static constexpr int kBytes = 32, kUnitsPerBlock = 2;
+  __device__ static void unit(const uint8_t* row, int64_t u, const uint8_t*, int64_t, int64_t, float (&w)[32]) {
     const uint8_t* b = row + (u / 2) * kBytes;
     const uint32_t header = ld32(b);
     const float mn = f16(header & 0xffff), scale = f16(header >> 16);
@@ -303,12 +314,12 @@ __device__ __forceinline__ float2 e4m3x2_to_half2_floats(uint32_t pair) {  // by
 
 template <bool kGrouped>
 struct F8 {
-  static constexpr int kBytes = 0;
-  __device__ static int64_t header_bytes(int64_t k) { return kGrouped ? (4 * (k / 128) + 15) / 16 * 16 : 16; }
-  __device__ static void unit(const uint8_t* row, int64_t k, int64_t u, float (&w)[32]) {
-    const float scale =
-        __ldg(reinterpret_cast<const float*>(row) + (kGrouped ? u / 4 : 0)) * 256.0f;
-    const uint8_t* bytes = row + header_bytes(k) + 32 * u;
+  static constexpr int kBytes = 32, kUnitsPerBlock = 1;
+  __device__ static int64_t data_offset(int64_t k) { return kGrouped ? (4 * (k / 128) + 15) / 16 * 16 : 16; }
+  __device__ static void unit(const uint8_t* blocks, int64_t lu, const uint8_t* row, int64_t, int64_t u,
+                              float (&w)[32]) {
+    const float scale = __ldg(reinterpret_cast<const float*>(row) + (kGrouped ? u / 4 : 0)) * 256.0f;
+    const uint8_t* bytes = blocks + 32 * lu;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const uint4 q = ld128(bytes + 16 * half);
@@ -331,11 +342,12 @@ struct F8 {
 // bytes), then k int8 bytes; w = q * scale (one rounding, as quant/int8_groups.cpp).
 template <int kGroup>
 struct I8 {
-  static constexpr int kBytes = 0;
-  __device__ static int64_t header_bytes(int64_t k) { return (4 * (k / kGroup) + 15) / 16 * 16; }
-  __device__ static void unit(const uint8_t* row, int64_t k, int64_t u, float (&w)[32]) {
+  static constexpr int kBytes = 32, kUnitsPerBlock = 1;
+  __device__ static int64_t data_offset(int64_t k) { return (4 * (k / kGroup) + 15) / 16 * 16; }
+  __device__ static void unit(const uint8_t* blocks, int64_t lu, const uint8_t* row, int64_t, int64_t u,
+                              float (&w)[32]) {
     const float scale = __ldg(reinterpret_cast<const float*>(row) + u * 32 / kGroup);
-    const uint8_t* bytes = row + header_bytes(k) + 32 * u;
+    const uint8_t* bytes = blocks + 32 * lu;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const uint4 q = ld128(bytes + 16 * half);
@@ -348,6 +360,12 @@ struct I8 {
     }
   }
 };
+
+// Unit u of a row in global memory (dequantize.cu; the GEMVs stage chunks of rows in shared memory).
+template <typename Dec>
+__device__ __forceinline__ void decode_unit(const uint8_t* row, int64_t k, int64_t u, float (&w)[32]) {
+  Dec::unit(row + Dec::data_offset(k), u, row, k, u, w);
+}
 
 // f(Decoder{}) for a quantized dtype; returns false for any other dtype. Host code uses it to pick
 // a kernel instantiation, device code to pick the decoder of a row's run.

@@ -50,6 +50,10 @@ struct QuantNorm {
   float offset = 0.0f;
 };
 
+// Bytes a quantized matrix's device allocation must extend past its last row: the GEMVs copy rows
+// into shared memory in 16-byte words aligned down and up around them.
+constexpr int64_t kQuantStagingPad = 16;
+
 // Largest m the quantized GEMVs take (decode steps; larger m: dequantize + cuBLASLt).
 constexpr int64_t kMaxQuantGemvRows = 8;
 

@@ -1,0 +1,27 @@
+// backend/cuda/quant_gemv_gated.cu — the gated-MLP decode GEMV (gate and up rows of one warp, the activation in the epilogue), on quantized weights
+// (quant_gemv.cuh).
+#include "backend/cuda/quant_gemv.cuh"
+
+namespace splitflow::cuda {
+using namespace quant_gemv_detail;
+
+cudaError_t launch_quant_gemv_gated(const QuantMatrix& w, const bf16_bits* x, const float* bias, int act,
+                                    bf16_bits* y, int64_t m, const QuantNorm& norm, cudaStream_t stream) {
+  if (w.n == 0 || m == 0) return cudaSuccess;
+  if (w.count != 1) return cudaErrorInvalidValue;
+  const XOperand xo{x, static_cast<int>(m), w.k, norm};
+  const QuantRun& run = w.runs[0];
+  cudaError_t err = cudaErrorInvalidValue;
+  quant_decode::with_decoder(run.dtype, [&](auto dec) {
+    err = with_row_bound(m, [&](auto bound) {
+      constexpr int M = decltype(bound)::value;
+      constexpr int warps = kWarps<decltype(dec), 2>;
+      quant_gemv_gated_kernel<decltype(dec), M><<<blocks_for(w.n / 2, warps), warps * 32, 0, stream>>>(
+          run, xo, bias, act, y);
+      return cudaGetLastError();
+    });
+  });
+  return err;
+}
+
+}  // namespace splitflow::cuda

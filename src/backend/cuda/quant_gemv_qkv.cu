@@ -1,0 +1,29 @@
+// backend/cuda/quant_gemv_qkv.cu — the QKV decode GEMV with RoPE and the KV-cache write in the epilogue, on quantized weights
+// (quant_gemv.cuh).
+#include "backend/cuda/quant_gemv.cuh"
+
+namespace splitflow::cuda {
+using namespace quant_gemv_detail;
+
+cudaError_t launch_quant_gemv_qkv_rope(const QuantMatrix& w, const QkvRopeLaunch& a, const QuantNorm& norm,
+                                       cudaStream_t stream) {
+  if (w.count != 1) return cudaErrorInvalidValue;
+  const XOperand xo{a.x, a.m, w.k, norm};
+  const int64_t rotated_heads = a.heads + a.kv_heads, half = a.rotary_dim / 2;
+  const int64_t plain_rows = rotated_heads * (a.head_dim - 2 * half) + static_cast<int64_t>(a.kv_heads) * a.head_dim;
+  const int64_t tasks = rotated_heads * half + (plain_rows + 1) / 2;
+  const QuantRun& run = w.runs[0];
+  cudaError_t err = cudaErrorInvalidValue;
+  quant_decode::with_decoder(run.dtype, [&](auto dec) {
+    err = with_row_bound(a.m, [&](auto bound) {
+      constexpr int M = decltype(bound)::value;
+      constexpr int warps = kWarps<decltype(dec), 2>;
+      quant_gemv_qkv_rope_kernel<decltype(dec), M><<<blocks_for(tasks, warps), warps * 32, 0, stream>>>(
+          run, xo, a);
+      return cudaGetLastError();
+    });
+  });
+  return err;
+}
+
+}  // namespace splitflow::cuda
