@@ -7,7 +7,8 @@
 # The models do not fit one transfer (64 MiB): split them here into .cache/dev/<name>.partNN
 # (`split -n 2 -d FILE .cache/dev/smol.part`), carry one part per call (the device keeps ignored
 # files between calls while it stays warm), and run this with PARTS_ONLY=1 until the last one.
-# The device lacks the gguf and accelerate packages: carry them in .carry/py (copied from pip).
+# The device lacks the gguf and accelerate packages: carry them in .carry/py (copied from pip with
+# their *.dist-info: transformers checks the gguf version through its metadata).
 #   MODELS="smol gemma" QUALITY=1 scripts/gpu_quant_models.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -49,6 +49,12 @@ constexpr int kWarps = 2 * R * Staging<Dec>::kStageBytes * 8 <= 40960   ? 8
                        : 2 * R * Staging<Dec>::kStageBytes * 4 <= 40960 ? 4
                                                                          : 2;
 
+// Blocks an SM must hold (a register cap for ptxas): a decode matrix has few rows per SM (4096 rows
+// on 132 SMs: 31), and with 80 registers only 24 warps of one row each fit, so the rows took two
+// rounds of memory latency instead of one.
+template <int R>
+constexpr int kMinBlocks = R == 1 ? 4 : 3;
+
 template <typename Dec, int R>
 using StageBuffers = uint8_t[2][R][Staging<Dec>::kStageBytes];
 
@@ -200,7 +206,7 @@ __device__ __forceinline__ void scale_rows(float (&acc)[M], const float (&inv_rm
 
 // Rows [w.first_row, w.end_row) of y's n columns (one run of the matrix).
 template <typename Dec, int M>
-__global__ void __launch_bounds__(kWarps<Dec, 1> * 32)
+__global__ void __launch_bounds__(kWarps<Dec, 1> * 32, kMinBlocks<1>)
     quant_gemv_kernel(QuantRun w, int64_t n, XOperand x, const float* __restrict__ bias, bf16_bits* y_bf16,
                       float* y_f32, bool accumulate) {
   __shared__ __align__(16) StageBuffers<Dec, 1> stages[kWarps<Dec, 1>];
@@ -225,7 +231,7 @@ __global__ void __launch_bounds__(kWarps<Dec, 1> * 32)
 }
 
 template <typename Dec, int M>
-__global__ void __launch_bounds__(kWarps<Dec, 2> * 32)
+__global__ void __launch_bounds__(kWarps<Dec, 2> * 32, kMinBlocks<2>)
     quant_gemv_gated_kernel(QuantRun w, XOperand x, const float* __restrict__ bias, int act, bf16_bits* y) {
   __shared__ __align__(16) StageBuffers<Dec, 2> stages[kWarps<Dec, 2>];
   const int warp = threadIdx.x / 32;
@@ -251,7 +257,7 @@ __global__ void __launch_bounds__(kWarps<Dec, 2> * 32)
 // gemv.cu's gemv_qkv_rope_kernel on a quantized w: the same tasks (a pair of rotated rows per q or
 // k head and i < half, then two consecutive plain rows), the same stores.
 template <typename Dec, int M>
-__global__ void __launch_bounds__(kWarps<Dec, 2> * 32)
+__global__ void __launch_bounds__(kWarps<Dec, 2> * 32, kMinBlocks<2>)
     quant_gemv_qkv_rope_kernel(QuantRun w, XOperand x, QkvRopeLaunch a) {
   __shared__ __align__(16) StageBuffers<Dec, 2> stages[kWarps<Dec, 2>];
   const int warp = threadIdx.x / 32;
