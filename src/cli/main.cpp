@@ -1,10 +1,14 @@
 // cli/main.cpp — the splitflow command: one subcommand per cli/<name>_command.cpp.
-// Every splitflow::Error ends the command with "error: <message>" and exit status 1.
+// Every splitflow::Error ends the command with "error: <message>" and exit status 1; any other
+// exception that escapes a command does too, as a one-line "error: ..." rather than an abort.
 #include "cli/commands.h"
 #include "core/error.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+
+#include <exception>
+#include <new>
 
 int main(int argc, char** argv) {
   CLI::App app{"splitflow: LLM inference and serving engine"};
@@ -26,6 +30,18 @@ int main(int argc, char** argv) {
     return app.exit(error);
   } catch (const splitflow::Error& error) {
     fmt::print(stderr, "error: {}\n", error.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // A size no check caught: report it instead of letting the runtime abort.
+    fmt::print(stderr, "error: out of memory (std::bad_alloc); an input may claim a size it does not hold\n");
+    return 1;
+  } catch (const std::exception& error) {
+    // std::length_error, std::out_of_range, nlohmann::json exceptions, ...: a bug to fix with a
+    // splitflow::Error at its source, but never an abort.
+    fmt::print(stderr, "error: internal error: {}\n", error.what());
+    return 1;
+  } catch (...) {
+    fmt::print(stderr, "error: internal error: unknown exception\n");
     return 1;
   }
   return 0;

@@ -85,6 +85,43 @@ uint64_t read_alignment(const json& metadata, const std::string& path) {
   return alignment;
 }
 
+// Model-level sizes the spec reads from `{architecture}.<key>`, with their bounds (weight_set.h). A
+// key may hold one integer or one per layer (OpenELM's head counts).
+struct ModelCountLimit {
+  std::string_view key;
+  uint64_t max;
+};
+constexpr ModelCountLimit kModelCountLimits[] = {
+    {"block_count", kMaxLayers},         {"context_length", kMaxContextTokens},
+    {"vocab_size", kMaxVocabSize},       {"embedding_length", kMaxWidth},
+    {"feed_forward_length", kMaxWidth},  {"expert_feed_forward_length", kMaxWidth},
+    {"expert_count", kMaxHeads},         {"expert_used_count", kMaxHeads},
+    {"attention.head_count", kMaxHeads}, {"attention.head_count_kv", kMaxHeads},
+    {"attention.key_length", kMaxWidth}, {"attention.value_length", kMaxWidth},
+    {"rope.dimension_count", kMaxWidth}};
+
+void check_model_counts(const json& metadata, uint64_t tensor_count, const std::string& path) {
+  const auto architecture = metadata.find("general.architecture");
+  if (architecture == metadata.end() || !architecture->is_string()) return;  // config resolution reports it
+  for (const ModelCountLimit& limit : kModelCountLimits) {
+    const std::string key = fmt::format("{}.{}", architecture->get_ref<const std::string&>(), limit.key);
+    const auto found = metadata.find(key);
+    if (found == metadata.end()) continue;
+    const json per_layer = found->is_array() ? *found : json::array({*found});
+    for (const json& value : per_layer) {
+      SF_CHECK(value.is_number_integer() && value >= 0, "'{}': {} is {}, expected a non-negative integer", path, key,
+               value.dump());
+      SF_CHECK(value.get<uint64_t>() <= limit.max, "'{}': {} is {}, more than the {} any model needs", path, key,
+               value.get<uint64_t>(), limit.max);
+    }
+  }
+  // Every block holds at least one tensor; a vocabulary-only file (no tensors) has no blocks to check.
+  const auto block_count = metadata.find(fmt::format("{}.block_count", architecture->get_ref<const std::string&>()));
+  if (tensor_count > 0 && block_count != metadata.end() && block_count->is_number_integer())
+    SF_CHECK(block_count->get<uint64_t>() <= tensor_count, "'{}': {} is {}, but the file holds only {} tensors", path,
+             block_count.key(), block_count->get<uint64_t>(), tensor_count);
+}
+
 struct PendingTensor {
   std::string name;
   Shape shape;  // torch order
@@ -164,12 +201,20 @@ std::unique_ptr<WeightSource> open_gguf(const std::string& path) {
   // The data section starts at the next multiple of the alignment. A file without tensors (a
   // vocab-only GGUF) may end before that padding.
   const uint64_t data_start = (in.offset() + alignment - 1) / alignment * alignment;
-  for (PendingTensor& tensor : pending) {
+  std::vector<DataRange> ranges;
+  ranges.reserve(pending.size());
+  for (const PendingTensor& tensor : pending) {
     const uint64_t begin = data_start + tensor.offset;  // offset <= file size is checked first, so no overflow
     SF_CHECK(tensor.offset <= file->size() && begin <= file->size() && tensor.nbytes <= file->size() - begin,
              "'{}': tensor '{}' data (offset {}, {} bytes, from data section at {}) lies beyond the end of the {}-byte file",
              path, tensor.name, tensor.offset, tensor.nbytes, data_start, file->size());
-    source->add(tensor.name, tensor_from_file(tensor.dtype, std::move(tensor.shape), file->data() + begin, file), path);
+    ranges.push_back({tensor.name, tensor.offset, tensor.offset + tensor.nbytes});
+  }
+  check_disjoint(std::move(ranges), path);
+  check_model_counts(metadata, pending.size(), path);
+  for (PendingTensor& tensor : pending) {
+    const uint8_t* bytes = file->data() + data_start + tensor.offset;
+    source->add(tensor.name, tensor_from_file(tensor.dtype, std::move(tensor.shape), bytes, file), path);
   }
   return source;
 }

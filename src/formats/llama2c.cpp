@@ -67,6 +67,11 @@ Header read_header(ByteReader& in) {
   for (const auto& [field, value] : positive)
     SF_CHECK(value > 0, "'{}': llama2.c header field {} is {} (must be positive; {})", in.path(), field, value,
              header.describe());
+  // The exact file-size match (open_llama2c) bounds every other field; versions 1 and 2 store no
+  // RoPE tables, so nothing in the file bounds their seq_len, which sizes the KV cache.
+  SF_CHECK(uint64_t(header.seq_len) <= kMaxContextTokens,
+           "'{}': llama2.c header field seq_len is {}, more than the {} any model needs ({})", in.path(),
+           header.seq_len, kMaxContextTokens, header.describe());
   SF_CHECK(header.dim % header.n_heads == 0 && header.n_heads % header.n_kv_heads == 0,
            "'{}': llama2.c header needs dim divisible by n_heads and n_heads by n_kv_heads ({})", in.path(),
            header.describe());

@@ -40,8 +40,9 @@ uint64_t json_count(const json& value, const std::string& what) {
   return value.get<uint64_t>();
 }
 
+// One header entry as a tensor view; `range` receives its [begin, end) in the data section.
 Tensor read_entry(const std::shared_ptr<const MappedFile>& file, const std::string& name, const json& entry,
-                  const uint8_t* data, uint64_t data_bytes) {
+                  const uint8_t* data, uint64_t data_bytes, DataRange& range) {
   const std::string where = fmt::format("'{}': tensor '{}'", file->path(), name);
   SF_CHECK(entry.is_object(), "{}: header entry is not an object", where);
 
@@ -75,6 +76,7 @@ Tensor read_entry(const std::shared_ptr<const MappedFile>& file, const std::stri
            begin, end, data_bytes);
   SF_CHECK(end - begin == nbytes, "{}: data_offsets span {} bytes but shape {} of {} needs {}", where, end - begin,
            shape_str(shape), dtype_text, nbytes);
+  range = {name, begin, end};
   return tensor_from_file(dtype->dtype, std::move(shape), data + begin, file);
 }
 
@@ -104,14 +106,18 @@ std::unique_ptr<WeightSource> open_safetensors(const std::string& path) {
   const uint8_t* data = file->data() + 8 + header_bytes;
   const uint64_t data_bytes = file_bytes - 8 - header_bytes;
   auto source = std::make_unique<WeightSet>("safetensors");
+  std::vector<DataRange> ranges;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       SF_CHECK(entry.is_object(), "'{}': '__metadata__' is not a JSON object", path);
       source->metadata() = entry;
       continue;
     }
-    source->add(name, read_entry(file, name, entry, data, data_bytes), path);
+    DataRange range;
+    source->add(name, read_entry(file, name, entry, data, data_bytes, range), path);
+    ranges.push_back(std::move(range));
   }
+  check_disjoint(std::move(ranges), path);
   return source;
 }
 

@@ -31,6 +31,26 @@ class WeightSet final : public WeightSource {
   nlohmann::json metadata_ = nlohmann::json::object();
 };
 
+// Upper bounds on the model-level sizes a file's metadata or header gives (layers, context, vocabulary,
+// heads, widths). The layer plan, the KV cache and per-head tables are sized from them before any
+// tensor is looked up, so a reader checks them first. Each is far above every published model
+// (Llama 4 Scout: 10M context; Gemma 3: 262k vocabulary; Llama 3.1 405B: 126 layers, 53k FFN width).
+inline constexpr uint64_t kMaxLayers = uint64_t(1) << 16;
+inline constexpr uint64_t kMaxContextTokens = uint64_t(1) << 24;
+inline constexpr uint64_t kMaxVocabSize = uint64_t(1) << 24;
+inline constexpr uint64_t kMaxHeads = uint64_t(1) << 16;
+inline constexpr uint64_t kMaxWidth = uint64_t(1) << 20;
+
+// One tensor's bytes, [begin, end) relative to the start of its file's data section.
+struct DataRange {
+  std::string tensor;
+  uint64_t begin;
+  uint64_t end;
+};
+// Fails, naming `path` and both tensors, when two ranges share a byte: a tensor aliasing another's
+// data is a damaged or crafted file, never a converter's output. Empty ranges overlap nothing.
+void check_disjoint(std::vector<DataRange> ranges, const std::string& path);
+
 // A tensor over `numel * dtype_size` bytes at `bytes` inside `file`: a view that keeps the mapping
 // alive when the address suits the dtype's alignment, otherwise an owned copy (a safetensors header
 // of odd length, or a GGUF alignment of 1, would misalign every element access).

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "formats/weight_set.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -18,6 +19,16 @@ void WeightSet::add(std::string name, Tensor tensor, std::string file) {
   const auto [it, inserted] = index_by_name_.emplace(name, tensors_.size());
   SF_CHECK(inserted, "tensor '{}' appears twice: in '{}' and in '{}'", name, tensors_[it->second].file, file);
   tensors_.push_back(TensorInfo{std::move(name), std::move(tensor), std::move(file)});
+}
+
+void check_disjoint(std::vector<DataRange> ranges, const std::string& path) {
+  std::erase_if(ranges, [](const DataRange& range) { return range.begin == range.end; });
+  std::sort(ranges.begin(), ranges.end(), [](const DataRange& a, const DataRange& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    const DataRange &previous = ranges[i - 1], &next = ranges[i];
+    SF_CHECK(previous.end <= next.begin, "'{}': tensors '{}' (data bytes [{}, {})) and '{}' ([{}, {})) overlap", path,
+             previous.tensor, previous.begin, previous.end, next.tensor, next.begin, next.end);
+  }
 }
 
 Tensor tensor_from_file(DType dtype, Shape shape, const uint8_t* bytes, const std::shared_ptr<const MappedFile>& file) {

@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string_view>
+#include <type_traits>
 
 namespace splitflow {
 
@@ -28,23 +30,6 @@ const json* field(const json& body, const char* name) {
   throw ApiError(400, fmt::format("'{}' {}", name, message), name);
 }
 
-std::optional<double> get_number(const json& body, const char* name) {
-  const json* value = field(body, name);
-  if (!value) return std::nullopt;
-  if (!value->is_number()) wrong_type(name, "a number", *value);
-  return value->get<double>();
-}
-
-std::optional<int64_t> get_integer(const json& body, const char* name) {
-  const json* value = field(body, name);
-  if (!value) return std::nullopt;
-  if (!value->is_number_integer()) wrong_type(name, "an integer", *value);
-  if (value->is_number_unsigned() && value->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    bad_value(name, "is too large");
-  }
-  return value->get<int64_t>();
-}
-
 std::optional<bool> get_bool(const json& body, const char* name) {
   const json* value = field(body, name);
   if (!value) return std::nullopt;
@@ -59,19 +44,55 @@ std::optional<std::string> get_string(const json& body, const char* name) {
   return value->get<std::string>();
 }
 
-// A number within [low, high] (bounds included unless open_low).
-std::optional<float> get_in_range(const json& body, const char* name, double low, double high, bool open_low = false) {
-  const std::optional<double> value = get_number(body, name);
-  if (!value) return std::nullopt;
-  const bool ok = (open_low ? *value > low : *value >= low) && *value <= high;
-  if (!ok) bad_value(name, fmt::format("must be in {}{}, {}], got {}", open_low ? "(" : "[", low, high, *value));
-  return static_cast<float>(*value);
+[[noreturn]] void out_of_range(const std::string& name, const auto& value, const auto& low, const auto& high,
+                               bool open_low) {
+  bad_value(name, fmt::format("must be in {}{}, {}], got {}", open_low ? "(" : "[", low, high, value));
 }
 
-int32_t to_int32(const char* name, int64_t value, int64_t low, int64_t high) {
-  if (value < low || value > high) bad_value(name, fmt::format("must be in [{}, {}], got {}", low, high, value));
-  return static_cast<int32_t>(value);
+// A request number checked against its field's type and [low, high] (low excluded when open_low):
+// the one place numbers are read, so that no field lets an overflowing, non-finite or fractional
+// value through to a cast. Number is int64_t for an integer field, double for a real one. An
+// integer too long for 64 bits reaches here as a double (nlohmann::json's fallback) and is
+// reported out of range rather than "not an integer".
+template <typename Number>
+Number checked_number(const json& value, const std::string& name, Number low, Number high, bool open_low = false) {
+  constexpr bool kInteger = std::is_integral_v<Number>;
+  if (!value.is_number()) wrong_type(name, kInteger ? "an integer" : "a number", value);
+  if constexpr (kInteger) {
+    // nlohmann::json stores non-negative integers as uint64_t: those past int64_t are out of range.
+    if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      out_of_range(name, value.get<uint64_t>(), low, high, open_low);
+    }
+    if (value.is_number_integer()) {
+      const int64_t v = value.get<int64_t>();
+      if (v < low || v > high) out_of_range(name, v, low, high, open_low);
+      return static_cast<Number>(v);
+    }
+    const double d = value.get<double>();
+    const bool integral = std::isfinite(d) && d == std::trunc(d);
+    const bool beyond_int64 = std::abs(d) >= 0x1p63;
+    if (integral && (beyond_int64 || d < static_cast<double>(low) || d > static_cast<double>(high))) {
+      out_of_range(name, d, low, high, open_low);
+    }
+    wrong_type(name, "an integer", value);
+  } else {
+    const double d = value.get<double>();
+    // NaN fails both comparisons, so it is out of range too.
+    const bool in_range = std::isfinite(d) && (open_low ? d > low : d >= low) && d <= high;
+    if (!in_range) out_of_range(name, d, low, high, open_low);
+    return d;
+  }
 }
+
+// checked_number of a present, non-null field.
+template <typename Number>
+std::optional<Number> get_number(const json& body, const char* name, Number low, Number high, bool open_low = false) {
+  const json* value = field(body, name);
+  if (!value) return std::nullopt;
+  return checked_number<Number>(*value, name, low, high, open_low);
+}
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 std::vector<int32_t> token_id_array(const json& value, const std::string& name) {
   std::vector<int32_t> ids;
@@ -79,10 +100,8 @@ std::vector<int32_t> token_id_array(const json& value, const std::string& name) 
   for (size_t i = 0; i < value.size(); ++i) {
     const json& id = value[i];
     const std::string item = fmt::format("{}[{}]", name, i);
-    if (!id.is_number_integer()) wrong_type(item, "an integer token id", id);
-    const int64_t v = id.get<int64_t>();
-    if (v < 0 || v > std::numeric_limits<int32_t>::max()) bad_value(item, fmt::format("is not a token id: {}", v));
-    ids.push_back(static_cast<int32_t>(v));
+    if (!id.is_number()) wrong_type(item, "an integer token id", id);
+    ids.push_back(static_cast<int32_t>(checked_number<int64_t>(id, item, 0, kInt32Max)));
   }
   return ids;
 }
@@ -90,24 +109,28 @@ std::vector<int32_t> token_id_array(const json& value, const std::string& name) 
 void parse_common(const json& body, GenerationRequest& request, const char* max_tokens_name) {
   if (auto model = get_string(body, "model")) request.model = *model;
   SamplingParams& p = request.params;
-  if (auto v = get_in_range(body, "temperature", 0.0, 2.0)) p.temperature = *v;
-  if (auto v = get_in_range(body, "top_p", 0.0, 1.0, /*open_low=*/true)) p.top_p = *v;
-  if (auto v = get_in_range(body, "min_p", 0.0, 1.0)) p.min_p = *v;
-  if (auto v = get_in_range(body, "presence_penalty", -2.0, 2.0)) p.presence_penalty = *v;
-  if (auto v = get_in_range(body, "frequency_penalty", -2.0, 2.0)) p.frequency_penalty = *v;
-  if (auto v = get_in_range(body, "repetition_penalty", 0.0, 100.0, /*open_low=*/true)) p.repetition_penalty = *v;
-  if (auto v = get_integer(body, "top_k")) p.top_k = *v == -1 ? 0 : to_int32("top_k", *v, 0, std::numeric_limits<int32_t>::max());
-  if (auto v = get_integer(body, "seed")) p.seed = static_cast<uint64_t>(*v);
+  if (auto v = get_number(body, "temperature", 0.0, 2.0)) p.temperature = static_cast<float>(*v);
+  if (auto v = get_number(body, "top_p", 0.0, 1.0, /*open_low=*/true)) p.top_p = static_cast<float>(*v);
+  if (auto v = get_number(body, "min_p", 0.0, 1.0)) p.min_p = static_cast<float>(*v);
+  if (auto v = get_number(body, "presence_penalty", -2.0, 2.0)) p.presence_penalty = static_cast<float>(*v);
+  if (auto v = get_number(body, "frequency_penalty", -2.0, 2.0)) p.frequency_penalty = static_cast<float>(*v);
+  if (auto v = get_number(body, "repetition_penalty", 0.0, 100.0, /*open_low=*/true)) {
+    p.repetition_penalty = static_cast<float>(*v);
+  }
+  if (auto v = get_number<int64_t>(body, "top_k", -1, kInt32Max)) p.top_k = *v == -1 ? 0 : static_cast<int32_t>(*v);
+  if (auto v = get_number<int64_t>(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
+    p.seed = static_cast<uint64_t>(*v);
+  }
   if (auto v = get_bool(body, "ignore_eos")) p.ignore_eos = *v;
   // max_completion_tokens (chat) supersedes the deprecated max_tokens.
   for (const char* name : {"max_tokens", max_tokens_name}) {
-    if (auto v = get_integer(body, name)) {
-      p.max_tokens = to_int32(name, *v, 1, std::numeric_limits<int32_t>::max());
+    if (auto v = get_number<int64_t>(body, name, 1, kInt32Max)) {
+      p.max_tokens = static_cast<int32_t>(*v);
       request.max_tokens_given = true;
     }
   }
-  if (auto v = get_integer(body, "n")) request.n = to_int32("n", *v, 1, kMaxChoices);
-  if (auto v = get_integer(body, "best_of"); v && *v != request.n) {
+  if (auto v = get_number<int64_t>(body, "n", 1, kMaxChoices)) request.n = static_cast<int32_t>(*v);
+  if (auto v = get_number<int64_t>(body, "best_of", 1, kInt32Max); v && *v != request.n) {
     bad_value("best_of", "other than n is not supported");
   }
 
@@ -141,6 +164,8 @@ void parse_common(const json& body, GenerationRequest& request, const char* max_
 
   if (const json* bias = field(body, "logit_bias")) {
     if (!bias->is_object()) wrong_type("logit_bias", "an object", *bias);
+    // Values are checked first, as OpenAI does (-100 .. 100), so a bad one is named even here.
+    for (const auto& [token, token_bias] : bias->items()) checked_number(token_bias, "logit_bias." + token, -100.0, 100.0);
     if (!bias->empty()) bad_value("logit_bias", "is not supported");
   }
   if (const json* format = field(body, "response_format")) {
@@ -201,19 +226,75 @@ json error_body(const ApiError& error) {
             {"code", error.code.empty() ? json(nullptr) : json(error.code)}}}};
 }
 
+namespace {
+
+// Where the JSON parser is: a field name as the parsers name fields ("logit_bias.5", "stop[1]",
+// "messages[0].content"), so that a number the parser itself refuses is reported at its field.
+class JsonPath {
+ public:
+  void on_event(json::parse_event_t event, const json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start: frames_.push_back({false, "", 0}); break;
+      case json::parse_event_t::array_start: frames_.push_back({true, "", 0}); break;
+      case json::parse_event_t::key: frames_.back().key = parsed.get<std::string>(); break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        frames_.pop_back();
+        next_element();
+        break;
+      case json::parse_event_t::value: next_element(); break;
+    }
+  }
+
+  std::string str() const {
+    std::string path;
+    for (const Frame& frame : frames_) {
+      if (frame.array) {
+        path += fmt::format("[{}]", frame.index);
+      } else {
+        path += (path.empty() ? "" : ".") + frame.key;
+      }
+    }
+    return path;
+  }
+
+ private:
+  struct Frame {
+    bool array;
+    std::string key;  // objects: the key being parsed
+    size_t index;     // arrays: the element being parsed
+  };
+  void next_element() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+  }
+  std::vector<Frame> frames_;
+};
+
+}  // namespace
+
 json parse_json_body(const std::string& body) {
   // Nothing in a request nests deeply; a cap keeps recursive consumers (the chat template's value
   // conversion) off deep stacks.
   static constexpr int kMaxDepth = 64;
-  const json::parser_callback_t depth_check = [](int depth, json::parse_event_t, json&) {
+  JsonPath path;
+  const json::parser_callback_t track = [&path](int depth, json::parse_event_t event, json& parsed) {
     if (depth > kMaxDepth) throw ApiError(400, fmt::format("the request body nests more than {} levels", kMaxDepth));
+    path.on_event(event, parsed);
     return true;
   };
   json value;
   try {
-    value = json::parse(body, depth_check);
+    value = json::parse(body, track);
   } catch (const json::parse_error& e) {
     throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
+  } catch (const json::out_of_range& e) {
+    // A number beyond a double (1e999, -1e999): no field could take it. The parser's message
+    // without its "[json.exception.out_of_range.406] " prefix is "number overflow parsing '1e999'".
+    const std::string_view what = e.what();
+    const std::string reason(what.substr(what.find("] ") == std::string_view::npos ? 0 : what.find("] ") + 2));
+    const std::string name = path.str();
+    if (name.empty()) throw ApiError(400, fmt::format("the request body is out of range: {}", reason));
+    throw ApiError(400, fmt::format("'{}' is out of range: {}", name, reason), name);
   }
   if (!value.is_object()) {
     throw ApiError(400, fmt::format("the request body must be a JSON object, not {}", value.type_name()));
@@ -228,8 +309,8 @@ CompletionRequest parse_completion_request(const json& body) {
   if (!prompt) throw ApiError(400, "'prompt' is required", "prompt");
   request.prompts = parse_prompts(*prompt);
   if (auto v = get_bool(body, "echo")) request.echo = *v;
-  if (auto v = get_integer(body, "logprobs")) {
-    request.logprobs = to_int32("logprobs", *v, 0, SamplingParams::kMaxTopLogprobs);
+  if (auto v = get_number<int64_t>(body, "logprobs", 0, SamplingParams::kMaxTopLogprobs)) {
+    request.logprobs = static_cast<int32_t>(*v);
     request.params.logprobs = true;
     request.params.top_logprobs = *request.logprobs;
   }
@@ -259,8 +340,8 @@ ChatRequest parse_chat_request(const json& body) {
     }
   }
   if (auto v = get_bool(body, "logprobs")) request.logprobs = *v;
-  if (auto v = get_integer(body, "top_logprobs")) {
-    request.top_logprobs = to_int32("top_logprobs", *v, 0, SamplingParams::kMaxTopLogprobs);
+  if (auto v = get_number<int64_t>(body, "top_logprobs", 0, SamplingParams::kMaxTopLogprobs)) {
+    request.top_logprobs = static_cast<int32_t>(*v);
     if (!request.logprobs) bad_value("top_logprobs", "needs 'logprobs': true");
   }
   request.params.logprobs = request.logprobs;

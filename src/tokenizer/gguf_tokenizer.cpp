@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <limits>
 
 namespace splitflow {
 namespace {
@@ -162,6 +163,9 @@ GgufTokenizer::GgufTokenizer(const json& metadata) {
            "GGUF metadata has no 'tokenizer.ggml.tokens' array (tokenizer.ggml.model is '{}')", model_name);
 
   const size_t n = tokens->size();
+  // Ids are int32 everywhere downstream (the GGUF reader has already bounded the array by the file).
+  SF_CHECK(n <= size_t(std::numeric_limits<int32_t>::max()),
+           "GGUF 'tokenizer.ggml.tokens' has {} entries, more than int32 ids can number", n);
   pieces_.reserve(n);
   piece_to_id_.reserve(n);
   for (size_t i = 0; i < n; ++i) {
@@ -173,13 +177,14 @@ GgufTokenizer::GgufTokenizer(const json& metadata) {
   }
   scores_.assign(n, 0.0f);
   if (const json* scores = find_key(metadata, "tokenizer.ggml.scores")) {
-    SF_CHECK(scores->is_array() && scores->size() >= n, "GGUF 'tokenizer.ggml.scores' has {} entries for {} tokens",
+    // One entry per token: a longer or shorter array means the arrays were written for different vocabularies.
+    SF_CHECK(scores->is_array() && scores->size() == n, "GGUF 'tokenizer.ggml.scores' has {} entries for {} tokens",
              scores->is_array() ? scores->size() : 0, n);
     for (size_t i = 0; i < n; ++i) scores_[i] = (*scores)[i].get<float>();
   }
   types_.assign(n, kNormal);
   if (const json* types = find_key(metadata, "tokenizer.ggml.token_type")) {
-    SF_CHECK(types->is_array() && types->size() >= n, "GGUF 'tokenizer.ggml.token_type' has {} entries for {} tokens",
+    SF_CHECK(types->is_array() && types->size() == n, "GGUF 'tokenizer.ggml.token_type' has {} entries for {} tokens",
              types->is_array() ? types->size() : 0, n);
     for (size_t i = 0; i < n; ++i) types_[i] = (*types)[i].get<int32_t>();
   }

@@ -165,6 +165,21 @@ std::string byte_level_encode(std::string_view bytes) {
   return out;
 }
 
+// A field HF deserializes into a Rust char (Metaspace replacement, CharDelimiterSplit delimiter, Strip
+// content): exactly one character, or HF would refuse the file too.
+char32_t single_char(const std::string& text, const char* key, const std::string& here) {
+  const std::u32string code_points = unicode::to_code_points(text);
+  SF_CHECK(code_points.size() == 1, "{}: '{}' must be exactly one character, got '{}'", here, key, text);
+  return code_points[0];
+}
+
+// Metaspace's replacement (pre-tokenizer and decoder alike), "▁" when absent.
+std::string metaspace_replacement(const json& spec, const std::string& here) {
+  std::string replacement = value_or<std::string>(spec, "replacement", std::string(kSentencePieceSpace));
+  single_char(replacement, "replacement", here);
+  return replacement;
+}
+
 }  // namespace
 
 std::string type_of(const json& component, const std::string& where) {
@@ -340,12 +355,12 @@ PreTokenizeFn parse_pre_tokenizer(const json& spec, const std::string& where) {
     };
   }
   if (type == "Metaspace") {
-    const std::string replacement = value_or<std::string>(spec, "replacement", std::string(kSentencePieceSpace));
+    const std::string replacement = metaspace_replacement(spec, here);
     std::string scheme = value_or<std::string>(spec, "prepend_scheme", "");
     if (scheme.empty()) scheme = value_or(spec, "add_prefix_space", true) ? "always" : "never";
     const bool split = value_or(spec, "split", true);
     SF_CHECK(scheme == "always" || scheme == "first" || scheme == "never", "{}: unknown prepend_scheme '{}'", here, scheme);
-    const char32_t replacement_cp = unicode::to_code_points(replacement).at(0);
+    const char32_t replacement_cp = unicode::to_code_points(replacement)[0];
     return [=](Pieces& pieces) {
       split_text_pieces(pieces, [&](const Piece& piece, Pieces& out) {
         Piece p{replace_all(piece.text, " ", replacement), piece.at_start, -1};
@@ -398,7 +413,7 @@ PreTokenizeFn parse_pre_tokenizer(const json& spec, const std::string& where) {
     };
   }
   if (type == "CharDelimiterSplit") {
-    const char32_t delimiter = unicode::to_code_points(require(spec, "delimiter", here).get<std::string>()).at(0);
+    const char32_t delimiter = single_char(require(spec, "delimiter", here).get<std::string>(), "delimiter", here);
     return [=](Pieces& pieces) {
       split_text_pieces(pieces, [&](const Piece& piece, Pieces& out) {
         split_piece(piece, segments_from_chars(piece.text, [&](char32_t cp) { return cp == delimiter; }),
@@ -475,7 +490,7 @@ DecodeFn parse_decoder(const json& spec, const std::string& where, DecoderTraits
     };
   }
   if (type == "Strip") {
-    const char32_t content = unicode::to_code_points(require(spec, "content", here).get<std::string>()).at(0);
+    const char32_t content = single_char(require(spec, "content", here).get<std::string>(), "content", here);
     const size_t start = value_or<size_t>(spec, "start", 0), stop = value_or<size_t>(spec, "stop", 0);
     return [=](std::vector<std::string>& tokens) {
       for (auto& token : tokens) {
@@ -489,7 +504,7 @@ DecodeFn parse_decoder(const json& spec, const std::string& where, DecoderTraits
     };
   }
   if (type == "Metaspace") {
-    const std::string replacement = value_or<std::string>(spec, "replacement", std::string(kSentencePieceSpace));
+    const std::string replacement = metaspace_replacement(spec, here);
     std::string scheme = value_or<std::string>(spec, "prepend_scheme", "");
     if (scheme.empty()) scheme = value_or(spec, "add_prefix_space", true) ? "always" : "never";
     traits.sentencepiece = true;

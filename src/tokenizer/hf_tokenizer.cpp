@@ -299,7 +299,7 @@ class HfTokenizer final : public Tokenizer {
   }
 
  private:
-  void load_model(const json& model, TokenizerJson& parsed, const std::string& where);
+  void load_model(const json& model, TokenizerJson& parsed, int64_t id_limit, const std::string& where);
   void load_post_processor(const json& spec, const std::string& where);
   void tokenize_word(const std::string& word, std::vector<int32_t>& out) const;
   void bpe_word(const std::string& word, std::vector<int32_t>& out) const;
@@ -349,18 +349,30 @@ HfTokenizer::HfTokenizer(TokenizerJson& parsed, const std::string& path, const j
     : path_(path) {
   const json& root = parsed.root;
   SF_CHECK(root.is_object(), "'{}': the top level is not a JSON object", path);
-  load_model(require(root, "model", "'" + path + "'"), parsed, "'" + path + "' model");
-
+  // Ids index tables sized by the largest id, so every id must lie below the number of entries that
+  // can carry one: HF files number vocab pieces and added tokens densely from 0 (an added token may
+  // repeat a vocab id), and a larger id would size a table by what the file claims, not holds.
   const auto added = root.find("added_tokens");
-  if (added != root.end() && added->is_array()) {
-    added_tokens_.reserve(added->size());
+  const size_t added_count = added != root.end() && added->is_array() ? added->size() : 0;
+  const int64_t id_limit = int64_t(parsed.vocab.size() + added_count);
+  load_model(require(root, "model", "'" + path + "'"), parsed, id_limit, "'" + path + "' model");
+
+  if (added_count > 0) {
+    added_tokens_.reserve(added_count);
+    std::unordered_map<int32_t, size_t> added_index_by_id;
     for (const auto& entry : *added) {
       const std::string where = fmt::format("'{}' added_tokens", path);
-      AddedToken token{require(entry, "content", where).get<std::string>(), require(entry, "id", where).get<int32_t>(),
-                       value_or(entry, "special", false), value_or(entry, "single_word", false),
+      const std::string content = require(entry, "content", where).get<std::string>();
+      const json& id = require(entry, "id", where);
+      SF_CHECK(id.is_number_integer() && id >= 0 && id < id_limit,
+               "{}: token '{}' has a bad id {} (ids must lie in [0, {}), the number of vocab entries plus added tokens)",
+               where, content, id.dump(), id_limit);
+      AddedToken token{content, id.get<int32_t>(), value_or(entry, "special", false), value_or(entry, "single_word", false),
                        value_or(entry, "lstrip", false), value_or(entry, "rstrip", false),
                        value_or(entry, "normalized", false)};
-      SF_CHECK(token.id >= 0, "{}: token '{}' has negative id {}", where, token.content, token.id);
+      const auto [other, inserted] = added_index_by_id.emplace(token.id, added_tokens_.size());
+      SF_CHECK(inserted || added_tokens_[other->second].content == token.content, "{}: tokens '{}' and '{}' share id {}",
+               where, added_tokens_[other->second].content, token.content, token.id);
       added_tokens_.push_back(std::move(token));
     }
   }
@@ -443,7 +455,7 @@ int32_t HfTokenizer::config_token(const json& config, const char* key) const {
   return token_id(content);
 }
 
-void HfTokenizer::load_model(const json& model, TokenizerJson& parsed, const std::string& where) {
+void HfTokenizer::load_model(const json& model, TokenizerJson& parsed, int64_t id_limit, const std::string& where) {
   SF_CHECK(model.is_object(), "{}: not an object", where);
   std::string type = value_or<std::string>(model, "type", "");
   if (type.empty()) {
@@ -456,12 +468,20 @@ void HfTokenizer::load_model(const json& model, TokenizerJson& parsed, const std
     vocab_.reserve(parsed.vocab.size());
     int64_t max_id = -1;
     for (const auto& [piece, id] : parsed.vocab) {
-      SF_CHECK(id >= 0 && id < (int64_t(1) << 31), "{}: vocab entry '{}' has a bad id {}", where, piece, id);
+      SF_CHECK(id >= 0 && id < id_limit,
+               "{}: vocab entry '{}' has a bad id {} (ids must lie in [0, {}), the number of vocab entries plus added "
+               "tokens)",
+               where, piece, id, id_limit);
       vocab_.assign(piece, int32_t(id));
       max_id = std::max(max_id, id);
     }
     id_to_piece_.resize(size_t(max_id + 1));
-    for (auto& [piece, id] : parsed.vocab) id_to_piece_[id] = std::move(piece);
+    std::vector<bool> id_taken(id_to_piece_.size(), false);
+    for (auto& [piece, id] : parsed.vocab) {
+      SF_CHECK(!id_taken[id], "{}: vocab entries '{}' and '{}' share id {}", where, id_to_piece_[id], piece, id);
+      id_taken[id] = true;
+      id_to_piece_[id] = std::move(piece);
+    }
     parsed.vocab.clear();
   }
   const auto unk = model.find("unk_token");
@@ -522,10 +542,15 @@ void HfTokenizer::load_model(const json& model, TokenizerJson& parsed, const std
 
 void HfTokenizer::load_post_processor(const json& spec, const std::string& where) {
   const std::string type = type_of(spec, where);
+  // The ids a post-processor adds go to the model as they are, so each must name a token.
+  const auto token_id_of = [&](const json& id) {
+    SF_CHECK(id.is_number_integer() && id >= 0 && id < int64_t(id_to_piece_.size()),
+             "{} {}: special token id {} is outside the vocabulary [0, {})", where, type, id.dump(), id_to_piece_.size());
+    return id.get<int32_t>();
+  };
   const auto special_id = [&](const json& pair) {
-    SF_CHECK(pair.is_array() && pair.size() == 2 && pair[1].is_number_integer(),
-             "{} {}: expected [token, id], got {}", where, type, pair.dump());
-    return pair[1].get<int32_t>();
+    SF_CHECK(pair.is_array() && pair.size() == 2, "{} {}: expected [token, id], got {}", where, type, pair.dump());
+    return token_id_of(pair[1]);
   };
   if (type == "Sequence") {
     for (const auto& step : require(spec, "processors", where)) load_post_processor(step, where);
@@ -542,7 +567,7 @@ void HfTokenizer::load_post_processor(const json& spec, const std::string& where
       const std::string name = require(require(item, "SpecialToken", where), "id", where).get<std::string>();
       const auto it = specials.find(name);
       SF_CHECK(it != specials.end(), "{} TemplateProcessing: special token '{}' is not in special_tokens", where, name);
-      for (const auto& id : require(*it, "ids", where)) (seen_sequence ? suffix : prefix).push_back(id.get<int32_t>());
+      for (const auto& id : require(*it, "ids", where)) (seen_sequence ? suffix : prefix).push_back(token_id_of(id));
     }
     special_prefix_.insert(special_prefix_.begin(), prefix.begin(), prefix.end());
     special_suffix_.insert(special_suffix_.end(), suffix.begin(), suffix.end());

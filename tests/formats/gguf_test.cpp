@@ -352,5 +352,47 @@ TEST_F(GgufDamage, TensorDataBeyondEndOfFile) {
   expect_rejected(missing_section.bytes(), {"'w'", "beyond the end"});
 }
 
+// Issue 24: two tensors whose data share bytes (here one aliasing the other) are rejected by name.
+TEST_F(GgufDamage, OverlappingTensorData) {
+  GgufBuilder aliased = small_gguf();
+  aliased.info("alias", {2}, kGgmlF32, 0);  // "w" holds bytes [0, 16) of the data section
+  expect_rejected(aliased, {"'w'", "'alias'", "overlap"});
+  GgufBuilder straddling = small_gguf();
+  straddling.tensor("next", {4}, kGgmlF32, std::string(16, '\0'));  // at 32: after "w" and its padding
+  straddling.info("straddle", {12}, kGgmlF32, 0);                      // [0, 48) covers "w" and reaches into "next"
+  expect_rejected(straddling, {"'straddle'", "overlap"});
+  GgufBuilder adjacent = small_gguf();
+  adjacent.info("empty", {0}, kGgmlF32, 0);  // an empty tensor shares no byte
+  write_bytes(path_, adjacent.bytes());
+  EXPECT_NO_THROW(open_gguf(path_));
+}
+
+// Issue 24: model-level counts the spec sizes layers, caches and tables from are bounded when the
+// file is opened (a block_count of 2^31-1 made `inspect` run out of memory).
+TEST_F(GgufDamage, AbsurdModelCounts) {
+  const auto with_count = [](std::string_view key, uint32_t type, uint64_t value) {
+    GgufBuilder gguf = small_gguf();
+    ByteWriter& out = gguf.key(key, type);
+    if (type == kGgufU32) out.put<uint32_t>(static_cast<uint32_t>(value));
+    else out.put<uint64_t>(value);
+    return gguf;
+  };
+  expect_rejected(with_count("llama.block_count", kGgufU32, 0x7fffffff), {"llama.block_count is 2147483647", "65536"});
+  expect_rejected(with_count("llama.block_count", kGgufU64, 1ull << 63), {"llama.block_count is 9223372036854775808"});
+  expect_rejected(with_count("llama.block_count", kGgufU32, 2), {"llama.block_count is 2", "only 1 tensors"});
+  expect_rejected(with_count("llama.context_length", kGgufU32, 0xffffffff), {"llama.context_length is 4294967295"});
+  expect_rejected(with_count("llama.attention.head_count", kGgufU64, 1ull << 40), {"llama.attention.head_count"});
+  expect_rejected(with_count("llama.vocab_size", kGgufU32, 1u << 30), {"llama.vocab_size is 1073741824"});
+  GgufBuilder negative = small_gguf();
+  negative.key("llama.embedding_length", kGgufI32).put<int32_t>(-8);
+  expect_rejected(negative, {"llama.embedding_length is -8", "non-negative integer"});
+  GgufBuilder per_layer = small_gguf();  // one head count per layer, one of them absurd
+  per_layer.key("llama.attention.head_count_kv", kGgufArray).put<uint32_t>(kGgufU32).put<uint64_t>(2);
+  per_layer.kv.put<uint32_t>(4).put<uint32_t>(0x7fffffff);
+  expect_rejected(per_layer, {"llama.attention.head_count_kv is 2147483647"});
+  write_bytes(path_, with_count("llama.block_count", kGgufU32, 1).bytes());
+  EXPECT_NO_THROW(open_gguf(path_));
+}
+
 }  // namespace
 }  // namespace splitflow

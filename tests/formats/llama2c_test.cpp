@@ -475,5 +475,14 @@ TEST_F(Llama2cDamage, VersionedHeaders) {
   expect_bytes_rejected(q80_.substr(0, 40), {"group_size", "truncated"});
 }
 
+// Issue 24: versions 1 and 2 store no RoPE tables, so the file size says nothing of seq_len, which
+// sizes the KV cache; an absurd one is refused when the file is opened.
+TEST_F(Llama2cDamage, VersionedSeqLenIsBounded) {
+  std::string bytes = q80_;
+  const int32_t seq_len = INT32_MAX;
+  std::memcpy(bytes.data() + 32, &seq_len, 4);
+  expect_bytes_rejected(bytes, {"seq_len is 2147483647", "16777216"});
+}
+
 }  // namespace
 }  // namespace splitflow

@@ -178,6 +178,13 @@ TEST(Safetensors, DamagedFilesGiveErrorsNamingFileAndProblem) {
       {R"({"t": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8, {"'t'", "span 8 bytes", "needs 12"}},
       {R"({"t": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 4]}})", 8, {"'t'", "[2, 2]", "needs 8"}},
       {R"({"__metadata__": [1], "t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4, {"__metadata__"}},
+      // Issue 24: tensors sharing data bytes, aliased or straddling, are named together.
+      {R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})",
+       8, {"'a'", "'b'", "overlap"}},
+      {R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+       12, {"'a'", "'b'", "[4, 12)", "overlap"}},
+      {R"({"big": {"dtype": "U8", "shape": [12], "data_offsets": [0, 12]}, "inner": {"dtype": "U8", "shape": [2], "data_offsets": [8, 10]}, "z": {"dtype": "U8", "shape": [0], "data_offsets": [4, 4]}})",
+       12, {"'big'", "'inner'", "overlap"}},
   };
   TempDir dir;
   const std::string path = dir.file("damaged.safetensors");

@@ -117,6 +117,19 @@ TEST(HttpServer, ErrorsHaveOpenAiBodiesAndStatuses) {
   expect_error(server.post("/v1/completions", R"({"prompt": "hi", "n": "2"})"), 400, "n");
   expect_error(server.post("/v1/completions", R"({"prompt": "hi", "top_p": 0})"), 400, "top_p");
   expect_error(server.post("/v1/completions", R"({"prompt": "hi", "max_tokens": -1})"), 400, "max_tokens");
+  // Issue 24: numbers past a double or past 64 bits were a 500.
+  for (const std::string number : {"1e999", "-1e999", "12345678901234567890123"}) {
+    SCOPED_TRACE(number);
+    for (const std::string field : {"max_tokens", "temperature", "top_p", "n", "seed", "logprobs", "presence_penalty",
+                                    "frequency_penalty"}) {
+      expect_error(server.post("/v1/completions", R"({"prompt": "hi", ")" + field + "\": " + number + "}"), 400, field);
+    }
+    expect_error(server.post("/v1/completions", R"({"prompt": "hi", "logit_bias": {"5": )" + number + "}}"), 400,
+                 "logit_bias.5");
+    expect_error(server.post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], )"
+                                                     R"("logprobs": true, "top_logprobs": )" + number + "}"),
+                 400, "top_logprobs");
+  }
   expect_error(server.post("/v1/completions", R"({"prompt": [1, 600]})"), 400, "prompt");
   const std::string long_prompt = json{{"prompt", std::vector<int>(513, 5)}}.dump();
   expect_error(server.post("/v1/completions", long_prompt), 400, "prompt", "context_length_exceeded");

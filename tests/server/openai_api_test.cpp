@@ -119,6 +119,85 @@ TEST(OpenAiApi, BadValuesNameTheField) {
   EXPECT_EQ(missing.param, "prompt");
 }
 
+// Issue 24: 1e999 and -1e999 (beyond a double: the JSON parser refuses them), a 22-digit integer
+// (past 64 bits: nlohmann::json makes it a double) and NaN (no JSON literal) in any numeric field
+// are a 400 naming the field, never a 500.
+TEST(OpenAiApi, OverflowingNumbersNameTheField) {
+  const std::vector<std::string> huge_numbers = {"1e999", "-1e999", "12345678901234567890123",
+                                                 "-12345678901234567890123", "18446744073709551615"};
+  // field -> the body around it; the number replaces @.
+  const std::vector<std::pair<std::string, std::string>> completion_fields = {
+      {"max_tokens", R"({"prompt": "a", "max_tokens": @})"},
+      {"temperature", R"({"prompt": "a", "temperature": @})"},
+      {"top_p", R"({"prompt": "a", "top_p": @})"},
+      {"min_p", R"({"prompt": "a", "min_p": @})"},
+      {"top_k", R"({"prompt": "a", "top_k": @})"},
+      {"n", R"({"prompt": "a", "n": @})"},
+      {"best_of", R"({"prompt": "a", "best_of": @})"},
+      {"seed", R"({"prompt": "a", "seed": @})"},
+      {"logprobs", R"({"prompt": "a", "logprobs": @})"},
+      {"presence_penalty", R"({"prompt": "a", "presence_penalty": @})"},
+      {"frequency_penalty", R"({"prompt": "a", "frequency_penalty": @})"},
+      {"repetition_penalty", R"({"prompt": "a", "repetition_penalty": @})"},
+      {"logit_bias.5", R"({"prompt": "a", "logit_bias": {"5": @}})"},
+      {"stop_token_ids[1]", R"({"prompt": "a", "stop_token_ids": [2, @]})"},
+      {"prompt[2]", R"({"prompt": [1, 2, @]})"},
+      {"prompt[1][0]", R"({"prompt": [[1], [@]]})"},
+  };
+  const std::vector<std::pair<std::string, std::string>> chat_fields = {
+      {"max_completion_tokens", R"({"messages": [{"role": "user"}], "max_completion_tokens": @})"},
+      {"top_logprobs", R"({"messages": [{"role": "user"}], "logprobs": true, "top_logprobs": @})"},
+      {"messages[0].content", R"({"messages": [{"role": "user", "content": @}]})"},
+  };
+  auto check = [](const ApiError& e, const std::string& field) {
+    EXPECT_EQ(e.status, 400) << e.what();
+    EXPECT_EQ(e.param, field) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'" + field + "'"), std::string::npos) << e.what();
+  };
+  for (const std::string& number : huge_numbers) {
+    for (const auto& [field, body] : completion_fields) {
+      std::string filled = body;
+      filled.replace(filled.find('@'), 1, number);
+      SCOPED_TRACE(filled);
+      // The seed takes any int64, so only what lies beyond it is refused.
+      check(completion_error(filled), field);
+    }
+    for (const auto& [field, body] : chat_fields) {
+      std::string filled = body;
+      filled.replace(filled.find('@'), 1, number);
+      SCOPED_TRACE(filled);
+      check(chat_error(filled), field);
+    }
+  }
+  // The parser's overflow says what it refused.
+  const std::string message = completion_error(R"({"prompt": "a", "max_tokens": 1e999})").what();
+  EXPECT_NE(message.find("out of range"), std::string::npos) << message;
+  EXPECT_NE(message.find("1e999"), std::string::npos) << message;
+  // A nested overflow names its path; one outside any field names none.
+  check(chat_error(R"({"messages": [{"role": "user"}], "chat_template_kwargs": {"a": [0, {"b": -1e999}]}})"),
+        "chat_template_kwargs.a[1].b");
+  const ApiError bare = completion_error("1e999");
+  EXPECT_EQ(bare.status, 400);
+  EXPECT_EQ(bare.param, "");
+  // NaN and Infinity are not JSON: a parse error, 400.
+  for (const std::string body : {R"({"prompt": "a", "temperature": NaN})", R"({"prompt": "a", "top_p": Infinity})",
+                                 R"({"prompt": "a", "max_tokens": -Infinity})"}) {
+    SCOPED_TRACE(body);
+    EXPECT_EQ(completion_error(body).status, 400);
+  }
+  // The integer fields' own limits, at and just past the edges.
+  EXPECT_EQ(completion_error(R"({"prompt": "a", "max_tokens": 2147483647})").status, 0);
+  EXPECT_EQ(completion_error(R"({"prompt": "a", "max_tokens": 2147483648})").param, "max_tokens");
+  EXPECT_EQ(completion_error(R"({"prompt": "a", "seed": -9223372036854775808})").status, 0);
+  EXPECT_EQ(completion_error(R"({"prompt": "a", "seed": 9223372036854775808})").param, "seed");
+  EXPECT_EQ(completion_error(R"({"prompt": "a", "seed": -9223372036854775809})").param, "seed");
+  EXPECT_EQ(completion_error(R"({"prompt": "a", "stop_token_ids": [2147483648]})").param, "stop_token_ids[0]");
+  // A fraction in an integer field is a type error; a tiny float underflows to 0, which is in range.
+  EXPECT_NE(std::string(completion_error(R"({"prompt": "a", "n": 1.000001})").what()).find("must be an integer"),
+            std::string::npos);
+  EXPECT_EQ(completion_error(R"({"prompt": "a", "temperature": 1e-999})").status, 0);
+}
+
 TEST(OpenAiApi, CompletionFieldsLandInSamplingParams) {
   const CompletionRequest r = parse_completion_request(parse_json_body(R"({
       "model": "m", "prompt": [[5, 6, 7]], "max_tokens": 12, "temperature": 0.5, "top_p": 0.9, "top_k": -1,

@@ -105,6 +105,65 @@ TEST(TokenizerBadInput, UnsupportedComponentsAreNamed) {
   EXPECT_ERROR_CONTAINS(load_hf_tokenizer(with("normalizer", R"({"no_type": 1})")), "component without a 'type'");
 }
 
+// Issue 24: ids size the id -> piece table, so an id past the entries the file holds (2^31-1 made
+// the table 2^31 strings), or two entries sharing an id, is an error naming the entry.
+TEST(TokenizerBadInput, IdsOutsideTheEntriesOrShared) {
+  ScratchDir dir;
+  EXPECT_ERROR_CONTAINS(
+      load_hf_tokenizer(dir.write("huge_vocab_id.json",
+                                  R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 2147483647}, "merges": []}})")),
+      "vocab entry 'b' has a bad id 2147483647 (ids must lie in [0, 2)");
+  EXPECT_ERROR_CONTAINS(
+      load_hf_tokenizer(dir.write("huge_added_id.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+          "added_tokens": [{"id": 2147483647, "content": "<s>", "special": true}]})")),
+      "token '<s>' has a bad id 2147483647 (ids must lie in [0, 2)");
+  EXPECT_ERROR_CONTAINS(
+      load_hf_tokenizer(dir.write("wide_added_id.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+          "added_tokens": [{"id": 9223372036854775807, "content": "<s>"}]})")),
+      "token '<s>' has a bad id 9223372036854775807");
+  EXPECT_ERROR_CONTAINS(
+      load_hf_tokenizer(dir.write("negative_added_id.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+          "added_tokens": [{"id": -1, "content": "<s>"}]})")),
+      "token '<s>' has a bad id -1");
+  EXPECT_ERROR_CONTAINS(
+      load_hf_tokenizer(dir.write("shared_vocab_id.json",
+                                  R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 0}, "merges": []}})")),
+      "vocab entries 'a' and 'b' share id 0");
+  EXPECT_ERROR_CONTAINS(
+      load_hf_tokenizer(dir.write("shared_added_id.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+          "added_tokens": [{"id": 1, "content": "<s>"}, {"id": 1, "content": "</s>"}]})")),
+      "tokens '<s>' and '</s>' share id 1");
+  EXPECT_ERROR_CONTAINS(
+      load_hf_tokenizer(dir.write("post_processor_id.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+          "post_processor": {"type": "BertProcessing", "cls": ["[CLS]", 2147483647], "sep": ["[SEP]", 0]}})")),
+      "special token id 2147483647 is outside the vocabulary [0, 1)");
+  // An added token may repeat a vocab id (SentencePiece conversions list <unk>, <s>, </s> in both).
+  const auto repeated = load_hf_tokenizer(dir.write("repeated.json", R"({"model": {"type": "BPE", "vocab": {"<s>": 0, "a": 1}, "merges": []},
+          "added_tokens": [{"id": 0, "content": "<s>", "special": true}, {"id": 2, "content": "<x>"}]})"));
+  EXPECT_EQ(repeated->vocab_size(), 3);
+}
+
+// Issue 24: fields HF reads as one character (an empty Metaspace replacement threw std::out_of_range).
+TEST(TokenizerBadInput, SingleCharacterFields) {
+  ScratchDir dir;
+  const auto with = [&](const std::string& name, const std::string& field, const std::string& component) {
+    std::string json = kTinyBpe;
+    json.insert(json.size() - 1, ", \"" + field + "\": " + component);
+    return dir.write(name + ".json", json);
+  };
+  EXPECT_ERROR_CONTAINS(load_hf_tokenizer(with("pre", "pre_tokenizer", R"({"type": "Metaspace", "replacement": ""})")),
+                        "pre_tokenizer Metaspace: 'replacement' must be exactly one character, got ''");
+  EXPECT_ERROR_CONTAINS(load_hf_tokenizer(with("decoder", "decoder", R"({"type": "Metaspace", "replacement": ""})")),
+                        "decoder Metaspace: 'replacement' must be exactly one character");
+  EXPECT_ERROR_CONTAINS(load_hf_tokenizer(with("two", "pre_tokenizer", R"({"type": "Metaspace", "replacement": "ab"})")),
+                        "'replacement' must be exactly one character, got 'ab'");
+  EXPECT_ERROR_CONTAINS(load_hf_tokenizer(with("delimiter", "pre_tokenizer", R"({"type": "CharDelimiterSplit", "delimiter": ""})")),
+                        "'delimiter' must be exactly one character");
+  EXPECT_ERROR_CONTAINS(load_hf_tokenizer(with("strip", "decoder", R"({"type": "Strip", "content": "", "start": 1, "stop": 0})")),
+                        "'content' must be exactly one character");
+  EXPECT_NO_THROW(load_hf_tokenizer(with("ok", "pre_tokenizer", R"({"type": "Metaspace", "replacement": "\u2581"})")));
+}
+
 TEST(TokenizerBadInput, TinyValidTokenizerJsonWorks) {
   ScratchDir dir;
   const auto tokenizer = load_hf_tokenizer(dir.write("tokenizer.json", kTinyBpe));
@@ -128,6 +187,19 @@ TEST(TokenizerBadInput, GgufMetadata) {
                                                  {"tokenizer.ggml.tokens", {"a", "b"}},
                                                  {"tokenizer.ggml.scores", {0.0}}}),
                         "'tokenizer.ggml.scores' has 1 entries for 2 tokens");
+  // Issue 24: arrays written for another vocabulary are refused, longer ones included.
+  EXPECT_ERROR_CONTAINS(load_gguf_tokenizer(json{{"tokenizer.ggml.model", "llama"},
+                                                 {"tokenizer.ggml.tokens", {"a", "b"}},
+                                                 {"tokenizer.ggml.scores", {0.0, 0.0, 0.0}}}),
+                        "'tokenizer.ggml.scores' has 3 entries for 2 tokens");
+  EXPECT_ERROR_CONTAINS(load_gguf_tokenizer(json{{"tokenizer.ggml.model", "llama"},
+                                                 {"tokenizer.ggml.tokens", {"a", "b"}},
+                                                 {"tokenizer.ggml.token_type", {1}}}),
+                        "'tokenizer.ggml.token_type' has 1 entries for 2 tokens");
+  EXPECT_ERROR_CONTAINS(load_gguf_tokenizer(json{{"tokenizer.ggml.model", "gpt2"},
+                                                 {"tokenizer.ggml.tokens", {"a", "b"}},
+                                                 {"tokenizer.ggml.merges", {"a b", 7}}}),
+                        "wrong type");
   EXPECT_ERROR_CONTAINS(load_gguf_tokenizer(json{{"tokenizer.ggml.model", "llama"},
                                                  {"tokenizer.ggml.tokens", {"a", 7}}}),
                         "'tokenizer.ggml.tokens'[1] is not a string");
