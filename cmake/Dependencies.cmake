@@ -34,15 +34,30 @@ endif()
 add_library(splitflow::xxhash INTERFACE IMPORTED)
 target_include_directories(splitflow::xxhash INTERFACE ${XXHASH_INCLUDE_DIR})
 
-# cpp-httplib for the HTTP server (server/http_server.cpp, `splitflow serve`). Two forms work:
+# Boost.Beast on Boost.Asio (header-only, Debian's libboost-dev) for the HTTP front (http/,
+# server/http_server.cpp, `splitflow serve`). The GPU machine has no Boost: carry the headers the
+# front includes (scripts/carry_boost.sh) in SPLITFLOW_EXTRA_INCLUDE. Without them the build goes
+# on without the HTTP server.
+find_package(Threads REQUIRED)
+add_library(splitflow::beast INTERFACE IMPORTED)
+set(SPLITFLOW_HAS_BEAST OFF)
+find_path(BOOST_BEAST_INCLUDE_DIR boost/beast.hpp HINTS ${SPLITFLOW_EXTRA_INCLUDE})
+if(BOOST_BEAST_INCLUDE_DIR)
+  target_include_directories(splitflow::beast SYSTEM INTERFACE ${BOOST_BEAST_INCLUDE_DIR})
+  target_link_libraries(splitflow::beast INTERFACE Threads::Threads)
+  # Boost.System's error categories header-only, and no deprecated Asio names.
+  target_compile_definitions(splitflow::beast INTERFACE BOOST_ERROR_CODE_HEADER_ONLY BOOST_ASIO_NO_DEPRECATED)
+  set(SPLITFLOW_HAS_BEAST ON)
+else()
+  message(WARNING "Boost.Beast not found: building without the HTTP server and `splitflow serve` "
+                  "(install libboost-dev, or carry the headers in SPLITFLOW_EXTRA_INCLUDE: scripts/carry_boost.sh)")
+endif()
+
+# cpp-httplib: only as an HTTP client (`splitflow bench serve`, the server tests). Two forms work:
 #  - Debian's libcpp-httplib-dev: httplib.h holds declarations only and libcpp-httplib.so the code,
 #    built with OpenSSL, zlib and brotli; its pkg-config Cflags (-DCPPHTTPLIB_OPENSSL_SUPPORT ...)
 #    change class layouts, so every file that includes httplib.h must get them.
-#  - upstream's header-only httplib.h, carried in SPLITFLOW_EXTRA_INCLUDE (machines without the
-#    package, such as the GPU machine): compiled into the binary, no TLS. docs/serving.md says how
-#    to obtain it from Debian's source package.
-# Without either, the build goes on without the HTTP server and `splitflow serve`.
-find_package(Threads REQUIRED)
+#  - upstream's header-only httplib.h, carried in SPLITFLOW_EXTRA_INCLUDE (the GPU machine).
 add_library(splitflow::httplib INTERFACE IMPORTED)
 set(SPLITFLOW_HAS_HTTPLIB OFF)
 find_path(HTTPLIB_INCLUDE_DIR httplib.h HINTS ${SPLITFLOW_EXTRA_INCLUDE})
@@ -51,7 +66,6 @@ if(HTTPLIB_INCLUDE_DIR)
   if(HTTPLIB_SERVER_CTOR)
     target_include_directories(splitflow::httplib INTERFACE ${HTTPLIB_INCLUDE_DIR})
     set(SPLITFLOW_HAS_HTTPLIB ON)
-    message(STATUS "splitflow: header-only cpp-httplib from ${HTTPLIB_INCLUDE_DIR}")
   elseif(PkgConfig_FOUND)
     pkg_check_modules(HTTPLIB QUIET IMPORTED_TARGET cpp-httplib)
     if(HTTPLIB_FOUND)
@@ -64,6 +78,5 @@ if(SPLITFLOW_HAS_HTTPLIB)
   target_link_libraries(splitflow::httplib INTERFACE Threads::Threads)
   target_compile_definitions(splitflow::httplib INTERFACE SPLITFLOW_HAS_HTTPLIB=1)
 else()
-  message(WARNING "cpp-httplib not found: building without the HTTP server and `splitflow serve` "
-                  "(install libcpp-httplib-dev, or carry a header-only httplib.h in SPLITFLOW_EXTRA_INCLUDE)")
+  message(WARNING "cpp-httplib not found: building without `splitflow bench serve` and the HTTP server tests")
 endif()

@@ -10,7 +10,8 @@ DEBIAN_PACKAGES=(
   build-essential cmake ninja-build pkg-config python3 python3-pip
   libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libxxhash-dev
   libgtest-dev libgmock-dev
-  libcpp-httplib-dev
+  libboost-dev  # Boost.Beast and Asio (header-only): the HTTP front
+  libcpp-httplib-dev  # the HTTP client of `bench serve` and the server tests
   gnuplot-nox  # splitflow sim draws its plots with it (skipped with a message when absent)
   openmpi-bin  # mpirun: the comm bootstrap's launcher test (skipped when absent)
 )

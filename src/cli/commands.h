@@ -14,7 +14,7 @@ void register_bench(CLI::App& app);
 void register_bench_allreduce(CLI::App& bench);
 // `splitflow bench serve` and `bench throughput` (cli/bench_serve_command.cpp), under the bench command.
 void register_bench_serving(CLI::App& bench);
-#ifdef SPLITFLOW_HAS_HTTPLIB
+#ifdef SPLITFLOW_HAS_HTTP_SERVER
 void register_serve(CLI::App& app);
 #endif
 void register_sim(CLI::App& app);

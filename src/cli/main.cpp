@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   splitflow::cli::register_tokenize(app);
   splitflow::cli::register_inspect(app);
   splitflow::cli::register_bench(app);
-#ifdef SPLITFLOW_HAS_HTTPLIB
+#ifdef SPLITFLOW_HAS_HTTP_SERVER
   splitflow::cli::register_serve(app);
 #endif
   splitflow::cli::register_sim(app);

@@ -47,7 +47,9 @@ struct ServeFlags {
   std::string chat_template;
   std::string served_model_name;
   int max_queue = 1024;
-  int http_threads = 0;
+  HttpServerConfig http;  // the front's threads, backlog, connection cap (host, port, name set below)
+  double header_timeout_s = 15, body_timeout_s = 60, write_timeout_s = 60, request_timeout_s = 600;
+  double max_body_mb = 32;
   double drain_timeout_s = 30;
 };
 
@@ -153,11 +155,22 @@ void run_serve(const ServeFlags& flags) {
   if (!flags.no_warmup) engine.warm_up();
   AsyncEngine async_engine(engine, AsyncEngineConfig{flags.max_queue});
 
-  HttpServerConfig http;
+  HttpServerConfig http = flags.http;
   http.host = flags.host;
   http.port = flags.port;
   http.served_model_name = flags.served_model_name.empty() ? default_model_name(flags.model) : flags.served_model_name;
-  http.http_threads = flags.http_threads > 0 ? flags.http_threads : flags.max_seqs + flags.max_queue + 16;
+  const auto seconds = [](const char* flag, double value) {
+    SF_CHECK(std::isfinite(value) && value > 0 && value <= 86400, "{} must be in (0, 86400] seconds, not {}", flag, value);
+    return std::chrono::milliseconds(static_cast<int64_t>(value * 1000));
+  };
+  http.limits.header_timeout = seconds("--header-timeout", flags.header_timeout_s);
+  http.limits.body_timeout = seconds("--body-timeout", flags.body_timeout_s);
+  http.limits.write_timeout = seconds("--write-timeout", flags.write_timeout_s);
+  http.limits.request_timeout = flags.request_timeout_s == 0 ? std::chrono::milliseconds(0)
+                                                             : seconds("--request-timeout", flags.request_timeout_s);
+  SF_CHECK(std::isfinite(flags.max_body_mb) && flags.max_body_mb > 0 && flags.max_body_mb <= 4096,
+           "--max-body-mb must be in (0, 4096], not {}", flags.max_body_mb);
+  http.limits.max_body_bytes = static_cast<size_t>(flags.max_body_mb * double(1 << 20));
   const bool has_chat = chat_template.has_value();
   HttpServer server(async_engine, model.tokenizer.get(), std::move(chat_template), http);
   const int port = server.bind();
@@ -230,7 +243,33 @@ void register_serve(CLI::App& app) {
                       "(default: the model directory's)");
   command->add_option("--served-model-name", flags->served_model_name, "the model name clients give (default: the model's)");
   command->add_option("--max-queue", flags->max_queue, "waiting sequences beyond which requests get 429")->capture_default_str();
-  command->add_option("--http-threads", flags->http_threads, "connection threads (0: max-seqs + max-queue + 16)");
+  HttpServerConfig& http = flags->http;
+  command->add_option("--io-threads", http.io_threads, "threads that own the sockets (and answer /health, /metrics)")
+      ->capture_default_str()->check(CLI::Range(1, 256));
+  command->add_option("--http-threads", http.worker_threads,
+                      "threads that parse, tokenize and template requests (none waits on a client)")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
+  command->add_option("--backlog", http.backlog, "listen backlog for bursts of connections (capped by net.core.somaxconn)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  command->add_option("--max-connections", http.max_connections, "open connections beyond which new ones get 503")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 24));
+  command->add_option("--max-header-bytes", http.limits.max_header_bytes, "request line and headers, bytes (431 beyond)")
+      ->capture_default_str()->check(CLI::Range(size_t{256}, size_t{1} << 24));
+  command->add_option("--max-header-count", http.limits.max_header_count, "header fields of a request (431 beyond)")
+      ->capture_default_str()->check(CLI::Range(size_t{1}, size_t{1} << 16));
+  command->add_option("--max-body-mb", flags->max_body_mb, "request body in MiB after de-chunking (413 beyond)")
+      ->capture_default_str();
+  command->add_option("--header-timeout", flags->header_timeout_s,
+                      "seconds from a connection's start (or its previous response) to the end of a request's headers")
+      ->capture_default_str();
+  command->add_option("--body-timeout", flags->body_timeout_s, "seconds from the headers to the end of the body")
+      ->capture_default_str();
+  command->add_option("--write-timeout", flags->write_timeout_s,
+                      "seconds a response write may wait on a client that does not read")
+      ->capture_default_str();
+  command->add_option("--request-timeout", flags->request_timeout_s,
+                      "seconds from a request to the end of its response: 504 or close beyond (0: none)")
+      ->capture_default_str();
   command->add_option("--drain-timeout", flags->drain_timeout_s, "seconds in-flight requests get on shutdown")
       ->capture_default_str();
   command->callback([flags] { run_serve(*flags); });

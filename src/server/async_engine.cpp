@@ -24,12 +24,20 @@ bool StreamGroup::wait_for_news(uint64_t seen, std::chrono::milliseconds timeout
   return cv_.wait_for(lock, timeout, [&] { return version_ != seen; });
 }
 
+void StreamGroup::set_listener(std::function<void()> listener) {
+  std::lock_guard lock(mutex_);
+  listener_ = std::move(listener);
+}
+
 void StreamGroup::notify() {
+  std::function<void()> listener;
   {
     std::lock_guard lock(mutex_);
     ++version_;
+    listener = listener_;
   }
   cv_.notify_all();
+  if (listener) listener();
 }
 
 RequestStream::RequestStream(int64_t id, int32_t num_choices, int32_t num_prompt_tokens,

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -44,12 +45,15 @@ struct RequestUpdate {
 };
 
 // Wakes the reader of several streams (the prompts of one submit_group()) when any of them has
-// news: each delivery or end bumps a version.
+// news: each delivery or end bumps a version, wakes waiters and calls the listener.
 class StreamGroup {
  public:
   uint64_t version() const;
   // Waits up to `timeout` for the version to move past `seen`; false on timeout.
   bool wait_for_news(uint64_t seen, std::chrono::milliseconds timeout);
+  // An event-driven reader's wake-up, called on the engine loop thread after each news: it must
+  // only schedule work (post it elsewhere), never wait or read the streams itself.
+  void set_listener(std::function<void()> listener);
 
  private:
   friend class RequestStream;
@@ -58,6 +62,7 @@ class StreamGroup {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   uint64_t version_ = 0;
+  std::function<void()> listener_;
 };
 
 class RequestStream {

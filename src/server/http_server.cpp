@@ -4,15 +4,11 @@
 #include "server/openai_api.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <ctime>
-#include <fstream>
 #include <numeric>
-#include <sstream>
 #include <thread>
 #include <variant>
 
@@ -22,45 +18,10 @@ using nlohmann::json;
 
 namespace {
 
-// nginx's status for a request whose client went away before the response (nobody reads it).
-constexpr int kClientClosedRequest = 499;
-constexpr std::chrono::milliseconds kHangUpCheckInterval{200};
+constexpr const char* kJson = "application/json";
 
-// Whether the client of the connection (our local_port, its remote_port) has closed its side:
-// every matching socket in /proc/self/net/tcp{,6} is in CLOSE_WAIT (the peer's FIN arrived). httplib
-// 0.11 gives a handler no socket to poll, and a non-streaming handler writes nothing until the end.
-// False when nothing matches (not Linux, or the entry is gone), so a request is never cancelled on
-// a guess.
-bool client_hung_up(int local_port, int remote_port) {
-  constexpr unsigned kCloseWait = 0x08;
-  const auto port_of = [](const std::string& address) {  // "0100007F:1F90": hex address, hex port
-    const size_t colon = address.rfind(':');
-    return colon == std::string::npos ? -1 : static_cast<int>(std::strtoul(address.c_str() + colon + 1, nullptr, 16));
-  };
-  bool matched = false;
-  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
-    std::ifstream in(table);
-    std::string line;
-    std::getline(in, line);  // header
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::string slot, local, remote;
-      unsigned state = 0;
-      if (!(fields >> slot >> local >> remote >> std::hex >> state)) continue;
-      if (port_of(local) != local_port || port_of(remote) != remote_port) continue;
-      if (state != kCloseWait) return false;
-      matched = true;
-    }
-  }
-  return matched;
-}
-
-// How often a streaming handler with nothing to send checks that its client is still there.
-constexpr std::chrono::milliseconds kDisconnectPoll{50};
-
-void send_error(httplib::Response& res, const ApiError& error) {
-  res.status = error.status;
-  res.set_content(dump_json(error_body(error)), "application/json");
+void send_error(http::Exchange& exchange, const ApiError& error) {
+  exchange.respond(error.status, kJson, dump_json(error_body(error)));
 }
 
 std::string sse_event(const json& value) { return "data: " + dump_json(value) + "\n\n"; }
@@ -96,32 +57,23 @@ json usage_json(int32_t prompt_tokens, int64_t completion_tokens, int32_t cached
 }
 
 // The streams of one request (one per prompt, n choices each) read as one: prompt p's choice i is
-// choice p * n + i. Wakes on any stream's news through their shared StreamGroup.
+// choice p * n + i.
 class StreamsReader {
  public:
   explicit StreamsReader(std::vector<std::shared_ptr<RequestStream>> streams)
       : streams_(std::move(streams)), ended_(streams_.size(), false) {}
 
-  // Waits up to `timeout` for news on any stream; false on timeout. Otherwise `updates` holds
-  // (prompt index, update) for each stream that had news.
-  bool next(std::vector<std::pair<size_t, RequestUpdate>>& updates, std::chrono::milliseconds timeout) {
+  // Moves every stream's news into `updates` as (prompt index, update); false when there is none.
+  // Never waits: the group's listener says when to call again.
+  bool poll(std::vector<std::pair<size_t, RequestUpdate>>& updates) {
     updates.clear();
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    StreamGroup& group = streams_.front()->group();
-    while (true) {
-      // Read the version before polling: news that lands after a poll moves it, so the wait
-      // below cannot sleep through it.
-      const uint64_t seen = group.version();
-      for (size_t p = 0; p < streams_.size(); ++p) {
-        RequestUpdate update;
-        if (ended_[p] || !streams_[p]->next(update, std::chrono::milliseconds(0))) continue;
-        ended_[p] = update.finished;
-        updates.emplace_back(p, std::move(update));
-      }
-      if (!updates.empty()) return true;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left <= std::chrono::milliseconds(0) || !group.wait_for_news(seen, left)) return false;
+    for (size_t p = 0; p < streams_.size(); ++p) {
+      RequestUpdate update;
+      if (ended_[p] || !streams_[p]->next(update, std::chrono::milliseconds(0))) continue;
+      ended_[p] = update.finished;
+      updates.emplace_back(p, std::move(update));
     }
+    return !updates.empty();
   }
 
   bool all_ended() const { return std::all_of(ended_.begin(), ended_.end(), [](bool ended) { return ended; }); }
@@ -142,25 +94,21 @@ class StreamsReader {
 
 struct HttpServer::Impl {
   Impl(AsyncEngine& engine, const Tokenizer* tokenizer, std::optional<ChatTemplate> chat_template,
-       HttpServerConfig config)
+       HttpServerConfig config, http::FrontConfig front_config)
       : engine(engine), tokenizer(tokenizer), chat_template(std::move(chat_template)), config(std::move(config)),
-        max_model_len(engine.engine().config().max_model_len) {}
+        max_model_len(engine.engine().config().max_model_len), front(std::move(front_config)) {}
 
   AsyncEngine& engine;
   const Tokenizer* tokenizer;
   std::optional<ChatTemplate> chat_template;
   HttpServerConfig config;
   const int32_t max_model_len;  // immutable engine configuration, safe to read on any thread
-  httplib::Server server;
+  http::Front front;
   std::atomic<bool> draining{false};
-  std::atomic<bool> serve_entered{false}, serve_finished{false};
-  // Streaming responses whose provider has not finished: stopping httplib ends their writes, so
-  // shutdown waits for them after the engine is idle (their last chunks are still unsent).
-  std::atomic<int32_t> open_streams{0};
 
   void install_routes();
-  void completions(const httplib::Request& req, httplib::Response& res);
-  void chat_completions(const httplib::Request& req, httplib::Response& res);
+  void completions(const std::shared_ptr<http::Exchange>& exchange);
+  void chat_completions(const std::shared_ptr<http::Exchange>& exchange);
 
   void check_model(const std::string& model) const {
     if (!model.empty() && model != config.served_model_name) {
@@ -215,72 +163,241 @@ struct HttpServer::Impl {
     }
   }
 
-  void cancel_all(const StreamsReader& reader) {
-    for (const auto& stream : reader.streams()) engine.cancel(stream);
-  }
-
   void respond(std::vector<std::shared_ptr<RequestStream>> streams, const GenerationRequest& request,
-               ResponseShape shape, const httplib::Request& req, httplib::Response& res);
-  void respond_whole(StreamsReader& reader, const ResponseShape& shape, const httplib::Request& req,
-                     httplib::Response& res);
-  void respond_stream(std::shared_ptr<StreamsReader> reader, ResponseShape shape, httplib::Response& res);
+               ResponseShape shape, const std::shared_ptr<http::Exchange>& exchange);
 };
 
+namespace {
+
+// Drives one response from the engine's news. The streams' group listener posts pump() onto the
+// exchange's strand (at most one post pending); pump() takes every update and either writes it
+// as SSE chunks or collects it for the whole answer. One write is out at a time: news that lands
+// meanwhile waits merged in the streams, so a slow reader costs its own output and nothing else.
+// The exchange's abort callback (client gone, deadline, server stop) cancels every prompt.
+class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
+ public:
+  ResponsePump(AsyncEngine& engine, const Tokenizer* tokenizer, std::shared_ptr<http::Exchange> exchange,
+               std::vector<std::shared_ptr<RequestStream>> streams, ResponseShape shape, bool stream)
+      : engine_(engine), tokenizer_(tokenizer), exchange_(std::move(exchange)), reader_(std::move(streams)),
+        shape_(std::move(shape)), stream_(stream), n_(static_cast<size_t>(reader_.choices_per_prompt())) {
+    const size_t num_prompts = reader_.streams().size();
+    results_.resize(num_prompts * n_);
+    started_.assign(num_prompts * n_, false);
+    for (size_t index = 0; index < num_prompts * n_; ++index) {
+      text_offsets_.push_back(shape_.echo_texts[index / n_].size());
+    }
+    cached_tokens_.assign(num_prompts, 0);
+  }
+
+  void start() {
+    // The abort callback holds the pump until the exchange ends; the listener only reaches it.
+    exchange_->on_abort([self = shared_from_this()] {
+      self->done_ = true;
+      for (const auto& stream : self->reader_.streams()) self->engine_.cancel(stream);
+    });
+    reader_.streams().front()->group().set_listener([weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->schedule();
+    });
+    if (stream_) exchange_->start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+    schedule();  // news that came before the listener
+  }
+
+ private:
+  void schedule() {
+    if (scheduled_.exchange(true)) return;
+    exchange_->post([self = shared_from_this()] {
+      self->scheduled_ = false;  // before reading: news from now on schedules again
+      self->pump();
+    });
+  }
+
+  void pump() {
+    if (done_ || writing_) return;
+    std::vector<std::pair<size_t, RequestUpdate>> updates;
+    reader_.poll(updates);
+    stream_ ? pump_stream(updates) : pump_whole(updates);
+  }
+
+  void pump_whole(std::vector<std::pair<size_t, RequestUpdate>>& updates) {
+    for (auto& [prompt, update] : updates) {
+      for (size_t i = 0; i < n_; ++i) {
+        ChoiceDelta& delta = update.choices[i];
+        ChoiceResult& result = results_[prompt * n_ + i];
+        result.text += delta.text;
+        std::move(delta.tokens.begin(), delta.tokens.end(), std::back_inserter(result.tokens));
+        if (delta.finish_reason != FinishReason::None) result.finish_reason = delta.finish_reason;
+      }
+      cached_tokens_[prompt] = update.num_cached_prompt_tokens;
+      if (error_.empty()) error_ = update.error;
+    }
+    if (!reader_.all_ended()) return;
+    done_ = true;
+    if (!error_.empty()) return send_error(*exchange_, ApiError(500, error_, "", "internal_error"));
+    exchange_->respond(200, kJson, dump_json(whole_body()));
+  }
+
+  json whole_body() const {
+    json choices = json::array();
+    int64_t completion_tokens = 0;
+    for (size_t index = 0; index < results_.size(); ++index) {
+      const ChoiceResult& result = results_[index];
+      const std::string& echo_text = shape_.echo_texts[index / n_];
+      completion_tokens += static_cast<int64_t>(result.tokens.size());
+      json choice = {{"index", index}, {"finish_reason", finish_reason_json(result.finish_reason)}};
+      if (shape_.chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", result.text}};
+        choice["logprobs"] = shape_.logprobs ? chat_logprobs(tokenizer_, result.tokens) : json(nullptr);
+      } else {
+        choice["text"] = echo_text + result.text;
+        size_t offset = echo_text.size();
+        choice["logprobs"] = shape_.logprobs ? completion_logprobs(tokenizer_, result.tokens, offset) : json(nullptr);
+      }
+      choices.push_back(std::move(choice));
+    }
+    const int32_t all_cached = std::accumulate(cached_tokens_.begin(), cached_tokens_.end(), 0);
+    return {{"id", shape_.id},
+            {"object", shape_.chat ? "chat.completion" : "text_completion"},
+            {"created", shape_.created},
+            {"model", shape_.model},
+            {"choices", std::move(choices)},
+            {"usage", usage_json(reader_.num_prompt_tokens(), completion_tokens, all_cached)}};
+  }
+
+  // Chunks of different prompts interleave as their tokens come; each names its global choice index.
+  void pump_stream(std::vector<std::pair<size_t, RequestUpdate>>& updates) {
+    std::string out;
+    for (auto& [prompt, update] : updates) {
+      const std::string& echo_text = shape_.echo_texts[prompt];
+      for (size_t i = 0; i < update.choices.size(); ++i) {
+        const size_t index = prompt * n_ + i;
+        const ChoiceDelta& delta = update.choices[i];
+        if (!started_[index]) {
+          // Chat opens each choice with the assistant's role; completions with the echoed prompt.
+          if (shape_.chat) {
+            out += chunk(index, {{"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                                 {"finish_reason", nullptr}});
+          } else if (!echo_text.empty()) {
+            out += chunk(index, {{"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+          }
+          started_[index] = true;
+        }
+        if (delta.tokens.empty() && delta.text.empty() && delta.finish_reason == FinishReason::None) continue;
+        completion_tokens_ += static_cast<int64_t>(delta.tokens.size());
+        json fields = {{"finish_reason", finish_reason_json(delta.finish_reason)}};
+        if (shape_.chat) {
+          fields["delta"] = delta.text.empty() ? json::object() : json{{"content", delta.text}};
+          fields["logprobs"] = shape_.logprobs ? chat_logprobs(tokenizer_, delta.tokens) : json(nullptr);
+        } else {
+          fields["text"] = delta.text;
+          fields["logprobs"] =
+              shape_.logprobs ? completion_logprobs(tokenizer_, delta.tokens, text_offsets_[index]) : json(nullptr);
+        }
+        out += chunk(index, std::move(fields));
+      }
+      cached_tokens_[prompt] = update.num_cached_prompt_tokens;
+      if (!update.error.empty()) out += sse_event(error_body(ApiError(500, update.error, "", "internal_error")));
+    }
+    const bool finished = reader_.all_ended();
+    if (finished) {
+      if (shape_.include_usage) {
+        const int32_t cached = std::accumulate(cached_tokens_.begin(), cached_tokens_.end(), 0);
+        out += sse_event({{"id", shape_.id},
+                          {"object", shape_.chat ? "chat.completion.chunk" : "text_completion"},
+                          {"created", shape_.created},
+                          {"model", shape_.model},
+                          {"choices", json::array()},
+                          {"usage", usage_json(reader_.num_prompt_tokens(), completion_tokens_, cached)}});
+      }
+      out += "data: [DONE]\n\n";
+      done_ = true;
+    }
+    if (out.empty()) return;
+    writing_ = true;
+    exchange_->write(std::move(out), [self = shared_from_this(), finished] {
+      self->writing_ = false;
+      if (finished) return self->exchange_->end_stream();
+      self->pump();
+    });
+  }
+
+  std::string chunk(size_t index, json fields) const {
+    json choice = {{"index", index}};
+    choice.update(fields);
+    return sse_event({{"id", shape_.id},
+                      {"object", shape_.chat ? "chat.completion.chunk" : "text_completion"},
+                      {"created", shape_.created},
+                      {"model", shape_.model},
+                      {"choices", json::array({std::move(choice)})}});
+  }
+
+  AsyncEngine& engine_;
+  const Tokenizer* tokenizer_;
+  const std::shared_ptr<http::Exchange> exchange_;
+  StreamsReader reader_;
+  const ResponseShape shape_;
+  const bool stream_;
+  const size_t n_;  // choices per prompt
+  std::atomic<bool> scheduled_{false};
+  // The strand's own.
+  bool writing_ = false;
+  bool done_ = false;  // the response is complete (or aborted): nothing more to read
+  std::vector<ChoiceResult> results_;  // whole: (prompts * n) by global choice index
+  std::string error_;
+  std::vector<bool> started_;         // stream: (prompts * n) the choice's opening chunk was sent
+  std::vector<size_t> text_offsets_;  // stream: (prompts * n) completions logprobs' text_offset
+  std::vector<int32_t> cached_tokens_;  // (prompts)
+  int64_t completion_tokens_ = 0;
+};
+
+}  // namespace
+
 void HttpServer::Impl::install_routes() {
-  auto guarded = [this](void (Impl::*handler)(const httplib::Request&, httplib::Response&)) {
-    return [this, handler](const httplib::Request& req, httplib::Response& res) {
+  using Route = void (Impl::*)(const std::shared_ptr<http::Exchange>&);
+  auto guarded = [this](Route handler) {
+    return [this, handler](const std::shared_ptr<http::Exchange>& exchange) {
       try {
         check_draining();
-        (this->*handler)(req, res);
+        (this->*handler)(exchange);
       } catch (const ApiError& e) {
-        send_error(res, e);
+        send_error(*exchange, e);
       } catch (const Error& e) {
-        send_error(res, ApiError(400, e.what()));
+        send_error(*exchange, ApiError(400, e.what()));
       } catch (const std::exception& e) {
-        send_error(res, ApiError(500, e.what(), "", "internal_error"));
+        send_error(*exchange, ApiError(500, e.what(), "", "internal_error"));
       }
     };
   };
-  server.Post("/v1/completions", guarded(&Impl::completions));
-  server.Post("/v1/chat/completions", guarded(&Impl::chat_completions));
-  server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    const json model = {{"id", config.served_model_name}, {"object", "model"}, {"created", 0},
-                        {"owned_by", "splitflow"}, {"max_model_len", max_model_len}};
-    res.set_content(dump_json({{"object", "list"}, {"data", json::array({model})}}), "application/json");
-  });
-  server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining) {
-      send_error(res, ApiError(503, "the server is shutting down", "", "service_unavailable", "shutting_down"));
-      return;
-    }
-    res.set_content(R"({"status":"ok"})", "application/json");
-  });
-  server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(engine.render_metrics(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  // Routing failures (404, 405), oversized bodies (413) and the like get OpenAI-shaped bodies too.
-  server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string message = fmt::format("{} {}: HTTP {}", req.method, req.path, res.status);
-    if (res.status == 404) message = fmt::format("no route for {} {}", req.method, req.path);
-    if (res.status == 413) message = "the request body is too large";
-    send_error(res, ApiError(res.status, message));
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
-    std::string message = "unknown error";
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      message = e.what();
-    } catch (...) {
-    }
-    send_error(res, ApiError(500, message, "", "internal_error"));
-  });
+  front.route("POST", "/v1/completions", guarded(&Impl::completions), http::Dispatch::kWorker);
+  front.route("POST", "/v1/chat/completions", guarded(&Impl::chat_completions), http::Dispatch::kWorker);
+  // The quick routes answer on the I/O threads: /health stays fast whatever the workers do.
+  front.route(
+      "GET", "/v1/models",
+      [this](const std::shared_ptr<http::Exchange>& exchange) {
+        const json model = {{"id", config.served_model_name}, {"object", "model"}, {"created", 0},
+                            {"owned_by", "splitflow"}, {"max_model_len", max_model_len}};
+        exchange->respond(200, kJson, dump_json({{"object", "list"}, {"data", json::array({model})}}));
+      },
+      http::Dispatch::kInline);
+  front.route(
+      "GET", "/health",
+      [this](const std::shared_ptr<http::Exchange>& exchange) {
+        if (draining) {
+          return send_error(*exchange,
+                            ApiError(503, "the server is shutting down", "", "service_unavailable", "shutting_down"));
+        }
+        exchange->respond(200, kJson, R"({"status":"ok"})");
+      },
+      http::Dispatch::kInline);
+  front.route(
+      "GET", "/metrics",
+      [this](const std::shared_ptr<http::Exchange>& exchange) {
+        exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8", engine.render_metrics());
+      },
+      http::Dispatch::kInline);
 }
 
-void HttpServer::Impl::completions(const httplib::Request& req, httplib::Response& res) {
-  CompletionRequest request = parse_completion_request(parse_json_body(req.body));
+void HttpServer::Impl::completions(const std::shared_ptr<http::Exchange>& exchange) {
+  CompletionRequest request = parse_completion_request(parse_json_body(exchange->request().body));
   check_model(request.model);
   const size_t count = request.prompts.size();
   ResponseShape shape;
@@ -308,11 +425,11 @@ void HttpServer::Impl::completions(const httplib::Request& req, httplib::Respons
   auto streams = submit(std::move(prompts), request.n, "prompt");
   shape.id = fmt::format("cmpl-{}", streams.front()->id());
   shape.logprobs = request.logprobs.has_value();
-  respond(std::move(streams), request, std::move(shape), req, res);
+  respond(std::move(streams), request, std::move(shape), exchange);
 }
 
-void HttpServer::Impl::chat_completions(const httplib::Request& req, httplib::Response& res) {
-  ChatRequest request = parse_chat_request(parse_json_body(req.body));
+void HttpServer::Impl::chat_completions(const std::shared_ptr<http::Exchange>& exchange) {
+  ChatRequest request = parse_chat_request(parse_json_body(exchange->request().body));
   check_model(request.model);
   if (!chat_template) {
     throw ApiError(400,
@@ -323,7 +440,7 @@ void HttpServer::Impl::chat_completions(const httplib::Request& req, httplib::Re
   if (!tokenizer) throw ApiError(400, "this model has no tokenizer, which chat needs", "messages");
   // Rendered from the body parsed again keeping key order: `tojson` in a template prints keys in
   // the client's order, as transformers does.
-  const auto ordered = nlohmann::ordered_json::parse(req.body);  // parse_json_body accepted it: depth <= 64
+  const auto ordered = nlohmann::ordered_json::parse(exchange->request().body);  // parse_json_body accepted it: depth <= 64
   const auto kwargs = ordered.find("chat_template_kwargs");
   std::string prompt;
   try {
@@ -344,230 +461,66 @@ void HttpServer::Impl::chat_completions(const httplib::Request& req, httplib::Re
   shape.id = fmt::format("chatcmpl-{}", streams.front()->id());
   shape.echo_texts.assign(1, "");
   shape.logprobs = request.logprobs;
-  respond(std::move(streams), request, std::move(shape), req, res);
+  respond(std::move(streams), request, std::move(shape), exchange);
 }
 
 void HttpServer::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams, const GenerationRequest& request,
-                               ResponseShape shape, const httplib::Request& req, httplib::Response& res) {
+                               ResponseShape shape, const std::shared_ptr<http::Exchange>& exchange) {
   shape.model = config.served_model_name;
   shape.created = static_cast<int64_t>(std::time(nullptr));
   shape.include_usage = request.include_usage;
-  auto reader = std::make_shared<StreamsReader>(std::move(streams));
-  if (request.stream) {
-    respond_stream(std::move(reader), std::move(shape), res);
-  } else {
-    respond_whole(*reader, shape, req, res);
-  }
+  std::make_shared<ResponsePump>(engine, tokenizer, exchange, std::move(streams), std::move(shape), request.stream)
+      ->start();
 }
 
-void HttpServer::Impl::respond_whole(StreamsReader& reader, const ResponseShape& shape, const httplib::Request& req,
-                                     httplib::Response& res) {
-  const size_t n = static_cast<size_t>(reader.choices_per_prompt());
-  std::vector<ChoiceResult> results(reader.streams().size() * n);  // (prompts * n) by global choice index
-  std::vector<int32_t> cached_tokens(reader.streams().size(), 0);   // (prompts)
-  std::string error;
-  std::vector<std::pair<size_t, RequestUpdate>> updates;
-  auto next_check = std::chrono::steady_clock::now();
-  while (!reader.all_ended()) {
-    // Nothing is written until the end, so a client that hung up is found by asking the kernel.
-    if (std::chrono::steady_clock::now() >= next_check) {
-      if (client_hung_up(req.local_port, req.remote_port)) {
-        cancel_all(reader);
-        res.status = kClientClosedRequest;
-        return;
-      }
-      next_check = std::chrono::steady_clock::now() + kHangUpCheckInterval;
-    }
-    if (!reader.next(updates, kHangUpCheckInterval)) continue;
-    for (auto& [prompt, update] : updates) {
-      for (size_t i = 0; i < n; ++i) {
-        ChoiceDelta& delta = update.choices[i];
-        ChoiceResult& result = results[prompt * n + i];
-        result.text += delta.text;
-        std::move(delta.tokens.begin(), delta.tokens.end(), std::back_inserter(result.tokens));
-        if (delta.finish_reason != FinishReason::None) result.finish_reason = delta.finish_reason;
-      }
-      cached_tokens[prompt] = update.num_cached_prompt_tokens;
-      if (error.empty()) error = update.error;
-    }
-  }
-  if (!error.empty()) throw ApiError(500, error, "", "internal_error");
+namespace {
 
-  json choices = json::array();
-  int64_t completion_tokens = 0;
-  for (size_t index = 0; index < results.size(); ++index) {
-    const ChoiceResult& result = results[index];
-    const std::string& echo_text = shape.echo_texts[index / n];
-    completion_tokens += static_cast<int64_t>(result.tokens.size());
-    json choice = {{"index", index}, {"finish_reason", finish_reason_json(result.finish_reason)}};
-    if (shape.chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", result.text}};
-      choice["logprobs"] = shape.logprobs ? chat_logprobs(tokenizer, result.tokens) : json(nullptr);
-    } else {
-      choice["text"] = echo_text + result.text;
-      size_t offset = echo_text.size();
-      choice["logprobs"] = shape.logprobs ? completion_logprobs(tokenizer, result.tokens, offset) : json(nullptr);
-    }
-    choices.push_back(std::move(choice));
-  }
-  const int32_t all_cached = std::accumulate(cached_tokens.begin(), cached_tokens.end(), 0);
-  const json body = {{"id", shape.id},
-                     {"object", shape.chat ? "chat.completion" : "text_completion"},
-                     {"created", shape.created},
-                     {"model", shape.model},
-                     {"choices", std::move(choices)},
-                     {"usage", usage_json(reader.num_prompt_tokens(), completion_tokens, all_cached)}};
-  res.set_content(dump_json(body), "application/json");
-}
-
-void HttpServer::Impl::respond_stream(std::shared_ptr<StreamsReader> reader, ResponseShape shape,
-                                      httplib::Response& res) {
-  // Chunks of different prompts interleave as their tokens come; each names its global choice index.
-  struct State {
-    ResponseShape shape;
-    std::shared_ptr<StreamsReader> reader;
-    size_t n = 0;                       // choices per prompt
-    std::vector<bool> started;          // (prompts * n) the choice's opening chunk was sent
-    std::vector<size_t> text_offsets;   // (prompts * n) completions logprobs' text_offset
-    std::vector<int32_t> cached_tokens;  // (prompts)
-    int64_t completion_tokens = 0;
+http::FrontConfig front_config(const HttpServerConfig& config) {
+  http::FrontConfig front;
+  front.host = config.host;
+  front.port = config.port;
+  front.io_threads = config.io_threads;
+  front.worker_threads = config.worker_threads;
+  front.backlog = config.backlog;
+  front.max_connections = config.max_connections;
+  front.limits = config.limits;
+  // Errors the front answers itself (malformed HTTP, limits, deadlines, routing) in OpenAI's shape.
+  front.error_body = [](int status, const std::string& message) {
+    const bool unavailable = status == 503 || status == 504;
+    return dump_json(error_body(ApiError(status, message, "", unavailable ? "service_unavailable" : "invalid_request_error")));
   };
-  auto state = std::make_shared<State>();
-  state->n = static_cast<size_t>(reader->choices_per_prompt());
-  const size_t num_prompts = reader->streams().size();
-  state->started.assign(num_prompts * state->n, false);
-  for (size_t index = 0; index < num_prompts * state->n; ++index) {
-    state->text_offsets.push_back(shape.echo_texts[index / state->n].size());
-  }
-  state->cached_tokens.assign(num_prompts, 0);
-  state->reader = std::move(reader);
-  state->shape = std::move(shape);
-
-  res.set_header("Cache-Control", "no-cache");
-  ++open_streams;
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, state](size_t, httplib::DataSink& sink) {
-        const ResponseShape& shape = state->shape;
-        StreamsReader& reader = *state->reader;
-        std::vector<std::pair<size_t, RequestUpdate>> updates;
-        while (!reader.next(updates, kDisconnectPoll)) {
-          if (!sink.is_writable()) {
-            cancel_all(reader);
-            return false;
-          }
-        }
-        auto chunk = [&](size_t index, json fields) {
-          json choice = {{"index", index}};
-          choice.update(fields);
-          return sse_event({{"id", shape.id},
-                            {"object", shape.chat ? "chat.completion.chunk" : "text_completion"},
-                            {"created", shape.created},
-                            {"model", shape.model},
-                            {"choices", json::array({std::move(choice)})}});
-        };
-        std::string out;
-        for (auto& [prompt, update] : updates) {
-          const std::string& echo_text = shape.echo_texts[prompt];
-          for (size_t i = 0; i < update.choices.size(); ++i) {
-            const size_t index = prompt * state->n + i;
-            const ChoiceDelta& delta = update.choices[i];
-            if (!state->started[index]) {
-              // Chat opens each choice with the assistant's role; completions with the echoed prompt.
-              if (shape.chat) {
-                out += chunk(index, {{"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
-                                     {"finish_reason", nullptr}});
-              } else if (!echo_text.empty()) {
-                out += chunk(index, {{"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
-              }
-              state->started[index] = true;
-            }
-            if (delta.tokens.empty() && delta.text.empty() && delta.finish_reason == FinishReason::None) continue;
-            state->completion_tokens += static_cast<int64_t>(delta.tokens.size());
-            json fields = {{"finish_reason", finish_reason_json(delta.finish_reason)}};
-            if (shape.chat) {
-              fields["delta"] = delta.text.empty() ? json::object() : json{{"content", delta.text}};
-              fields["logprobs"] = shape.logprobs ? chat_logprobs(tokenizer, delta.tokens) : json(nullptr);
-            } else {
-              fields["text"] = delta.text;
-              fields["logprobs"] = shape.logprobs
-                                       ? completion_logprobs(tokenizer, delta.tokens, state->text_offsets[index])
-                                       : json(nullptr);
-            }
-            out += chunk(index, std::move(fields));
-          }
-          state->cached_tokens[prompt] = update.num_cached_prompt_tokens;
-          if (!update.error.empty()) out += sse_event(error_body(ApiError(500, update.error, "", "internal_error")));
-        }
-        const bool finished = reader.all_ended();
-        if (finished) {
-          if (shape.include_usage) {
-            const int32_t cached = std::accumulate(state->cached_tokens.begin(), state->cached_tokens.end(), 0);
-            out += sse_event({{"id", shape.id},
-                              {"object", shape.chat ? "chat.completion.chunk" : "text_completion"},
-                              {"created", shape.created},
-                              {"model", shape.model},
-                              {"choices", json::array()},
-                              {"usage", usage_json(reader.num_prompt_tokens(), state->completion_tokens, cached)}});
-          }
-          out += "data: [DONE]\n\n";
-        }
-        if (!out.empty() && !sink.write(out.data(), out.size())) {
-          cancel_all(reader);
-          return false;
-        }
-        if (finished) sink.done();
-        return true;
-      },
-      [this, state](bool success) {
-        if (!success) cancel_all(*state->reader);
-        --open_streams;
-      });
+  front.error_content_type = kJson;
+  return front;
 }
+
+}  // namespace
 
 HttpServer::HttpServer(AsyncEngine& engine, const Tokenizer* tokenizer, std::optional<ChatTemplate> chat_template,
-                       HttpServerConfig config)
-    : impl_(std::make_unique<Impl>(engine, tokenizer, std::move(chat_template), std::move(config))) {
-  SF_CHECK(impl_->config.http_threads > 0, "http_threads must be positive, got {}", impl_->config.http_threads);
-  const size_t threads = static_cast<size_t>(impl_->config.http_threads);
-  impl_->server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  impl_->server.set_payload_max_length(impl_->config.max_body_bytes);
+                       HttpServerConfig config) {
+  http::FrontConfig front = front_config(config);
+  impl_ = std::make_unique<Impl>(engine, tokenizer, std::move(chat_template), std::move(config), std::move(front));
   impl_->install_routes();
 }
 
 HttpServer::~HttpServer() = default;
 
-int HttpServer::bind() {
-  const HttpServerConfig& config = impl_->config;
-  if (config.port == 0) {
-    const int port = impl_->server.bind_to_any_port(config.host);
-    SF_CHECK(port > 0, "cannot listen on {}: no free port", config.host);
-    return port;
-  }
-  SF_CHECK(impl_->server.bind_to_port(config.host, config.port), "cannot listen on {}:{} (in use, or not an address here)",
-           config.host, config.port);
-  return config.port;
-}
+int HttpServer::bind() { return impl_->front.bind(); }
 
-void HttpServer::serve() {
-  impl_->serve_entered = true;
-  if (!impl_->draining) impl_->server.listen_after_bind();
-  impl_->serve_finished = true;
-}
+void HttpServer::serve() { impl_->front.serve(); }
 
 void HttpServer::shutdown(std::chrono::milliseconds drain_timeout) {
   const auto deadline = std::chrono::steady_clock::now() + drain_timeout;
   impl_->draining = true;
+  impl_->front.stop_keep_alive();
   impl_->engine.begin_drain();
   if (!impl_->engine.wait_until_idle(drain_timeout)) impl_->engine.stop();
-  while (impl_->open_streams > 0 && std::chrono::steady_clock::now() < deadline) {
+  // The engine is idle; the last chunks of finished requests may still be on their way out.
+  while (impl_->front.stats().open_exchanges > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  // httplib's stop() only acts on a running accept loop: wait for serve() to reach it (or return).
-  while (impl_->serve_entered && !impl_->serve_finished && !impl_->server.is_running()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  impl_->server.stop();
+  impl_->front.stop();
 }
+
+http::FrontStats HttpServer::stats() const { return impl_->front.stats(); }
 
 }  // namespace splitflow

@@ -1,17 +1,22 @@
-// server/http_server.h — the OpenAI-compatible HTTP front end over an AsyncEngine (cpp-httplib):
+// server/http_server.h — the OpenAI-compatible HTTP routes over an AsyncEngine, served by the
+// event-driven front in http/:
 //   POST /v1/completions, POST /v1/chat/completions (the model's chat template), GET /v1/models,
 //   GET /health, GET /metrics (Prometheus text).
-// Each request is parsed and checked on its connection's thread (server/openai_api.h), tokenized
-// there, submitted to the engine, and answered as one JSON body or as server-sent events
-// ("data: {chunk}\n\n" ... "data: [DONE]\n\n"). A completions request with a list of prompts runs
-// one engine request per prompt, admitted together, and answers them as one (choice p * n + i).
-// A streaming client that goes away cancels its request (every prompt), which frees its KV blocks. Every failure is an OpenAI error body with its status:
-// 400 bad input, 404 unknown model or route, 413 body too large, 429 queue full, 503 draining,
-// 500 engine failure. docs/serving.md is the user-facing description.
-// httplib types stay inside http_server.cpp.
+// Each request is parsed and checked on a worker thread (server/openai_api.h), tokenized there,
+// submitted to the engine, and answered as one JSON body or as server-sent events
+// ("data: {chunk}\n\n" ... "data: [DONE]\n\n"), driven by the engine's news (StreamGroup's
+// listener), never by a thread waiting on a client. A completions request with a list of prompts
+// runs one engine request per prompt, admitted together, and answers them as one (choice p * n + i).
+// A client that goes away, whole or streaming, cancels its request (every prompt), which frees its
+// KV blocks. Every failure is an OpenAI error body with its status: 400 bad input, 404 unknown
+// model or route, 405, 413 body too large, 415 compressed body, 431 headers too large, 429 queue
+// full, 503 draining or too many connections, 504 request timeout, 500 engine failure.
+// /health, /metrics and /v1/models answer on the I/O threads, so they stay quick under any load.
+// docs/serving.md is the user-facing description.
 #pragma once
 
 #include "chat/chat_template.h"
+#include "http/http_front.h"
 #include "server/async_engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,12 +30,13 @@ namespace splitflow {
 
 struct HttpServerConfig {
   std::string host = "127.0.0.1";
-  int port = 8000;                         // 0: any free port (bind() returns it)
+  int port = 8000;                          // 0: any free port (bind() returns it)
   std::string served_model_name = "model";  // the only name "model" may give
-  // Connection threads: an in-flight request holds one until it is answered, so this bounds the
-  // requests served at once (more connections wait for a thread).
-  int32_t http_threads = 64;
-  size_t max_body_bytes = size_t{32} << 20;
+  int32_t io_threads = 2;      // sockets, and the quick routes
+  int32_t worker_threads = 4;  // parsing, tokenizing, chat templates (no thread waits on a client)
+  int32_t backlog = 4096;
+  int32_t max_connections = 8192;  // beyond: 503 with Retry-After
+  http::Limits limits;             // header and body sizes, deadlines
 };
 
 class HttpServer {
@@ -48,8 +54,9 @@ class HttpServer {
   // Serves on the calling thread until shutdown().
   void serve();
   // Any thread: new requests get 503, in-flight ones run to completion (at most drain_timeout,
-  // then they are aborted), and serve() returns once their connections are answered.
+  // then they are aborted), and serve() returns once their responses are sent.
   void shutdown(std::chrono::milliseconds drain_timeout);
+  http::FrontStats stats() const;
 
  private:
   struct Impl;

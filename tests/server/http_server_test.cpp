@@ -40,8 +40,7 @@ class TestServer {
     HttpServerConfig config;
     config.port = 0;
     config.served_model_name = "stories";
-    config.http_threads = 8;
-    config.max_body_bytes = options.max_body_bytes;
+    config.limits.max_body_bytes = options.max_body_bytes;
     std::optional<ChatTemplate> chat_template;
     if (options.chat) chat_template = ChatTemplate::from_file(test::shared_path("models/llama3_1-tokenizer/tokenizer_config.json"));
     server_ = std::make_unique<HttpServer>(async_, stories_.tokenizer.get(), std::move(chat_template), config);
@@ -140,7 +139,7 @@ TEST(HttpServer, ErrorsHaveOpenAiBodiesAndStatuses) {
                "messages");
   expect_error(server.post("/v1/chat/completions", R"({"messages": "hi"})"), 400, "messages");
   expect_error(server.client().Get("/v1/nothing"), 404, "");
-  expect_error(server.post("/v1/models", "{}"), 404, "");
+  expect_error(server.post("/v1/models", "{}"), 405, "");
   expect_error(server.post("/v1/completions", json{{"prompt", std::string(5000, 'a')}}.dump()), 413, "");
   // The server still answers.
   const auto health = server.client().Get("/health");
