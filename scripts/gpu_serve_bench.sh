@@ -53,8 +53,8 @@ args=("-DSPLITFLOW_CUDA=${CUDA:-ON}")
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: no GPU visible"
 start=$SECONDS
 cmake -S . -B "$build" -G Ninja "${args[@]}" >"$logs/configure.log" 2>&1 || { tail -40 "$logs/configure.log"; exit 1; }
-if grep -q "cpp-httplib not found" "$logs/configure.log"; then
-  echo "cpp-httplib missing: carry the header-only httplib.h in $carry/include (docs/serving.md)"
+if grep -q "Boost.Beast not found\|cpp-httplib not found" "$logs/configure.log"; then
+  echo "Boost or cpp-httplib missing: run scripts/carry_boost.sh and carry httplib.h in $carry/include (docs/serving.md)"
   exit 1
 fi
 if ! cmake --build "$build" -j16 --target splitflow >"$logs/build.log" 2>&1; then
