@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include "core/error.h"
+#include "server/metrics.h"
 #include "server/openai_api.h"
 
 #include <fmt/format.h>
@@ -391,7 +392,17 @@ void HttpServer::Impl::install_routes() {
   front.route(
       "GET", "/metrics",
       [this](const std::shared_ptr<http::Exchange>& exchange) {
-        exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8", engine.render_metrics());
+        std::string text = engine.render_metrics();
+        const http::FrontStats stats = front.stats();
+        render_gauge(text, "splitflow_http_open_connections", "connections open now",
+                     static_cast<double>(stats.open_connections));
+        render_gauge(text, "splitflow_http_open_requests", "requests read whose response is not sent whole yet",
+                     static_cast<double>(stats.open_exchanges));
+        render_counter(text, "splitflow_http_refused_connections_total",
+                       "connections answered 503 beyond --max-connections", stats.refused_connections);
+        render_counter(text, "splitflow_http_deadline_closes_total",
+                       "connections closed at a header, body, write or request deadline", stats.deadline_closes);
+        exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
       },
       http::Dispatch::kInline);
 }

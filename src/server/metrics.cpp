@@ -17,14 +17,6 @@ std::vector<double> latency_buckets() {
           0.75, 1.0, 1.5, 2.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0};
 }
 
-void render_counter(std::string& out, std::string_view name, std::string_view help, int64_t value) {
-  out += fmt::format("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, value);
-}
-
-void render_gauge(std::string& out, std::string_view name, std::string_view help, double value) {
-  out += fmt::format("# HELP {0} {1}\n# TYPE {0} gauge\n{0} {2}\n", name, help, value);
-}
-
 void render_labelled_counter(std::string& out, std::string_view name, std::string_view help, std::string_view label,
                              const std::map<std::string, int64_t, std::less<>>& values) {
   out += fmt::format("# HELP {0} {1}\n# TYPE {0} counter\n", name, help);
@@ -35,6 +27,15 @@ void render_labelled_counter(std::string& out, std::string_view name, std::strin
 std::string le_label(double bound) { return std::isinf(bound) ? "+Inf" : fmt::format("{}", bound); }
 
 }  // namespace
+
+void render_counter(std::string& out, std::string_view name, std::string_view help, int64_t value) {
+  out += fmt::format("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, value);
+}
+
+void render_gauge(std::string& out, std::string_view name, std::string_view help, double value) {
+  out += fmt::format("# HELP {0} {1}\n# TYPE {0} gauge\n{0} {2}\n", name, help, value);
+}
+
 
 Histogram::Histogram(std::vector<double> upper_bounds) : upper_bounds_(std::move(upper_bounds)) {
   for (size_t i = 0; i < upper_bounds_.size(); ++i) {

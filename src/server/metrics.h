@@ -15,6 +15,10 @@
 
 namespace splitflow {
 
+// One `# HELP`, `# TYPE` and sample line, appended to `out`.
+void render_counter(std::string& out, std::string_view name, std::string_view help, int64_t value);
+void render_gauge(std::string& out, std::string_view name, std::string_view help, double value);
+
 class Histogram {
  public:
   // upper_bounds: increasing, finite; a +Inf bucket is implied.

@@ -585,6 +585,9 @@ TEST(HttpServer, ModelsHealthAndMetrics) {
     EXPECT_NE(metrics->body.find(name), std::string::npos) << name;
   }
   EXPECT_NE(metrics->body.find("splitflow_e2e_request_latency_seconds_count 1\n"), std::string::npos);
+  // The front's own: this /metrics request is the one open.
+  EXPECT_NE(metrics->body.find("splitflow_http_open_requests 1\n"), std::string::npos) << metrics->body;
+  EXPECT_NE(metrics->body.find("splitflow_http_refused_connections_total 0\n"), std::string::npos);
 }
 
 }  // namespace
