@@ -36,6 +36,19 @@ __device__ __forceinline__ float ldf16(const uint8_t* p) { return f16(ld16(p)); 
 // Byte i (0..3) of a word.
 __device__ __forceinline__ uint32_t byte_of(uint32_t word, int i) { return (word >> (8 * i)) & 0xffu; }
 
+// Integer codes to float without I2F, a quarter-rate instruction on sm_90 that bounded the decode
+// GEMVs: v in [0, 2^23) ORed into the mantissa of 2^23 is the float 2^23 + v exactly, so one
+// logic op and one FADD (both full rate) give float(v) - offset, exact for a small integer offset
+// (as the int conversion was). The offset folds a code's bias (Q4_0's 8, Q6_K's 32) into the FADD.
+__device__ __forceinline__ float code_minus(uint32_t v, float offset) {
+  return __uint_as_float(0x4B000000u | v) - (8388608.0f + offset);
+}
+__device__ __forceinline__ float code_to_float(uint32_t v) { return code_minus(v, 0.0f); }
+// Signed byte i of a word as a float: the byte with its sign bit flipped is v + 128.
+__device__ __forceinline__ float signed_byte_to_float(uint32_t word, int i) {
+  return __uint_as_float(__byte_perm(word ^ 0x80808080u, 0x4B000000u, 0x7650 | i)) - 8388736.0f;
+}
+
 // Block types: the block decoders' data start at the row's first byte (F8 and I8 override it: their scales come first).
 struct BlocksFromRowStart {
   __device__ static int64_t data_offset(int64_t) { return 0; }
@@ -51,10 +64,10 @@ struct Q4_0 : BlocksFromRowStart {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const uint32_t q = ld16(b + 2 + 2 * i);
-      w[2 * i] = (static_cast<int>(q & 0xf) - 8) * d;
-      w[2 * i + 16] = (static_cast<int>((q >> 4) & 0xf) - 8) * d;
-      w[2 * i + 1] = (static_cast<int>((q >> 8) & 0xf) - 8) * d;
-      w[2 * i + 17] = (static_cast<int>((q >> 12) & 0xf) - 8) * d;
+      w[2 * i] = code_minus(q & 0xf, 8.0f) * d;
+      w[2 * i + 16] = code_minus((q >> 4) & 0xf, 8.0f) * d;
+      w[2 * i + 1] = code_minus((q >> 8) & 0xf, 8.0f) * d;
+      w[2 * i + 17] = code_minus((q >> 12) & 0xf, 8.0f) * d;
     }
   }
 };
@@ -68,10 +81,10 @@ struct Q4_1 : BlocksFromRowStart {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const uint32_t q = ld16(b + 4 + 2 * i);
-      w[2 * i] = fmaf(static_cast<float>(q & 0xf), d, m);
-      w[2 * i + 16] = fmaf(static_cast<float>((q >> 4) & 0xf), d, m);
-      w[2 * i + 1] = fmaf(static_cast<float>((q >> 8) & 0xf), d, m);
-      w[2 * i + 17] = fmaf(static_cast<float>((q >> 12) & 0xf), d, m);
+      w[2 * i] = fmaf(code_to_float(q & 0xf), d, m);
+      w[2 * i + 16] = fmaf(code_to_float((q >> 4) & 0xf), d, m);
+      w[2 * i + 1] = fmaf(code_to_float((q >> 8) & 0xf), d, m);
+      w[2 * i + 17] = fmaf(code_to_float((q >> 12) & 0xf), d, m);
     }
   }
 };
@@ -94,8 +107,8 @@ struct Q5 : BlocksFromRowStart {
         const int j = 2 * i + h;
         const uint32_t byte = (q >> (8 * h)) & 0xff;
         const uint32_t lo = (byte & 0xf) | (((qh >> j) & 1) << 4), hi = (byte >> 4) | (((qh >> (j + 16)) & 1) << 4);
-        w[j] = fmaf(static_cast<float>(lo), d, m);
-        w[j + 16] = fmaf(static_cast<float>(hi), d, m);
+        w[j] = fmaf(code_to_float(lo), d, m);
+        w[j + 16] = fmaf(code_to_float(hi), d, m);
       }
     }
   }
@@ -110,8 +123,8 @@ struct Q8_0 : BlocksFromRowStart {
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       const uint32_t q = ld16(b + 2 + 2 * i);
-      w[2 * i] = static_cast<float>(static_cast<int8_t>(q & 0xff)) * d;
-      w[2 * i + 1] = static_cast<float>(static_cast<int8_t>(q >> 8)) * d;
+      w[2 * i] = signed_byte_to_float(q, 0) * d;
+      w[2 * i + 1] = signed_byte_to_float(q, 1) * d;
     }
   }
 };
@@ -136,7 +149,7 @@ struct Q2_K : BlocksFromRowStart {
         const uint32_t q = ld32(qs + 16 * half + 4 * word);
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          w[16 * half + 4 * word + i] = dl * static_cast<float>((byte_of(q, i) >> shift) & 3) - ml;
+          w[16 * half + 4 * word + i] = dl * code_to_float((byte_of(q, i) >> shift) & 3) - ml;
       }
     }
   }
@@ -164,8 +177,9 @@ struct Q3_K : BlocksFromRowStart {
         const uint32_t q = ld16(qs + l), hm = ld16(b + l);
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const int v = static_cast<int>((byte_of(q, i) >> shift) & 3) - (((byte_of(hm, i) >> s) & 1) ? 0 : 4);
-          w[l + i] = dl * static_cast<float>(v);
+          // q - 4 when the high bit is clear: (q + 4 h) - 4.
+          const uint32_t v = ((byte_of(q, i) >> shift) & 3) | (((byte_of(hm, i) >> s) & 1) << 2);
+          w[l + i] = dl * code_minus(v, 4.0f);
         }
       }
     }
@@ -214,7 +228,7 @@ struct QK45 : BlocksFromRowStart {
         for (int i = 0; i < 4; ++i) {
           uint32_t v = (byte_of(qw[word], i) >> nibble) & 0xf;
           if constexpr (kFive) v |= ((byte_of(hw[word], i) >> s) & 1) << 4;
-          w[16 * half + 4 * word + i] = d * static_cast<float>(v) - m;
+          w[16 * half + 4 * word + i] = d * code_to_float(v) - m;
         }
     }
   }
@@ -241,8 +255,8 @@ struct Q6_K : BlocksFromRowStart {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int l = 2 * word + i;
-        const int q = static_cast<int>(((byte_of(lo, i) >> nibble) & 0xf) | (((byte_of(hi, i) >> (2 * qd)) & 3) << 4)) - 32;
-        w[l] = (l < 16 ? d0 : d1) * static_cast<float>(q);
+        const uint32_t q = ((byte_of(lo, i) >> nibble) & 0xf) | (((byte_of(hi, i) >> (2 * qd)) & 3) << 4);
+        w[l] = (l < 16 ? d0 : d1) * code_minus(q, 32.0f);
       }
     }
   }
@@ -271,7 +285,7 @@ struct QB : BlocksFromRowStart {
       uint32_t q = words[word] >> off;
       if (off + kBits > 32) q |= words[word + 1] << (32 - off);
       q &= (1u << kBits) - 1;
-      w[i] = __fadd_rn(__fmul_rn(static_cast<float>(q), scale), mn);
+      w[i] = __fadd_rn(__fmul_rn(code_to_float(q), scale), mn);
     }
   }
 };
@@ -295,8 +309,9 @@ struct Q3H_B64 : BlocksFromRowStart {
       uint32_t code = words[word] >> off;
       if (off + 7 > 32) code |= words[word + 1] << (32 - off);
       code &= 0x7f;
-      w[2 * c] = __fadd_rn(__fmul_rn(static_cast<float>(code / 11), scale), mn);
-      w[2 * c + 1] = __fadd_rn(__fmul_rn(static_cast<float>(code % 11), scale), mn);
+      const uint32_t first = (code * 373) >> 12;  // code / 11 for every 7-bit code
+      w[2 * c] = __fadd_rn(__fmul_rn(code_to_float(first), scale), mn);
+      w[2 * c + 1] = __fadd_rn(__fmul_rn(code_to_float(code - 11 * first), scale), mn);
     }
   }
 };
@@ -356,7 +371,7 @@ struct I8 {
       for (int word = 0; word < 4; ++word)
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          w[16 * half + 4 * word + i] = static_cast<float>(static_cast<int8_t>(byte_of(qw[word], i))) * scale;
+          w[16 * half + 4 * word + i] = signed_byte_to_float(qw[word], i) * scale;
     }
   }
 };
