@@ -114,8 +114,9 @@ jinja::Dict alias_reasoning(jinja::Dict message) {
 }
 
 template <typename Json>
-std::string render_messages(const jinja::Program& program, const std::string& bos, const std::string& eos,
-                            const Json& messages, bool add_generation_prompt, const Json& extra) {
+std::string render_messages(const jinja::Program& program, const TemplateLimits& limits, const std::string& bos,
+                            const std::string& eos, const Json& messages, bool add_generation_prompt,
+                            const Json& extra) {
   SF_CHECK(messages.is_array(), "chat template: 'messages' must be an array of message objects");
   SF_CHECK(extra.is_object(), "chat template: the extra template variables must be a JSON object");
   std::vector<jinja::Value> converted;
@@ -146,7 +147,7 @@ std::string render_messages(const jinja::Program& program, const std::string& bo
              "chat template: '{}' cannot be passed as an extra template variable", it.key());
     variables.emplace_back(it.key(), jinja::Value::from_json(it.value()));
   }
-  return jinja::render(program, variables);
+  return jinja::render(program, variables, limits);
 }
 
 // The text of token `key` (an id) in GGUF metadata, "" when absent or out of range.
@@ -227,12 +228,18 @@ std::optional<ChatTemplate> ChatTemplate::find_for_model(const std::filesystem::
 
 std::string ChatTemplate::render(const nlohmann::json& messages, bool add_generation_prompt,
                                  const nlohmann::json& extra) const {
-  return render_messages(*program_, bos_token_, eos_token_, messages, add_generation_prompt, extra);
+  return render_messages(*program_, limits_, bos_token_, eos_token_, messages, add_generation_prompt, extra);
 }
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                  const nlohmann::ordered_json& extra) const {
-  return render_messages(*program_, bos_token_, eos_token_, messages, add_generation_prompt, extra);
+  return render_messages(*program_, limits_, bos_token_, eos_token_, messages, add_generation_prompt, extra);
+}
+
+ChatTemplate ChatTemplate::with_limits(const TemplateLimits& limits) const {
+  ChatTemplate limited = *this;
+  limited.limits_ = limits;
+  return limited;
 }
 
 }  // namespace splitflow

@@ -4,11 +4,14 @@
 // raise_exception, strftime_now and transformers' tojson).
 // Module files: jinja_lexer.* (source -> tokens, whitespace control), jinja_ast.h + jinja_parser.*
 // (tokens -> AST), jinja_value.* (the interpreter's value type), jinja_builtins.* (operators,
-// filters, tests, methods, globals, tojson), jinja_interpreter.* (AST -> text, scopes, limits),
-// chat_template.cpp (this API). docs/chat-templates.md lists the supported Jinja subset.
-// The module never tokenizes; it produces text only. A ChatTemplate is immutable after
-// construction: render() may run on several threads at once.
+// filters, tests, methods, globals, tojson), jinja_interpreter.* (AST -> text, scopes),
+// template_limits.h + jinja_budget.* (what a render may spend), chat_template.cpp (this API).
+// docs/chat-templates.md lists the supported Jinja subset and the limits.
+// The module never tokenizes; it produces text only, and never renders without its limits. A
+// ChatTemplate is immutable after construction: render() may run on several threads at once.
 #pragma once
+
+#include "chat/template_limits.h"
 
 #include <nlohmann/json.hpp>
 
@@ -41,7 +44,8 @@ class ChatTemplate {
   // messages: the OpenAI "messages" array (role, content as a string or a list of
   // {type:"text", text} parts, optional name/tool_calls/...). extra: more template variables
   // (tools, documents, enable_thinking, ...). Throws splitflow::Error carrying the template's
-  // raise_exception message, or naming the line of a runtime error.
+  // raise_exception message, or naming the line of a runtime error; TemplateLimitError (an Error)
+  // naming the limit when the render reaches one of limits().
   // As transformers' apply_chat_template does, keys whose value is null are dropped from each
   // message (so `content: null` is undefined to the template, not none).
   // Content parts: when the template never loops over a message's content, a list of text parts
@@ -58,11 +62,15 @@ class ChatTemplate {
   const std::string& source() const { return source_; }
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }
+  const TemplateLimits& limits() const { return limits_; }
+  // This template rendering under other limits (the defaults otherwise); shares the parsed template.
+  ChatTemplate with_limits(const TemplateLimits& limits) const;
 
  private:
   std::string source_;
   std::string bos_token_;
   std::string eos_token_;
+  TemplateLimits limits_;
   std::shared_ptr<const jinja::Program> program_;  // shared: copies of a template share the AST
 };
 

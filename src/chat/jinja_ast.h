@@ -99,6 +99,8 @@ struct Node {
   bool macro_reads_varargs = false;
   bool macro_reads_kwargs = false;
   bool macro_reads_caller = false;
+  // For: whether the body reads `loop`; like jinja2, the loop object is only built then.
+  bool for_reads_loop = false;
 };
 
 // A parsed template.

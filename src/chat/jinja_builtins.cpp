@@ -20,6 +20,12 @@ namespace {
 std::u32string code_points(std::string_view text) { return unicode::to_code_points(text); }
 std::string utf8(std::u32string_view cps) { return unicode::to_utf8(cps); }
 
+// For strings built piece by piece: the size is checked before each piece makes it grow.
+void append_checked(std::string& out, std::string_view piece) {
+  check_string_size(out.size() + piece.size());
+  out += piece;
+}
+
 // Uppercase as the inverse of the simple lowercase mapping (the tokenizer tables hold lowercase
 // only): right for every cased pair, misses Python's special expansions (ß -> SS).
 char32_t to_upper(char32_t cp) {
@@ -121,6 +127,7 @@ std::string str_strip(std::string_view text, const Value* chars, bool left, bool
 
 std::vector<Value> str_split(const std::string& text, const Value* separator, int64_t maxsplit, bool from_right) {
   std::vector<Value> parts;
+  auto check_one_more = [](size_t count) { check_container_size("list", count + 1, sizeof(Value)); };
   if (!separator || separator->is_none()) {
     // Runs of whitespace separate; leading/trailing whitespace yields no empty parts.
     std::u32string cps = code_points(text);
@@ -130,6 +137,7 @@ std::vector<Value> str_split(const std::string& text, const Value* separator, in
       while (true) {
         while (i < cps.size() && is_python_space(cps[i])) ++i;
         if (i >= cps.size()) break;
+        check_one_more(words.size());
         if (maxsplit >= 0 && static_cast<int64_t>(words.size()) == maxsplit) {
           words.push_back(cps.substr(i));  // the remainder keeps its trailing whitespace
           break;
@@ -143,6 +151,7 @@ std::vector<Value> str_split(const std::string& text, const Value* separator, in
       while (true) {
         while (i > 0 && is_python_space(cps[i - 1])) --i;
         if (i == 0) break;
+        check_one_more(words.size());
         if (maxsplit >= 0 && static_cast<int64_t>(words.size()) == maxsplit) {
           words.push_back(cps.substr(0, i));  // the remainder keeps its leading whitespace
           break;
@@ -161,11 +170,13 @@ std::vector<Value> str_split(const std::string& text, const Value* separator, in
   }
   const std::string& sep = separator->as_string();
   if (sep.empty()) throw RuntimeError("empty separator");
+  charge_search(text.size(), sep.size());
   if (!from_right) {
     size_t start = 0;
     while (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) {
       size_t found = text.find(sep, start);
       if (found == std::string::npos) break;
+      check_one_more(parts.size());
       parts.emplace_back(text.substr(start, found - start));
       start = found + sep.size();
     }
@@ -178,6 +189,7 @@ std::vector<Value> str_split(const std::string& text, const Value* separator, in
     if (end < sep.size()) break;
     size_t found = text.rfind(sep, end - sep.size());
     if (found == std::string::npos) break;
+    check_one_more(reversed.size());
     reversed.emplace_back(text.substr(found + sep.size(), end - found - sep.size()));
     end = found;
   }
@@ -197,6 +209,7 @@ std::vector<std::string> str_splitlines(std::string_view text, bool keep_ends) {
     if (!is_break) continue;
     size_t end = i;
     if (c == '\r' && i + 1 < cps.size() && cps[i + 1] == '\n') ++i;
+    check_container_size("list", lines.size() + 1, sizeof(Value));
     lines.push_back(utf8(std::u32string_view(cps).substr(start, (keep_ends ? i + 1 : end) - start)));
     start = i + 1;
   }
@@ -213,24 +226,26 @@ std::string str_replace(const std::string& text, const std::string& old, const s
     std::u32string cps = code_points(text);
     for (char32_t cp : cps) {
       if (count < 0 || done < count) {
-        out += replacement;
+        append_checked(out, replacement);
         ++done;
       }
       unicode::append_utf8(out, cp);
     }
-    if (count < 0 || done < count) out += replacement;
+    if (count < 0 || done < count) append_checked(out, replacement);
     return out;
   }
+  charge_search(text.size(), old.size());
+  std::string_view text_view(text);
   size_t start = 0;
   while (count < 0 || done < count) {
     size_t found = text.find(old, start);
     if (found == std::string::npos) break;
-    out.append(text, start, found - start);
-    out += replacement;
+    append_checked(out, text_view.substr(start, found - start));
+    append_checked(out, replacement);
     start = found + old.size();
     ++done;
   }
-  out.append(text, start, std::string::npos);
+  append_checked(out, text_view.substr(start));
   return out;
 }
 
@@ -297,6 +312,7 @@ bool has_method(const Value& object, std::string_view name) {
 std::string pad(const std::string& text, int64_t width, bool left_align, char fill = ' ') {
   int64_t length = static_cast<int64_t>(code_point_count(text));
   if (width <= length) return text;
+  check_string_size(text.size() + static_cast<size_t>(width - length));
   std::string padding(width - length, fill);
   return left_align ? text + padding : padding + text;
 }
@@ -371,7 +387,7 @@ std::string percent_format(const std::string& format, const Value& values) {
       case 'a': {
         std::string text = type == 's' ? v.str() : v.repr();
         if (precision >= 0) text = utf8(code_points(text).substr(0, precision));
-        out += pad(text, width, left);
+        append_checked(out, pad(text, width, left));
         break;
       }
       case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': case 'c':
@@ -453,7 +469,7 @@ std::string brace_format(const std::string& format, const CallArgs& args) {
       }
       if (!value) throw RuntimeError(fmt::format("KeyError: '{}'", field));
     }
-    out += conversion == 'r' ? value->repr() : value->str();
+    append_checked(out, conversion == 'r' ? value->repr() : value->str());
   }
   return out;
 }
@@ -565,6 +581,7 @@ void stable_sort(std::vector<Value>& items, const std::function<Value(const Valu
 // ---------------------------------------------------------------- JSON
 
 void append_json_string(std::string& out, std::string_view text, bool ensure_ascii) {
+  check_string_size(out.size() + text.size() + 2);  // escapes can make it longer: checked again at the end
   out += '"';
   size_t offset = 0;
   while (offset < text.size()) {
@@ -591,6 +608,7 @@ void append_json_string(std::string& out, std::string_view text, bool ensure_asc
     }
   }
   out += '"';
+  check_string_size(out.size());
 }
 
 std::string json_float(double value) {
@@ -602,6 +620,7 @@ std::string json_float(double value) {
 void append_json(std::string& out, const Value& value, const JsonOptions& options, int level) {
   auto newline = [&](int depth) {
     if (!options.indent) return;
+    check_string_size(out.size() + 1 + depth * options.indent->size());
     out += '\n';
     for (int i = 0; i < depth; ++i) out += *options.indent;
   };
@@ -705,6 +724,7 @@ Value filter_batch(const Value& input, const CallArgs& args) {
   int64_t count = require_int(arg_or(args, 0, "linecount", "batch", Value()), "batch linecount");
   if (count <= 0) throw RuntimeError("batch linecount must be positive");
   const Value* fill = args.find(1, "fill_with", "batch");
+  if (fill && !fill->is_none()) check_container_size("list", static_cast<uint64_t>(count), sizeof(Value));
   std::vector<Value> batches, current;
   for (auto& item : iterate(input)) {
     current.push_back(item);
@@ -731,6 +751,7 @@ std::string center(const std::string& text, int64_t width) {
   int64_t length = static_cast<int64_t>(code_point_count(text));
   if (width <= length) return text;
   int64_t margin = width - length;
+  check_string_size(text.size() + static_cast<size_t>(margin));
   int64_t left = margin / 2 + (margin & width & 1);  // CPython's rounding
   return std::string(left, ' ') + text + std::string(margin - left, ' ');
 }
@@ -764,18 +785,31 @@ Value filter_dictsort(const Value& input, const CallArgs& args) {
 
 Value filter_escape(const Value& input, const CallArgs& args) {
   args.check("escape", 0, {});
-  std::string out;
-  for (char c : input.str()) {
+  auto entity = [](char c) -> std::string_view {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&': return "&amp;";
+      case '<': return "&lt;";
+      case '>': return "&gt;";
+      case '"': return "&#34;";
+      case '\'': return "&#39;";
+      default: return {};
+    }
+  };
+  std::string text = input.str();
+  size_t escaped_size = 0;
+  for (char c : text) escaped_size += entity(c).empty() ? 1 : entity(c).size();
+  check_string_size(escaped_size);
+  std::string out;
+  out.reserve(escaped_size);
+  for (char c : text) {
+    std::string_view replacement = entity(c);
+    if (replacement.empty()) {
+      out += c;
+    } else {
+      out += replacement;
     }
   }
-  return Value(out);
+  return Value(std::move(out));
 }
 
 Value filter_first(const Value& input, const CallArgs& args) {
@@ -822,26 +856,26 @@ Value filter_indent(const Value& input, const CallArgs& args) {
   Value width = arg_or(args, 0, "width", "indent", Value(4));
   bool first = arg_or(args, 1, "first", "indent", Value(false)).truthy();
   bool blank = arg_or(args, 2, "blank", "indent", Value(false)).truthy();
-  std::string indentation = width.is_string() ? width.as_string()
-                                              : std::string(std::max<int64_t>(0, require_int(width, "indent width")), ' ');
+  std::string indentation;
+  if (width.is_string()) {
+    indentation = width.as_string();
+  } else {
+    int64_t spaces = require_int(width, "indent width");
+    check_repeated_string_size(spaces, 1);
+    indentation.assign(std::max<int64_t>(0, spaces), ' ');
+  }
   // jinja2 appends a newline before splitlines() so a trailing newline keeps its (empty) line.
   std::vector<std::string> lines = str_splitlines(input.str() + "\n", false);
   std::string out;
-  if (blank) {
-    for (size_t i = 0; i < lines.size(); ++i) {
-      if (i) out += "\n" + indentation;
-      out += lines[i];
+  if (first) out = indentation;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i) {
+      append_checked(out, "\n");
+      if (blank || !lines[i].empty()) append_checked(out, indentation);
     }
-  } else if (!lines.empty()) {
-    out = lines[0];
-    for (size_t i = 1; i < lines.size(); ++i) {
-      out += "\n";
-      if (!lines[i].empty()) out += indentation;
-      out += lines[i];
-    }
+    append_checked(out, lines[i]);
   }
-  if (first) out = indentation + out;
-  return Value(out);
+  return Value(std::move(out));
 }
 
 Value filter_int(const Value& input, const CallArgs& args) {
@@ -879,11 +913,11 @@ Value filter_join(const Value& input, const CallArgs& args) {
   std::string out;
   bool first = true;
   for (const auto& item : iterate(input)) {
-    if (!first) out += separator;
+    if (!first) append_checked(out, separator);
     first = false;
-    out += attribute && !attribute->is_none() ? lookup_path(item, *attribute).str() : item.str();
+    append_checked(out, attribute && !attribute->is_none() ? lookup_path(item, *attribute).str() : item.str());
   }
-  return Value(out);
+  return Value(std::move(out));
 }
 
 Value filter_length(const Value& input, const CallArgs& args) {
@@ -1074,7 +1108,9 @@ Value filter_tojson(const Value& input, const CallArgs& args) {
   if (indent.is_string()) {
     options.indent = indent.as_string();
   } else if (!indent.is_none()) {
-    options.indent = std::string(std::max<int64_t>(0, require_int(indent, "tojson indent")), ' ');
+    int64_t spaces = require_int(indent, "tojson indent");
+    check_repeated_string_size(spaces, 1);
+    options.indent = std::string(std::max<int64_t>(0, spaces), ' ');
   }
   if (options.indent) options.item_separator = ",";
   Value separators = arg_or(args, 2, "separators", "tojson", Value(nullptr));
@@ -1283,6 +1319,7 @@ Value string_method(const std::string& s, std::string_view name, const CallArgs&
     args.check(fn, 1, {});
     if (args.positional.empty()) throw RuntimeError(fn + "() takes at least 1 argument (0 given)");
     const std::string& needle = require_string(args.positional[0], fn + " argument");
+    charge_search(s.size(), needle.size());
     if (name == "count") {
       if (needle.empty()) return Value(static_cast<int64_t>(code_point_count(s) + 1));
       int64_t count = 0;
@@ -1300,11 +1337,11 @@ Value string_method(const std::string& s, std::string_view name, const CallArgs&
     bool first = true;
     for (const auto& item : iterate(args.positional[0])) {
       if (!item.is_string()) throw RuntimeError(fmt::format("sequence item: expected str instance, {} found", item.type_name()));
-      if (!first) out += s;
+      if (!first) append_checked(out, s);
       first = false;
-      out += item.as_string();
+      append_checked(out, item.as_string());
     }
-    return Value(out);
+    return Value(std::move(out));
   }
   if (name == "format") return Value(brace_format(s, args));
   if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "islower" ||
@@ -1348,6 +1385,7 @@ Value string_method(const std::string& s, std::string_view name, const CallArgs&
     if (args.positional.empty()) throw RuntimeError(fn + "() takes exactly one argument (0 given)");
     const std::string& sep = require_string(args.positional[0], fn + " argument");
     if (sep.empty()) throw RuntimeError("empty separator");
+    charge_search(s.size(), sep.size());
     size_t at = name == "partition" ? s.find(sep) : s.rfind(sep);
     if (at == std::string::npos) {
       return name == "partition" ? Value::tuple({Value(s), Value(""), Value("")})
@@ -1436,16 +1474,22 @@ Value global_range(const CallArgs& args) {
     if (args.positional.size() == 3) step = require_int(args.positional[2], "range step");
   }
   if (step == 0) throw RuntimeError("range() arg 3 must not be zero");
-  // The sandbox caps ranges at MAX_RANGE items.
-  constexpr int64_t kMaxRange = 100000;
-  int64_t count = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                           : (start > stop ? (start - stop - step - 1) / -step : 0);
-  if (count > kMaxRange) {
-    throw RuntimeError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+  // Computed in unsigned arithmetic: stop - start overflows int64 for extreme bounds.
+  uint64_t count = 0;
+  if (step > 0 && stop > start) {
+    count = (static_cast<uint64_t>(stop) - static_cast<uint64_t>(start) - 1) / static_cast<uint64_t>(step) + 1;
+  } else if (step < 0 && start > stop) {
+    count = (static_cast<uint64_t>(start) - static_cast<uint64_t>(stop) - 1) / (0 - static_cast<uint64_t>(step)) + 1;
+  }
+  // jinja2's sandbox caps ranges at MAX_RANGE (100000) items; so does max_range_items by default.
+  int64_t max_items = current_limits().max_range_items;
+  if (count > static_cast<uint64_t>(max_items)) {
+    throw LimitExceeded(fmt::format("Range too big: range() of {} items would exceed {} items (limit max_range_items)",
+                                    count, max_items));
   }
   std::vector<Value> items;
   items.reserve(count);
-  for (int64_t i = 0; i < count; ++i) items.emplace_back(start + i * step);
+  for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) items.emplace_back(start + i * step);
   return Value::list(std::move(items));
 }
 
@@ -1456,6 +1500,7 @@ Value global_strftime_now(const CallArgs& args) {
   std::time_t now = std::time(nullptr);
   std::tm local{};
   localtime_r(&now, &local);
+  check_repeated_string_size(static_cast<int64_t>(format.size()) + 32, 8);
   std::string buffer(256 + format.size() * 8, '\0');
   size_t written = std::strftime(buffer.data(), buffer.size(), format.c_str(), &local);
   if (written == 0 && !format.empty()) throw RuntimeError("strftime_now: format produced no output or is too long");
@@ -1560,16 +1605,24 @@ Value get_slice(const Value& object, const Value& start_value, const Value& stop
 
 std::vector<Value> iterate(const Value& value) {
   if (value.is_undefined()) return {};
-  if (value.is_sequence()) return value.items();
+  if (value.is_sequence()) {
+    charge_steps(static_cast<int64_t>(value.items().size()));
+    return value.items();
+  }
   if (value.is_dict()) {
+    charge_steps(static_cast<int64_t>(value.as_dict().entries.size()));
     std::vector<Value> keys;
     keys.reserve(value.as_dict().entries.size());
     for (const auto& [key, item] : value.as_dict().entries) keys.push_back(key);
     return keys;
   }
   if (value.is_string()) {
-    std::vector<Value> chars;
     const std::string& s = value.as_string();
+    size_t count = code_point_count(s);
+    check_container_size("list", count, sizeof(Value));
+    charge_steps(static_cast<int64_t>(count));
+    std::vector<Value> chars;
+    chars.reserve(count);
     for (size_t offset = 0; offset < s.size();) {
       size_t start = offset;
       unicode::decode_next(s, offset);
@@ -1599,8 +1652,27 @@ Value unary_minus(const Value& operand) {
   throw RuntimeError(fmt::format("bad operand type for unary -: '{}'", operand.type_name()));
 }
 
+namespace {
+
+// The concatenation of two strings, or of two lists' items, checked before it is built.
+std::string concatenate(const std::string& a, const std::string& b) {
+  check_string_size(a.size() + b.size());
+  return a + b;
+}
+
+std::vector<Value> concatenate(const Sequence& a, const Sequence& b) {
+  check_container_size(a.is_tuple ? "tuple" : "list", a.items.size() + b.items.size(), sizeof(Value));
+  std::vector<Value> items;
+  items.reserve(a.items.size() + b.items.size());
+  items.insert(items.end(), a.items.begin(), a.items.end());
+  items.insert(items.end(), b.items.begin(), b.items.end());
+  return items;
+}
+
+}  // namespace
+
 Value binary_operation(std::string_view op, const Value& a, const Value& b) {
-  if (op == "~") return Value(a.str() + b.str());
+  if (op == "~") return Value(concatenate(a.str(), b.str()));
   if (a.is_undefined()) a.fail_undefined();
   if (b.is_undefined()) b.fail_undefined();
   auto unsupported = [&]() -> RuntimeError {
@@ -1665,10 +1737,9 @@ Value binary_operation(std::string_view op, const Value& a, const Value& b) {
     return Value(op == "//" ? quotient : remainder);
   }
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) return Value(concatenate(a.as_string(), b.as_string()));
     if (a.is_sequence() && b.is_sequence() && a.as_sequence().is_tuple == b.as_sequence().is_tuple) {
-      std::vector<Value> items = a.items();
-      items.insert(items.end(), b.items().begin(), b.items().end());
+      std::vector<Value> items = concatenate(a.as_sequence(), b.as_sequence());
       return a.as_sequence().is_tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
     }
     if (a.is_string() || a.is_sequence()) {
@@ -1682,14 +1753,27 @@ Value binary_operation(std::string_view op, const Value& a, const Value& b) {
     if (repeated && (times->is_int() || times->is_bool())) {
       int64_t n = std::max<int64_t>(0, times->to_int());
       if (repeated->is_string()) {
-        if (n * static_cast<int64_t>(repeated->as_string().size()) > (int64_t{1} << 30)) throw RuntimeError("repeated string too long");
+        const std::string& unit = repeated->as_string();
+        if (unit.empty() || n == 0) return Value("");
+        check_repeated_string_size(n, unit.size());
+        size_t size = n * unit.size();
         std::string out;
-        for (int64_t i = 0; i < n; ++i) out += repeated->as_string();
-        return Value(out);
+        out.reserve(size);
+        out = unit;
+        while (out.size() * 2 <= size) out.append(out);  // doubling: a few big copies, not n small ones
+        out.append(out, 0, size - out.size());
+        return Value(std::move(out));
       }
+      const Sequence& unit = repeated->as_sequence();
+      uint64_t count = 0;
+      if (__builtin_mul_overflow(static_cast<uint64_t>(unit.items.empty() ? 0 : n), uint64_t{unit.items.size()}, &count)) {
+        count = UINT64_MAX;
+      }
+      check_container_size(unit.is_tuple ? "tuple" : "list", count, sizeof(Value));
       std::vector<Value> items;
-      for (int64_t i = 0; i < n; ++i) items.insert(items.end(), repeated->items().begin(), repeated->items().end());
-      return repeated->as_sequence().is_tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+      items.reserve(count);
+      for (int64_t i = 0; i < n && !unit.items.empty(); ++i) items.insert(items.end(), unit.items.begin(), unit.items.end());
+      return unit.is_tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
     }
     if (repeated) throw RuntimeError(fmt::format("can't multiply sequence by non-int of type '{}'", times->type_name()));
     throw unsupported();
@@ -1703,6 +1787,7 @@ bool contains(const Value& container, const Value& item) {
     if (!item.is_string()) {
       throw RuntimeError(fmt::format("'in <string>' requires string as left operand, not {}", item.type_name()));
     }
+    charge_search(container.as_string().size(), item.as_string().size());
     return container.as_string().find(item.as_string()) != std::string::npos;
   }
   if (container.is_sequence()) {
@@ -1753,6 +1838,7 @@ std::vector<std::pair<std::string, Value>> global_functions() {
                                  key.as_string()));
                            }
                          }
+                         charge_container("namespace", attributes.entries.size() + 1, sizeof(attributes.entries[0]));
                          return Value(std::make_shared<Namespace>(Namespace{std::move(attributes)}));
                        }));
   globals.emplace_back("raise_exception", Value::callable("raise_exception", [](const CallArgs& args) -> Value {

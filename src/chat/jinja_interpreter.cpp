@@ -31,6 +31,39 @@ using ScopePtr = std::shared_ptr<Scope>;
   fail("chat template error at line {}, column {}: {}", location.line, location.column, message);
 }
 
+// Runs `fn`, giving the failures of template code the template location: a runtime error becomes
+// an Error, a reached limit a TemplateLimitError. The innermost location wins: neither is caught again.
+template <typename Fn>
+auto located(Location location, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const LimitExceeded& limit) {
+    throw TemplateLimitError(
+        fmt::format("chat template error at line {}, column {}: {}", location.line, location.column, limit.what()));
+  } catch (const RuntimeError& error) {
+    fail_located(location, error.what());
+  }
+}
+
+// Text a render produces: the prompt itself, bounded by max_output_bytes, or the body of a macro,
+// call, set or filter block, which becomes a value and is bounded by max_value_bytes.
+struct RenderedText {
+  explicit RenderedText(bool is_prompt) : is_prompt(is_prompt) {}
+
+  void append(std::string_view piece) {
+    size_t size = text.size() + piece.size();
+    if (is_prompt) {
+      check_output_size(size);
+    } else {
+      check_string_size(size);
+    }
+    text += piece;
+  }
+
+  std::string text;
+  bool is_prompt;
+};
+
 std::string namespace_attribute_error(const std::string& name) {
   return fmt::format(
       "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '{}'. Please rename the "
@@ -40,18 +73,31 @@ std::string namespace_attribute_error(const std::string& name) {
 
 class Interpreter {
  public:
-  explicit Interpreter(const RenderLimits& limits) : limits_(limits) {}
+  explicit Interpreter(const TemplateLimits& limits) : budget_(limits) {}
+
+  // A namespace can hold itself (`set ns.self = [ns]`) or a chain of millions of others: a cycle
+  // that reference counting never frees, or a chain whose release would recurse that deep. The
+  // render keeps every namespace it makes and empties them one by one at its end.
+  ~Interpreter() {
+    for (const auto& ns : namespaces_) ns->attributes.entries.clear();
+  }
 
   std::string run(const Program& program, const std::vector<std::pair<std::string, Value>>& variables) {
     auto globals = std::make_shared<Scope>(nullptr);
     for (auto& [name, value] : global_functions()) globals->vars[name] = std::move(value);
+    globals->vars["namespace"] = Value::callable(
+        "namespace", [this, make_namespace = globals->vars["namespace"]](const CallArgs& args) {
+          Value ns = make_namespace.as_callable().call(args);
+          namespaces_.push_back(std::get<Value::NamespaceRef>(ns.storage()));
+          return ns;
+        });
     auto context = std::make_shared<Scope>(globals);
     for (const auto& [name, value] : variables) context->vars[name] = value;
     auto root = std::make_shared<Scope>(context);
     root_ = root;
-    std::string out;
+    RenderedText out(/*is_prompt=*/true);
     exec(program.body, root, out);
-    return out;
+    return std::move(out.text);
   }
 
  private:
@@ -59,7 +105,7 @@ class Interpreter {
 
   // ---- statements ----
 
-  Flow exec(const Body& body, const ScopePtr& scope, std::string& out) {
+  Flow exec(const Body& body, const ScopePtr& scope, RenderedText& out) {
     for (const auto& node : body) {
       Flow flow = exec_node(*node, scope, out);
       if (flow != Flow::Normal) return flow;
@@ -67,22 +113,21 @@ class Interpreter {
     return Flow::Normal;
   }
 
-  Flow exec_node(const Node& node, const ScopePtr& scope, std::string& out) {
-    try {
+  Flow exec_node(const Node& node, const ScopePtr& scope, RenderedText& out) {
+    return located(node.location, [&] {
+      budget_.add_steps(1);
       return exec_unlocated(node, scope, out);
-    } catch (const RuntimeError& error) {
-      fail_located(node.location, error.what());
-    }
+    });
   }
 
-  Flow exec_unlocated(const Node& node, const ScopePtr& scope, std::string& out) {
+  Flow exec_unlocated(const Node& node, const ScopePtr& scope, RenderedText& out) {
     switch (node.kind) {
       case Node::Kind::Text:
-        out += node.text;
+        out.append(node.text);
         return Flow::Normal;
       case Node::Kind::Output: {
         Value value = eval(*node.expr, scope);
-        if (!value.is_undefined()) out += value.str();
+        if (!value.is_undefined()) out.append(value.str());
         return Flow::Normal;
       }
       case Node::Kind::If:
@@ -100,7 +145,7 @@ class Interpreter {
         assign(node.target, render_block(node, scope), *scope);
         return Flow::Normal;
       case Node::Kind::FilterBlock:
-        out += render_block(node, scope).str();
+        out.append(render_block(node, scope).str());
         return Flow::Normal;
       case Node::Kind::Macro:
         scope->vars[node.text] = make_callable(node.text, node, scope);
@@ -110,7 +155,7 @@ class Interpreter {
         CallArgs args = eval_args(call, scope);
         args.keyword.emplace_back("caller", make_callable("caller", node, scope));
         Value result = call_value(eval(*call.children[0], scope), args);
-        out += result.str();
+        out.append(result.str());
         return Flow::Normal;
       }
       case Node::Kind::With: {
@@ -126,24 +171,13 @@ class Interpreter {
     return Flow::Normal;
   }
 
-  void count_iteration() {
-    if (++iterations_ > limits_.max_loop_iterations) {
-      throw RuntimeError(fmt::format("the chat template ran more than {} loop iterations", limits_.max_loop_iterations));
-    }
-  }
-
-  Flow exec_for(const Node& node, const ScopePtr& scope, std::string& out) {
-    std::vector<Value> items;
+  Flow exec_for(const Node& node, const ScopePtr& scope, RenderedText& out) {
     Value iterable = eval(*node.expr, scope);
-    try {
-      items = iterate(iterable);
-    } catch (const RuntimeError& error) {
-      fail_located(node.expr->location, error.what());
-    }
+    std::vector<Value> items = located(node.expr->location, [&] { return iterate(iterable); });
     if (node.condition) {
       std::vector<Value> kept;
       for (auto& item : items) {
-        count_iteration();
+        budget_.add_steps(1);
         auto filter_scope = std::make_shared<Scope>(scope);
         assign(node.target, item, *filter_scope);
         if (eval(*node.condition, filter_scope).truthy()) kept.push_back(std::move(item));
@@ -151,10 +185,10 @@ class Interpreter {
       items = std::move(kept);
     }
     for (size_t i = 0; i < items.size(); ++i) {
-      count_iteration();
+      budget_.add_steps(1);
       auto iteration = std::make_shared<Scope>(scope);
       assign(node.target, items[i], *iteration);
-      iteration->vars["loop"] = loop_object(items, i);
+      if (node.for_reads_loop) iteration->vars["loop"] = loop_object(items, i);
       if (exec(node.body, iteration, out) == Flow::Break) break;
     }
     if (items.empty() && !node.else_body.empty()) return exec(node.else_body, std::make_shared<Scope>(scope), out);
@@ -189,10 +223,11 @@ class Interpreter {
     return Value::dict(std::move(loop));
   }
 
-  void assign(const AssignTarget& target, const Value& value, Scope& scope) {
+  // Takes the value by value: a `set` moves its result into place instead of copying its string.
+  void assign(const AssignTarget& target, Value value, Scope& scope) {
     switch (target.kind) {
       case AssignTarget::Kind::Name:
-        scope.vars[target.name] = value;
+        scope.vars[target.name] = std::move(value);
         return;
       case AssignTarget::Kind::Tuple: {
         std::vector<Value> items = iterate(value);
@@ -203,7 +238,7 @@ class Interpreter {
         if (items.size() > target.elements.size()) {
           throw RuntimeError(fmt::format("too many values to unpack (expected {})", target.elements.size()));
         }
-        for (size_t i = 0; i < items.size(); ++i) assign(target.elements[i], items[i], scope);
+        for (size_t i = 0; i < items.size(); ++i) assign(target.elements[i], std::move(items[i]), scope);
         return;
       }
       case AssignTarget::Kind::NamespaceAttr: {
@@ -212,7 +247,7 @@ class Interpreter {
         if (!target.attribute.empty() && target.attribute[0] == '_') {
           throw RuntimeError(namespace_attribute_error(target.attribute));
         }
-        ns->as_namespace().attributes.set(Value(target.attribute), value);
+        ns->as_namespace().attributes.set(Value(target.attribute), std::move(value));
         return;
       }
     }
@@ -220,9 +255,9 @@ class Interpreter {
 
   // SetBlock / FilterBlock: the body's text in a scope of its own, through the filters.
   Value render_block(const Node& node, const ScopePtr& scope) {
-    std::string text;
+    RenderedText text(/*is_prompt=*/false);
     exec(node.body, std::make_shared<Scope>(scope), text);
-    Value value(std::move(text));
+    Value value(std::move(text.text));
     for (const auto& filter : node.filters) value = apply_filter_node(*filter, value, scope);
     return value;
   }
@@ -237,8 +272,11 @@ class Interpreter {
   }
 
   Value call_macro(const std::string& name, const Node& node, ScopePtr closure, const CallArgs& args) {
-    if (call_depth_ >= limits_.max_call_depth) {
-      throw RuntimeError(fmt::format("maximum recursion depth ({}) exceeded calling '{}'", limits_.max_call_depth, name));
+    int max_depth = budget_.limits().max_call_depth;
+    if (call_depth_ >= max_depth) {
+      throw LimitExceeded(fmt::format(
+          "maximum recursion depth exceeded calling '{}': more than {} nested calls (limit max_call_depth)", name,
+          max_depth));
     }
     struct DepthGuard {
       int& depth;
@@ -287,19 +325,18 @@ class Interpreter {
     }
     scope->vars["varargs"] = Value::tuple(std::move(varargs));
     scope->vars["kwargs"] = Value::dict(std::move(kwargs));
-    std::string out;
+    RenderedText out(/*is_prompt=*/false);
     exec(node.body, scope, out);
-    return Value(std::move(out));
+    return Value(std::move(out.text));
   }
 
   // ---- expressions ----
 
   Value eval(const Expr& expr, const ScopePtr& scope) {
-    try {
+    return located(expr.location, [&] {
+      budget_.add_steps(1);
       return eval_unlocated(expr, scope);
-    } catch (const RuntimeError& error) {
-      fail_located(expr.location, error.what());
-    }
+    });
   }
 
   CallArgs eval_args(const Expr& expr, const ScopePtr& scope) {
@@ -317,11 +354,7 @@ class Interpreter {
 
   Value apply_filter_node(const Expr& filter, const Value& input, const ScopePtr& scope) {
     CallArgs args = eval_args(filter, scope);
-    try {
-      return apply_filter(filter.name, input, args);
-    } catch (const RuntimeError& error) {
-      fail_located(filter.location, error.what());
-    }
+    return located(filter.location, [&] { return apply_filter(filter.name, input, args); });
   }
 
   Value optional_value(const ExprPtr& expr, const ScopePtr& scope) {
@@ -426,10 +459,10 @@ class Interpreter {
     return c >= 0;
   }
 
-  RenderLimits limits_;
+  RenderBudget budget_;  // first: the thread's budget while everything below is built and released
   std::weak_ptr<Scope> root_;
   int call_depth_ = 0;
-  int64_t iterations_ = 0;
+  std::vector<Value::NamespaceRef> namespaces_;
 };
 
 void check_expr(const Expr* expr) {
@@ -463,11 +496,13 @@ void check_body(const Body& body) {
 }  // namespace
 
 std::string render(const Program& program, const std::vector<std::pair<std::string, Value>>& variables,
-                   const RenderLimits& limits) {
+                   const TemplateLimits& limits) {
   try {
     return Interpreter(limits).run(program, variables);
   } catch (const TemplateException& raised) {
     throw Error(raised.what());
+  } catch (const LimitExceeded& limit) {
+    throw TemplateLimitError(std::string("chat template error: ") + limit.what());
   } catch (const RuntimeError& error) {
     throw Error(std::string("chat template error: ") + error.what());
   }

@@ -43,6 +43,7 @@ NodePtr make_node(Node::Kind kind, Location location) {
 }
 
 void note_macro_reads(Node& node);
+bool body_reads_name(const Body& body, std::string_view name);
 
 class Parser {
  public:
@@ -209,6 +210,7 @@ class Parser {
     ++loop_depth_;
     node->body = parse_block_body({"endfor", "else"}, false);
     --loop_depth_;
+    node->for_reads_loop = body_reads_name(node->body, "loop");
     if (advance().text == "else") node->else_body = parse_block_body({"endfor"}, true);
     return node;
   }

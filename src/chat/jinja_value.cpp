@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -17,9 +18,15 @@ const Value* Dict::find(const Value& key) const {
 }
 
 const Value* Dict::find_key(std::string_view key) const {
+  int64_t compared = 0;
   for (const auto& [k, v] : entries) {
-    if (k.is_string() && k.as_string() == key) return &v;
+    ++compared;
+    if (k.is_string() && k.as_string() == key) {
+      charge_steps(compared);
+      return &v;
+    }
   }
+  charge_steps(compared);
   return nullptr;
 }
 
@@ -91,6 +98,28 @@ Value value_from_json(const Json& json) {
 
 }  // namespace
 
+int nesting_depth(const Value& value) {
+  if (value.is_sequence()) return value.as_sequence().depth;
+  if (value.is_dict()) return value.as_dict().depth;
+  return value.is_namespace() ? 1 : 0;
+}
+
+Value Value::sequence(std::vector<Value> items, bool is_tuple) {
+  charge_container(is_tuple ? "tuple" : "list", items.size(), sizeof(Value));
+  int depth = 1;
+  for (const auto& item : items) depth = std::max(depth, 1 + nesting_depth(item));
+  check_nesting_depth(depth);
+  return Value(std::make_shared<const Sequence>(Sequence{std::move(items), is_tuple, depth}));
+}
+
+Value Value::dict(Dict d) {
+  charge_container("dict", d.entries.size(), sizeof(d.entries[0]));
+  d.depth = 1;
+  for (const auto& [key, value] : d.entries) d.depth = std::max({d.depth, 1 + nesting_depth(key), 1 + nesting_depth(value)});
+  check_nesting_depth(d.depth);
+  return Value(std::make_shared<const Dict>(std::move(d)));
+}
+
 Value Value::from_json(const nlohmann::json& json) { return value_from_json(json); }
 Value Value::from_json(const nlohmann::ordered_json& json) { return value_from_json(json); }
 
@@ -138,41 +167,65 @@ void Value::fail_undefined() const { throw RuntimeError(as_undefined().message);
 
 namespace {
 
-void append_repr(std::string& out, const Value& value);
+// Printing follows lists, dicts and namespaces; a namespace can hold itself or a long chain of
+// others, so the depth is checked on the way down and the size as the text grows.
+void append_repr(std::string& out, const Value& value, int depth);
 
-void append_sequence_repr(std::string& out, const Sequence& seq) {
+void append_sequence_repr(std::string& out, const Sequence& seq, int depth) {
+  check_nesting_depth(depth);
   out += seq.is_tuple ? '(' : '[';
   for (size_t i = 0; i < seq.items.size(); ++i) {
     if (i) out += ", ";
-    append_repr(out, seq.items[i]);
+    append_repr(out, seq.items[i], depth);
   }
   if (seq.is_tuple && seq.items.size() == 1) out += ',';
   out += seq.is_tuple ? ')' : ']';
 }
 
-void append_dict_repr(std::string& out, const Dict& dict) {
+void append_dict_repr(std::string& out, const Dict& dict, int depth) {
+  check_nesting_depth(depth);
   out += '{';
   for (size_t i = 0; i < dict.entries.size(); ++i) {
     if (i) out += ", ";
-    append_repr(out, dict.entries[i].first);
+    append_repr(out, dict.entries[i].first, depth);
     out += ": ";
-    append_repr(out, dict.entries[i].second);
+    append_repr(out, dict.entries[i].second, depth);
   }
   out += '}';
 }
 
-void append_repr(std::string& out, const Value& value) {
+void append_namespace_repr(std::string& out, const Namespace& ns, int depth) {
+  out += "<Namespace ";
+  append_dict_repr(out, ns.attributes, depth);
+  out += '>';
+}
+
+// `depth`: the containers already open around `value`.
+void append_repr(std::string& out, const Value& value, int depth) {
   if (value.is_string()) {
+    check_string_size(out.size() + value.as_string().size());
     out += python_string_repr(value.as_string());
   } else if (value.is_sequence()) {
-    append_sequence_repr(out, value.as_sequence());
+    append_sequence_repr(out, value.as_sequence(), depth + 1);
   } else if (value.is_dict()) {
-    append_dict_repr(out, value.as_dict());
+    append_dict_repr(out, value.as_dict(), depth + 1);
+  } else if (value.is_namespace()) {
+    append_namespace_repr(out, value.as_namespace(), depth + 1);
   } else if (value.is_undefined()) {
     out += "Undefined";
   } else {
     out += value.str();
   }
+  check_string_size(out.size());
+}
+
+// A repr built by `append`, charged like a string Value: printing a list reads all of it.
+template <typename AppendRepr>
+std::string charged_repr(AppendRepr append) {
+  std::string out;
+  append(out);
+  charge_string(out.size());
+  return out;
 }
 
 }  // namespace
@@ -186,19 +239,13 @@ std::string Value::str() const {
     std::string operator()(double d) const { return python_float_repr(d); }
     std::string operator()(const std::string& s) const { return s; }
     std::string operator()(const List& l) const {
-      std::string out;
-      append_sequence_repr(out, *l);
-      return out;
+      return charged_repr([&](std::string& out) { append_sequence_repr(out, *l, 1); });
     }
     std::string operator()(const DictRef& d) const {
-      std::string out;
-      append_dict_repr(out, *d);
-      return out;
+      return charged_repr([&](std::string& out) { append_dict_repr(out, *d, 1); });
     }
     std::string operator()(const NamespaceRef& n) const {
-      std::string out = "<Namespace ";
-      append_dict_repr(out, n->attributes);
-      return out + ">";
+      return charged_repr([&](std::string& out) { append_namespace_repr(out, *n, 1); });
     }
     std::string operator()(const CallableRef& c) const { return "<function " + c->name + ">"; }
   };
@@ -206,9 +253,8 @@ std::string Value::str() const {
 }
 
 std::string Value::repr() const {
-  std::string out;
-  append_repr(out, *this);
-  return out;
+  if (is_string()) return python_string_repr(as_string());
+  return charged_repr([&](std::string& out) { append_repr(out, *this, 0); });
 }
 
 bool equals(const Value& a, const Value& b) {
@@ -216,9 +262,14 @@ bool equals(const Value& a, const Value& b) {
     if (a.is_float() || b.is_float()) return a.to_double() == b.to_double();
     return a.to_int() == b.to_int();
   }
+  charge_steps(1);
   if (a.storage().index() != b.storage().index()) return false;
   if (a.is_undefined() || a.is_none()) return true;
-  if (a.is_string()) return a.as_string() == b.as_string();
+  if (a.is_string()) {
+    if (a.as_string().size() != b.as_string().size()) return false;
+    charge_bytes_read(a.as_string().size());
+    return a.as_string() == b.as_string();
+  }
   if (a.is_sequence()) {
     const auto& x = a.as_sequence();
     const auto& y = b.as_sequence();
@@ -262,7 +313,9 @@ int compare(const Value& a, const Value& b, std::string_view op) {
     int64_t x = a.to_int(), y = b.to_int();
     return x < y ? -1 : (x > y ? 1 : 0);
   }
+  charge_steps(1);
   if (a.is_string() && b.is_string()) {
+    charge_bytes_read(std::min(a.as_string().size(), b.as_string().size()));
     int c = a.as_string().compare(b.as_string());  // UTF-8 byte order is code point order
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }

@@ -3,9 +3,13 @@
 // callable), with Python's truthiness, equality, ordering, str() and repr(), and conversion from
 // JSON. Lists and dicts are immutable once built (the sandbox that transformers uses forbids
 // append/update); only a namespace is mutated, by `set ns.attr = ...`.
+// Inside a render, building or copying a string and building a list or dict are charged to the
+// render's budget (jinja_budget.h), and lists and dicts record how deeply they nest.
 // Strings are UTF-8; whatever Python does per character (len, indexing, slicing) is done per code
 // point by the callers, with the helpers at the end of this file.
 #pragma once
+
+#include "chat/jinja_budget.h"
 
 #include <nlohmann/json.hpp>
 
@@ -38,11 +42,13 @@ struct Undefined {
 struct Sequence {
   std::vector<Value> items;
   bool is_tuple = false;  // prints as (a, b) and comes from tuple literals, items() and loops
+  int depth = 1;          // 1 + the deepest item's depth (strings and numbers: 0, a namespace: 1)
 };
 
 // Insertion-ordered like a Python dict. Linear lookup: chat messages and tool schemas are small.
 struct Dict {
   std::vector<std::pair<Value, Value>> entries;
+  int depth = 1;  // as Sequence::depth; set by Value::dict (a namespace's attributes do not keep it)
   const Value* find(const Value& key) const;
   const Value* find_key(std::string_view key) const;
   void set(Value key, Value value);  // replaces in place or appends
@@ -84,23 +90,28 @@ class Value {
   Value(int i) : storage_(int64_t{i}) {}
   Value(int64_t i) : storage_(i) {}
   Value(double d) : storage_(d) {}
-  Value(std::string s) : storage_(std::move(s)) {}
-  Value(std::string_view s) : storage_(std::string(s)) {}
-  Value(const char* s) : storage_(std::string(s)) {}
+  Value(std::string s) : storage_(std::move(s)) { charge_string(as_string().size()); }
+  Value(std::string_view s) : storage_(charged_string(s)) {}
+  Value(const char* s) : Value(std::string_view(s)) {}
   Value(Undefined u) : storage_(std::move(u)) {}
   Value(List l) : storage_(std::move(l)) {}
   Value(DictRef d) : storage_(std::move(d)) {}
   Value(NamespaceRef n) : storage_(std::move(n)) {}
   Value(CallableRef c) : storage_(std::move(c)) {}
+  // Strings are not shared between Values: a copy allocates the bytes again, and is charged for them.
+  Value(const Value& other) : storage_(charged_copy(other)) {}
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value& other) {
+    storage_ = charged_copy(other);
+    return *this;
+  }
+  Value& operator=(Value&&) noexcept = default;
 
   static Value undefined(std::string message) { return Value(Undefined{std::move(message)}); }
-  static Value list(std::vector<Value> items) {
-    return Value(std::make_shared<const Sequence>(Sequence{std::move(items), false}));
-  }
-  static Value tuple(std::vector<Value> items) {
-    return Value(std::make_shared<const Sequence>(Sequence{std::move(items), true}));
-  }
-  static Value dict(Dict d) { return Value(std::make_shared<const Dict>(std::move(d))); }
+  // Charged to the render's budget, and checked against max_nesting_depth.
+  static Value list(std::vector<Value> items) { return sequence(std::move(items), false); }
+  static Value tuple(std::vector<Value> items) { return sequence(std::move(items), true); }
+  static Value dict(Dict d);
   static Value callable(std::string name, std::function<Value(const CallArgs&)> call) {
     return Value(std::make_shared<const Callable>(Callable{std::move(name), std::move(call)}));
   }
@@ -144,8 +155,22 @@ class Value {
   [[noreturn]] void fail_undefined() const;
 
  private:
+  static Value sequence(std::vector<Value> items, bool is_tuple);
+  static std::string charged_string(std::string_view s) {
+    charge_string(s.size());
+    return std::string(s);
+  }
+  static const Storage& charged_copy(const Value& other) {
+    if (other.is_string()) charge_string(other.as_string().size());
+    return other.storage_;
+  }
+
   Storage storage_;
 };
+
+// The depth a list or dict holding `value` has below itself: 0 for strings and numbers, a
+// container's depth, 1 for a namespace (whose attributes can change later).
+int nesting_depth(const Value& value);
 
 // Python ==.
 bool equals(const Value& a, const Value& b);
