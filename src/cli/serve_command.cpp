@@ -49,7 +49,7 @@ struct ServeFlags {
   int max_queue = 1024;
   HttpServerConfig http;  // the front's threads, backlog, connection cap (host, port, name set below)
   double header_timeout_s = 15, body_timeout_s = 60, write_timeout_s = 60, request_timeout_s = 600;
-  double max_body_mb = 32;
+  double max_body_mb = 32, max_body_in_flight_mb = 1024;
   double drain_timeout_s = 30;
 };
 
@@ -171,6 +171,10 @@ void run_serve(const ServeFlags& flags) {
   SF_CHECK(std::isfinite(flags.max_body_mb) && flags.max_body_mb > 0 && flags.max_body_mb <= 4096,
            "--max-body-mb must be in (0, 4096], not {}", flags.max_body_mb);
   http.limits.max_body_bytes = static_cast<size_t>(flags.max_body_mb * double(1 << 20));
+  SF_CHECK(std::isfinite(flags.max_body_in_flight_mb) && flags.max_body_in_flight_mb >= flags.max_body_mb,
+           "--max-body-in-flight-mb ({}) must be at least --max-body-mb ({})", flags.max_body_in_flight_mb,
+           flags.max_body_mb);
+  http.limits.max_body_bytes_in_flight = static_cast<size_t>(flags.max_body_in_flight_mb * double(1 << 20));
   const bool has_chat = chat_template.has_value();
   HttpServer server(async_engine, model.tokenizer.get(), std::move(chat_template), http);
   const int port = server.bind();
@@ -258,6 +262,10 @@ void register_serve(CLI::App& app) {
   command->add_option("--max-header-count", http.limits.max_header_count, "header fields of a request (431 beyond)")
       ->capture_default_str()->check(CLI::Range(size_t{1}, size_t{1} << 16));
   command->add_option("--max-body-mb", flags->max_body_mb, "request body in MiB after de-chunking (413 beyond)")
+      ->capture_default_str();
+  command->add_option("--max-body-in-flight-mb", flags->max_body_in_flight_mb,
+                      "every request body being read or handled, together, in MiB (503 beyond; a chunked body counts "
+                      "as --max-body-mb)")
       ->capture_default_str();
   command->add_option("--header-timeout", flags->header_timeout_s,
                       "seconds from a connection's start (or its previous response) to the end of a request's headers")

@@ -73,6 +73,7 @@ struct FrontState : std::enable_shared_from_this<FrontState> {
   std::atomic<bool> keep_alive{true};
   std::atomic<bool> stopped{false};
   std::atomic<int64_t> open_connections{0}, open_exchanges{0}, refused_connections{0}, deadline_closes{0};
+  std::atomic<size_t> body_bytes_in_flight{0};
 
   std::mutex connections_mutex;
   std::unordered_map<uint64_t, std::weak_ptr<Connection>> connections;
@@ -86,11 +87,25 @@ struct FrontState : std::enable_shared_from_this<FrontState> {
   std::string error_body(int status, const std::string& message) const { return config.error_body(status, message); }
 };
 
+// Bytes of a request body counted against max_body_bytes_in_flight while the reservation lives
+// (the connection while it reads the body, then the exchange that holds it).
+class BodyReservation {
+ public:
+  BodyReservation(std::shared_ptr<FrontState> front, size_t bytes) : front_(std::move(front)), bytes_(bytes) {}
+  ~BodyReservation() { front_->body_bytes_in_flight -= bytes_; }
+  BodyReservation(const BodyReservation&) = delete;
+  BodyReservation& operator=(const BodyReservation&) = delete;
+
+ private:
+  std::shared_ptr<FrontState> front_;
+  size_t bytes_;
+};
+
 // One exchange: the request and the state of its response, touched only on its connection's strand.
 class ExchangeImpl final : public Exchange, public std::enable_shared_from_this<ExchangeImpl> {
  public:
-  ExchangeImpl(std::shared_ptr<Connection> connection, Request request)
-      : connection_(std::move(connection)), request_(std::move(request)) {}
+  ExchangeImpl(std::shared_ptr<Connection> connection, Request request, std::unique_ptr<BodyReservation> body)
+      : connection_(std::move(connection)), request_(std::move(request)), body_reservation_(std::move(body)) {}
 
   const Request& request() const override { return request_; }
   void respond(int status, std::string content_type, std::string body, Headers headers) override;
@@ -106,6 +121,7 @@ class ExchangeImpl final : public Exchange, public std::enable_shared_from_this<
   friend class Connection;
   std::shared_ptr<Connection> connection_;
   Request request_;
+  std::unique_ptr<BodyReservation> body_reservation_;
   State state_ = State::kHandling;
   bool response_started_ = false;  // a byte of the response was queued
   std::function<void()> abort_callback_;
@@ -150,7 +166,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_read_error(const beast::error_code& ec);
   void dispatch();
   void watch();
-  void reject(int status, const std::string& message);
+  void reject(int status, const std::string& message, const Headers& headers = {});
+  bool reserve_body();
   void linger_close();
 
   void send(Out out, std::function<void()> written);
@@ -170,6 +187,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t timer_generation_ = 0;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::unique_ptr<BodyReservation> body_reservation_;  // the body being read
   std::shared_ptr<ExchangeImpl> exchange_;
   Clock::time_point request_deadline_ = Clock::time_point::max();
   bool keep_alive_ = false;  // the current request's
@@ -313,6 +331,12 @@ void Connection::on_header(const beast::error_code& ec) {
   if (const auto length = parser_->content_length(); length && *length > limits().max_body_bytes) {
     return reject(413, fmt::format("the request body ({} bytes) exceeds {} bytes", *length, limits().max_body_bytes));
   }
+  if (!reserve_body()) {
+    return reject(503,
+                  fmt::format("the server holds {} bytes of request bodies, its limit; retry in {} s",
+                              limits().max_body_bytes_in_flight, front_->config.retry_after_seconds),
+                  {{"Retry-After", std::to_string(front_->config.retry_after_seconds)}});
+  }
   const auto expect = header.find(bhttp::field::expect);
   if (expect != header.end() && beast::iequals(expect->value(), "100-continue") && !parser_->is_done()) {
     // curl sends large bodies only after this interim response.
@@ -325,6 +349,18 @@ void Connection::on_header(const beast::error_code& ec) {
     return;
   }
   read_body();
+}
+
+bool Connection::reserve_body() {
+  const auto length = parser_->content_length();
+  const size_t bytes = length ? static_cast<size_t>(*length) : parser_->chunked() ? limits().max_body_bytes : 0;
+  if (bytes == 0) return true;
+  size_t held = front_->body_bytes_in_flight.load();
+  do {
+    if (held + bytes > limits().max_body_bytes_in_flight) return false;
+  } while (!front_->body_bytes_in_flight.compare_exchange_weak(held, held + bytes));
+  body_reservation_ = std::make_unique<BodyReservation>(front_, bytes);
+  return true;
 }
 
 void Connection::read_body() {
@@ -371,7 +407,7 @@ void Connection::dispatch() {
     path_known = true;
     if (candidate.method == request.method) route = &candidate;
   }
-  exchange_ = std::make_shared<ExchangeImpl>(shared_from_this(), std::move(request));
+  exchange_ = std::make_shared<ExchangeImpl>(shared_from_this(), std::move(request), std::move(body_reservation_));
   ++front_->open_exchanges;
   request_deadline_ = limits().request_timeout.count() > 0 ? Clock::now() + limits().request_timeout
                                                             : Clock::time_point::max();
@@ -420,10 +456,11 @@ void Connection::watch() {
                           });
 }
 
-void Connection::reject(int status, const std::string& message) {
+void Connection::reject(int status, const std::string& message, const Headers& headers) {
   // The request's framing can't be trusted after this: answer and close.
   closing_ = true;
-  send(whole_response(status, front_->config.error_content_type, front_->error_body(status, message), {}, false),
+  body_reservation_.reset();
+  send(whole_response(status, front_->config.error_content_type, front_->error_body(status, message), headers, false),
        [self = shared_from_this()] { self->linger_close(); });
 }
 
@@ -459,6 +496,7 @@ void Connection::close() {
   socket_.close(ignored);
   abort_exchange();
   outbox_.clear();
+  body_reservation_.reset();
   front_->forget(id_);
   if (counted_) --front_->open_connections;
 }
@@ -659,7 +697,7 @@ void Front::stop() {
 
 FrontStats Front::stats() const {
   return {impl_->open_connections.load(), impl_->open_exchanges.load(), impl_->refused_connections.load(),
-          impl_->deadline_closes.load()};
+          impl_->deadline_closes.load(), static_cast<int64_t>(impl_->body_bytes_in_flight.load())};
 }
 
 }  // namespace splitflow::http

@@ -6,7 +6,8 @@
 //   - deadlines: the header block, the body, a response write that makes no progress, the whole
 //     request; a socket past its deadline is closed (a request past its deadline gets 504 when
 //     nothing of its response was sent yet);
-//   - limits on header bytes and count and on body bytes counted after de-chunking; compressed
+//   - limits on header bytes and count, on body bytes counted after de-chunking, and on the bodies
+//     of all requests in flight together; compressed
 //     bodies (Content-Encoding) are refused with 415, malformed framing (conflicting
 //     Content-Length, Content-Length with chunked) with 400, by the parser, before any body is read;
 //   - a client that hangs up is seen on its socket (an outstanding read ends), and the request's
@@ -77,6 +78,10 @@ struct Limits {
   size_t max_header_bytes = size_t{64} << 10;  // request line and header fields together
   size_t max_header_count = 128;
   size_t max_body_bytes = size_t{32} << 20;  // after de-chunking
+  // Every request's body together, from its header until its exchange ends (a chunked body counts
+  // as max_body_bytes): a body that would pass it gets 503 with Retry-After, so a crowd of large
+  // uploads cannot exhaust memory.
+  size_t max_body_bytes_in_flight = size_t{1} << 30;
   // From the start of waiting for a request (after accept, or after the previous response on a
   // kept-alive connection) to the end of its header block.
   std::chrono::milliseconds header_timeout{15'000};
@@ -108,6 +113,7 @@ struct FrontStats {
   int64_t open_exchanges = 0;  // requests read whose response is not sent whole yet
   int64_t refused_connections = 0;  // 503 beyond max_connections
   int64_t deadline_closes = 0;      // sockets closed at a deadline
+  int64_t body_bytes_in_flight = 0;  // reserved by the bodies being read or held
 };
 
 struct FrontState;  // http_front.cpp

@@ -261,6 +261,36 @@ TEST(HttpFront, LimitsAndBadFramingAreRefusedWithTheirStatus) {
   EXPECT_EQ(server.front().stats().open_exchanges, 0);
 }
 
+TEST(HttpFront, BodiesInFlightTogetherAreBounded) {
+  FrontConfig config = TestFront::small_config();
+  config.limits.max_body_bytes_in_flight = 100'000;  // one 60 KB body fits, two do not
+  config.limits.body_timeout = 5s;
+  TestFront server(std::move(config));
+  const std::string body(60'000, 'b');
+  Socket first(server.port());
+  first.send(fmt::format("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", body.size()) +
+             body.substr(0, 100));  // its body is still coming
+  const auto deadline = Clock::now() + 1s;
+  while (server.front().stats().body_bytes_in_flight == 0 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(server.front().stats().body_bytes_in_flight, 60'000);
+  Socket second(server.port());
+  second.send(post("/echo", body));
+  const std::string refused = second.read_all();
+  EXPECT_EQ(status_of(refused), 503) << refused.substr(0, 300);
+  EXPECT_NE(refused.find("Retry-After: 1"), std::string::npos);
+  EXPECT_NE(refused.find("holds 100000 bytes of request bodies"), std::string::npos);
+  first.send(body.substr(100));
+  EXPECT_TRUE(first.read_response().ends_with(body));
+  Socket third(server.port());
+  third.send(post("/echo", body));
+  EXPECT_TRUE(third.read_response().ends_with(body));
+  third.close();
+  first.close();
+  const auto released = Clock::now() + 1s;
+  while (server.front().stats().body_bytes_in_flight != 0 && Clock::now() < released) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(server.front().stats().body_bytes_in_flight, 0);
+}
+
 TEST(HttpFront, SlowHeadersAndBodiesAreClosedAtTheirDeadline) {
   TestFront server;  // header and body deadlines: 400 ms
   Socket slow_header(server.port()), slow_body(server.port()), idle(server.port());
