@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <csignal>
 #include <filesystem>
 #include <memory>
@@ -156,6 +157,10 @@ void run_serve(const ServeFlags& flags) {
   AsyncEngine async_engine(engine, AsyncEngineConfig{flags.max_queue});
 
   HttpServerConfig http = flags.http;
+  if (http.api_keys.empty()) {
+    if (const char* key = std::getenv("SPLITFLOW_API_KEY"); key != nullptr && *key != '\0') http.api_keys.emplace_back(key);
+  }
+  for (const std::string& key : http.api_keys) SF_CHECK(!key.empty(), "--api-key must not be empty");
   http.host = flags.host;
   http.port = flags.port;
   http.served_model_name = flags.served_model_name.empty() ? default_model_name(flags.model) : flags.served_model_name;
@@ -248,6 +253,11 @@ void register_serve(CLI::App& app) {
   command->add_option("--served-model-name", flags->served_model_name, "the model name clients give (default: the model's)");
   command->add_option("--max-queue", flags->max_queue, "waiting sequences beyond which requests get 429")->capture_default_str();
   HttpServerConfig& http = flags->http;
+  command->add_option("--api-key", http.api_keys,
+                      "key clients must send as 'Authorization: Bearer KEY' on /v1/* (repeatable; default: "
+                      "$SPLITFLOW_API_KEY; /health and /metrics stay open)");
+  command->add_option("--allowed-origins", http.allowed_origins,
+                      "origins browsers may call from (CORS), e.g. https://app.example.com, or '*' (repeatable)");
   command->add_option("--io-threads", http.io_threads, "threads that own the sockets (and answer /health, /metrics)")
       ->capture_default_str()->check(CLI::Range(1, 256));
   command->add_option("--http-threads", http.worker_threads,

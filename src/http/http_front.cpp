@@ -165,6 +165,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_body(const beast::error_code& ec);
   void on_read_error(const beast::error_code& ec);
   void dispatch();
+  Headers cors_headers(const Request& request) const;
+  bool answer_preflight(const std::shared_ptr<ExchangeImpl>& exchange);
   void watch();
   void reject(int status, const std::string& message, const Headers& headers = {});
   bool reserve_body();
@@ -209,6 +211,7 @@ void ExchangeImpl::respond(int status, std::string content_type, std::string bod
     Connection& connection = *self->connection_;
     self->state_ = State::kEnding;
     self->response_started_ = true;
+    for (auto& header : connection.cors_headers(self->request_)) headers.push_back(std::move(header));
     connection.send(connection.whole_response(status, std::move(content_type), std::move(body), headers,
                                               connection.keep_alive_),
                     [self] { self->connection_->finish_exchange(); });
@@ -225,6 +228,7 @@ void ExchangeImpl::start_stream(int status, std::string content_type, Headers he
               bhttp::response<bhttp::empty_body> head{static_cast<bhttp::status>(status), 11};
               head.set(bhttp::field::content_type, content_type);
               for (const auto& [key, value] : headers) head.set(key, value);
+              for (const auto& [key, value] : self->connection_->cors_headers(self->request_)) head.set(key, value);
               head.keep_alive(self->connection_->keep_alive_);
               head.chunked(true);
               std::ostringstream text;
@@ -414,6 +418,7 @@ void Connection::dispatch() {
   arm_for_request();
   watch();
   const std::shared_ptr<ExchangeImpl> exchange = exchange_;
+  if (path_known && answer_preflight(exchange)) return;
   if (!route) {
     const Request& r = exchange->request();
     const int status = path_known ? 405 : 404;
@@ -434,6 +439,46 @@ void Connection::dispatch() {
   } else {
     net::post(*front_->workers, run);
   }
+}
+
+Headers Connection::cors_headers(const Request& request) const {
+  const std::string_view origin = request.header("Origin");
+  const auto& allowed = front_->config.allowed_origins;
+  if (origin.empty() || allowed.empty()) return {};
+  const bool any = std::find(allowed.begin(), allowed.end(), "*") != allowed.end();
+  if (!any && std::find(allowed.begin(), allowed.end(), origin) == allowed.end()) return {};
+  // "*" stays "*" (credentials are headers, not cookies, here); a listed origin is echoed, and
+  // caches told the answer depends on it.
+  if (any) return {{"Access-Control-Allow-Origin", "*"}};
+  return {{"Access-Control-Allow-Origin", std::string(origin)}, {"Vary", "Origin"}};
+}
+
+// A CORS preflight (OPTIONS with Access-Control-Request-Method) on a known path: 204 with what the
+// browser may send, or 403 for an origin that is not allowed.
+bool Connection::answer_preflight(const std::shared_ptr<ExchangeImpl>& exchange) {
+  const Request& request = exchange->request();
+  if (request.method != "OPTIONS" || request.header("Access-Control-Request-Method").empty()) return false;
+  Headers headers = cors_headers(request);
+  if (headers.empty()) {
+    exchange->respond(403, front_->config.error_content_type,
+                      front_->error_body(403, fmt::format("origin '{}' is not allowed (--allowed-origins)",
+                                                          std::string(request.header("Origin")))),
+                      {});
+    return true;
+  }
+  std::string methods;
+  for (const Route& route : front_->routes) {
+    if (route.path == request.path) methods += route.method + ", ";
+  }
+  const std::string_view requested = request.header("Access-Control-Request-Headers");
+  headers.emplace_back("Access-Control-Allow-Methods", methods + "OPTIONS");
+  headers.emplace_back("Access-Control-Allow-Headers",
+                       requested.empty() ? std::string("Authorization, Content-Type") : std::string(requested));
+  headers.emplace_back("Access-Control-Max-Age", "600");
+  // respond() adds the origin headers again: send them once.
+  headers.erase(headers.begin(), headers.begin() + static_cast<std::ptrdiff_t>(cors_headers(request).size()));
+  exchange->respond(204, front_->config.error_content_type, "", std::move(headers));
+  return true;
 }
 
 void Connection::watch() {

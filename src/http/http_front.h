@@ -11,7 +11,9 @@
 //     bodies (Content-Encoding) are refused with 415, malformed framing (conflicting
 //     Content-Length, Content-Length with chunked) with 400, by the parser, before any body is read;
 //   - a client that hangs up is seen on its socket (an outstanding read ends), and the request's
-//     on_abort callback runs at once.
+//     on_abort callback runs at once;
+//   - CORS for browsers: preflights (OPTIONS) answered for the allowed origins, and the
+//     Access-Control-Allow-Origin header on every response to one, streams included.
 // Handlers are routes: inline ones (health, metrics) run on an I/O thread and must not block;
 // worker ones (parsing, tokenizing) run on a small pool. A handler answers through its Exchange,
 // from any thread, whole or as a chunked stream written only as fast as the client reads.
@@ -99,6 +101,9 @@ struct FrontConfig {
   int backlog = 4096;  // the kernel caps it at net.core.somaxconn
   int max_connections = 8192;
   int retry_after_seconds = 1;  // in the 503 beyond max_connections
+  // Origins browsers may call from (CORS): exact origins ("https://app.example.com") or "*" for any.
+  // Empty: no CORS headers, and a preflight gets 403.
+  std::vector<std::string> allowed_origins;
   Limits limits;
   // The body of an error the front answers itself (400 malformed request, 404, 405, 408, 413,
   // 415, 431, 503, 504), and its content type.

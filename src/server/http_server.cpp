@@ -119,6 +119,26 @@ struct HttpServer::Impl {
     }
   }
 
+  // Compares every key in full, whatever matches, so the time taken tells nothing of a key.
+  void check_api_key(const http::Request& request) const {
+    if (config.api_keys.empty()) return;
+    const std::string_view authorization = request.header("Authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    const std::string_view given = authorization.starts_with(kBearer) ? authorization.substr(kBearer.size()) : "";
+    bool match = false;
+    for (const std::string& key : config.api_keys) {
+      unsigned char differ = given.size() != key.size();
+      for (size_t i = 0; i < key.size(); ++i) differ |= static_cast<unsigned char>(key[i] ^ (i < given.size() ? given[i] : 0));
+      match |= differ == 0;
+    }
+    if (!match) {
+      throw ApiError(401,
+                     authorization.empty() ? "You didn't provide an API key: send it as 'Authorization: Bearer KEY'."
+                                           : "Incorrect API key provided.",
+                     "", "invalid_request_error", "invalid_api_key");
+    }
+  }
+
   void check_draining() const {
     if (draining) throw ApiError(503, "the server is shutting down", "", "service_unavailable", "shutting_down");
   }
@@ -357,6 +377,7 @@ void HttpServer::Impl::install_routes() {
   auto guarded = [this](Route handler) {
     return [this, handler](const std::shared_ptr<http::Exchange>& exchange) {
       try {
+        check_api_key(exchange->request());
         check_draining();
         (this->*handler)(exchange);
       } catch (const ApiError& e) {
@@ -374,6 +395,11 @@ void HttpServer::Impl::install_routes() {
   front.route(
       "GET", "/v1/models",
       [this](const std::shared_ptr<http::Exchange>& exchange) {
+        try {
+          check_api_key(exchange->request());
+        } catch (const ApiError& e) {
+          return send_error(*exchange, e);
+        }
         const json model = {{"id", config.served_model_name}, {"object", "model"}, {"created", 0},
                             {"owned_by", "splitflow"}, {"max_model_len", max_model_len}};
         exchange->respond(200, kJson, dump_json({{"object", "list"}, {"data", json::array({model})}}));
@@ -495,6 +521,7 @@ http::FrontConfig front_config(const HttpServerConfig& config) {
   front.backlog = config.backlog;
   front.max_connections = config.max_connections;
   front.limits = config.limits;
+  front.allowed_origins = config.allowed_origins;
   // Errors the front answers itself (malformed HTTP, limits, deadlines, routing) in OpenAI's shape.
   front.error_body = [](int status, const std::string& message) {
     const bool unavailable = status == 503 || status == 504;

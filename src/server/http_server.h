@@ -10,7 +10,9 @@
 // A client that goes away, whole or streaming, cancels its request (every prompt), which frees its
 // KV blocks. Every failure is an OpenAI error body with its status: 400 bad input, 404 unknown
 // model or route, 405, 413 body too large, 415 compressed body, 431 headers too large, 429 queue
-// full, 503 draining or too many connections, 504 request timeout, 500 engine failure.
+// full, 503 draining or too many connections, 504 request timeout, 500 engine failure, 401 a
+// missing or wrong API key (--api-key). Browsers are served by CORS (--allowed-origins); TLS is
+// left to a proxy in front.
 // /health, /metrics and /v1/models answer on the I/O threads, so they stay quick under any load.
 // docs/serving.md is the user-facing description.
 #pragma once
@@ -25,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace splitflow {
 
@@ -37,6 +40,10 @@ struct HttpServerConfig {
   int32_t backlog = 4096;
   int32_t max_connections = 8192;  // beyond: 503 with Retry-After
   http::Limits limits;             // header and body sizes, deadlines
+  // Keys a client must send as "Authorization: Bearer KEY" on /v1/* (401 otherwise); empty: no
+  // check. /health and /metrics stay open (probes and scrapers carry no key).
+  std::vector<std::string> api_keys;
+  std::vector<std::string> allowed_origins;  // CORS (http::FrontConfig::allowed_origins)
 };
 
 class HttpServer {

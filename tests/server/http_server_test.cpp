@@ -31,6 +31,8 @@ struct ServerOptions {
   int32_t max_queue = 1024;
   bool chat = false;
   size_t max_body_bytes = size_t{1} << 20;
+  std::vector<std::string> api_keys;
+  std::vector<std::string> allowed_origins;
 };
 
 class TestServer {
@@ -41,6 +43,8 @@ class TestServer {
     config.port = 0;
     config.served_model_name = "stories";
     config.limits.max_body_bytes = options.max_body_bytes;
+    config.api_keys = options.api_keys;
+    config.allowed_origins = options.allowed_origins;
     std::optional<ChatTemplate> chat_template;
     if (options.chat) chat_template = ChatTemplate::from_file(test::shared_path("models/llama3_1-tokenizer/tokenizer_config.json"));
     server_ = std::make_unique<HttpServer>(async_, stories_.tokenizer.get(), std::move(chat_template), config);
@@ -588,6 +592,60 @@ TEST(HttpServer, ModelsHealthAndMetrics) {
   // The front's own: this /metrics request is the one open.
   EXPECT_NE(metrics->body.find("splitflow_http_open_requests 1\n"), std::string::npos) << metrics->body;
   EXPECT_NE(metrics->body.find("splitflow_http_refused_connections_total 0\n"), std::string::npos);
+}
+
+// Issue 29: --api-key guards /v1/* (OpenAI's 401), /health and /metrics stay open.
+TEST(HttpServer, ApiKeyGuardsTheApi) {
+  TestServer server(ServerOptions{.api_keys = {"sk-first", "sk-second"}});
+  const std::string body = R"({"prompt": [1, 2], "max_tokens": 2})";
+  expect_error(server.post("/v1/completions", body), 401, "", "invalid_api_key");
+  auto client = server.client();
+  for (const std::string key : {"sk-firs", "sk-first2", "", "sk-second!", "Sk-second"}) {
+    SCOPED_TRACE(key);
+    expect_error(client.Post("/v1/completions", {{"Authorization", "Bearer " + key}}, body, "application/json"), 401,
+                 "", "invalid_api_key");
+  }
+  for (const std::string key : {"sk-first", "sk-second"}) {
+    const auto ok = client.Post("/v1/completions", {{"Authorization", "Bearer " + key}}, body, "application/json");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200) << ok->body;
+  }
+  expect_error(client.Get("/v1/models"), 401, "", "invalid_api_key");
+  EXPECT_EQ(client.Get("/v1/models", {{"Authorization", "Bearer sk-second"}})->status, 200);
+  EXPECT_EQ(client.Get("/health")->status, 200);
+  EXPECT_EQ(client.Get("/metrics")->status, 200);
+}
+
+// Issue 29: CORS for the allowed origins: preflights, and the header on whole and streamed answers.
+TEST(HttpServer, CorsForAllowedOrigins) {
+  TestServer server(ServerOptions{.allowed_origins = {"https://app.example"}});
+  auto client = server.client();
+  const httplib::Headers preflight = {{"Origin", "https://app.example"},
+                                      {"Access-Control-Request-Method", "POST"},
+                                      {"Access-Control-Request-Headers", "authorization, content-type"}};
+  const auto allowed = client.Options("/v1/chat/completions", preflight);
+  ASSERT_TRUE(allowed);
+  EXPECT_EQ(allowed->status, 204);
+  EXPECT_EQ(allowed->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+  EXPECT_EQ(allowed->get_header_value("Access-Control-Allow-Methods"), "POST, OPTIONS");
+  EXPECT_EQ(allowed->get_header_value("Access-Control-Allow-Headers"), "authorization, content-type");
+  const auto refused = client.Options("/v1/chat/completions", {{"Origin", "https://evil.example"},
+                                                               {"Access-Control-Request-Method", "POST"}});
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 403);
+  EXPECT_FALSE(refused->has_header("Access-Control-Allow-Origin"));
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream);
+    const json body = {{"prompt", {1, 2}}, {"max_tokens", 2}, {"stream", stream}};
+    const auto answer = client.Post("/v1/completions", {{"Origin", "https://app.example"}}, body.dump(), "application/json");
+    ASSERT_TRUE(answer);
+    EXPECT_EQ(answer->status, 200);
+    EXPECT_EQ(answer->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+    EXPECT_EQ(answer->get_header_value("Vary"), "Origin");
+    const auto other = client.Post("/v1/completions", {{"Origin", "https://evil.example"}}, body.dump(), "application/json");
+    EXPECT_FALSE(other->has_header("Access-Control-Allow-Origin"));
+  }
+  EXPECT_FALSE(client.Get("/health")->has_header("Access-Control-Allow-Origin"));  // no Origin sent
 }
 
 }  // namespace
