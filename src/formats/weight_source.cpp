@@ -1,6 +1,7 @@
 #include "formats/weight_source.h"
 
 #include "core/error.h"
+#include "formats/pickle.h"
 #include "formats/weight_set.h"
 
 #include <algorithm>
@@ -44,16 +45,26 @@ Tensor tensor_from_file(DType dtype, Shape shape, const uint8_t* bytes, const st
 std::unique_ptr<WeightSource> open_weights(const std::string& path) {
   namespace fs = std::filesystem;
   if (fs::is_directory(path)) {
-    if (fs::exists(fs::path(path) / "model.safetensors")) return open_safetensors(fs::path(path) / "model.safetensors");
-    const fs::path index = fs::path(path) / "model.safetensors.index.json";
-    if (fs::exists(index)) return open_safetensors_index(index);
-    fail("'{}': directory has neither model.safetensors nor model.safetensors.index.json", path);
+    // HF's own order of preference: safetensors, then the PyTorch pickle checkpoint.
+    const fs::path directory(path);
+    if (fs::exists(directory / "model.safetensors")) return open_safetensors(directory / "model.safetensors");
+    if (fs::exists(directory / "model.safetensors.index.json"))
+      return open_safetensors_index(directory / "model.safetensors.index.json");
+    if (fs::exists(directory / "pytorch_model.bin")) return open_pytorch(directory / "pytorch_model.bin");
+    if (fs::exists(directory / "pytorch_model.bin.index.json"))
+      return open_pytorch_index(directory / "pytorch_model.bin.index.json");
+    fail("'{}': directory has none of model.safetensors, model.safetensors.index.json, pytorch_model.bin, "
+         "pytorch_model.bin.index.json",
+         path);
   }
+  if (path.ends_with(".bin.index.json")) return open_pytorch_index(path);
   if (path.ends_with(".index.json")) return open_safetensors_index(path);
   if (path.ends_with(".safetensors")) return open_safetensors(path);
   if (path.ends_with(".gguf")) return open_gguf(path);
+  if (path.ends_with(".pt") || path.ends_with(".pth")) return open_pytorch(path);
   const auto file = MappedFile::open(path);
   if (file->size() >= 4 && std::memcmp(file->data(), "GGUF", 4) == 0) return open_gguf(path);
+  if (looks_like_pytorch(*file)) return open_pytorch(path);
   return open_llama2c(path);
 }
 

@@ -28,7 +28,7 @@ struct TensorInfo {
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
-  // "safetensors", "gguf" or "llama2c".
+  // "safetensors", "gguf", "llama2c" or "pytorch" (formats/pickle.h).
   virtual std::string format() const = 0;
   virtual const std::vector<TensorInfo>& tensors() const = 0;
   virtual const nlohmann::json& metadata() const = 0;
@@ -50,8 +50,9 @@ std::unique_ptr<WeightSource> open_gguf(const std::string& path);
 // vocab_size, seq_len, shared_classifier.
 std::unique_ptr<WeightSource> open_llama2c(const std::string& path);
 
-// Picks the reader from the path: a directory (model.safetensors or the sharded index),
-// *.safetensors, *.gguf (or GGUF magic), otherwise a llama2.c .bin.
+// Picks the reader from the path: a directory (model.safetensors, its sharded index,
+// pytorch_model.bin or its sharded index, in that order), *.safetensors, *.gguf (or GGUF magic),
+// *.pt / *.pth / *.bin.index.json or a zip / legacy-pickle magic (PyTorch), otherwise a llama2.c .bin.
 std::unique_ptr<WeightSource> open_weights(const std::string& path);
 
 }  // namespace splitflow

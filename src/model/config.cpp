@@ -248,7 +248,7 @@ ModelSpec resolve_hf_spec(const std::string& model_dir, const std::string& user_
 ModelSpec resolve_source_spec(const WeightSource& source, const std::string& model_path,
                               const std::string& user_spec_path) {
   const std::string format = source.format();
-  if (format == "safetensors") {
+  if (format == "safetensors" || format == "pytorch") {  // HF checkpoints: the config is config.json beside them
     const fs::path path(model_path);
     return resolve_hf_spec(fs::is_directory(path) ? path.string() : path.parent_path().string(), user_spec_path);
   }
