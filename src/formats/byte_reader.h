@@ -9,8 +9,10 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 namespace splitflow {
 
@@ -63,6 +65,24 @@ inline uint64_t checked_mul(uint64_t a, uint64_t b, std::string_view what) {
   uint64_t product;
   if (__builtin_mul_overflow(a, b, &product)) fail("{} overflows 64 bits ({} x {})", what, a, b);
   return product;
+}
+// Elements of a tensor of `shape`, failing with `what` unless every product of its extents, in any
+// order, fits int64_t: shape_numel multiplies outermost first, so a zero extent must not hide an
+// overflow of the extents before it (the product of the non-zero extents bounds them all).
+inline uint64_t checked_numel(const std::vector<int64_t>& shape, std::string_view what) {
+  uint64_t nonzero_product = 1;
+  bool has_zero = false;
+  for (const int64_t extent : shape) {
+    if (extent < 0) fail("{}: extent {} is negative", what, extent);
+    if (extent == 0) {
+      has_zero = true;
+      continue;
+    }
+    nonzero_product = checked_mul(nonzero_product, uint64_t(extent), what);
+    if (nonzero_product > uint64_t(std::numeric_limits<int64_t>::max()))
+      fail("{}: {} elements overflow a signed 64-bit count", what, nonzero_product);
+  }
+  return has_zero ? 0 : nonzero_product;
 }
 inline uint64_t checked_add(uint64_t a, uint64_t b, std::string_view what) {
   uint64_t sum;

@@ -75,10 +75,18 @@ constexpr std::array<std::string_view, 40> kGgmlTypeNames = {
     "IQ4_NL",  "IQ3_S",   "IQ2_S",    "IQ4_XS",   "I8",       "I16",      "I32",      "I64",     "F64",    "IQ1_M",
     "BF16",    "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",   "TQ2_0",    "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
 
+// A metadata value as text for a message. GGUF strings are raw bytes, which json::dump refuses
+// (type_error 316) unless told to replace invalid UTF-8.
+std::string value_text(const json& value) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
+}
+
 uint64_t read_alignment(const json& metadata, const std::string& path) {
   const auto it = metadata.find("general.alignment");
   if (it == metadata.end()) return 32;
-  SF_CHECK(it->is_number_unsigned(), "'{}': general.alignment is not an unsigned integer: {}", path, it->dump());
+  SF_CHECK(it->is_number_unsigned(), "'{}': general.alignment is not an unsigned integer: {}", path, value_text(*it));
   const auto alignment = it->get<uint64_t>();
   SF_CHECK(alignment > 0 && (alignment & (alignment - 1)) == 0 && alignment <= (1u << 20),
            "'{}': general.alignment {} is not a power of two up to 1 MiB", path, alignment);
@@ -110,7 +118,7 @@ void check_model_counts(const json& metadata, uint64_t tensor_count, const std::
     const json per_layer = found->is_array() ? *found : json::array({*found});
     for (const json& value : per_layer) {
       SF_CHECK(value.is_number_integer() && value >= 0, "'{}': {} is {}, expected a non-negative integer", path, key,
-               value.dump());
+               value_text(value));
       SF_CHECK(value.get<uint64_t>() <= limit.max, "'{}': {} is {}, more than the {} any model needs", path, key,
                value.get<uint64_t>(), limit.max);
     }
@@ -164,14 +172,13 @@ std::unique_ptr<WeightSource> open_gguf(const std::string& path) {
     const auto n_dims = in.read<uint32_t>(name + " n_dims");
     SF_CHECK(n_dims <= kMaxDims, "'{}': tensor '{}' has {} dimensions (at most {})", path, name, n_dims, kMaxDims);
     Shape shape(n_dims);
-    uint64_t numel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const auto extent = in.read<uint64_t>(name + " ne");
       SF_CHECK(extent <= uint64_t(std::numeric_limits<int64_t>::max()), "'{}': tensor '{}' has dimension {} of {}",
                path, name, d, extent);
-      numel = checked_mul(numel, extent, fmt::format("'{}': tensor '{}' element count", path, name));
       shape[n_dims - 1 - d] = static_cast<int64_t>(extent);  // ne is innermost first
     }
+    const uint64_t numel = checked_numel(shape, fmt::format("'{}': tensor '{}' element count", path, name));
     const auto ggml_type = in.read<uint32_t>(name + " type");
     const auto offset = in.read<uint64_t>(name + " offset");
     const std::optional<DType> dtype = dtype_from_gguf_type(ggml_type);

@@ -58,13 +58,12 @@ Tensor read_entry(const std::shared_ptr<const MappedFile>& file, const std::stri
   const auto shape_field = entry.find("shape");
   SF_CHECK(shape_field != entry.end() && shape_field->is_array(), "{}: missing or non-array 'shape'", where);
   Shape shape;
-  uint64_t numel = 1;
   for (const json& extent : *shape_field) {
     const uint64_t value = json_count(extent, where + ": a shape dimension");
     SF_CHECK(value <= uint64_t(std::numeric_limits<int64_t>::max()), "{}: shape dimension {} is too large", where, value);
-    numel = checked_mul(numel, value, where + ": element count");
     shape.push_back(static_cast<int64_t>(value));
   }
+  const uint64_t numel = checked_numel(shape, where + ": element count");
   const uint64_t nbytes = checked_mul(numel, dtype_size(dtype->dtype), where + ": byte size");
 
   const auto offsets = entry.find("data_offsets");

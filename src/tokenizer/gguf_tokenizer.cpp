@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cmath>
 #include <limits>
 
 namespace splitflow {
@@ -180,13 +181,27 @@ GgufTokenizer::GgufTokenizer(const json& metadata) {
     // One entry per token: a longer or shorter array means the arrays were written for different vocabularies.
     SF_CHECK(scores->is_array() && scores->size() == n, "GGUF 'tokenizer.ggml.scores' has {} entries for {} tokens",
              scores->is_array() ? scores->size() : 0, n);
-    for (size_t i = 0; i < n; ++i) scores_[i] = (*scores)[i].get<float>();
+    for (size_t i = 0; i < n; ++i) {
+      // A double beyond float's range would make the conversion undefined; real files store f32.
+      const json& score = (*scores)[i];
+      SF_CHECK(score.is_number(), "GGUF 'tokenizer.ggml.scores'[{}] is a {}, not a number", i, score.type_name());
+      const double value = score.get<double>();
+      SF_CHECK(!std::isfinite(value) || std::abs(value) <= std::numeric_limits<float>::max(),
+               "GGUF 'tokenizer.ggml.scores'[{}] is {}, beyond the f32 range", i, value);
+      scores_[i] = static_cast<float>(value);
+    }
   }
   types_.assign(n, kNormal);
   if (const json* types = find_key(metadata, "tokenizer.ggml.token_type")) {
     SF_CHECK(types->is_array() && types->size() == n, "GGUF 'tokenizer.ggml.token_type' has {} entries for {} tokens",
              types->is_array() ? types->size() : 0, n);
-    for (size_t i = 0; i < n; ++i) types_[i] = (*types)[i].get<int32_t>();
+    for (size_t i = 0; i < n; ++i) {
+      const json& type = (*types)[i];
+      SF_CHECK(type.is_number_integer() && type >= std::numeric_limits<int32_t>::min() &&
+                   type <= std::numeric_limits<int32_t>::max(),
+               "GGUF 'tokenizer.ggml.token_type'[{}] is not an int32 token type ({})", i, type.type_name());
+      types_[i] = type.get<int32_t>();
+    }
   }
   const auto flag = [&](const char* key, bool fallback) {
     const json* value = find_key(metadata, key);
@@ -264,8 +279,13 @@ GgufTokenizer::GgufTokenizer(const json& metadata) {
     if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
   }
 
+  // A special piece that is not valid UTF-8 (GGUF pieces are raw bytes) can only match inside a
+  // character of the valid text encode() partitions: it would hand the pre-tokenizer regexes, which
+  // trust their input to be UTF-8, split characters. Such pieces are never matched in text.
   for (size_t i = 0; i < n; ++i) {
-    if (types_[i] == kControl || types_[i] == kUserDefined || types_[i] == kUnknown) special_tokens_.push_back(int32_t(i));
+    if ((types_[i] == kControl || types_[i] == kUserDefined || types_[i] == kUnknown) &&
+        unicode::is_valid_utf8(pieces_[i]))
+      special_tokens_.push_back(int32_t(i));
   }
   std::stable_sort(special_tokens_.begin(), special_tokens_.end(),
                    [&](int32_t a, int32_t b) { return pieces_[a].size() > pieces_[b].size(); });

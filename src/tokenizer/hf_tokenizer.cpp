@@ -428,7 +428,12 @@ HfTokenizer::HfTokenizer(TokenizerJson& parsed, const std::string& path, const j
   if (generation_config.is_object() && generation_config.contains("eos_token_id")) {
     const json& ids = generation_config["eos_token_id"];
     const auto add_eos = [&](const json& id) {
-      if (id.is_number_integer() && std::find(eos_ids_.begin(), eos_ids_.end(), id.get<int32_t>()) == eos_ids_.end()) {
+      if (!id.is_number_integer()) return;
+      // A stop id the model can never produce, or one past int32, is a damaged file, not a stop.
+      SF_CHECK(id >= 0 && id < int64_t(id_to_piece_.size()),
+               "'{}': generation_config.json eos_token_id {} is outside the vocabulary [0, {})", path, id.dump(),
+               id_to_piece_.size());
+      if (std::find(eos_ids_.begin(), eos_ids_.end(), id.get<int32_t>()) == eos_ids_.end()) {
         eos_ids_.push_back(id.get<int32_t>());
       }
     };

@@ -314,8 +314,11 @@ TEST_F(GgufDamage, BadTensorInfos) {
   overflow.info("w", {1ull << 32, 1ull << 32, 1ull << 32}, kGgmlF32, 0);
   expect_rejected(overflow, {"'w'", "overflows"});
   GgufBuilder bytes_overflow;
-  bytes_overflow.info("w", {1ull << 31, 1ull << 31, 2}, kGgmlF32, 0);
+  bytes_overflow.info("w", {1ull << 31, 1ull << 30, 2}, kGgmlF32, 0);  // 2^62 elements, 2^64 bytes
   expect_rejected(bytes_overflow, {"'w'", "byte size overflows"});
+  GgufBuilder count_overflow;  // 2^63 elements fit uint64_t but not Tensor's int64_t count
+  count_overflow.info("w", {1ull << 31, 1ull << 31, 2}, kGgmlF32, 0);
+  expect_rejected(count_overflow, {"'w'", "elements overflow a signed 64-bit count"});
   GgufBuilder misaligned;
   misaligned.info("w", {1}, kGgmlF32, 4);
   misaligned.data.assign(64, '\0');

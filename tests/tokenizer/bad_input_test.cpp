@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 namespace splitflow {
 namespace {
@@ -206,7 +207,39 @@ TEST(TokenizerBadInput, GgufMetadata) {
   EXPECT_ERROR_CONTAINS(load_gguf_tokenizer(json{{"tokenizer.ggml.model", "llama"},
                                                  {"tokenizer.ggml.tokens", {"a", "b"}},
                                                  {"tokenizer.ggml.scores", {"x", "y"}}}),
-                        "wrong type");
+                        "'tokenizer.ggml.scores'[0] is a string, not a number");
+}
+
+// Found by fuzz/fuzz_gguf (fuzz/crashes/gguf/token_type_float_beyond_int32.gguf,
+// score_double_beyond_f32.gguf): a GGUF array's element type is the file's to choose, so a token
+// type may arrive as a float and a score as a double; converting 1e30 to int32 or 1e300 to float is
+// undefined behaviour (UBSan), not an error.
+TEST(TokenizerBadInput, GgufTokenTypesAndScoresOutOfRange) {
+  using nlohmann::json;
+  const json base = {{"tokenizer.ggml.model", "llama"}, {"tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a"}}};
+  json types = base;
+  types["tokenizer.ggml.token_type"] = {1.0, 1e30, 3.0, 1.0};
+  EXPECT_ERROR_CONTAINS(load_gguf_tokenizer(types), "'tokenizer.ggml.token_type'[0] is not an int32 token type (number)");
+  types["tokenizer.ggml.token_type"] = {1, int64_t(1) << 40, 3, 1};
+  EXPECT_ERROR_CONTAINS(load_gguf_tokenizer(types), "'tokenizer.ggml.token_type'[1] is not an int32 token type");
+  json scores = base;
+  scores["tokenizer.ggml.scores"] = {1e300, 0.0, 0.0, 0.0};
+  EXPECT_ERROR_CONTAINS(load_gguf_tokenizer(scores), "'tokenizer.ggml.scores'[0] is 1e+300, beyond the f32 range");
+  // Infinities and NaN convert exactly; llama.cpp files hold -inf scores for unused pieces.
+  scores["tokenizer.ggml.scores"] = {-std::numeric_limits<double>::infinity(), 0.0, 1, 2.5};
+  EXPECT_NO_THROW(load_gguf_tokenizer(scores));
+}
+
+// An eos_token_id in generation_config.json past the vocabulary (or past int32) was kept, truncated
+// to int32, as a stop id.
+TEST(TokenizerBadInput, GenerationConfigEosIdOutsideTheVocabulary) {
+  ScratchDir dir;
+  dir.write("tokenizer.json", kTinyBpe);
+  dir.write("generation_config.json", R"({"eos_token_id": [2, 4294967298]})");
+  EXPECT_ERROR_CONTAINS(load_hf_tokenizer(dir.path("tokenizer.json")),
+                        "generation_config.json eos_token_id 4294967298 is outside the vocabulary [0, 3)");
+  dir.write("generation_config.json", R"({"eos_token_id": 2})");
+  EXPECT_EQ(load_hf_tokenizer(dir.path("tokenizer.json"))->eos_ids(), std::vector<int32_t>{2});
 }
 
 TEST(TokenizerBadInput, DamagedLlama2cTokenizer) {

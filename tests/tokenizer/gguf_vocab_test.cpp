@@ -117,5 +117,21 @@ TEST(GgufVocab, DecodeRoundTripsPlainText) {
   }
 }
 
+// GGUF pieces are raw bytes: a control token whose piece is a lone UTF-8 continuation byte would
+// match inside "é" and hand the PCRE2 pre-tokenizer (which trusts its input to be UTF-8) half a
+// character. Such a piece is never matched in text; "é" stays whole.
+TEST(GgufVocab, SpecialPieceThatIsNotUtf8NeverSplitsACharacter) {
+  // Byte-level pieces: "c", "a", "f", then é's bytes 0xC3 0xA9 as "Ã" and "©", their merge, and the
+  // control token "\xA9".
+  nlohmann::json metadata = {{"tokenizer.ggml.model", "gpt2"},
+                             {"tokenizer.ggml.pre", "gpt-2"},
+                             {"tokenizer.ggml.tokens", {"c", "a", "f", "\u00c3", "\u00a9", "\u00c3\u00a9", "\xa9"}},
+                             {"tokenizer.ggml.token_type", {1, 1, 1, 1, 1, 1, 3}},
+                             {"tokenizer.ggml.merges", {"\u00c3 \u00a9"}}};
+  const auto tokenizer = load_gguf_tokenizer(metadata);
+  EXPECT_EQ(tokenizer->encode("caf\u00e9", false), (std::vector<int32_t>{0, 1, 2, 5}));
+  EXPECT_EQ(tokenizer->decode(tokenizer->encode("caf\u00e9", false), false), "caf\u00e9");
+}
+
 }  // namespace
 }  // namespace splitflow
