@@ -24,10 +24,11 @@
 //    then the k heads, then the v heads, head_dim values each (the fused-QKV weight's row order).
 #pragma once
 
-#include "backend/sampling_rule.h"
+#include "core/block_copy.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "model/spec.h"
+#include "sampling/sampling_rule.h"
 
 #include <functional>
 #include <memory>
@@ -111,14 +112,6 @@ class DeviceBuffer {
   DeviceTensor view_;
   std::shared_ptr<void> owner_;
 };
-
-// One KV block moved between a paged cache on the device and a swap area in host memory.
-struct BlockCopy {
-  int32_t device_block = 0;  // index along the cache's num_blocks dim
-  int32_t host_block = 0;    // index along the host area's num_host_blocks dim
-};
-
-enum class CopyDirection : int8_t { DeviceToHost, HostToDevice };
 
 // The memory of the device a backend allocates from, in bytes (Backend::memory_info).
 struct DeviceMemoryInfo {
@@ -342,7 +335,7 @@ class Backend {
   virtual void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) = 0;
 
   // One token per row of logits [R, V] F32 under rows [R, kSamplingRowWords] I32 (SamplingRow
-  // structs, backend/sampling_rule.h), into tokens [R] I32.
+  // structs, sampling/sampling_rule.h), into tokens [R] I32.
   virtual void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) = 0;
 
  protected:

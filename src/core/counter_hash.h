@@ -1,7 +1,7 @@
 // core/counter_hash.h — counter-based random numbers: a value is a pure function of (key, index),
 // so any thread order, and the CPU and the GPU, produce the same numbers. Used by the seeded
 // dummy weights (core/tensor.h GeneratedNormal, filled on the host or the GPU) and by the sampling rule's Gumbel noise
-// (backend/sampling_rule.h, on the CPU and the GPU). Compiles as C++17 under nvcc (host and device).
+// (sampling/sampling_rule.h, on the CPU and the GPU). Compiles as C++17 under nvcc (host and device).
 #pragma once
 
 #include <cstdint>

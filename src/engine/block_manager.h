@@ -24,7 +24,7 @@
 // copying a shared prefix (recompute would find it in the cache: num_recompute_tokens()).
 #pragma once
 
-#include "backend/backend.h"
+#include "core/block_copy.h"
 #include "engine/sequence.h"
 
 #include <cstdint>

@@ -74,7 +74,7 @@ struct EngineOptions {
   bool device_sampling = true;
 };
 
-// Whether the backend's sampling rule (backend/sampling_rule.h) covers these parameters.
+// Whether the backend's sampling rule (sampling/sampling_rule.h) covers these parameters.
 bool device_samplable(const SamplingParams& params);
 
 class Engine {

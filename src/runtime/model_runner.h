@@ -96,7 +96,7 @@ class ModelRunner {
   // vocabulary, a block table that does not cover the span, positions past the context, ...).
   Tensor forward(const ForwardBatch& batch);
   // forward(), then one token per logits row sampled on the device under rows[r] (the backend's
-  // sampling rule, backend/sampling_rule.h): only the tokens come back to the host. rows: one per
+  // sampling rule, sampling/sampling_rule.h): only the tokens come back to the host. rows: one per
   // logits row. Throws when the counts differ.
   std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows);
   // Copies whole KV blocks (K and V, every layer) between the cache and the host swap area, in

@@ -80,7 +80,7 @@ float activate(float x, Activation act) {
   return x;
 }
 
-// The sampling rule (backend/sampling_rule.h) on one row, by sorting: the reference the CUDA
+// The sampling rule (sampling/sampling_rule.h) on one row, by sorting: the reference the CUDA
 // kernel's radix selects are tested against.
 int32_t sample_row(const float* logits, int64_t vocab, const SamplingRow& params) {
   const int32_t best = static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);

@@ -6,7 +6,7 @@
 // enqueues on `stream` and returns the launch error (cudaSuccess when fine).
 #pragma once
 
-#include "backend/sampling_rule.h"
+#include "sampling/sampling_rule.h"
 
 #include <cuda_runtime.h>
 
@@ -174,7 +174,7 @@ cudaError_t launch_activation(const bf16_bits* x, int act, bool gated, bf16_bits
 cudaError_t launch_gather_rows(const void* x, const int32_t* rows, void* out, int64_t count, int64_t row_bytes,
                                cudaStream_t stream);
 
-// One token per row of logits [count, vocab] f32 under rows[r] (backend/sampling_rule.h), into
+// One token per row of logits [count, vocab] f32 under rows[r] (sampling/sampling_rule.h), into
 // tokens [count] (backend/cuda/sampling.cu).
 cudaError_t launch_sample(const float* logits, const SamplingRow* rows, int32_t* tokens, int64_t count, int64_t vocab,
                           cudaStream_t stream);

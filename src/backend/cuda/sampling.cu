@@ -9,9 +9,9 @@
 // probabilities >= min_p * the largest. The draw is Gumbel-max over the kept set with noise from a
 // counter-based hash of (seed, step, token): exact sampling from the renormalized distribution,
 // and the same (logits, seed, step) always give the same token. The CPU backend implements the
-// same rule with the same hash (backend/sampling_rule.h).
+// same rule with the same hash (sampling/sampling_rule.h).
 #include "backend/cuda/kernels.h"
-#include "backend/sampling_rule.h"
+#include "sampling/sampling_rule.h"
 
 #include <cstdint>
 
