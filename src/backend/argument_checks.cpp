@@ -87,6 +87,8 @@ int64_t check_attention_args(const char* backend, DType activation, std::span<co
   SF_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && head_dim > 0 && params.block_size > 0,
            "{} attention: heads {}, kv_heads {}, head_dim {}, block_size {} are not a valid configuration", backend,
            heads, kv_heads, head_dim, params.block_size);
+  SF_CHECK(params.causal || params.sliding_window == 0,
+           "{} attention: a sliding window ({}) needs causal attention", backend, params.sliding_window);
   check_dtype(backend, "attention", "qkv", qkv, activation);
   check_dtype(backend, "attention", "out", out, activation);
   SF_CHECK(qkv.shape.size() == 2, "{} attention: qkv has shape {}, expected [tokens, width]", backend,

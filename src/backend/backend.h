@@ -155,6 +155,9 @@ struct AttentionParams {
   float scale = 1.0f;       // softmax(scale * q.k)
   int sliding_window = 0;   // 0: full causal; W: keys at positions (p - W, p]
   float logit_softcap = 0;  // > 0: each score s = scale * q.k becomes cap * tanh(s / cap) before the softmax
+  // false (encoders): every query of a sequence sees all context_lens[s] keys, its later ones too;
+  // the whole sequence is then in this step (no sliding window).
+  bool causal = true;
 };
 
 // Where each sequence of a batch sits: S sequences, T new tokens in total.
@@ -312,8 +315,9 @@ class Backend {
     rope_write_kv(qkv, cos_sin, table_rows, rope_params, slots, attention_params, k_cache, v_cache);
   }
 
-  // Paged causal attention of the batch's new tokens (q heads of qkv) over each sequence's cached
-  // keys and values (the new tokens' k/v must already be written). out [T, num_heads * head_dim].
+  // Paged attention of the batch's new tokens (q heads of qkv) over each sequence's cached keys and
+  // values (the new tokens' k/v must already be written): causal, or with params.causal false
+  // bidirectional over the sequence's whole context. out [T, num_heads * head_dim].
   virtual void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                          const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) = 0;
 
@@ -337,6 +341,10 @@ class Backend {
   // One token per row of logits [R, V] F32 under rows [R, kSamplingRowWords] I32 (SamplingRow
   // structs, sampling/sampling_rule.h), into tokens [R] I32.
   virtual void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) = 0;
+
+  // Structured outputs: logits[r, t] = -inf where bit t % 32 of mask[r, t / 32] is clear.
+  // logits [R, V] F32; mask [R, ceil(V / 32)] I32.
+  virtual void apply_token_mask(const DeviceTensor& logits, const DeviceTensor& mask) = 0;
 
  protected:
   // x itself without a norm; else add_norm(x) into norm.normed, which is returned.

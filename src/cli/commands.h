@@ -21,5 +21,6 @@ void register_sim(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_chat(CLI::App& app);
+void register_embed(CLI::App& app);
 
 }  // namespace splitflow::cli

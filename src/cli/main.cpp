@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   splitflow::cli::register_perplexity(app);
   splitflow::cli::register_quantize(app);
   splitflow::cli::register_chat(app);
+  splitflow::cli::register_embed(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -73,6 +73,15 @@ std::vector<std::string> all_served(const char* key) {
   return names;
 }
 
+// config.json's model_type, for a head no template lists by name (BertForSequenceClassification
+// is still a BERT encoder): templates may serve "model_types".
+const Template* template_for_model_type(const SpecRequest& request) {
+  if (!request.config.is_object()) return nullptr;
+  const auto model_type = request.config.find("model_type");
+  if (model_type == request.config.end() || !model_type->is_string()) return nullptr;
+  return find_template("model_types", model_type->get<std::string>());
+}
+
 const char* kSpecHint =
     "write a spec file with the fields hidden_size, num_layers, vocab_size, max_position, norm, attention, mlp, "
     "position, rope and tensors (docs/model-spec.md), or one that starts from a built-in template with "
@@ -93,6 +102,7 @@ const Template* choose_template(const SpecRequest& request) {
   if (!request.hf_architectures.empty()) {
     for (const std::string& architecture : request.hf_architectures)
       if (const Template* entry = find_template("architectures", architecture)) return entry;
+    if (const Template* entry = template_for_model_type(request)) return entry;
     if (has_user_spec) return nullptr;
     fail("{}: no built-in template serves architectures [{}] (known: {}); {}", request.config_name,
          fmt::join(request.hf_architectures, ", "), fmt::join(known_hf_architectures(), ", "), kSpecHint);
@@ -225,6 +235,76 @@ void apply_gguf_rope_freqs(const WeightSource& source, const std::string& model_
              where, i, scaling.freq_factors[i]);
 }
 
+// What sentence-transformers' files in a model directory declare, as config keys for templates:
+//   sentence_transformers.pooling_mode   "cls" / "mean" / "last" (other modes by their own name,
+//                                        which the spec then refuses), from the Pooling module's
+//                                        config.json (modules.json says where it is)
+//   sentence_transformers.normalize      true when modules.json has a Normalize module
+//   sentence_transformers.max_seq_length sentence_bert_config.json's truncation length
+// and tokenizer_max_length: tokenizer.json's truncation.max_length, else tokenizer_config.json's
+// model_max_length (when it is a real length, not transformers' "unset" 1e30).
+// Null (absent) when the directory has none of these files.
+json sentence_transformers_config(const fs::path& model_dir) {
+  json out = json::object();
+  const fs::path modules_path = model_dir / "modules.json";
+  if (fs::exists(modules_path)) {
+    const json modules = read_json_file(modules_path.string());
+    SF_CHECK(modules.is_array(), "'{}': expected a list of modules", modules_path.string());
+    bool normalize = false;
+    for (const json& module : modules) {
+      if (!module.is_object()) continue;
+      const std::string type = module.value("type", "");
+      if (type.ends_with(".Normalize")) normalize = true;
+      if (!type.ends_with(".Pooling")) continue;
+      const fs::path pooling_path = model_dir / module.value("path", "") / "config.json";
+      if (!fs::exists(pooling_path)) continue;
+      const json pooling = read_json_file(pooling_path.string());
+      std::string mode;
+      if (pooling.contains("pooling_mode") && pooling["pooling_mode"].is_string()) {
+        mode = pooling["pooling_mode"].get<std::string>();
+      } else {
+        const std::pair<const char*, const char*> flags[] = {
+            {"pooling_mode_cls_token", "cls"},        {"pooling_mode_mean_tokens", "mean"},
+            {"pooling_mode_lasttoken", "last"},       {"pooling_mode_max_tokens", "max"},
+            {"pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len"}, {"pooling_mode_weightedmean_tokens", "weightedmean"}};
+        for (const auto& [flag, name] : flags) {
+          if (!pooling.value(flag, false)) continue;
+          SF_CHECK(mode.empty(), "'{}': several pooling modes at once ({} and {}) are not supported",
+                   pooling_path.string(), mode, name);
+          mode = name;
+        }
+      }
+      if (!mode.empty()) out["pooling_mode"] = mode;
+    }
+    out["normalize"] = normalize;
+  }
+  const fs::path bert_config_path = model_dir / "sentence_bert_config.json";
+  if (fs::exists(bert_config_path)) {
+    const json bert_config = read_json_file(bert_config_path.string());
+    if (bert_config.contains("max_seq_length") && bert_config["max_seq_length"].is_number_integer())
+      out["max_seq_length"] = bert_config["max_seq_length"];
+  }
+  return out.empty() ? json(nullptr) : out;
+}
+
+json tokenizer_max_length(const fs::path& model_dir) {
+  const fs::path tokenizer_path = model_dir / "tokenizer.json";
+  if (fs::exists(tokenizer_path)) {
+    const json tokenizer = read_json_file(tokenizer_path.string());
+    const json* truncation = tokenizer.contains("truncation") ? &tokenizer["truncation"] : nullptr;
+    if (truncation && truncation->is_object() && (*truncation)["max_length"].is_number_integer())
+      return (*truncation)["max_length"];
+  }
+  const fs::path tokenizer_config_path = model_dir / "tokenizer_config.json";
+  if (fs::exists(tokenizer_config_path)) {
+    const json config = read_json_file(tokenizer_config_path.string());
+    if (config.contains("model_max_length") && config["model_max_length"].is_number_integer() &&
+        config["model_max_length"].get<int64_t>() <= (int64_t{1} << 20))
+      return config["model_max_length"];
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 ModelSpec resolve_hf_spec(const std::string& model_dir, const std::string& user_spec_path) {
@@ -235,6 +315,11 @@ ModelSpec resolve_hf_spec(const std::string& model_dir, const std::string& user_
     add_hf_config(request, read_json_file(config_path.string()), fmt::format("config.json '{}'", config_path.string()));
     const fs::path generation_path = fs::path(model_dir) / "generation_config.json";
     if (fs::exists(generation_path)) request.config["generation_config"] = read_json_file(generation_path.string());
+    // Encoder templates read how the model pools and truncates (sentence-transformers' files).
+    if (request.config.is_object()) {
+      if (json st = sentence_transformers_config(model_dir); !st.is_null()) request.config["sentence_transformers"] = st;
+      if (json length = tokenizer_max_length(model_dir); !length.is_null()) request.config["tokenizer_max_length"] = length;
+    }
   } else {
     SF_CHECK(!request.user_specs.empty(), "'{}': no config.json, so nothing says what model this is; {}", model_dir,
              kSpecHint);

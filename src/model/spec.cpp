@@ -85,6 +85,23 @@ const std::vector<EnumName<QkvLayout>>& qkv_layout_names() {
   return names;
 }
 
+const std::vector<EnumName<NormPlacement>>& norm_placement_names() {
+  static const std::vector<EnumName<NormPlacement>> names = {
+      {NormPlacement::Pre, {"pre"}},
+      {NormPlacement::Post, {"post"}},
+  };
+  return names;
+}
+
+const std::vector<EnumName<Pooling>>& pooling_names() {
+  static const std::vector<EnumName<Pooling>> names = {
+      {Pooling::Cls, {"cls"}},
+      {Pooling::Mean, {"mean"}},
+      {Pooling::Last, {"last", "lasttoken"}},
+  };
+  return names;
+}
+
 const std::vector<EnumName<LayerAttention>>& layer_attention_names() {
   // HF's config.json layer_types use the long names.
   static const std::vector<EnumName<LayerAttention>> names = {
@@ -221,6 +238,7 @@ void parse_norm(const json& object, NormSpec& norm) {
   reader.read_double("eps", norm.eps);
   reader.read_bool("bias", norm.bias);
   reader.read_double("weight_offset", norm.weight_offset);
+  reader.read_enum("placement", norm_placement_names(), norm.placement);
   reader.finish();
 }
 
@@ -247,6 +265,16 @@ void parse_attention(const json& object, AttentionSpec& attention) {
   reader.read_double("logit_softcap", attention.logit_softcap);
   reader.read_bool("qk_norm", attention.qk_norm);
   reader.read_enum("qkv_layout", qkv_layout_names(), attention.qkv_layout);
+  reader.read_bool("causal", attention.causal);
+  reader.finish();
+}
+
+void parse_embedding(const json& object, EmbeddingSpec& embedding) {
+  ObjectReader reader(object, "embedding");
+  reader.read_enum("pooling", pooling_names(), embedding.pooling);
+  reader.read_bool("normalize", embedding.normalize);
+  reader.read_int("max_tokens", embedding.max_tokens);
+  reader.read_bool("matryoshka", embedding.matryoshka);
   reader.finish();
 }
 
@@ -345,7 +373,8 @@ void parse_tensors(const json& object, TensorNames& tensors) {
       {"o", &tensors.o},               {"ffn_norm", &tensors.ffn_norm},   {"gate", &tensors.gate},
       {"up", &tensors.up},             {"gate_up", &tensors.gate_up},     {"down", &tensors.down},
       {"q_norm", &tensors.q_norm},     {"k_norm", &tensors.k_norm},       {"post_attn_norm", &tensors.post_attn_norm},
-      {"post_ffn_norm", &tensors.post_ffn_norm},
+      {"post_ffn_norm", &tensors.post_ffn_norm}, {"embed_norm", &tensors.embed_norm},
+      {"token_type_embed", &tensors.token_type_embed},
   };
   for (const auto& [key, target] : names) reader.read_string(key, *target);
   reader.finish();
@@ -504,6 +533,10 @@ ModelSpec spec_from_json(const json& object) {
   reader.read_bool("tie_embeddings", spec.tie_embeddings);
   reader.read_double("final_logit_softcap", spec.final_logit_softcap);
   reader.read_double("embedding_multiplier", spec.embedding_multiplier);
+  reader.read_bool("embedding_norm", spec.embedding_norm);
+  reader.read_int("token_types", spec.token_types);
+  reader.read_int("position_offset", spec.position_offset);
+  if (const json* embedding = reader.find("embedding")) parse_embedding(*embedding, spec.embedding);
   parse_tensors(*reader.find("tensors"), spec.tensors);
   reader.read_int("bos_token_id", spec.bos_token_id);
   if (const json* eos = reader.find("eos_token_ids")) parse_eos(*eos, spec.eos_token_ids);
@@ -534,8 +567,9 @@ ModelSpec spec_from_json(const json& object) {
 }
 
 void validate_spec(const ModelSpec& spec) {
-  SF_CHECK(spec.network == NetworkType::DecoderOnly, "network: only decoder_only models are supported so far, got {}",
-           enum_name(network_names(), spec.network));
+  SF_CHECK(spec.network != NetworkType::EncoderDecoder,
+           "network: encoder_decoder models are not supported yet (decoder_only or encoder_only)");
+  const bool encoder = spec.network == NetworkType::EncoderOnly;
   SF_CHECK(spec.hidden_size > 0, "hidden_size: must be > 0, got {}", spec.hidden_size);
   SF_CHECK(spec.num_layers > 0, "num_layers: must be > 0, got {}", spec.num_layers);
   SF_CHECK(spec.vocab_size > 0, "vocab_size: must be > 0, got {}", spec.vocab_size);
@@ -581,6 +615,25 @@ void validate_spec(const ModelSpec& spec) {
   SF_CHECK(std::isfinite(spec.embedding_multiplier) && spec.embedding_multiplier > 0.0,
            "embedding_multiplier: must be > 0, got {}", spec.embedding_multiplier);
   SF_CHECK(!spec.shared_layer_norm || spec.parallel_residual, "shared_layer_norm: needs parallel_residual");
+  if (spec.norm.placement == NormPlacement::Post) {
+    SF_CHECK(!spec.parallel_residual, "norm.placement: post is not with parallel_residual");
+    SF_CHECK(!spec.post_norms, "norm.placement: post is not with post_norms (those are extra norms of a pre-norm layer)");
+    SF_CHECK(!attention.qk_norm, "norm.placement: post is not with attention.qk_norm");
+  }
+  SF_CHECK(encoder || attention.causal,
+           "attention.causal: false needs network encoder_only (a decoder generates one token at a time)");
+  SF_CHECK(spec.token_types >= 0, "token_types: must be >= 0 (0 = no token-type table), got {}", spec.token_types);
+  SF_CHECK(spec.position_offset >= 0, "position_offset: must be >= 0, got {}", spec.position_offset);
+  SF_CHECK(spec.position_offset == 0 || spec.position == PositionType::Learned,
+           "position_offset: {} needs learned positions", spec.position_offset);
+  const EmbeddingSpec& embedding = spec.embedding;
+  SF_CHECK(embedding.max_tokens >= 0 && embedding.max_tokens <= spec.max_position,
+           "embedding.max_tokens: must be in [0, max_position {}] (0 = max_position), got {}", spec.max_position,
+           embedding.max_tokens);
+  if (encoder) {
+    SF_CHECK(!spec.tie_embeddings, "tie_embeddings: an encoder_only model has no lm_head to tie");
+    SF_CHECK(spec.final_logit_softcap == 0.0, "final_logit_softcap: an encoder_only model has no logits");
+  }
 
   SF_CHECK(spec.position == PositionType::Rope || spec.position == PositionType::Learned ||
                spec.position == PositionType::None,
@@ -635,11 +688,20 @@ void validate_spec(const ModelSpec& spec) {
   SF_CHECK(!spec.post_norms || !spec.parallel_residual, "post_norms: not with parallel_residual");
 
   require_name("embed", tensors.embed, "every model has a token embedding");
-  require_name("final_norm", tensors.final_norm, "decoder-only models end with a norm");
+  if (!encoder) require_name("final_norm", tensors.final_norm, "decoder-only models end with a norm");
+  if (spec.norm.placement == NormPlacement::Post)
+    forbid_name("final_norm", tensors.final_norm, "norm.placement is post (each layer ends normed)");
+  if (spec.embedding_norm) require_name("embed_norm", tensors.embed_norm, "embedding_norm is true");
+  else forbid_name("embed_norm", tensors.embed_norm, "embedding_norm is false");
+  if (spec.token_types > 0) require_name("token_type_embed", tensors.token_type_embed, "token_types > 0");
+  else forbid_name("token_type_embed", tensors.token_type_embed, "token_types is 0");
+  check_tensor_name("embed_norm", tensors.embed_norm, false);
+  check_tensor_name("token_type_embed", tensors.token_type_embed, false);
   require_name("attn_norm", tensors.attn_norm, "every layer starts with a norm");
   require_name("o", tensors.o, "attention has an output projection");
   require_name("down", tensors.down, "the MLP has a down projection");
-  if (!spec.tie_embeddings) require_name("lm_head", tensors.lm_head, "tie_embeddings is false");
+  if (encoder) forbid_name("lm_head", tensors.lm_head, "an encoder_only model returns its states, not logits");
+  else if (!spec.tie_embeddings) require_name("lm_head", tensors.lm_head, "tie_embeddings is false");
   if (spec.position == PositionType::Learned)
     require_name("pos_embed", tensors.pos_embed, "position is learned");
   else
@@ -688,7 +750,8 @@ json spec_to_json(const ModelSpec& spec) {
   out["norm"] = {{"type", enum_name(norm_names(), spec.norm.type)},
                  {"eps", spec.norm.eps},
                  {"bias", spec.norm.bias},
-                 {"weight_offset", spec.norm.weight_offset}};
+                 {"weight_offset", spec.norm.weight_offset},
+                 {"placement", enum_name(norm_placement_names(), spec.norm.placement)}};
   const AttentionSpec& attention = spec.attention;
   out["attention"] = {{"num_heads", attention.num_heads},   {"num_kv_heads", attention.num_kv_heads},
                       {"head_dim", attention.head_dim},     {"q_bias", attention.q_bias},
@@ -698,7 +761,8 @@ json spec_to_json(const ModelSpec& spec) {
                       {"logit_softcap", attention.logit_softcap},
                       {"qk_norm", attention.qk_norm},
                       {"full_attention_interval", attention.full_attention_interval},
-                      {"qkv_layout", enum_name(qkv_layout_names(), attention.qkv_layout)}};
+                      {"qkv_layout", enum_name(qkv_layout_names(), attention.qkv_layout)},
+                      {"causal", attention.causal}};
   if (!attention.layer_types.empty()) {
     json types = json::array();
     for (const LayerAttention type : attention.layer_types) types.push_back(enum_name(layer_attention_names(), type));
@@ -749,6 +813,13 @@ json spec_to_json(const ModelSpec& spec) {
   out["tie_embeddings"] = spec.tie_embeddings;
   out["final_logit_softcap"] = spec.final_logit_softcap;
   out["embedding_multiplier"] = spec.embedding_multiplier;
+  out["embedding_norm"] = spec.embedding_norm;
+  out["token_types"] = spec.token_types;
+  out["position_offset"] = spec.position_offset;
+  out["embedding"] = {{"pooling", enum_name(pooling_names(), spec.embedding.pooling)},
+                      {"normalize", spec.embedding.normalize},
+                      {"max_tokens", spec.embedding.max_tokens},
+                      {"matryoshka", spec.embedding.matryoshka}};
   const TensorNames& tensors = spec.tensors;
   out["tensors"] = {{"weight_suffix", tensors.weight_suffix},
                     {"bias_suffix", tensors.bias_suffix},
@@ -773,7 +844,9 @@ json spec_to_json(const ModelSpec& spec) {
                     {"q_norm", tensors.q_norm},
                     {"k_norm", tensors.k_norm},
                     {"post_attn_norm", tensors.post_attn_norm},
-                    {"post_ffn_norm", tensors.post_ffn_norm}};
+                    {"post_ffn_norm", tensors.post_ffn_norm},
+                    {"embed_norm", tensors.embed_norm},
+                    {"token_type_embed", tensors.token_type_embed}};
   out["bos_token_id"] = spec.bos_token_id;
   out["eos_token_ids"] = spec.eos_token_ids;
   return out;

@@ -28,6 +28,12 @@ enum class RopeScalingType { None, Linear, DynamicNTK, YaRN, Llama3, LongRope, F
 enum class QkvLayout { Separate, Concat, PerHead };
 // What one layer's attention sees: Full = every earlier position, Sliding = the last sliding_window.
 enum class LayerAttention { Full, Sliding };
+// Where a layer's norms sit: Pre = x + f(norm(x)) (GPT-2 onwards); Post = norm(x + f(x)) (the
+// original Transformer, BERT, RoBERTa).
+enum class NormPlacement { Pre, Post };
+// How an encoder's token states become one vector (sentence-transformers' Pooling modes): Cls =
+// the first token's state, Mean = the average over the sequence, Last = the last token's state.
+enum class Pooling { Cls, Mean, Last };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::None;
@@ -71,6 +77,7 @@ struct NormSpec {
   double eps = 1e-5;
   bool bias = false;            // LayerNorm with a bias tensor
   double weight_offset = 0.0;   // y = x_hat * (offset + w); Gemma uses 1
+  NormPlacement placement = NormPlacement::Pre;
 
   bool operator==(const NormSpec&) const = default;
 };
@@ -92,6 +99,9 @@ struct AttentionSpec {
   // weights q_norm and k_norm [head_dim] (Qwen 3, Gemma 3).
   bool qk_norm = false;
   QkvLayout qkv_layout = QkvLayout::Separate;
+  // false: every token sees the whole sequence (encoders); the sequence must then run in one
+  // forward (no chunked prefill, no decode). Decoder-only models are causal.
+  bool causal = true;
 
   bool operator==(const AttentionSpec&) const = default;
 };
@@ -123,8 +133,22 @@ struct TensorNames {
   std::string ffn_norm, gate, up, gate_up, down;
   std::string q_norm, k_norm;                // attention.qk_norm
   std::string post_attn_norm, post_ffn_norm; // post_norms
+  std::string embed_norm;                    // embedding_norm
+  std::string token_type_embed;              // token_types > 0
 
   bool operator==(const TensorNames&) const = default;
+};
+
+// What an encoder-only model returns for a sequence (its embedding), as sentence-transformers'
+// modules.json / 1_Pooling/config.json / sentence_bert_config.json declare it.
+struct EmbeddingSpec {
+  Pooling pooling = Pooling::Cls;
+  bool normalize = false;    // L2-normalize the pooled vector (a sentence_transformers Normalize module)
+  int max_tokens = 0;        // inputs are truncated to this many tokens, specials included; 0: max_position
+  // Matryoshka-trained: a request may ask for fewer dimensions (the first d, renormalized).
+  bool matryoshka = false;
+
+  bool operator==(const EmbeddingSpec&) const = default;
 };
 
 struct ModelSpec {
@@ -147,6 +171,14 @@ struct ModelSpec {
   bool tie_embeddings = false;         // lm_head = embed
   double final_logit_softcap = 0.0;    // > 0: logits become cap * tanh(logit / cap) (Gemma 2)
   double embedding_multiplier = 1.0;   // Gemma: sqrt(hidden)
+  bool embedding_norm = false;         // a norm (tensors.embed_norm) over the summed embeddings (BERT)
+  // Rows of the token-type table (tensors.token_type_embed; BERT: 2). Every token has type 0, as
+  // sentence-transformers gives a single text: row 0 is added to each position's embedding.
+  int token_types = 0;
+  // Position p reads row p + position_offset of pos_embed (RoBERTa: padding_idx + 1), so the
+  // table has max_position + position_offset rows.
+  int position_offset = 0;
+  EmbeddingSpec embedding;             // encoder_only: pooling and normalization
   TensorNames tensors;
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;

@@ -127,6 +127,25 @@ Tensor per_head_to_concat(const Tensor& fused, int num_heads, int head_dim) {
   return out;
 }
 
+// The table the runtime reads (ModelWeights::pos_embed): rows [offset, offset + positions) of a
+// checkpoint's position table, plus token type 0's row when a token-type table is given.
+Tensor position_rows(const Tensor& table, int64_t offset, int64_t positions, const Tensor& token_types) {
+  if (offset == 0 && token_types.empty()) return table;
+  SF_CHECK(table.dim(0) >= offset + positions, "position table {}: fewer than {} + {} rows", shape_str(table.shape),
+           offset, positions);
+  const int64_t hidden = table.dim(1);
+  const Tensor all = to_dtype(materialize(table), DType::F32);
+  Tensor rows = Tensor::zeros(DType::F32, {positions, hidden});
+  std::memcpy(rows.data, all.as<float>() + offset * hidden, static_cast<size_t>(positions * hidden) * sizeof(float));
+  if (!token_types.empty()) {
+    const Tensor types = to_dtype(materialize(token_types), DType::F32);
+    float* out = rows.as<float>();
+    for (int64_t p = 0; p < positions; ++p)
+      for (int64_t i = 0; i < hidden; ++i) out[p * hidden + i] += types.as<float>()[i];
+  }
+  return rows;
+}
+
 class Binder {
  public:
   Binder(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype, std::optional<DType> quantization)
@@ -138,11 +157,23 @@ class Binder {
     const int64_t hidden = spec_.hidden_size, vocab = spec_.vocab_size;
     ModelWeights weights;
     weights.embed = matrix("embed", names_.embed, -1, {vocab, hidden}, /*projection=*/false, /*quantize=*/false);
-    if (spec_.position == PositionType::Learned)
-      weights.pos_embed = matrix("pos_embed", names_.pos_embed, -1, {spec_.max_position, hidden}, false, false);
-    weights.final_norm = vector("final_norm", names_.final_norm, -1, hidden);
-    if (spec_.norm.bias) weights.final_norm_bias = bias("final_norm", names_.final_norm, -1, hidden);
-    bind_lm_head(weights);
+    if (spec_.position == PositionType::Learned) {
+      const int64_t offset = spec_.position_offset;
+      weights.pos_embed = matrix("pos_embed", names_.pos_embed, -1, {spec_.max_position + offset, hidden}, false, false);
+      Tensor token_types;
+      if (spec_.token_types > 0)
+        token_types = matrix("token_type_embed", names_.token_type_embed, -1, {spec_.token_types, hidden}, false, false);
+      weights.pos_embed = position_rows(weights.pos_embed, offset, spec_.max_position, token_types);
+    }
+    if (spec_.embedding_norm) {
+      weights.embed_norm = vector("embed_norm", names_.embed_norm, -1, hidden);
+      if (spec_.norm.bias) weights.embed_norm_bias = bias("embed_norm", names_.embed_norm, -1, hidden);
+    }
+    if (!names_.final_norm.empty()) {
+      weights.final_norm = vector("final_norm", names_.final_norm, -1, hidden);
+      if (spec_.norm.bias) weights.final_norm_bias = bias("final_norm", names_.final_norm, -1, hidden);
+    }
+    if (spec_.network != NetworkType::EncoderOnly) bind_lm_head(weights);
     weights.layers.resize(static_cast<size_t>(spec_.num_layers));
     for (int layer = 0; layer < spec_.num_layers; ++layer) bind_layer(layer, weights.layers[static_cast<size_t>(layer)]);
     warn_unused();
@@ -503,9 +534,16 @@ ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint6
   ModelWeights weights;
   weights.embed = fill.matrix(spec.vocab_size, hidden);
   if (spec.position == PositionType::Learned) weights.pos_embed = fill.matrix(spec.max_position, hidden);
-  weights.final_norm = DummyFiller::ones(hidden);
-  if (norm_bias) weights.final_norm_bias = Tensor::zeros(DType::F32, {hidden});
-  weights.lm_head = spec.tie_embeddings ? weights.embed : fill.matrix(spec.vocab_size, hidden);
+  if (spec.embedding_norm) {
+    weights.embed_norm = DummyFiller::ones(hidden);
+    if (norm_bias) weights.embed_norm_bias = Tensor::zeros(DType::F32, {hidden});
+  }
+  if (!spec.tensors.final_norm.empty()) {
+    weights.final_norm = DummyFiller::ones(hidden);
+    if (norm_bias) weights.final_norm_bias = Tensor::zeros(DType::F32, {hidden});
+  }
+  const bool encoder = spec.network == NetworkType::EncoderOnly;
+  if (!encoder) weights.lm_head = spec.tie_embeddings ? weights.embed : fill.matrix(spec.vocab_size, hidden);
   weights.layers.resize(static_cast<size_t>(spec.num_layers));
   for (LayerWeights& layer : weights.layers) {
     layer.attn_norm = DummyFiller::ones(hidden);
@@ -546,7 +584,7 @@ ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint6
       layer.w_gate_up = quantized(layer.w_gate_up, "w_gate_up");
       layer.w_down = quantized(layer.w_down, "w_down");
     }
-    if (!spec.tie_embeddings) weights.lm_head = quantized(weights.lm_head, "lm_head");
+    if (!spec.tie_embeddings && !encoder) weights.lm_head = quantized(weights.lm_head, "lm_head");
   }
   return weights;
 }

@@ -29,9 +29,13 @@ struct LayerWeights {
 
 struct ModelWeights {
   Tensor embed;                       // (vocab, hidden)
-  Tensor pos_embed;                   // (max_position, hidden), learned absolute positions only
-  Tensor final_norm, final_norm_bias; // (hidden)
-  Tensor lm_head;                     // (vocab, hidden); shares embed's storage when tied
+  // (max_position, hidden), learned absolute positions only: row p is what position p adds, so a
+  // checkpoint's table is read from row position_offset on (RoBERTa), and with token_types > 0
+  // token type 0's embedding is added to every row (F32 then; every token has type 0).
+  Tensor pos_embed;
+  Tensor embed_norm, embed_norm_bias; // (hidden), embedding_norm
+  Tensor final_norm, final_norm_bias; // (hidden); absent in encoders without a final norm
+  Tensor lm_head;                     // (vocab, hidden); shares embed's storage when tied; absent in encoders
   std::vector<LayerWeights> layers;
 };
 

@@ -88,6 +88,34 @@ std::string LayerPlan::describe() const {
   return out;
 }
 
+namespace {
+
+// Post-norm (BERT): hidden = norm(hidden + attention(hidden)); hidden = norm(hidden + mlp(hidden)).
+// The residual adds are the output projections' epilogues; each norm runs in place on hidden.
+LayerPlan build_post_norm_plan(const ModelSpec& spec) {
+  SF_CHECK(!spec.parallel_residual && !spec.post_norms && !spec.attention.qk_norm,
+           "norm.placement: post is not with parallel_residual, post_norms or attention.qk_norm");
+  const AttentionSpec& attention = spec.attention;
+  const bool norm_bias = spec.norm.bias;
+  LayerPlan plan;
+  std::vector<PlanStep>& steps = plan.steps;
+  steps.reserve(12);
+  steps.push_back({StepKind::Linear, Slot::Hidden, Slot::Qkv, LayerWeight::Qkv,
+                   attention.q_bias || attention.k_bias || attention.v_bias});
+  steps.push_back({spec.position == PositionType::Rope ? StepKind::RopeWriteKv : StepKind::WriteKv, Slot::Qkv});
+  steps.push_back({StepKind::Attention, Slot::Qkv, Slot::AttnOut});
+  steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::Hidden, LayerWeight::Output, attention.o_bias, true});
+  steps.push_back({StepKind::Norm, Slot::Hidden, Slot::Hidden, LayerWeight::AttnNorm, norm_bias});
+  PlanStep up{StepKind::LinearActivation, Slot::Hidden, Slot::MlpAct, LayerWeight::GateUp, spec.mlp.up_bias};
+  up.product = Slot::MlpUp;
+  steps.push_back(up);
+  steps.push_back({StepKind::Linear, Slot::MlpAct, Slot::Hidden, LayerWeight::Down, spec.mlp.down_bias, true});
+  steps.push_back({StepKind::Norm, Slot::Hidden, Slot::Hidden, LayerWeight::FfnNorm, norm_bias});
+  return plan;
+}
+
+}  // namespace
+
 LayerPlan build_layer_plan(const ModelSpec& spec) {
   SF_CHECK(!spec.shared_layer_norm || spec.parallel_residual,
            "shared_layer_norm: needs parallel_residual (a sequential layer normalises the MLP input separately)");
@@ -98,6 +126,7 @@ LayerPlan build_layer_plan(const ModelSpec& spec) {
   LayerPlan plan;
   std::vector<PlanStep>& steps = plan.steps;
   steps.reserve(12);  // at most 12 steps; also keeps GCC 12 from a false -Wstringop-overflow on push_back
+  if (spec.norm.placement == NormPlacement::Post) return build_post_norm_plan(spec);
   // A sequential layer's norms each feed one projection: the projection step takes the norm
   // (a backend may fuse the two). A parallel residual takes both norms before the attention's add.
   const bool sequential = !spec.parallel_residual;

@@ -12,6 +12,8 @@
 // hidden += post_norm(proj) (norm_add) is the residual add.
 // Parallel residual (GPT-NeoX, Falcon): hidden += attention(norm1(hidden)) + mlp(norm2(hidden)),
 // with norm2 = norm1 when shared_layer_norm.
+// Post-norm (norm.placement post: BERT, RoBERTa): hidden = norm(hidden + attention(hidden)), then
+// hidden = norm(hidden + mlp(hidden)); each norm runs in place on hidden.
 // The residual adds are the output projections' epilogues (Linear with accumulate): no separate
 // add over the residual stream.
 #pragma once

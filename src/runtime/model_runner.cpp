@@ -82,7 +82,8 @@ int64_t kv_cache_bytes_per_token(const ModelSpec& spec, DType cache_dtype) {
 ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& backend, KvCacheConfig kv_config,
                          RunnerLimits limits)
     : spec_(spec), plan_(build_layer_plan(spec)), backend_(backend), kv_config_(kv_config), limits_(limits) {
-  SF_CHECK(spec.network == NetworkType::DecoderOnly, "network: the runtime runs decoder-only models only");
+  SF_CHECK(spec.network != NetworkType::EncoderDecoder,
+           "network: the runtime runs decoder-only and encoder-only models, not encoder_decoder");
   SF_CHECK(spec.position != PositionType::ALiBi, "position: alibi is not supported by the runtime yet");
   const AttentionSpec& attention = spec.attention;
   SF_CHECK(spec.hidden_size > 0 && spec.num_layers > 0 && spec.vocab_size > 0 && spec.max_position > 0,
@@ -115,7 +116,7 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
     rope_params_ = {attention.num_heads, attention.num_kv_heads, attention.head_dim, spec.rotary_dim(), spec.rope.style};
   attention_params_ = {attention.num_heads,  attention.num_kv_heads, attention.head_dim, kv_config.block_size,
                        static_cast<float>(spec.attention_scale()), attention.sliding_window,
-                       static_cast<float>(attention.logit_softcap)};
+                       static_cast<float>(attention.logit_softcap), attention.causal};
 
   const DType act = backend.activation_dtype(), cache_dtype = resolve_kv_cache_dtype(backend, kv_config.dtype);
   // An automatic cache is sized below, once everything but it is allocated: until then the
@@ -151,11 +152,14 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
   for (size_t s = static_cast<size_t>(Slot::Hidden); s < slots_.size(); ++s)
     if (static_cast<Slot>(s) != Slot::Proj || spec.post_norms)
       slots_[s] = backend.allocate(act, {max_tokens, width(static_cast<Slot>(s))});
-  // Logits rows are computed in chunks so All mode does not need [max_batch_tokens, vocab].
-  logit_rows_capacity_ = std::min<int64_t>(max_tokens, std::max<int64_t>(limits.max_seqs, 16));
-  selected_ = backend.allocate(act, {logit_rows_capacity_, hidden});
-  selected_normed_ = backend.allocate(act, {logit_rows_capacity_, hidden});
-  logits_ = backend.allocate(DType::F32, {logit_rows_capacity_, spec.vocab_size});
+  // Logits rows are computed in chunks so All mode does not need [max_batch_tokens, vocab]. An
+  // encoder has no head: its output is the hidden slot.
+  if (!encoder()) {
+    logit_rows_capacity_ = std::min<int64_t>(max_tokens, std::max<int64_t>(limits.max_seqs, 16));
+    selected_ = backend.allocate(act, {logit_rows_capacity_, hidden});
+    selected_normed_ = backend.allocate(act, {logit_rows_capacity_, hidden});
+    logits_ = backend.allocate(DType::F32, {logit_rows_capacity_, spec.vocab_size});
+  }
   d_sampled_ = backend.allocate(DType::I32, {max_tokens});
 
   if (kv_config.memory_budget) {
@@ -235,14 +239,22 @@ void ModelRunner::upload_weights(ModelWeights& weights) {
   embed_ = backend_.upload(checked(weights.embed, "embed", {vocab, hidden}, true, true));
   if (spec.position == PositionType::Learned)
     pos_embed_ = backend_.upload(checked(weights.pos_embed, "pos_embed", {spec.max_position, hidden}, true, true));
-  final_norm_ = backend_.upload(checked(weights.final_norm, "final_norm", {hidden}, true, false));
-  final_norm_bias_ = upload_or_empty(backend_, checked(weights.final_norm_bias, "final_norm_bias", {hidden}, norm_bias, false));
-  // A tied head shares the embedding's buffer rather than uploading the matrix twice.
-  const Tensor lm_head = checked(weights.lm_head, "lm_head", {vocab, hidden}, true, true);
-  const bool tied = lm_head.dtype == weights.embed.dtype &&
-                    (lm_head.generated ? weights.embed.generated && lm_head.generated->key == weights.embed.generated->key
-                                       : lm_head.data == weights.embed.data);
-  lm_head_ = tied ? embed_ : backend_.upload(lm_head);
+  embed_norm_ = upload_or_empty(backend_, checked(weights.embed_norm, "embed_norm", {hidden}, spec.embedding_norm, false));
+  embed_norm_bias_ = upload_or_empty(
+      backend_, checked(weights.embed_norm_bias, "embed_norm_bias", {hidden}, spec.embedding_norm && norm_bias, false));
+  // Encoders may end without a norm (post-norm layers end normed).
+  const bool final_norm = !encoder() || !spec.tensors.final_norm.empty();
+  final_norm_ = upload_or_empty(backend_, checked(weights.final_norm, "final_norm", {hidden}, final_norm, false));
+  final_norm_bias_ = upload_or_empty(
+      backend_, checked(weights.final_norm_bias, "final_norm_bias", {hidden}, final_norm && norm_bias, false));
+  if (!encoder()) {
+    // A tied head shares the embedding's buffer rather than uploading the matrix twice.
+    const Tensor lm_head = checked(weights.lm_head, "lm_head", {vocab, hidden}, true, true);
+    const bool tied = lm_head.dtype == weights.embed.dtype &&
+                      (lm_head.generated ? weights.embed.generated && lm_head.generated->key == weights.embed.generated->key
+                                         : lm_head.data == weights.embed.data);
+    lm_head_ = tied ? embed_ : backend_.upload(lm_head);
+  }
 
   SF_CHECK(static_cast<int>(weights.layers.size()) == spec.num_layers, "weights: {} layers, the spec has num_layers {}",
            weights.layers.size(), spec.num_layers);
@@ -448,7 +460,7 @@ int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const Samp
   // A decode step (one token per span, each sampled) replays its bucket's recording: pad the
   // spans with dummies that write no KV (slot -1) and read one cached position of block 0. Its
   // logits row s is token s (issue_head's rows_are_tokens).
-  const bool decode = limits_.record_decode && backend_.can_record() && max_query_len == 1 && tokens == seqs &&
+  const bool decode = !encoder() && limits_.record_decode && backend_.can_record() && max_query_len == 1 && tokens == seqs &&
                       batch.logits_mode == LogitsMode::Last && rows == seqs && step_rope_count_ == 0;
   const int32_t bucket = decode ? decode_bucket(seqs, std::min(limits_.max_seqs, limits_.max_batch_tokens)) : 0;
   const int64_t staged_seqs = std::max<int64_t>(seqs, bucket);
@@ -579,6 +591,9 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
 void ModelRunner::issue_layers(int64_t tokens) {
   backend_.embed(embed_.view(), step_view(kTokenIds, tokens), static_cast<float>(spec_.embedding_multiplier),
                  pos_embed_.view(), step_view(kPositions, tokens), slot_rows(Slot::Hidden, tokens));
+  if (!embed_norm_.empty())  // in place: the norm of the summed embeddings is the residual stream
+    backend_.add_norm(slot_rows(Slot::Hidden, tokens), {}, embed_norm_.view(), embed_norm_bias_.view(), norm_params_,
+                      slot_rows(Slot::Hidden, tokens));
   for (int layer = 0; layer < spec_.num_layers; ++layer) run_layer(layer, tokens);
 }
 
@@ -643,7 +658,7 @@ bool ModelRunner::issue_warmup_step(const ForwardBatch& batch, bool sample) {
 
 WarmupReport ModelRunner::warm_up(bool device_sampling) {
   WarmupReport report;
-  if (!backend_.can_record()) {
+  if (!backend_.can_record() || encoder()) {
     spdlog::info("warm-up: nothing to prepare on the {} backend", backend_.name());
     return report;
   }
@@ -679,7 +694,31 @@ WarmupReport ModelRunner::warm_up(bool device_sampling) {
   return report;
 }
 
+Tensor ModelRunner::forward_hidden(const ForwardBatch& batch) {
+  for (size_t s = 0; s < batch.spans.size(); ++s)
+    SF_CHECK(spec_.attention.causal || batch.spans[s].start_position == 0,
+             "forward batch: span {} starts at position {}, but bidirectional attention needs the whole sequence in "
+             "one step", s, batch.spans[s].start_position);
+  stage_batch(batch, {});
+  const int64_t tokens = batch.num_tokens(), hidden = spec_.hidden_size;
+  issue_layers(tokens);
+  const DeviceTensor states = slot_rows(Slot::Hidden, tokens);
+  if (!final_norm_.empty())
+    backend_.add_norm(states, {}, final_norm_.view(), final_norm_bias_.view(), norm_params_, states);
+  Tensor out = Tensor::zeros(DType::F32, {tokens, hidden});
+  if (states.dtype == DType::F32) {
+    backend_.copy_to_host(states, out.data);
+  } else {
+    std::vector<char> raw(states.nbytes());
+    backend_.copy_to_host(states, raw.data());
+    convert_to_f32(states.dtype, raw.data(), out.as<float>(), static_cast<size_t>(tokens * hidden));
+  }
+  return out;
+}
+
 Tensor ModelRunner::forward(const ForwardBatch& batch) {
+  SF_CHECK(!encoder(), "forward: {} is an encoder_only model: it has no logits (its states come from forward_hidden)",
+           spec_.name.empty() ? std::string("this model") : spec_.name);
   const int32_t bucket = stage_batch(batch, {});
   const int64_t rows = static_cast<int64_t>(logit_rows_.size()), vocab = spec_.vocab_size;
   Tensor logits = Tensor::zeros(DType::F32, {rows, vocab});
@@ -698,6 +737,7 @@ Tensor ModelRunner::forward(const ForwardBatch& batch) {
 }
 
 std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows) {
+  SF_CHECK(!encoder(), "forward_sample: an encoder_only model has no logits to sample");
   const int32_t bucket = stage_batch(batch, rows);
   const int64_t count = static_cast<int64_t>(logit_rows_.size());
   std::vector<int32_t> tokens(count);

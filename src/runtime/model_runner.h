@@ -23,6 +23,10 @@
 // [num_host_blocks, num_layers, block_size, num_kv_heads, head_dim] each for K and V (a host
 // block holds one cache block of every layer). swap_blocks() runs the scheduler's copies.
 //
+// Encoders (spec network encoder_only): no head and no logits buffers; forward_hidden() returns
+// the token states, which embedding/ pools. Their K/V still go through the paged cache (the
+// attention kernels read it), but nothing keeps it after the step.
+//
 // Warm-up: warm_up() pays, before the first request, the one-time costs a device backend charges
 // to the first step of each shape (recording a decode bucket, loading kernels, creating GEMM
 // plans), so they stay out of the first requests' latency.
@@ -99,6 +103,12 @@ class ModelRunner {
   // sampling rule, sampling/sampling_rule.h): only the tokens come back to the host. rows: one per
   // logits row. Throws when the counts differ.
   std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows);
+  // Runs the batch and returns every token's last hidden state (after the final norm, when the
+  // spec has one) as fp32 on the host: [batch tokens, hidden], in token order. The output of an
+  // encoder_only model (forward() and forward_sample() refuse those: they have no head). With
+  // bidirectional attention (attention.causal false) each span must be a whole sequence
+  // (start_position 0). The spans' K/V are written to their blocks like any forward's.
+  Tensor forward_hidden(const ForwardBatch& batch);
   // Copies whole KV blocks (K and V, every layer) between the cache and the host swap area, in
   // order with the forwards issued before and after it. Throws naming the copy whose block is
   // outside the cache or the host area.
@@ -113,6 +123,7 @@ class ModelRunner {
   WarmupReport warm_up(bool device_sampling = true);
 
   const ModelSpec& spec() const { return spec_; }
+  bool encoder() const { return spec_.network == NetworkType::EncoderOnly; }
   const LayerPlan& plan() const { return plan_; }
   // num_blocks is the cache's block count, also when the runner sized it.
   const KvCacheConfig& kv_config() const { return kv_config_; }
@@ -185,6 +196,7 @@ class ModelRunner {
 
   // Weights.
   DeviceBuffer embed_, pos_embed_, final_norm_, final_norm_bias_, lm_head_;
+  DeviceBuffer embed_norm_, embed_norm_bias_;  // embedding_norm
   DeviceBuffer unit_norm_weight_;  // ones [hidden] when norm weights are folded, else empty
   std::vector<DeviceLayer> layers_;
 

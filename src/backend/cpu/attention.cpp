@@ -1,5 +1,5 @@
-// Paged causal attention on the CPU. A work item is (sequence, tile of up to 8 consecutive new
-// tokens, kv head): its tokens' query heads of that group stream over the sequence's KV blocks
+// Paged attention on the CPU, causal or (encoders) bidirectional. A work item is (sequence, tile
+// of up to 8 consecutive new tokens, kv head): its tokens' query heads of that group stream over the sequence's KV blocks
 // once, each block's keys transposed so scores vectorise over keys, with an online softmax
 // (running max and sum per query row, the accumulator rescaled when the max grows); no score
 // matrix is built. A cache in another dtype than f32 is converted to f32 a block at a time.
@@ -150,7 +150,8 @@ void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache,
       const int64_t t0 = query_start[s] + (tile - tile_start[s]) * kQueryTile;
       const int64_t t1 = std::min<int64_t>(query_start[s + 1], t0 + kQueryTile);
       const int64_t pos0 = context_lens[s] - (query_start[s + 1] - query_start[s]) + (t0 - query_start[s]);
-      const int64_t last_pos = pos0 + (t1 - t0) - 1;
+      // The last key any query of the tile sees: its own last token's, or the sequence's last.
+      const int64_t last_pos = params.causal ? pos0 + (t1 - t0) - 1 : context_lens[s] - 1;
       const int64_t first_key = params.sliding_window > 0 ? std::max<int64_t>(0, pos0 - params.sliding_window + 1) : 0;
       const int32_t* table = block_tables + s * table_width;
       const int64_t rows = (t1 - t0) * group;
@@ -169,7 +170,7 @@ void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache,
         for (int64_t i = 0; i < t1 - t0; ++i) {
           const int64_t position = pos0 + i;
           const int64_t lo = params.sliding_window > 0 ? std::max(key0, position - params.sliding_window + 1) : key0;
-          const int64_t hi = std::min(key0 + count, position + 1);
+          const int64_t hi = params.causal ? std::min(key0 + count, position + 1) : key0 + count;
           if (lo >= hi) continue;
           const int64_t j_lo = lo - key0, j_count = hi - lo;
           for (int r = 0; r < group; ++r) {
