@@ -6,8 +6,10 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
+#include "embedding/embedding_engine.h"
 #include "engine/engine.h"
 #include "runtime/kv_cache_sizing.h"
+#include "server/async_embedder.h"
 #include "server/async_engine.h"
 #include "server/http_server.h"
 
@@ -124,9 +126,14 @@ void run_serve(const ServeFlags& flags) {
     }
     case KvCacheSizeRequest::Mode::Memory: break;
   }
+  // An embedding model keeps no KV after a step: the cache is one step's worth, no swap space.
+  const bool embedding_model = spec.network == NetworkType::EncoderOnly;
+  const EmbeddingEngineConfig embedding_config{flags.max_batch_tokens, flags.max_seqs};
+  if (embedding_model && kv_size.mode == KvCacheSizeRequest::Mode::Default)
+    num_blocks = embedding_cache_blocks(embedding_config, flags.block_size);
   SF_CHECK(sized_from_memory || (num_blocks > 0 && num_blocks <= INT32_MAX),
            "the KV cache would have {} blocks: give --num-blocks or --kv-cache-gb", num_blocks);
-  const int64_t num_host_blocks = std::min<int64_t>(
+  const int64_t num_host_blocks = embedding_model ? 0 : std::min<int64_t>(
       static_cast<int64_t>(flags.swap_space_gb * double(1 << 30) / static_cast<double>(kv_bytes_per_block)), INT32_MAX);
 
   KvCacheConfig kv_config{static_cast<int32_t>(num_blocks), flags.block_size, static_cast<int32_t>(num_host_blocks),
@@ -181,9 +188,22 @@ void run_serve(const ServeFlags& flags) {
            flags.max_body_mb);
   http.limits.max_body_bytes_in_flight = static_cast<size_t>(flags.max_body_in_flight_mb * double(1 << 20));
   const bool has_chat = chat_template.has_value();
-  HttpServer server(async_engine, model.tokenizer.get(), std::move(chat_template), http);
+  // An encoder serves /v1/embeddings through its own loop; the generative engine stays idle.
+  std::optional<EmbeddingEngine> embedding_engine;
+  std::optional<AsyncEmbedder> embedder;
+  if (embedding_model) {
+    embedding_engine.emplace(runner, embedding_config);
+    embedder.emplace(*embedding_engine, flags.max_queue);
+  }
+  HttpServer server(async_engine, model.tokenizer.get(), std::move(chat_template), http,
+                    embedder ? &*embedder : nullptr);
   const int port = server.bind();
   async_engine.start();
+  if (embedder) embedder->start();
+  if (embedder)
+    fmt::print(stderr, "splitflow serve: an embedding model: POST /v1/embeddings ({} pooling{}, inputs of at most {} tokens)\n",
+               spec_to_json(spec)["embedding"]["pooling"].get<std::string>(),
+               spec.embedding.normalize ? ", normalized" : "", embedder->max_input_tokens());
 
   fmt::print(stderr,
              "splitflow serve: {} as '{}' on http://{}:{}\n  context {} tokens; KV cache {} blocks of {} tokens in {} "
@@ -211,6 +231,7 @@ void run_serve(const ServeFlags& flags) {
   served = true;
   pthread_kill(signal_waiter.native_handle(), SIGTERM);  // wakes the waiter when no signal came
   signal_waiter.join();
+  if (embedder) embedder->stop();
   async_engine.stop();
   fmt::print(stderr, "splitflow serve: stopped\n");
 }

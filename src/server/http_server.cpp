@@ -1,6 +1,9 @@
 #include "server/http_server.h"
 
 #include "core/error.h"
+#include "embedding/embedding_input.h"
+#include "embedding/pooling.h"
+#include "server/embeddings_api.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
 
@@ -95,9 +98,10 @@ class StreamsReader {
 
 struct HttpServer::Impl {
   Impl(AsyncEngine& engine, const Tokenizer* tokenizer, std::optional<ChatTemplate> chat_template,
-       HttpServerConfig config, http::FrontConfig front_config)
+       HttpServerConfig config, http::FrontConfig front_config, AsyncEmbedder* embedder)
       : engine(engine), tokenizer(tokenizer), chat_template(std::move(chat_template)), config(std::move(config)),
-        max_model_len(engine.engine().config().max_model_len), front(std::move(front_config)) {}
+        max_model_len(engine.engine().config().max_model_len), front(std::move(front_config)), embedder(embedder),
+        embedding_frame(embedder != nullptr && tokenizer != nullptr ? special_frame(*tokenizer) : SpecialFrame{}) {}
 
   AsyncEngine& engine;
   const Tokenizer* tokenizer;
@@ -106,8 +110,18 @@ struct HttpServer::Impl {
   const int32_t max_model_len;  // immutable engine configuration, safe to read on any thread
   http::Front front;
   std::atomic<bool> draining{false};
+  AsyncEmbedder* embedder;              // an embedding model's; null for a generative one
+  const SpecialFrame embedding_frame;   // the tokenizer's special tokens around an input (truncation keeps them)
 
   void install_routes();
+  void embeddings(const std::shared_ptr<http::Exchange>& exchange);
+  // Generative routes on an embedding model: 400.
+  void check_generative(const char* route) const {
+    if (embedder != nullptr)
+      throw ApiError(400, fmt::format("{} is not available: '{}' is an embedding model (use /v1/embeddings)", route,
+                                      config.served_model_name),
+                     "model", "invalid_request_error", "model_not_supported");
+  }
   void completions(const std::shared_ptr<http::Exchange>& exchange);
   void chat_completions(const std::shared_ptr<http::Exchange>& exchange);
 
@@ -391,6 +405,7 @@ void HttpServer::Impl::install_routes() {
   };
   front.route("POST", "/v1/completions", guarded(&Impl::completions), http::Dispatch::kWorker);
   front.route("POST", "/v1/chat/completions", guarded(&Impl::chat_completions), http::Dispatch::kWorker);
+  front.route("POST", "/v1/embeddings", guarded(&Impl::embeddings), http::Dispatch::kWorker);
   // The quick routes answer on the I/O threads: /health stays fast whatever the workers do.
   front.route(
       "GET", "/v1/models",
@@ -434,6 +449,7 @@ void HttpServer::Impl::install_routes() {
 }
 
 void HttpServer::Impl::completions(const std::shared_ptr<http::Exchange>& exchange) {
+  check_generative("/v1/completions");
   CompletionRequest request = parse_completion_request(parse_json_body(exchange->request().body));
   check_model(request.model);
   const size_t count = request.prompts.size();
@@ -466,6 +482,7 @@ void HttpServer::Impl::completions(const std::shared_ptr<http::Exchange>& exchan
 }
 
 void HttpServer::Impl::chat_completions(const std::shared_ptr<http::Exchange>& exchange) {
+  check_generative("/v1/chat/completions");
   ChatRequest request = parse_chat_request(parse_json_body(exchange->request().body));
   check_model(request.model);
   if (!chat_template) {
@@ -501,6 +518,63 @@ void HttpServer::Impl::chat_completions(const std::shared_ptr<http::Exchange>& e
   respond(std::move(streams), request, std::move(shape), exchange);
 }
 
+void HttpServer::Impl::embeddings(const std::shared_ptr<http::Exchange>& exchange) {
+  const EmbeddingRequest request = parse_embedding_request(parse_json_body(exchange->request().body));
+  check_model(request.model);
+  if (embedder == nullptr) {
+    throw ApiError(400,
+                   fmt::format("'{}' is a generative model: /v1/embeddings needs an embedding (encoder_only) model",
+                               config.served_model_name),
+                   "model", "invalid_request_error", "model_not_supported");
+  }
+  const ModelSpec& spec = embedder->spec();
+  if (request.dimensions) {
+    if (!spec.embedding.matryoshka)
+      throw ApiError(400,
+                     fmt::format("'{}' does not support 'dimensions': it was not trained for shorter (Matryoshka) "
+                                 "embeddings", config.served_model_name),
+                     "dimensions");
+    if (*request.dimensions > spec.hidden_size)
+      throw ApiError(400, fmt::format("'dimensions' {} exceeds the model's {}", *request.dimensions, spec.hidden_size),
+                     "dimensions");
+  }
+  std::vector<std::vector<int32_t>> inputs;
+  for (const Prompt& input : request.inputs) {
+    if (const auto* text = std::get_if<std::string>(&input)) {
+      if (!tokenizer) throw ApiError(400, "this model has no tokenizer: send 'input' as token ids", "input");
+      // Texts are truncated at the model's limit (sentence-transformers' max_seq_length), specials kept.
+      inputs.push_back(encode_for_embedding(*tokenizer, embedding_frame, *text, embedder->max_input_tokens()));
+    } else {
+      inputs.push_back(std::get<std::vector<int32_t>>(input));
+    }
+  }
+  int64_t tokens = 0;
+  for (const auto& ids : inputs) tokens += static_cast<int64_t>(ids.size());
+  const EmbeddingEncoding encoding = request.encoding;
+  const std::optional<int32_t> dimensions = request.dimensions;
+  const std::string model = config.served_model_name;
+  std::shared_ptr<EmbeddingJob> job;
+  try {
+    job = embedder->submit(std::move(inputs), [exchange, encoding, dimensions, model, tokens](
+                                                  std::vector<std::vector<float>> embeddings, std::string error) {
+      // On the embedder's thread: the body is built on the exchange's strand.
+      exchange->post([exchange, embeddings = std::move(embeddings), error = std::move(error), encoding, dimensions,
+                      model, tokens]() mutable {
+        if (!error.empty()) return send_error(*exchange, ApiError(500, error, "", "internal_error"));
+        if (dimensions)
+          for (auto& embedding : embeddings) embedding = truncate_dimensions(embedding, *dimensions);
+        exchange->respond(200, kJson, dump_json(embeddings_body(embeddings, encoding, model, tokens)));
+      });
+    });
+  } catch (const SubmitRejected& e) {
+    if (e.reason == SubmitRejected::Reason::QueueFull) throw ApiError(429, e.what(), "", "rate_limit_error", "queue_full");
+    throw ApiError(503, e.what(), "", "service_unavailable", "shutting_down");
+  } catch (const PromptRejected& e) {
+    throw ApiError(400, e.what(), "input");
+  }
+  exchange->on_abort([embedder = embedder, job] { embedder->cancel(job); });
+}
+
 void HttpServer::Impl::respond(std::vector<std::shared_ptr<RequestStream>> streams, const GenerationRequest& request,
                                ResponseShape shape, const std::shared_ptr<http::Exchange>& exchange) {
   shape.model = config.served_model_name;
@@ -534,9 +608,10 @@ http::FrontConfig front_config(const HttpServerConfig& config) {
 }  // namespace
 
 HttpServer::HttpServer(AsyncEngine& engine, const Tokenizer* tokenizer, std::optional<ChatTemplate> chat_template,
-                       HttpServerConfig config) {
+                       HttpServerConfig config, AsyncEmbedder* embedder) {
   http::FrontConfig front = front_config(config);
-  impl_ = std::make_unique<Impl>(engine, tokenizer, std::move(chat_template), std::move(config), std::move(front));
+  impl_ = std::make_unique<Impl>(engine, tokenizer, std::move(chat_template), std::move(config), std::move(front),
+                                 embedder);
   impl_->install_routes();
 }
 
@@ -551,6 +626,10 @@ void HttpServer::shutdown(std::chrono::milliseconds drain_timeout) {
   impl_->draining = true;
   impl_->front.stop_keep_alive();
   impl_->engine.begin_drain();
+  if (impl_->embedder != nullptr) {
+    impl_->embedder->begin_drain();
+    if (!impl_->embedder->wait_until_idle(drain_timeout)) impl_->embedder->stop();
+  }
   if (!impl_->engine.wait_until_idle(drain_timeout)) impl_->engine.stop();
   // The engine is idle; the last chunks of finished requests may still be on their way out.
   while (impl_->front.stats().open_exchanges > 0 && std::chrono::steady_clock::now() < deadline) {

@@ -1,7 +1,8 @@
 // server/http_server.h — the OpenAI-compatible HTTP routes over an AsyncEngine, served by the
 // event-driven front in http/:
 //   POST /v1/completions, POST /v1/chat/completions (the model's chat template), GET /v1/models,
-//   GET /health, GET /metrics (Prometheus text).
+//   GET /health, GET /metrics (Prometheus text); with an AsyncEmbedder (an encoder_only model)
+//   POST /v1/embeddings, and the two generative routes answer 400.
 // Each request is parsed and checked on a worker thread (server/openai_api.h), tokenized there,
 // submitted to the engine, and answered as one JSON body or as server-sent events
 // ("data: {chunk}\n\n" ... "data: [DONE]\n\n"), driven by the engine's news (StreamGroup's
@@ -19,6 +20,7 @@
 
 #include "chat/chat_template.h"
 #include "http/http_front.h"
+#include "server/async_embedder.h"
 #include "server/async_engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -50,8 +52,10 @@ class HttpServer {
  public:
   // tokenizer may be null (ids-only models: prompts must be token ids; no chat); chat_template
   // may be empty (the chat endpoint then answers 400). Both must outlive the server.
+  // embedder: set for an embedding model (it serves /v1/embeddings; engine then gets no work);
+  // null for a generative one (/v1/embeddings answers 400). It must outlive the server.
   HttpServer(AsyncEngine& engine, const Tokenizer* tokenizer, std::optional<ChatTemplate> chat_template,
-             HttpServerConfig config);
+             HttpServerConfig config, AsyncEmbedder* embedder = nullptr);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
