@@ -14,6 +14,7 @@ DEBIAN_PACKAGES=(
   libcpp-httplib-dev  # the HTTP client of `bench serve` and the server tests
   gnuplot-nox  # splitflow sim draws its plots with it (skipped with a message when absent)
   openmpi-bin  # mpirun: the comm bootstrap's launcher test (skipped when absent)
+  chromium  # headless: the chat page's browser test (skipped when absent)
 )
 # torch, transformers, gguf (+ accelerate, which transformers needs to load a GGUF): the references of the end-to-end tests (the openai-client server
 # test and the chat-template fixtures skip without them); ~2 minutes from PyPI.

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <span>
 #include <vector>
 #include <memory>
@@ -25,6 +26,7 @@ struct GenerateFlags {
   std::string prompt_ids;  // "1,2,3": for models without a tokenizer (dummy weights)
   bool no_special = false;
   int max_batch_tokens = 512;
+  int ctx_size = 0;  // 0: the model's context
   int block_size = 16;
   std::string kv_cache_dtype = "auto";
   std::string logits_out;  // .npy of every sampled step's logits, [steps, vocab] float32
@@ -63,7 +65,11 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 
 void run_generate(const GenerateFlags& flags) {
   SamplingParams params = flags.sampling.resolve();
+  // llama.cpp's -n -1: until the context is full, settled once the prompt's length is known.
+  const bool until_context_full = params.max_tokens == -1;
+  if (until_context_full) params.max_tokens = 1;
   params.validate();
+  SF_CHECK(flags.ctx_size >= 0, "--ctx-size must not be negative, not {}", flags.ctx_size);
   SF_CHECK(flags.prompt.empty() != flags.prompt_ids.empty(), "give exactly one of --prompt and --prompt-ids");
   SF_CHECK(flags.max_batch_tokens > 0, "--max-batch-tokens must be positive, not {}", flags.max_batch_tokens);
   SF_CHECK(flags.block_size > 0, "--block-size must be positive, not {}", flags.block_size);
@@ -71,6 +77,7 @@ void run_generate(const GenerateFlags& flags) {
 
   std::unique_ptr<Backend> backend = flags.model.make_backend();
   LoadedModel model = load_model(flags.model.options());
+  flags.model.check_gpu_layers(model.spec.num_layers);
   std::vector<int32_t> prompt_ids;
   if (!flags.prompt_ids.empty()) {
     prompt_ids = parse_ids(flags.prompt_ids);
@@ -80,8 +87,14 @@ void run_generate(const GenerateFlags& flags) {
   }
   // KV room for the whole request, capped by the context (dynamic NTK scaling exists to run past
   // max_position, so it is not capped). The generator reports a prompt that does not fit.
-  int64_t kv_tokens = static_cast<int64_t>(prompt_ids.size()) + params.max_tokens;
-  if (model.spec.rope.scaling.type != RopeScalingType::DynamicNTK) kv_tokens = std::min<int64_t>(kv_tokens, model.spec.max_position);
+  int64_t context = flags.ctx_size > 0 ? flags.ctx_size : std::numeric_limits<int64_t>::max();
+  if (model.spec.rope.scaling.type != RopeScalingType::DynamicNTK) context = std::min<int64_t>(context, model.spec.max_position);
+  if (until_context_full) {
+    SF_CHECK(context != std::numeric_limits<int64_t>::max(), "--max-tokens -1 needs --ctx-size with this model (its "
+             "context is unbounded)");
+    params.max_tokens = static_cast<int32_t>(std::max<int64_t>(1, context - static_cast<int64_t>(prompt_ids.size())));
+  }
+  const int64_t kv_tokens = std::min<int64_t>(static_cast<int64_t>(prompt_ids.size()) + params.max_tokens, context);
 
   KvCacheConfig kv{blocks_for_tokens(kv_tokens, flags.block_size), flags.block_size, 0, kv_cache_dtype};
   RunnerLimits limits{flags.max_batch_tokens, 1};
@@ -122,6 +135,7 @@ void register_generate(CLI::App& app) {
   command->add_option("--prompt-ids", flags->prompt_ids, "comma-separated token ids instead of --prompt");
   command->add_flag("--no-special", flags->no_special, "do not add BOS/EOS the tokenizer would add");
   command->add_option("--max-batch-tokens", flags->max_batch_tokens, "prefill chunk size in tokens");
+  command->add_option("--ctx-size,-c", flags->ctx_size, "tokens of context, prompt and output (0: the model's)");
   command->add_option("--block-size", flags->block_size, "KV cache block size in tokens");
   add_kv_cache_dtype_flag(*command, flags->kv_cache_dtype);
   command->add_option("--logits-out", flags->logits_out,

@@ -38,7 +38,20 @@ void ModelFlags::check_backend_runs(const Backend& backend) const {
            dtype_name(*type), dtype_names(runnable));
 }
 
+namespace {
+
+[[noreturn]] void fail_layer_offload(int layers, const std::string& backend) {
+  fail("-ngl/--n-gpu-layers {} with --device {}: layer offload is not implemented yet: use --device cpu or cuda "
+       "(the whole model runs on one; -ngl 0 with cpu and -ngl of at least the model's layers with cuda mean the same "
+       "and are accepted)",
+       layers, backend);
+}
+
+}  // namespace
+
 std::unique_ptr<Backend> ModelFlags::make_backend() const {
+  if (n_gpu_layers && *n_gpu_layers != 0 && backend == "cpu") fail_layer_offload(*n_gpu_layers, backend);
+  if (n_gpu_layers && *n_gpu_layers == 0 && backend == "cuda") fail_layer_offload(*n_gpu_layers, backend);
   std::unique_ptr<Backend> made;
   if (backend == "cuda") {
 #ifdef SPLITFLOW_HAS_CUDA
@@ -54,6 +67,12 @@ std::unique_ptr<Backend> ModelFlags::make_backend() const {
   return made;
 }
 
+void ModelFlags::check_gpu_layers(int64_t num_layers) const {
+  // llama.cpp's -ngl 99 / -1: every layer on the GPU, which is what --device cuda does.
+  if (n_gpu_layers && backend == "cuda" && *n_gpu_layers > 0 && *n_gpu_layers < num_layers)
+    fail_layer_offload(*n_gpu_layers, backend);
+}
+
 void add_model_flags(CLI::App& command, ModelFlags& flags) {
   command.add_option("--model,-m", flags.load.model_path, "HF directory, .gguf, .safetensors or llama2.c .bin");
   command.add_option("--spec", flags.load.spec_path, "spec file overriding fields of the resolved model spec");
@@ -66,7 +85,10 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
                      "quantize float projection matrices while loading: " + quantized_type_names() +
                          " (checkpoints already quantized stay as stored)");
   command.add_option("--threads,-t", flags.threads, "CPU threads (0: all cores)");
-  command.add_option("--backend", flags.backend, "where the model runs: cpu or cuda")->capture_default_str();
+  command.add_option("--backend,--device", flags.backend, "where the model runs: cpu or cuda")->capture_default_str();
+  command.add_option("--n-gpu-layers", flags.n_gpu_layers,
+                     "llama.cpp's -ngl: accepted where it means what --device does (0 with cpu; all layers, e.g. 99, "
+                     "with cuda); partial offload is not implemented");
 }
 
 void add_kv_cache_dtype_flag(CLI::App& command, std::string& kv_cache_dtype) {
@@ -92,8 +114,9 @@ SamplingParams SamplingFlags::resolve() const {
 
 void add_sampling_flags(CLI::App& command, SamplingFlags& flags) {
   SamplingParams& p = flags.params;
-  command.add_option("--max-tokens,-n", p.max_tokens, "tokens to generate")->capture_default_str();
-  command.add_option("--temperature", p.temperature, "softmax temperature, 0 = greedy")->capture_default_str();
+  command.add_option("--max-tokens,-n,--n-predict", p.max_tokens, "tokens to generate (-1: until the context is full)")
+      ->capture_default_str();
+  command.add_option("--temperature,--temp", p.temperature, "softmax temperature, 0 = greedy")->capture_default_str();
   command.add_option("--top-k", p.top_k, "keep the k most probable tokens (0 = off)");
   command.add_option("--top-p", p.top_p, "nucleus mass in (0, 1] (1 = off)");
   command.add_option("--min-p", p.min_p, "keep p >= min_p * p_max (0 = off)");
@@ -111,7 +134,7 @@ void add_sampling_flags(CLI::App& command, SamplingFlags& flags) {
   command.add_option("--fsd-ngram", p.fsd_ngram_order, "FSD anti-LM n-gram order");
   command.add_option("--stop", p.stop, "stop string (repeatable); not part of the output");
   command.add_flag("--ignore-eos", p.ignore_eos, "keep generating past EOS");
-  command.add_option("--seed", flags.seed, "sampling seed")->each([&flags](const std::string&) { flags.seed_given = true; });
+  command.add_option("--seed,-s", flags.seed, "sampling seed")->each([&flags](const std::string&) { flags.seed_given = true; });
 }
 
 }  // namespace splitflow::cli

@@ -19,7 +19,8 @@ struct ModelFlags {
   std::string weight_dtype = "auto";  // auto | f32 | f16 | bf16
   std::string quantization;           // empty, or a quantized dtype name (core/dtype.h)
   int threads = 0;                    // 0: OpenMP default
-  std::string backend = "cpu";        // cpu | cuda
+  std::string backend = "cpu";        // cpu | cuda (--backend, or --device as vLLM spells it)
+  std::optional<int> n_gpu_layers;    // llama.cpp's -ngl: only where it means what --backend does
 
   // Resolves the flags into load options (parses --weight-dtype and --quantization).
   ModelLoadOptions options() const;
@@ -29,6 +30,9 @@ struct ModelFlags {
   // (check_backend_runs) when it cannot run the --quantization type. Commands make it before
   // loading the model.
   std::unique_ptr<Backend> make_backend() const;
+  // -ngl N with --device cuda: fails unless N covers every layer (or is negative: all), since
+  // offloading some layers is not implemented. make_backend() checks the cases that need no model.
+  void check_gpu_layers(int64_t num_layers) const;
 };
 
 void add_model_flags(CLI::App& command, ModelFlags& flags);

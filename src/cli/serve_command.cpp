@@ -100,6 +100,7 @@ void run_serve(const ServeFlags& flags) {
 
   std::unique_ptr<Backend> backend = flags.model.make_backend();
   LoadedModel model = load_model(flags.model.options());
+  flags.model.check_gpu_layers(model.spec.num_layers);
   std::optional<ChatTemplate> chat_template;
   if (!flags.chat_template.empty()) {
     chat_template = ChatTemplate::from_file(flags.chat_template);
@@ -247,7 +248,8 @@ void register_serve(CLI::App& app) {
   command->add_option("--max-batch-tokens", flags->max_batch_tokens, "tokens of one forward step (the SplitFuse budget)")
       ->capture_default_str();
   command->add_option("--max-seqs", flags->max_seqs, "sequences running at once")->capture_default_str();
-  command->add_option("--max-model-len", flags->max_model_len, "tokens a sequence may reach (0: the model's context)");
+  command->add_option("--max-model-len,-c,--ctx-size", flags->max_model_len,
+                      "tokens a sequence may reach (0: the model's context)");
   command->add_option("--num-blocks", flags->num_blocks, "KV cache blocks");
   command->add_option("--kv-cache-gb", flags->kv_cache_gb,
                       "KV cache size in GiB (instead of --num-blocks), or auto: what the device's memory leaves once "

@@ -3,9 +3,11 @@
 #include "core/error.h"
 #include "embedding/embedding_input.h"
 #include "embedding/pooling.h"
+#include "server/chat_page.h"
 #include "server/embeddings_api.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
+#include "server/tokenize_api.h"
 
 #include <fmt/format.h>
 
@@ -124,6 +126,13 @@ struct HttpServer::Impl {
   }
   void completions(const std::shared_ptr<http::Exchange>& exchange);
   void chat_completions(const std::shared_ptr<http::Exchange>& exchange);
+  // llama.cpp's /tokenize and /detokenize (server/tokenize_api.h).
+  void tokenize(const std::shared_ptr<http::Exchange>& exchange) {
+    exchange->respond(200, kJson, dump_json(tokenize_response(tokenizer, parse_json_body(exchange->request().body))));
+  }
+  void detokenize(const std::shared_ptr<http::Exchange>& exchange) {
+    exchange->respond(200, kJson, dump_json(detokenize_response(tokenizer, parse_json_body(exchange->request().body))));
+  }
 
   void check_model(const std::string& model) const {
     if (!model.empty() && model != config.served_model_name) {
@@ -406,6 +415,17 @@ void HttpServer::Impl::install_routes() {
   front.route("POST", "/v1/completions", guarded(&Impl::completions), http::Dispatch::kWorker);
   front.route("POST", "/v1/chat/completions", guarded(&Impl::chat_completions), http::Dispatch::kWorker);
   front.route("POST", "/v1/embeddings", guarded(&Impl::embeddings), http::Dispatch::kWorker);
+  front.route("POST", "/tokenize", guarded(&Impl::tokenize), http::Dispatch::kWorker);
+  front.route("POST", "/detokenize", guarded(&Impl::detokenize), http::Dispatch::kWorker);
+  // The chat page (server/chat_page.h) holds no secret: its requests carry the key typed into it.
+  for (const char* path : {"/", "/index.html"}) {
+    front.route(
+        "GET", path,
+        [](const std::shared_ptr<http::Exchange>& exchange) {
+          exchange->respond(200, "text/html; charset=utf-8", std::string(chat_page_html()));
+        },
+        http::Dispatch::kInline);
+  }
   // The quick routes answer on the I/O threads: /health stays fast whatever the workers do.
   front.route(
       "GET", "/v1/models",
