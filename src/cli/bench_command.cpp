@@ -118,6 +118,7 @@ void register_bench(CLI::App& app) {
   latency->callback([flags] { run_bench_latency(*flags); });
   register_bench_serving(*bench);
   register_bench_allreduce(*bench);
+  register_bench_grammar(*bench);
 }
 
 }  // namespace splitflow::cli

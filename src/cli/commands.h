@@ -14,6 +14,8 @@ void register_bench(CLI::App& app);
 void register_bench_allreduce(CLI::App& bench);
 // `splitflow bench serve` and `bench throughput` (cli/bench_serve_command.cpp), under the bench command.
 void register_bench_serving(CLI::App& bench);
+// `splitflow bench grammar` (cli/bench_grammar_command.cpp): structured outputs' per-token cost.
+void register_bench_grammar(CLI::App& bench);
 #ifdef SPLITFLOW_HAS_HTTP_SERVER
 void register_serve(CLI::App& app);
 #endif

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include "core/error.h"
+#include "engine/constrained_step.h"
 
 #include <algorithm>
 #include <limits>
@@ -26,6 +27,7 @@ struct Engine::SequenceState {
         stop(params, eos_token_ids),
         request(request),
         index(index) {
+    if (params.constraint) constraint = params.constraint->start();
     if (tokenizer) decoder.emplace(*tokenizer, /*skip_special=*/true);
   }
 
@@ -49,6 +51,7 @@ struct Engine::SequenceState {
   StopChecker stop;
   std::optional<StreamDecoder> decoder;
   size_t sent_bytes = 0;  // of stop.text(), already returned in outputs
+  std::unique_ptr<TokenConstraint> constraint;  // structured outputs: the tokens allowed next
   Request& request;
   int32_t index;
 };
@@ -191,19 +194,27 @@ void Engine::forward_and_sample(const StepPlan& plan, const std::vector<Sequence
   }
   const bool all_device =
       !sampled.empty() && std::all_of(sampled.begin(), sampled.end(), [](const SequenceState* s) { return s->device_sampled; });
+  // Structured outputs: the constrained rows' masks, computed on a helper thread while the forward runs.
+  const int64_t vocab = runner_.spec().vocab_size;
+  ConstrainedStep constrained;
+  std::vector<TokenConstraint*> constraints;
+  for (const SequenceState* state : sampled) constraints.push_back(state->constraint.get());
+  constrained.start(std::move(constraints), static_cast<int32_t>(vocab), config().eos_token_ids);
   if (all_device) {
     std::vector<SamplingRow> rows;
     for (const SequenceState* state : sampled) rows.push_back(state->sampling_row());
-    const std::vector<int32_t> tokens = runner_.forward_sample(plan.batch, rows);
+    const std::vector<int32_t> tokens =
+        constrained.any() ? runner_.forward_sample(plan.batch, rows, [&] { return constrained.all_masks(); })
+                          : runner_.forward_sample(plan.batch, rows);
     for (size_t i = 0; i < sampled.size(); ++i) outputs[i].token.token_id = tokens[i];
     return;
   }
   const Tensor logits = runner_.forward(plan.batch);
-  const int64_t vocab = runner_.spec().vocab_size;
   for (size_t i = 0; i < sampled.size(); ++i) {
     SequenceState& state = *sampled[i];
     float* row = const_cast<float*>(logits.as<float>()) + static_cast<int64_t>(i) * vocab;
     TokenOutput& token = outputs[i].token;
+    constrained.apply(i, std::span<float>(row, static_cast<size_t>(vocab)));
     if (state.device_sampled) {
       if (!host_rule_) host_rule_ = make_cpu_backend(1);
       SamplingRow rule = state.sampling_row();
@@ -245,6 +256,10 @@ EngineStep Engine::step() {
 
   for (size_t i = 0; i < sampled.size(); ++i) {
     SequenceState& state = *sampled[i];
+    if (state.constraint && std::find(config().eos_token_ids.begin(), config().eos_token_ids.end(), token) ==
+                                config().eos_token_ids.end()) {
+      state.constraint->accept_token(token);
+    }
     SequenceOutput& output = result.outputs[i];
     const int32_t token = output.token.token_id;
     state.stop.append(token, state.decoder ? state.decoder->push(token) : std::string());

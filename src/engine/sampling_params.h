@@ -4,7 +4,10 @@
 // parameters are applied, and in which order, is documented in engine/sampler.h.
 #pragma once
 
+#include "engine/token_constraint.h"
+
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -64,6 +67,8 @@ struct SamplingParams {
   // pass of exp over the vocabulary. top_logprobs > 0 implies it.
   bool logprobs = false;
   int32_t top_logprobs = 0;              // also report the n most probable tokens, 0..kMaxTopLogprobs
+  // Structured outputs: only tokens this constraint allows are drawn (grammar/, engine/token_constraint.h).
+  std::shared_ptr<const TokenConstraintSpec> constraint;
 
   static constexpr int32_t kMaxFsdNgramOrder = 8;
   static constexpr int32_t kMaxTopLogprobs = 20;

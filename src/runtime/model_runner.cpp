@@ -736,6 +736,45 @@ Tensor ModelRunner::forward(const ForwardBatch& batch) {
   return logits;
 }
 
+std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows,
+                                                 const std::function<std::span<const uint32_t>()>& masks) {
+  const int32_t bucket = stage_batch(batch, rows);
+  const int64_t count = static_cast<int64_t>(logit_rows_.size());
+  const int64_t words = (spec_.vocab_size + 31) / 32;
+  SF_CHECK(count <= limits_.max_seqs, "forward_sample: {} masked logits rows; at most max_seqs {}", count, limits_.max_seqs);
+  if (d_token_masks_.empty()) d_token_masks_ = backend_.allocate(DType::I32, {limits_.max_seqs, words});
+  // The layers are issued (or the decode recording replayed, without its sampling) first, so the
+  // masks are computed on the host while the device runs them.
+  if (bucket > 0) {
+    replay_decode(bucket, false);
+  } else {
+    issue_layers(batch.num_tokens());
+  }
+  const std::span<const uint32_t> host_masks = masks();
+  SF_CHECK(static_cast<int64_t>(host_masks.size()) == count * words,
+           "forward_sample: masks hold {} words, expected {} rows of {}", host_masks.size(), count, words);
+  backend_.copy_to_device(host_masks.data(), d_token_masks_.view().rows(0, count));
+  auto mask_and_sample = [&](int64_t begin, int64_t n) {
+    const DeviceTensor logits = logits_.view().rows(0, n);
+    backend_.apply_token_mask(logits, d_token_masks_.view().rows(begin, n));
+    const int64_t sampling_words = step_sections_[kSamplingRows].offset + begin * kSamplingRowWords;
+    backend_.sample(logits, d_step_.view().rows(sampling_words, n * kSamplingRowWords).reshape({n, kSamplingRowWords}),
+                    d_sampled_.view().rows(begin, n));
+  };
+  if (bucket > 0) {
+    mask_and_sample(0, count);  // the replay left logits rows [0, bucket) in logits_
+  } else {
+    for (int64_t begin = 0; begin < count; begin += logit_rows_capacity_) {
+      const int64_t n = std::min(logit_rows_capacity_, count - begin);
+      issue_head(begin, n, false);
+      mask_and_sample(begin, n);
+    }
+  }
+  std::vector<int32_t> tokens(count);
+  backend_.copy_to_host(d_sampled_.view().rows(0, count), tokens.data());
+  return tokens;
+}
+
 std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows) {
   SF_CHECK(!encoder(), "forward_sample: an encoder_only model has no logits to sample");
   const int32_t bucket = stage_batch(batch, rows);

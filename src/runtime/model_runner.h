@@ -41,6 +41,7 @@
 #include "runtime/layer_plan.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -103,6 +104,12 @@ class ModelRunner {
   // sampling rule, sampling/sampling_rule.h): only the tokens come back to the host. rows: one per
   // logits row. Throws when the counts differ.
   std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows);
+  // forward_sample() under vocabulary masks (structured outputs): once the forward is issued,
+  // `masks()` gives one row of ceil(vocab / 32) words per logits row (bit t: token t allowed),
+  // so a caller computes them while the device runs; disallowed logits become -inf on the device
+  // before the draw. At most max_seqs logits rows; the mask buffer is allocated at first use.
+  std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows,
+                                      const std::function<std::span<const uint32_t>()>& masks);
   // Runs the batch and returns every token's last hidden state (after the final norm, when the
   // spec has one) as fp32 on the host: [batch tokens, hidden], in token order. The output of an
   // encoder_only model (forward() and forward_sample() refuse those: they have no head). With
@@ -241,6 +248,7 @@ class ModelRunner {
   StepSection step_sections_[kStepFields];
   std::shared_ptr<void> staging_;  // allocate_host: pinned on CUDA
   DeviceBuffer d_step_;
+  DeviceBuffer d_token_masks_;     // [max_seqs, ceil(vocab / 32)] I32, at the first masked step
   DeviceBuffer d_sampled_;         // [max_batch_tokens] I32
   std::vector<int32_t> logit_rows_;  // this step's logits rows (host copy, for counts and chunking)
   std::vector<float> step_rope_rows_;  // [max_batch_tokens, rotary_dim] staged length-specific rows

@@ -7,6 +7,7 @@
 #include "server/embeddings_api.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
+#include "server/structured_output.h"
 #include "server/tokenize_api.h"
 
 #include <fmt/format.h>
@@ -46,6 +47,8 @@ struct ResponseShape {
   std::vector<std::string> echo_texts;
   bool logprobs = false;
   bool include_usage = false;
+  // Chat with tools (tool_choice not "none"): replies are parsed for calls in this format.
+  std::optional<ToolCallFormat> tool_format;
 };
 
 // One choice of a finished request, for the non-streaming answer.
@@ -54,6 +57,12 @@ struct ChoiceResult {
   std::vector<TokenOutput> tokens;
   FinishReason finish_reason = FinishReason::None;
 };
+
+// finish_reason, "tool_calls" when the reply made calls.
+json finish_reason_json(FinishReason reason, bool made_calls) {
+  if (made_calls && reason == FinishReason::Stop) return "tool_calls";
+  return finish_reason_json(reason);
+}
 
 json usage_json(int32_t prompt_tokens, int64_t completion_tokens, int32_t cached_tokens) {
   return {{"prompt_tokens", prompt_tokens},
@@ -103,7 +112,10 @@ struct HttpServer::Impl {
        HttpServerConfig config, http::FrontConfig front_config, AsyncEmbedder* embedder)
       : engine(engine), tokenizer(tokenizer), chat_template(std::move(chat_template)), config(std::move(config)),
         max_model_len(engine.engine().config().max_model_len), front(std::move(front_config)), embedder(embedder),
-        embedding_frame(embedder != nullptr && tokenizer != nullptr ? special_frame(*tokenizer) : SpecialFrame{}) {}
+        embedding_frame(embedder != nullptr && tokenizer != nullptr ? special_frame(*tokenizer) : SpecialFrame{}) {
+    if (tokenizer) constraints.emplace(*tokenizer, engine.engine().runner().spec().vocab_size);
+    if (this->chat_template) tool_format = detect_tool_call_format(this->chat_template->source());
+  }
 
   AsyncEngine& engine;
   const Tokenizer* tokenizer;
@@ -114,6 +126,14 @@ struct HttpServer::Impl {
   std::atomic<bool> draining{false};
   AsyncEmbedder* embedder;              // an embedding model's; null for a generative one
   const SpecialFrame embedding_frame;   // the tokenizer's special tokens around an input (truncation keeps them)
+  std::optional<grammar::ConstraintCache> constraints;  // compiled structured outputs (needs the tokenizer)
+  ToolCallFormat tool_format = ToolCallFormat::Hermes;  // as the chat template teaches
+
+  void compile(GenerationRequest& request, const std::string& body) {
+    if (!request.constraint) return;
+    if (!constraints) throw ApiError(400, "structured outputs need the model's tokenizer", request.constraint->param);
+    compile_constraint(*constraints, request, body);
+  }
 
   void install_routes();
   void embeddings(const std::shared_ptr<http::Exchange>& exchange);
@@ -231,6 +251,8 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
       text_offsets_.push_back(shape_.echo_texts[index / n_].size());
     }
     cached_tokens_.assign(num_prompts, 0);
+    if (shape_.tool_format) tool_parsers_.assign(num_prompts * n_, ToolCallStreamParser(*shape_.tool_format));
+    tool_calls_sent_.assign(num_prompts * n_, 0);
   }
 
   void start() {
@@ -288,7 +310,14 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
       const std::string& echo_text = shape_.echo_texts[index / n_];
       completion_tokens += static_cast<int64_t>(result.tokens.size());
       json choice = {{"index", index}, {"finish_reason", finish_reason_json(result.finish_reason)}};
-      if (shape_.chat) {
+      if (shape_.chat && shape_.tool_format) {
+        const ParsedReply reply = parse_tool_calls(*shape_.tool_format, result.text);
+        json message = {{"role", "assistant"}, {"content", reply.calls.empty() || !reply.content.empty() ? json(reply.content) : json(nullptr)}};
+        if (!reply.calls.empty()) message["tool_calls"] = tool_calls_json(reply.calls, 0, /*with_index=*/false, *shape_.tool_format);
+        choice["message"] = std::move(message);
+        choice["finish_reason"] = finish_reason_json(result.finish_reason, !reply.calls.empty());
+        choice["logprobs"] = shape_.logprobs ? chat_logprobs(tokenizer_, result.tokens) : json(nullptr);
+      } else if (shape_.chat) {
         choice["message"] = {{"role", "assistant"}, {"content", result.text}};
         choice["logprobs"] = shape_.logprobs ? chat_logprobs(tokenizer_, result.tokens) : json(nullptr);
       } else {
@@ -328,7 +357,22 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
         if (delta.tokens.empty() && delta.text.empty() && delta.finish_reason == FinishReason::None) continue;
         completion_tokens_ += static_cast<int64_t>(delta.tokens.size());
         json fields = {{"finish_reason", finish_reason_json(delta.finish_reason)}};
-        if (shape_.chat) {
+        if (shape_.chat && shape_.tool_format) {
+          // Content is released as it comes; a call once it is whole (OpenAI's delta format:
+          // the call's id, type and name, and its arguments in one piece).
+          ToolCallStreamParser& parser = tool_parsers_[index];
+          std::string content;
+          std::vector<ParsedToolCall> calls;
+          parser.push(delta.text, content, calls);
+          if (delta.finish_reason != FinishReason::None) parser.finish(content, calls);
+          json message = json::object();
+          if (!content.empty()) message["content"] = content;
+          if (!calls.empty()) message["tool_calls"] = tool_calls_json(calls, tool_calls_sent_[index], /*with_index=*/true, *shape_.tool_format);
+          tool_calls_sent_[index] += calls.size();
+          fields["delta"] = std::move(message);
+          fields["logprobs"] = shape_.logprobs ? chat_logprobs(tokenizer_, delta.tokens) : json(nullptr);
+          fields["finish_reason"] = finish_reason_json(delta.finish_reason, parser.made_calls());
+        } else if (shape_.chat) {
           fields["delta"] = delta.text.empty() ? json::object() : json{{"content", delta.text}};
           fields["logprobs"] = shape_.logprobs ? chat_logprobs(tokenizer_, delta.tokens) : json(nullptr);
         } else {
@@ -390,6 +434,8 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
   std::vector<bool> started_;         // stream: (prompts * n) the choice's opening chunk was sent
   std::vector<size_t> text_offsets_;  // stream: (prompts * n) completions logprobs' text_offset
   std::vector<int32_t> cached_tokens_;  // (prompts)
+  std::vector<ToolCallStreamParser> tool_parsers_;  // stream with tools: (prompts * n)
+  std::vector<size_t> tool_calls_sent_;              // stream with tools: (prompts * n) calls so far
   int64_t completion_tokens_ = 0;
 };
 
@@ -472,6 +518,7 @@ void HttpServer::Impl::completions(const std::shared_ptr<http::Exchange>& exchan
   check_generative("/v1/completions");
   CompletionRequest request = parse_completion_request(parse_json_body(exchange->request().body));
   check_model(request.model);
+  compile(request, exchange->request().body);
   const size_t count = request.prompts.size();
   ResponseShape shape;
   std::vector<PromptSubmission> prompts;
@@ -512,15 +559,20 @@ void HttpServer::Impl::chat_completions(const std::shared_ptr<http::Exchange>& e
                    "messages");
   }
   if (!tokenizer) throw ApiError(400, "this model has no tokenizer, which chat needs", "messages");
+  compile(request, exchange->request().body);
   // Rendered from the body parsed again keeping key order: `tojson` in a template prints keys in
   // the client's order, as transformers does.
   const auto ordered = nlohmann::ordered_json::parse(exchange->request().body);  // parse_json_body accepted it: depth <= 64
+  const bool use_tools = request.tool_choice != ToolChoice::None && !request.tools.empty();
+  if (use_tools) compile_tool_choice(*constraints, tool_format, request, ordered.at("tools"));
   const auto kwargs = ordered.find("chat_template_kwargs");
+  nlohmann::ordered_json variables =
+      kwargs != ordered.end() && kwargs->is_object() ? *kwargs : nlohmann::ordered_json::object();
+  // As transformers' apply_chat_template(tools=...): the template decides how to show them.
+  if (use_tools) variables["tools"] = ordered.at("tools");
   std::string prompt;
   try {
-    prompt = chat_template->render(ordered.at("messages"), /*add_generation_prompt=*/true,
-                                   kwargs != ordered.end() && kwargs->is_object() ? *kwargs
-                                                                                  : nlohmann::ordered_json::object());
+    prompt = chat_template->render(template_messages(ordered.at("messages")), /*add_generation_prompt=*/true, variables);
   } catch (const Error& e) {
     throw ApiError(400, fmt::format("the chat template rejected these messages: {}", e.what()), "messages");
   }
@@ -535,6 +587,7 @@ void HttpServer::Impl::chat_completions(const std::shared_ptr<http::Exchange>& e
   shape.id = fmt::format("chatcmpl-{}", streams.front()->id());
   shape.echo_texts.assign(1, "");
   shape.logprobs = request.logprobs;
+  if (use_tools) shape.tool_format = tool_format;
   respond(std::move(streams), request, std::move(shape), exchange);
 }
 

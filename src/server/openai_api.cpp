@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string_view>
@@ -106,6 +107,56 @@ std::vector<int32_t> token_id_array(const json& value, const std::string& name) 
   return ids;
 }
 
+void set_constraint(GenerationRequest& request, grammar::ConstraintKind kind, std::string text, const std::string& param) {
+  if (request.constraint) {
+    bad_value(param, fmt::format("cannot be combined with '{}': ask for one structured output", request.constraint->param));
+  }
+  request.constraint = ConstraintRequest{kind, std::move(text), param};
+}
+
+// response_format and the extension fields of vLLM and llama.cpp.
+void parse_constraint(const json& body, GenerationRequest& request) {
+  if (const json* format = field(body, "response_format")) {
+    if (!format->is_object()) wrong_type("response_format", "an object", *format);
+    const auto type = get_string(*format, "type");
+    if (!type) bad_value("response_format", "needs a 'type' ('text', 'json_object' or 'json_schema')");
+    if (*type == "json_object") {
+      set_constraint(request, grammar::ConstraintKind::JsonObject, "", "response_format");
+    } else if (*type == "json_schema") {
+      const json* spec = field(*format, "json_schema");
+      if (!spec) bad_value("response_format.json_schema", "is required with type 'json_schema'");
+      if (!spec->is_object()) wrong_type("response_format.json_schema", "an object", *spec);
+      const json* schema = field(*spec, "schema");
+      if (!schema) bad_value("response_format.json_schema.schema", "is required");
+      if (!schema->is_object() && !schema->is_boolean()) wrong_type("response_format.json_schema.schema", "an object", *schema);
+      if (const json* strict = field(*spec, "strict"); strict && !strict->is_boolean()) {
+        wrong_type("response_format.json_schema.strict", "a boolean", *strict);
+      }
+      set_constraint(request, grammar::ConstraintKind::JsonSchema, schema->dump(), "response_format.json_schema.schema");
+    } else if (*type != "text") {
+      bad_value("response_format.type", fmt::format("'{}' is not one of 'text', 'json_object', 'json_schema'", *type));
+    }
+  }
+  for (const char* name : {"guided_json", "json_schema"}) {
+    if (const json* schema = field(body, name)) {
+      if (schema->is_string()) {
+        const json parsed = json::parse(schema->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        if (parsed.is_discarded()) bad_value(name, "is not a JSON schema (not valid JSON)");
+        set_constraint(request, grammar::ConstraintKind::JsonSchema, parsed.dump(), name);
+      } else {
+        if (!schema->is_object()) wrong_type(name, "an object", *schema);
+        set_constraint(request, grammar::ConstraintKind::JsonSchema, schema->dump(), name);
+      }
+    }
+  }
+  for (const char* name : {"regex", "guided_regex"}) {
+    if (auto pattern = get_string(body, name)) set_constraint(request, grammar::ConstraintKind::Regex, *pattern, name);
+  }
+  for (const char* name : {"grammar", "guided_grammar"}) {
+    if (auto text = get_string(body, name)) set_constraint(request, grammar::ConstraintKind::Gbnf, *text, name);
+  }
+}
+
 void parse_common(const json& body, GenerationRequest& request, const char* max_tokens_name) {
   if (auto model = get_string(body, "model")) request.model = *model;
   SamplingParams& p = request.params;
@@ -168,12 +219,7 @@ void parse_common(const json& body, GenerationRequest& request, const char* max_
     for (const auto& [token, token_bias] : bias->items()) checked_number(token_bias, "logit_bias." + token, -100.0, 100.0);
     if (!bias->empty()) bad_value("logit_bias", "is not supported");
   }
-  if (const json* format = field(body, "response_format")) {
-    if (!format->is_object()) wrong_type("response_format", "an object", *format);
-    if (auto type = get_string(*format, "type"); type && *type != "text") {
-      bad_value("response_format", fmt::format("type '{}' is not supported (only 'text')", *type));
-    }
-  }
+  parse_constraint(body, request);
 }
 
 // "prompt": a string or token ids (one prompt), or a list of strings or of token-id lists (one
@@ -320,6 +366,71 @@ CompletionRequest parse_completion_request(const json& body) {
   return request;
 }
 
+namespace {
+
+void parse_tools(const json& body, ChatRequest& request) {
+  if (const json* tools = field(body, "tools")) {
+    if (!tools->is_array()) wrong_type("tools", "an array", *tools);
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const json& tool = (*tools)[i];
+      const std::string name = fmt::format("tools[{}]", i);
+      if (!tool.is_object()) wrong_type(name, "an object", tool);
+      if (auto type = get_string(tool, "type"); type != "function") bad_value(name + ".type", "must be 'function'");
+      const json* function = field(tool, "function");
+      if (!function || !function->is_object()) bad_value(name + ".function", "must be an object with a 'name'");
+      const json* function_name = field(*function, "name");
+      if (!function_name || !function_name->is_string() || function_name->get_ref<const std::string&>().empty()) {
+        bad_value(name + ".function.name", "must be a non-empty string");
+      }
+      if (const json* parameters = field(*function, "parameters"); parameters && !parameters->is_object()) {
+        wrong_type(name + ".function.parameters", "an object (a JSON schema)", *parameters);
+      }
+    }
+    request.tools = *tools;
+  }
+  request.tool_choice = request.tools.empty() ? ToolChoice::None : ToolChoice::Auto;
+  if (const json* choice = field(body, "tool_choice")) {
+    if (choice->is_string()) {
+      const std::string value = choice->get<std::string>();
+      if (value == "auto") {
+        request.tool_choice = ToolChoice::Auto;
+      } else if (value == "none") {
+        request.tool_choice = ToolChoice::None;
+      } else if (value == "required") {
+        request.tool_choice = ToolChoice::Required;
+      } else {
+        bad_value("tool_choice", fmt::format("'{}' is not one of 'auto', 'none', 'required' or a function", value));
+      }
+    } else if (choice->is_object()) {
+      const json* function = field(*choice, "function");
+      const json* name = function && function->is_object() ? field(*function, "name") : nullptr;
+      if (get_string(*choice, "type") != "function" || !name || !name->is_string()) {
+        bad_value("tool_choice", "must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      }
+      request.tool_choice = ToolChoice::Named;
+      request.tool_name = name->get<std::string>();
+    } else {
+      wrong_type("tool_choice", "a string or an object", *choice);
+    }
+    if (request.tool_choice != ToolChoice::None && request.tool_choice != ToolChoice::Auto && request.tools.empty()) {
+      bad_value("tool_choice", "needs 'tools'");
+    }
+    if (request.tool_choice == ToolChoice::Named) {
+      const bool known = std::any_of(request.tools.begin(), request.tools.end(), [&](const json& tool) {
+        return tool["function"]["name"] == request.tool_name;
+      });
+      if (!known) bad_value("tool_choice", fmt::format("names '{}', which is not one of 'tools'", request.tool_name));
+    }
+  }
+  if (auto v = get_bool(body, "parallel_tool_calls")) request.parallel_tool_calls = *v;
+  const bool forced = request.tool_choice == ToolChoice::Required || request.tool_choice == ToolChoice::Named;
+  if (forced && request.constraint) {
+    bad_value(request.constraint->param, "cannot be combined with a required tool call ('tool_choice')");
+  }
+}
+
+}  // namespace
+
 ChatRequest parse_chat_request(const json& body) {
   ChatRequest request;
   parse_common(body, request, "max_completion_tokens");
@@ -346,10 +457,7 @@ ChatRequest parse_chat_request(const json& body) {
   }
   request.params.logprobs = request.logprobs;
   request.params.top_logprobs = request.top_logprobs;
-  if (const json* tools = field(body, "tools")) {
-    if (!tools->is_array()) wrong_type("tools", "an array", *tools);
-    if (!tools->empty()) bad_value("tools", "are not supported (no tool-call parsing)");
-  }
+  parse_tools(body, request);
   if (const json* kwargs = field(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) wrong_type("chat_template_kwargs", "an object", *kwargs);
   }

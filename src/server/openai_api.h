@@ -4,8 +4,10 @@
 // JSON <-> structs: no sockets, no engine.
 #pragma once
 
+#include "chat/tool_calls.h"
 #include "engine/engine.h"
 #include "engine/sampling_params.h"
+#include "grammar/constraint_cache.h"
 #include "tokenizer/tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -38,6 +40,15 @@ nlohmann::json error_body(const ApiError& error);
 // The body as a JSON object; ApiError 400 for invalid JSON or another top-level type.
 nlohmann::json parse_json_body(const std::string& body);
 
+// A structured-output constraint asked for: response_format json_object / json_schema, or the
+// extensions "regex" / "grammar" (GBNF) (vLLM's guided_json / guided_regex / guided_grammar and
+// llama.cpp's "json_schema" are accepted as the same). At most one per request.
+struct ConstraintRequest {
+  grammar::ConstraintKind kind = grammar::ConstraintKind::JsonObject;
+  std::string text;   // the schema (JSON), pattern or grammar
+  std::string param;  // the request field it came from, for errors
+};
+
 // Fields both endpoints share.
 struct GenerationRequest {
   std::string model;            // empty when not given
@@ -46,6 +57,7 @@ struct GenerationRequest {
   int32_t n = 1;
   bool stream = false;
   bool include_usage = false;   // stream_options.include_usage
+  std::optional<ConstraintRequest> constraint;
 };
 
 // A prompt as text or as token ids.
@@ -61,9 +73,16 @@ struct CompletionRequest : GenerationRequest {
 
 // messages (a non-empty array of objects with a string "role") and chat_template_kwargs (an
 // object) are checked; the template renders them from the body itself.
+enum class ToolChoice : uint8_t { Auto, None, Required, Named };
+
 struct ChatRequest : GenerationRequest {
   bool logprobs = false;
   int32_t top_logprobs = 0;
+  // tools: each {"type": "function", "function": {"name", "description"?, "parameters"?}}, checked.
+  nlohmann::json tools = nlohmann::json::array();
+  ToolChoice tool_choice = ToolChoice::Auto;  // OpenAI's default with tools ("none" without)
+  std::string tool_name;                      // ToolChoice::Named: the function
+  bool parallel_tool_calls = true;
 };
 
 // Limits of the parsers, beyond SamplingParams::validate().
@@ -72,8 +91,9 @@ inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxPrompts = 64;      // prompts in one /v1/completions request
 
 // Known fields must have their documented type (null counts as absent); unknown fields are
-// ignored. Fields whose meaning the server cannot honour (logit_bias, suffix, best_of != n,
-// tools, a JSON response_format) are refused rather than ignored.
+// ignored. Fields whose meaning the server cannot honour (logit_bias, suffix, best_of != n, two
+// structured outputs at once) are refused rather than ignored; a schema the grammar module cannot
+// enforce is refused when it is compiled (server/structured_output.h).
 CompletionRequest parse_completion_request(const nlohmann::json& body);
 ChatRequest parse_chat_request(const nlohmann::json& body);
 

@@ -541,8 +541,9 @@ TEST(BadInput, UnknownArchitectureSaysWhatToDo) {
   dir.file("config.json", R"({"architectures": ["FalconForCausalLM"], "hidden_size": 64})");
   expect_error([&] { resolve_hf_spec(dir.path()); },
                {"config.json '", "no built-in template serves architectures [FalconForCausalLM]",
-                "known: GPT2LMHeadModel, GPTNeoXForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, LlamaForCausalLM, "
-                "MistralForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
+                "known: BertForMaskedLM, ",
+                "GPT2LMHeadModel, GPTNeoXForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, LlamaForCausalLM, "
+                "MistralForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, RobertaForMaskedLM",
                 "hidden_size, num_layers, vocab_size, max_position, norm, attention, mlp", "--spec",
                 "\"template\": \"<name>\""});
   SpecRequest gguf{{{"general.architecture", "falcon"}}, "GGUF metadata of 'x.gguf'", {}, "falcon", "", {}};

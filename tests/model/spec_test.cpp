@@ -285,7 +285,11 @@ TEST(Spec, InvalidValues) {
                     "rope.scaling: type \"yarn\" and rope_type \"linear\" disagree");
   expect_spec_error(with(minimal_spec(), "/bos_token_id", 100), "bos_token_id: 100 is outside the vocabulary");
   expect_spec_error(with(minimal_spec(), "/eos_token_ids", {2, 1000}), "eos_token_ids[1]: 1000 is outside the vocabulary");
-  expect_spec_error(with(minimal_spec(), "/network", "encoder_only"), "network: only decoder_only models are supported");
+  expect_spec_error(with(minimal_spec(), "/network", "encoder_decoder"), "network: encoder_decoder models are not supported yet");
+  expect_spec_error(with(minimal_spec(), "/network", "encoder_only"),
+                    "tensors.lm_head: 'head' given, but an encoder_only model returns its states");
+  expect_spec_error(with(minimal_spec(), "/attention/causal", false), "attention.causal: false needs network encoder_only");
+  expect_spec_error(with(minimal_spec(), "/position_offset", 2), "position_offset: 2 needs learned positions");
   expect_spec_error(with(minimal_spec(), "/position", "alibi"), "position: alibi is not supported yet");
   expect_spec_error(with(minimal_spec(), "/shared_layer_norm", true), "shared_layer_norm: needs parallel_residual");
   expect_spec_error(with(minimal_spec(), "/hidden_size", 60), "attention.head_dim: missing, and hidden_size 60 is not a multiple");

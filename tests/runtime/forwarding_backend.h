@@ -69,6 +69,9 @@ class ForwardingBackend : public Backend {
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override {
     inner_->gather_rows(x, rows, out);
   }
+  void apply_token_mask(const DeviceTensor& logits, const DeviceTensor& mask) override {
+    inner_->apply_token_mask(logits, mask);
+  }
   void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override {
     inner_->sample(logits, rows, tokens);
   }

@@ -54,6 +54,7 @@ class CpuBackend final : public Backend {
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override;
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
   void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override;
+  void apply_token_mask(const DeviceTensor& logits, const DeviceTensor& mask) override;  // cpu/token_mask.cpp
 
  private:
   int num_threads_;

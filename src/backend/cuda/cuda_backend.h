@@ -91,6 +91,7 @@ class CudaBackend final : public Backend {
                          Activation act, bool gated, const DeviceTensor& product, const DeviceTensor& out) override;
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
   void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override;
+  void apply_token_mask(const DeviceTensor& logits, const DeviceTensor& mask) override;  // cuda/token_mask_backend.cpp
 
  private:
   // cuBLASLt descriptors and the algorithm picked for one GEMM shape (opaque here: the cuBLASLt

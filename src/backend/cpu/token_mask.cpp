@@ -1,0 +1,27 @@
+// CpuBackend::apply_token_mask: structured outputs' vocabulary masks (backend/backend.h).
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+
+#include <limits>
+
+namespace splitflow::cpu {
+
+void CpuBackend::apply_token_mask(const DeviceTensor& logits, const DeviceTensor& mask) {
+  SF_CHECK(logits.dtype == DType::F32 && logits.shape.size() == 2, "cpu apply_token_mask: logits must be F32 [rows, vocab], got {} {}",
+           dtype_name(logits.dtype), shape_str(logits.shape));
+  const int64_t rows = logits.dim(0), vocab = logits.dim(1), words = (vocab + 31) / 32;
+  SF_CHECK(mask.dtype == DType::I32 && mask.shape == Shape({rows, words}),
+           "cpu apply_token_mask: mask must be I32 [{}, {}], got {} {}", rows, words, dtype_name(mask.dtype),
+           shape_str(mask.shape));
+  float* out = logits.as<float>();
+  const auto* bits = static_cast<const uint32_t*>(mask.data);
+  constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+#pragma omp parallel for num_threads(num_threads_) if (rows > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t t = 0; t < vocab; ++t) {
+      if (!((bits[r * words + t / 32] >> (t % 32)) & 1u)) out[r * vocab + t] = kMinusInf;
+    }
+  }
+}
+
+}  // namespace splitflow::cpu

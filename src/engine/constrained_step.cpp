@@ -1,0 +1,66 @@
+#include "engine/constrained_step.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace splitflow {
+
+ConstrainedStep::~ConstrainedStep() {
+  if (pending_.valid()) pending_.wait();
+}
+
+void ConstrainedStep::start(std::vector<TokenConstraint*> constraints, int32_t vocab_size,
+                            std::span<const int32_t> eos_ids) {
+  constraints_ = std::move(constraints);
+  any_ = std::any_of(constraints_.begin(), constraints_.end(), [](TokenConstraint* c) { return c != nullptr; });
+  if (!any_) return;
+  vocab_size_ = vocab_size;
+  eos_ids_.assign(eos_ids.begin(), eos_ids.end());
+  words_ = static_cast<size_t>(vocab_size + 31) / 32;
+  masks_.assign(constraints_.size() * words_, 0u);
+  for (size_t row = 0; row < constraints_.size(); ++row) {
+    if (!constraints_[row]) std::fill_n(masks_.begin() + static_cast<ptrdiff_t>(row * words_), words_, ~0u);
+  }
+  pending_ = std::async(std::launch::async, [this] { compute(); });
+}
+
+void ConstrainedStep::compute() {
+  for (size_t row = 0; row < constraints_.size(); ++row) {
+    TokenConstraint* constraint = constraints_[row];
+    if (!constraint) continue;
+    const std::span<uint32_t> mask(masks_.data() + row * words_, words_);
+    constraint->fill_next_token_mask(mask);
+    const bool none = std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; });
+    if (constraint->can_end() || none) {
+      for (const int32_t eos : eos_ids_) {
+        if (eos >= 0 && eos < vocab_size_) mask[static_cast<size_t>(eos) / 32] |= 1u << (eos % 32);
+      }
+    }
+  }
+}
+
+void ConstrainedStep::wait() {
+  if (pending_.valid()) pending_.get();  // rethrows a constraint's failure on the engine thread
+}
+
+std::span<const uint32_t> ConstrainedStep::mask(size_t row) {
+  wait();
+  return {masks_.data() + row * words_, words_};
+}
+
+std::span<const uint32_t> ConstrainedStep::all_masks() {
+  wait();
+  return masks_;
+}
+
+void ConstrainedStep::apply(size_t row, std::span<float> logits) {
+  if (!constrained(row)) return;
+  const std::span<const uint32_t> allowed = mask(row);
+  const size_t n = std::min(logits.size(), static_cast<size_t>(vocab_size_));
+  for (size_t t = 0; t < n; ++t) {
+    if (!((allowed[t / 32] >> (t % 32)) & 1u)) logits[t] = -std::numeric_limits<float>::infinity();
+  }
+  for (size_t t = n; t < logits.size(); ++t) logits[t] = -std::numeric_limits<float>::infinity();
+}
+
+}  // namespace splitflow
