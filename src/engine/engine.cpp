@@ -256,12 +256,12 @@ EngineStep Engine::step() {
 
   for (size_t i = 0; i < sampled.size(); ++i) {
     SequenceState& state = *sampled[i];
+    SequenceOutput& output = result.outputs[i];
+    const int32_t token = output.token.token_id;
     if (state.constraint && std::find(config().eos_token_ids.begin(), config().eos_token_ids.end(), token) ==
                                 config().eos_token_ids.end()) {
       state.constraint->accept_token(token);
     }
-    SequenceOutput& output = result.outputs[i];
-    const int32_t token = output.token.token_id;
     state.stop.append(token, state.decoder ? state.decoder->push(token) : std::string());
     finish_output(state, output);
     Request& request = state.request;
