@@ -591,6 +591,7 @@ void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache
                          attention_partials_floats(sm_count_),
                          partition_counters_};
   launch.logit_softcap = params.logit_softcap;
+  launch.causal = params.causal;
   SF_CUDA_CHECK(launch_attention(launch, stream_), "attention");
 }
 

@@ -1,4 +1,4 @@
-// backend/cuda/flash_prefill.cu — paged causal attention for prompt chunks on tensor cores
+// backend/cuda/flash_prefill.cu — paged attention (causal, or bidirectional for encoders) for prompt chunks on tensor cores
 // (FlashAttention-2 style): a block of 4 warps takes 64 query rows of one sequence and one query
 // head (16 rows per warp), streams the visible keys through shared memory 64 at a time (gathered
 // through the block table with cp.async, two stages so the next tile loads during the math),
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) flash_prefill_kernel(A
   const int pos0 = context - n + t_begin;                  // position of the tile's first row
   const int last_pos = min(context, pos0 + kRows) - 1;     // of its last real row
   const int key_begin = a.sliding_window > 0 ? max(0, pos0 - a.sliding_window + 1) : 0;
-  const int key_end = last_pos + 1;
+  const int key_end = a.causal ? last_pos + 1 : context;  // bidirectional: every key of the sequence
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.table_width;
   const int block_shift = (a.block_size & (a.block_size - 1)) == 0 ? __ffs(a.block_size) - 1 : -1;
   const int64_t width = static_cast<int64_t>(a.heads + 2 * a.kv_heads) * D;
@@ -153,14 +153,15 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) flash_prefill_kernel(A
     // from some row of the warp: only the tiles on the diagonal and at the window's edge. Rows
     // past the chunk are never stored, so the range check (keys past key_end) only guards them.
     const int warp_first_pos = pos0 + warp * 16;
-    const bool masked = k0 + kKeys - 1 > warp_first_pos ||
-                        (a.sliding_window > 0 && k0 <= warp_first_pos + 15 - a.sliding_window);
+    const bool masked = a.causal ? k0 + kKeys - 1 > warp_first_pos ||
+                                       (a.sliding_window > 0 && k0 <= warp_first_pos + 15 - a.sliding_window)
+                                 : k0 + kKeys > key_end;
 #pragma unroll
     for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2, key = k0 + j * 8 + quad * 2 + (e % 2);
-        const bool visible = !masked || (key < key_end && key <= row_pos[r] &&
+        const bool visible = !masked || (key < key_end && (!a.causal || key <= row_pos[r]) &&
                                          (a.sliding_window == 0 || key > row_pos[r] - a.sliding_window));
         sc[j][e] = visible ? sc[j][e] * scale_log2 : -INFINITY;
       }

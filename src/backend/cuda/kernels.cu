@@ -431,17 +431,20 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
   if (t_begin >= n) return;  // the whole block leaves together, before any barrier
   const int t_count = min(kQueryTile, n - t_begin);
   const int pos0 = a.context_lens[s] - n + t_begin, last_pos = pos0 + t_count - 1;
+  // The last key any row of the tile sees: its last row's own position, or (bidirectional) the
+  // sequence's last.
+  const int last_key = a.causal ? last_pos : a.context_lens[s] - 1;
   const int window_first_key = a.sliding_window > 0 ? max(0, pos0 - a.sliding_window + 1) : 0;
   // The tile's visible keys split evenly over the grid's partitions, from this tile's own context
   // length (device memory): the launch shape does not depend on it, so a recorded graph replays
   // for any context. Partitions past the keys are empty (they write m = -inf, l = 0).
-  const int visible = last_pos + 1 - window_first_key;
+  const int visible = last_key + 1 - window_first_key;
   const int partition_keys =
       gridDim.z == 1 ? visible
                      : max(kMinPartitionKeys, (visible + static_cast<int>(gridDim.z) * kKeyChunk - 1) /
                                                   (static_cast<int>(gridDim.z) * kKeyChunk) * kKeyChunk);
   const int first_key = window_first_key + static_cast<int>(blockIdx.z) * partition_keys;
-  const int end_key = min(last_pos + 1, first_key + partition_keys);  // exclusive
+  const int end_key = min(last_key + 1, first_key + partition_keys);  // exclusive
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool active = warp < t_count;
   const int my_pos = pos0 + warp;
@@ -504,7 +507,8 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
     __syncthreads();
     if (!active) continue;
     const int p = chunk0 + lane;
-    const bool valid = lane < count && p <= my_pos && (a.sliding_window == 0 || p > my_pos - a.sliding_window);
+    const bool valid =
+        lane < count && (!a.causal || p <= my_pos) && (a.sliding_window == 0 || p > my_pos - a.sliding_window);
     float score = -INFINITY;
     if (valid) {
       const float* q = q_s + warp * hd;
@@ -746,12 +750,12 @@ cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
     // A mixed (SplitFuse) batch: the decode kernel takes the one-token spans, reading each kv
     // head once for its whole GQA group instead of a 64-row tile per query head. Unsplit, so no
     // combine pass touches the prompt rows.
-    const bool split_decodes = attention_decode_supported(a);
+    const bool split_decodes = a.causal && attention_decode_supported(a);
     const cudaError_t err = launch_flash_prefill(a, split_decodes, stream);
     if (err != cudaSuccess || !split_decodes) return err;
     return launch_attention_decode(a, 1, stream);
   }
-  if (tensor_core_paths && a.max_query_len == 1 && attention_decode_supported(a))
+  if (tensor_core_paths && a.causal && a.max_query_len == 1 && attention_decode_supported(a))
     return launch_attention_decode(a, attention_decode_partitions(a), stream);
   const int tiles_per_seq = (a.max_query_len + kQueryTile - 1) / kQueryTile;
   const int64_t base_blocks = int64_t{a.seqs} * tiles_per_seq * a.heads;

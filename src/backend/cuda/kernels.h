@@ -135,6 +135,9 @@ struct AttentionLaunch {
   // > 0: each score becomes cap * tanh(score / cap) before the softmax (Gemma 2). Only the split-KV
   // kernel applies it: launch_attention sends such launches there whatever their shape.
   float logit_softcap = 0.0f;
+  // false (encoders): each query sees all context_lens[s] keys of its sequence, later ones too;
+  // the one-token decode kernel is not used (it is causal).
+  bool causal = true;
 };
 
 // Scratch attention() needs to split the KV length whenever it chooses to: at most 4 sm_count
