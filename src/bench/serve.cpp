@@ -118,6 +118,36 @@ ServerInfo query_server(const ServerUrl& url, double timeout_s) {
   return info;
 }
 
+namespace {
+
+// One /v1/embeddings request of the prompt's ids, answered whole.
+RequestRecord send_embedding_request(const ServerUrl& url, const ClientOptions& options, const TimedRequest& request,
+                                     double run_start_s, RequestRecord record) {
+  record.output_len = 0;
+  const json body = {{"model", options.model},
+                     {"input", prompt_token_ids(options.seed, request.index, request.input_len, options.prompt_vocab)}};
+  httplib::Client client(url.host, url.port);
+  set_timeouts(client, options.timeout_s);
+  record.send_s = now_s() - run_start_s;
+  const httplib::Result result = client.Post((url.path_prefix + "/v1/embeddings").c_str(), body.dump(), "application/json");
+  record.end_s = now_s() - run_start_s;
+  if (!result) {
+    record.error = httplib::to_string(result.error());
+  } else if (result->status != 200) {
+    record.error = fmt::format("HTTP {}: {}", result->status, error_message(result->body));
+  } else {
+    const json answer = json::parse(result->body, nullptr, /*allow_exceptions=*/false);
+    if (!answer.is_object() || !answer.contains("data") || !answer["data"].is_array() || answer["data"].size() != 1)
+      record.error = fmt::format("the answer is not one embedding: {}", result->body.substr(0, 200));
+    else
+      record.ok = true;
+  }
+  record.ttft_s = record.end_s - record.send_s;
+  return record;
+}
+
+}  // namespace
+
 RequestRecord send_request(const ServerUrl& url, const ClientOptions& options, const TimedRequest& request,
                            double run_start_s) {
   RequestRecord record;
@@ -125,6 +155,7 @@ RequestRecord send_request(const ServerUrl& url, const ClientOptions& options, c
   record.arrival_s = request.arrival_s;
   record.input_len = request.input_len;
   record.output_len = request.output_len;
+  if (options.endpoint == "embeddings") return send_embedding_request(url, options, request, run_start_s, record);
   const json body = {
       {"model", options.model},
       {"prompt", prompt_token_ids(options.seed, request.index, request.input_len, options.prompt_vocab)},

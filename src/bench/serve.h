@@ -6,7 +6,8 @@
 // arrival rates as a CSV table drawn by scripts/plot_latency_vs_rate.gnuplot.
 //
 // What the client sends: the prompt as token ids (exact lengths, no tokenizer needed, no shared
-// prefix), max_tokens = the output length, ignore_eos, temperature 0, stream with usage.
+// prefix), max_tokens = the output length, ignore_eos, temperature 0, stream with usage; or, with
+// ClientOptions::endpoint "embeddings", the ids as one /v1/embeddings input.
 // Definitions (as vLLM's benchmark_serving): TTFT = first streamed token - request sent;
 // ITL = gaps between consecutive streamed chunks (the server sends one chunk per token unless a
 // slow reader made it merge several: merged_tokens counts those); TPOT = (E2E - TTFT) /
@@ -50,6 +51,10 @@ struct ClientOptions {
   double timeout_s = 600;        // per request: connect, and the longest wait for a chunk
   int32_t max_concurrency = 0;   // requests in flight at once; 0: no limit (arrivals never wait)
   bool progress = true;          // a line on stderr every 10 s of a run
+  // "completions" (streamed, as above) or "embeddings": one POST /v1/embeddings of the prompt's
+  // ids per request, answered whole; its TTFT is its E2E (the vectors come at once) and it has
+  // no output tokens, so throughput counts input tokens.
+  std::string endpoint = "completions";
 };
 
 // One request's outcome; times in seconds.

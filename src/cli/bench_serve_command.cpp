@@ -82,6 +82,8 @@ void run_bench_serve(const ServeBenchFlags& flags) {
   SF_CHECK(std::isfinite(flags.client.timeout_s) && flags.client.timeout_s > 0, "--timeout must be positive seconds, not {}",
            flags.client.timeout_s);
   SF_CHECK(flags.client.prompt_vocab > 0, "--prompt-vocab must be positive, not {}", flags.client.prompt_vocab);
+  SF_CHECK(flags.client.endpoint == "completions" || flags.client.endpoint == "embeddings",
+           "--endpoint must be completions or embeddings, not '{}'", flags.client.endpoint);
   bench::check_slo(flags.slo);
   const bench::ServerUrl url = bench::parse_server_url(flags.url);
 
@@ -92,7 +94,9 @@ void run_bench_serve(const ServeBenchFlags& flags) {
   spec.duration_s = flags.duration_s;
   spec.num_requests = flags.num_requests;
   spec.input_len = flags.input_len;
-  spec.output_len = flags.output_len;
+  // Embeddings generate nothing: a nominal output of one token keeps the workload's length rules
+  // (and fit_context) as they are; the client sends no max_tokens.
+  spec.output_len = flags.client.endpoint == "embeddings" && flags.output_len == 0 ? 1 : flags.output_len;
   spec.seed = flags.seed;
   std::vector<sim::Request> trace;
   if (!flags.trace.empty()) {
@@ -126,6 +130,7 @@ void run_bench_serve(const ServeBenchFlags& flags) {
       {"client", bench::cpu_description(omp_get_max_threads())},
       {"slo", {{"ttft_ms", flags.slo.ttft_ms}, {"itl_ms", flags.slo.itl_ms}, {"percentile", flags.slo.percentile}}},
       {"prompt_vocab", client.prompt_vocab},
+      {"endpoint", client.endpoint},
       {"seed", flags.seed},
       {"max_concurrency", client.max_concurrency},
       {"rates_requested", flags.sweep},
@@ -286,6 +291,10 @@ void register_bench_serving(CLI::App& bench) {
       ->capture_default_str();
   serve->add_option("--seed", s.seed, "arrivals and prompt token ids")->capture_default_str();
   serve->add_option("--prompt-vocab", s.client.prompt_vocab, "prompt token ids are drawn from [0, N)")->capture_default_str();
+  serve->add_option("--endpoint", s.client.endpoint,
+                    "completions (streamed) or embeddings (each prompt one /v1/embeddings input; its latency is TTFT "
+                    "and E2E; no --output-len needed)")
+      ->capture_default_str();
   serve->add_option("--timeout", s.client.timeout_s, "seconds a request may wait to connect or for its next chunk")
       ->capture_default_str();
   serve->add_option("--max-concurrency", s.client.max_concurrency, "requests in flight at once (0: no limit)")
