@@ -14,6 +14,7 @@
 #include "server/http_server.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <pthread.h>
 
 #include <atomic>
@@ -58,9 +59,8 @@ struct ServeFlags {
 
 // Without --num-blocks, --kv-cache-gb or --gpu-memory-utilization: on CUDA, what the GPU's memory
 // leaves (--kv-cache-gb auto: the GPU serves this process alone, and the cache is what buys
-// batch size); on the CPU, whose memory the rest of the machine shares, room for max_seqs
-// sequences of max_model_len tokens, capped at this much memory.
-constexpr double kDefaultKvCapGb = 4.0;
+// batch size); on the CPU, whose memory the rest of the machine shares, a size from the model
+// (runtime/kv_cache_sizing.h, default_host_kv_cache).
 
 std::string default_model_name(const ModelFlags& flags) {
   // A directory by its name, a file by its stem, a config.json by its directory.
@@ -114,15 +114,23 @@ void run_serve(const ServeFlags& flags) {
   int64_t max_model_len = flags.max_model_len > 0 ? flags.max_model_len : spec.max_position;
   const bool sized_from_memory = kv_size.mode == KvCacheSizeRequest::Mode::Memory;
   int64_t num_blocks = 0;  // sized from memory: the runner picks
+  std::string kv_size_reason;  // why the default size, for the log and the startup line
   switch (kv_size.mode) {
     case KvCacheSizeRequest::Mode::Blocks: num_blocks = kv_size.num_blocks; break;
     case KvCacheSizeRequest::Mode::Gib:
       num_blocks = static_cast<int64_t>(kv_size.gib * double(1 << 30) / static_cast<double>(kv_bytes_per_block));
       break;
     case KvCacheSizeRequest::Mode::Default: {
-      const int64_t wanted = int64_t{flags.max_seqs} * ((max_model_len + flags.block_size - 1) / flags.block_size);
-      num_blocks =
-          std::min<int64_t>(wanted, static_cast<int64_t>(kDefaultKvCapGb * double(1 << 30) / kv_bytes_per_block));
+      const HostKvCacheDefault chosen =
+          default_host_kv_cache(max_model_len, flags.max_seqs, kv_cache_bytes_per_token(spec, kv_cache_dtype),
+                                flags.block_size, backend->memory_info().free_bytes);
+      num_blocks = chosen.num_blocks;
+      kv_size_reason = chosen.reason;
+      spdlog::info("kv cache: {} blocks of {} tokens ({:.2f} GiB {}), the CPU default: {} (--num-blocks or "
+                   "--kv-cache-gb override it)",
+                   num_blocks, flags.block_size,
+                   static_cast<double>(num_blocks * kv_bytes_per_block) / double(1 << 30), dtype_name(kv_cache_dtype),
+                   kv_size_reason);
       break;
     }
     case KvCacheSizeRequest::Mode::Memory: break;
@@ -213,7 +221,7 @@ void run_serve(const ServeFlags& flags) {
              dtype_name(kv_cache_dtype), static_cast<double>(num_blocks * kv_bytes_per_block) / double(1 << 30),
              sized_from_memory
                  ? fmt::format(", from device memory at --gpu-memory-utilization {}", kv_size.memory_fraction)
-                 : std::string(),
+                 : kv_size_reason.empty() ? std::string() : "; " + kv_size_reason,
              num_host_blocks,
              static_cast<double>(num_host_blocks * kv_bytes_per_block) / double(1 << 30), flags.swap_min_tokens,
              flags.max_batch_tokens,
@@ -253,8 +261,9 @@ void register_serve(CLI::App& app) {
   command->add_option("--num-blocks", flags->num_blocks, "KV cache blocks");
   command->add_option("--kv-cache-gb", flags->kv_cache_gb,
                       "KV cache size in GiB (instead of --num-blocks), or auto: what the device's memory leaves once "
-                      "the weights and step buffers are allocated (default on cuda; on cpu: room for max-seqs "
-                      "full-length sequences, at most 4 GiB)");
+                      "the weights and step buffers are allocated (default on cuda; on cpu: every sequence at full "
+                      "length if that takes at most 256 MiB, else one full-length sequence, at most half the "
+                      "available memory)");
   command->add_option("--gpu-memory-utilization", flags->gpu_memory_utilization,
                       "with --kv-cache-gb auto (implied): the fraction of the device's total memory this process may "
                       "use, in (0, 1] (default 0.9; the CPU backend's device is host memory)");

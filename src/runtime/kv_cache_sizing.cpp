@@ -56,6 +56,55 @@ KvCacheSizing size_kv_cache(const DeviceMemoryInfo& memory, const KvCacheMemoryB
   return sizing;
 }
 
+HostKvCacheDefault default_host_kv_cache(int64_t max_model_len, int64_t max_seqs, int64_t bytes_per_token,
+                                         int32_t block_size, int64_t available_bytes, int64_t soft_cap_bytes,
+                                         double memory_fraction) {
+  SF_CHECK(max_model_len > 0 && max_seqs > 0 && bytes_per_token > 0 && block_size > 0,
+           "kv cache: max_model_len ({}), max_seqs ({}), bytes per token ({}) and block size ({}) must be positive",
+           max_model_len, max_seqs, bytes_per_token, block_size);
+  SF_CHECK(available_bytes >= 0 && soft_cap_bytes >= 0, "kv cache: available ({}) and soft cap ({}) bytes must not be "
+           "negative", available_bytes, soft_cap_bytes);
+  SF_CHECK(std::isfinite(memory_fraction) && memory_fraction > 0 && memory_fraction <= 1,
+           "kv cache: the memory fraction must be in (0, 1], not {}", memory_fraction);
+  const int64_t bytes_per_block = bytes_per_token * block_size;
+  const auto blocks_of_tokens = [&](int64_t tokens) { return (tokens + block_size - 1) / block_size; };
+  // Saturating: 256 sequences of a 1M-token context overflow nothing.
+  const int64_t blocks_per_sequence = blocks_of_tokens(max_model_len);
+  const int64_t wanted_blocks =
+      blocks_per_sequence > INT64_MAX / max_seqs / bytes_per_block ? INT64_MAX / bytes_per_block
+                                                                   : blocks_per_sequence * max_seqs;
+  HostKvCacheDefault result;
+  result.wanted_bytes = wanted_blocks * bytes_per_block;
+  result.cap_bytes = static_cast<int64_t>(memory_fraction * static_cast<double>(available_bytes));
+  const int64_t soft_cap_blocks = soft_cap_bytes / bytes_per_block;
+  if (wanted_blocks <= soft_cap_blocks) {
+    result.num_blocks = wanted_blocks;
+    result.reason = fmt::format("every sequence at full length ({} x {} tokens) fits in {} MiB", max_seqs,
+                                max_model_len, soft_cap_bytes >> 20);
+  } else if (blocks_per_sequence >= soft_cap_blocks) {
+    result.num_blocks = blocks_per_sequence;
+    result.reason = fmt::format("{} sequences at full length would take {:.2f} GiB: one full-length sequence ({} "
+                                "tokens), shared by the sequences that run",
+                                max_seqs, gib(result.wanted_bytes), max_model_len);
+  } else {
+    result.num_blocks = soft_cap_blocks;
+    result.reason = fmt::format("{} sequences at full length would take {:.2f} GiB: {} MiB, the CPU default's cap",
+                                max_seqs, gib(result.wanted_bytes), soft_cap_bytes >> 20);
+  }
+  const int64_t cap_blocks = result.cap_bytes / bytes_per_block;
+  if (result.num_blocks > cap_blocks) {
+    SF_CHECK(cap_blocks > 0,
+             "kv cache: not one block of {} tokens ({:.2f} MiB) fits in {} of the {:.2f} GiB of available host memory; "
+             "give --num-blocks or --kv-cache-gb to size it yourself",
+             block_size, static_cast<double>(bytes_per_block) / double(1 << 20), memory_fraction, gib(available_bytes));
+    result.reason += fmt::format(", capped at {} of the {:.2f} GiB of available host memory", memory_fraction,
+                                 gib(available_bytes));
+    result.num_blocks = cap_blocks;
+  }
+  result.num_blocks = std::min<int64_t>(result.num_blocks, INT32_MAX);
+  return result;
+}
+
 KvCacheSizeRequest parse_kv_cache_size(int64_t num_blocks, std::string_view kv_cache_gb,
                                        std::optional<double> memory_fraction) {
   SF_CHECK(num_blocks >= 0, "--num-blocks must be a positive number of blocks, not {}", num_blocks);

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace splitflow {
@@ -50,6 +51,35 @@ struct KvCacheSizing {
 // that contradict each other (free > total).
 KvCacheSizing size_kv_cache(const DeviceMemoryInfo& memory, const KvCacheMemoryBudget& budget, int64_t bytes_per_block,
                             int32_t block_size);
+
+// The KV cache of `serve` on the CPU when no flag sizes it. The CPU's device is host memory, which
+// the rest of the machine shares, and a CPU decode step's cost grows with every sequence in it, so
+// the cache is sized from the model, not from what memory would allow:
+//   wanted  = max_seqs x max_model_len tokens (every sequence at full length: no preemption ever)
+//   tokens  = wanted when it takes at most soft_cap_bytes (small models), else at least one
+//             full-length sequence (max_model_len tokens), which the paged cache shares among
+//             concurrent shorter requests (llama.cpp's server shares one n_ctx among its slots),
+//             or soft_cap_bytes' worth when that is more;
+//   at most memory_fraction x available_bytes (MemAvailable, capped by the cgroup), whatever the
+//   above says: a model too large for that gets a shorter context (the caller's rule), and none at
+//   all an error naming the figures.
+inline constexpr int64_t kHostKvSoftCapBytes = int64_t{256} << 20;
+inline constexpr double kHostKvMemoryFraction = 0.5;
+
+struct HostKvCacheDefault {
+  int64_t num_blocks = 0;
+  int64_t wanted_bytes = 0;  // max_seqs x max_model_len tokens
+  int64_t cap_bytes = 0;     // memory_fraction x available_bytes
+  // Why this size, for the log: "every sequence at full length", "one full-length sequence (...)",
+  // "the soft cap", or "capped by available memory".
+  std::string reason;
+};
+
+// Throws naming the figures when not one block fits under the cap, or on non-positive inputs.
+HostKvCacheDefault default_host_kv_cache(int64_t max_model_len, int64_t max_seqs, int64_t bytes_per_token,
+                                         int32_t block_size, int64_t available_bytes,
+                                         int64_t soft_cap_bytes = kHostKvSoftCapBytes,
+                                         double memory_fraction = kHostKvMemoryFraction);
 
 // The KV cache size a command line asks for: --num-blocks N, --kv-cache-gb N|auto,
 // --gpu-memory-utilization F.
