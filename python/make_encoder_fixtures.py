@@ -13,6 +13,9 @@ Every parameter (LayerNorm weights and biases, token-type rows included) is draw
 PCG64 seeded by the fixture name, so a missing bias, a misplaced norm or a dropped token-type row
 moves the states. RoBERTa prompts avoid the padding id: transformers gives a pad token inside a
 sequence the padding position.
+
+tiny_bert also gets a WordPiece tokenizer.json over its 96 ids (BERT's normalizer,
+pre-tokenizer and [CLS] $A [SEP] template), so `splitflow embed --text` runs on it.
 """
 
 import argparse
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import safetensors.numpy
+import tokenizers
 import torch
 import transformers
 
@@ -66,6 +70,28 @@ FIXTURES = {
 }
 
 
+def tiny_wordpiece(vocab_size):
+    """A BERT-style WordPiece tokenizer with vocab_size ids: specials, letters, ##letters, words."""
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    tokens += letters + ["##" + c for c in letters]
+    tokens += [".", ",", "!", "?", "the", "cat", "dog", "sat", "on", "mat", "a", "is", "was", "ran", "and", "##s",
+               "##ed", "##ing", "hello", "world", "embed", "##ding", "model", "text", "one", "two", "three", "red",
+               "blue", "green", "sun", "moon"]
+    tokens = list(dict.fromkeys(tokens))[:vocab_size]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = tokenizers.processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    tok.decoder = tokenizers.decoders.WordPiece()
+    for special in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]:
+        tok.add_special_tokens([tokenizers.AddedToken(special, special=True)])
+    return tok
+
+
 def randomize(model, rng):
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -107,6 +133,8 @@ def make(name, config_dict, out_dir):
     meta = {"num_prompts": len(PROMPT_LENGTHS), "prompt_lengths": list(PROMPT_LENGTHS),
             "torch": torch.__version__, "transformers": transformers.__version__}
     (target / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if config_dict["model_type"] == "bert":
+        tiny_wordpiece(config_dict["vocab_size"]).save(str(target / "tokenizer.json"))
     print(f"{name}: {sum(v.size for v in state.values())} parameters, prompts {PROMPT_LENGTHS}")
 
 

@@ -51,9 +51,10 @@ SF_HOST_DEVICE float generated_normal_value(uint64_t key, float stddev, int64_t 
   return stddev * unit_normal(block_key, static_cast<uint32_t>(index - block_start));
 }
 
-// Uniform in (0, 1), 24 bits, never 0 or 1.
+// Uniform in (0, 1): the centres (k + 0.5) / 2^23 of 2^23 cells, exact in a float, so never 0 or 1.
+// (With 24 bits, k + 0.5 rounds up to 2^24 for the top k and gives 1.0, whose Gumbel noise is +inf.)
 SF_HOST_DEVICE float unit_uniform(uint32_t key, uint32_t index) {
-  return (static_cast<float>(hash32(key ^ hash32(index)) >> 8) + 0.5f) * (1.0f / 16777216.0f);
+  return (static_cast<float>(hash32(key ^ hash32(index)) >> 9) + 0.5f) * (1.0f / 8388608.0f);
 }
 
 }  // namespace splitflow

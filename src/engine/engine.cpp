@@ -23,7 +23,6 @@ struct Engine::SequenceState {
       : seq(seq_id, std::move(prompt_ids), params),
         sampler(params, vocab_size),
         device_sampled(device_sampled),
-        device_seed(params.seed ? *params.seed : (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()),
         stop(params, eos_token_ids),
         request(request),
         index(index) {
@@ -39,7 +38,7 @@ struct Engine::SequenceState {
     row.top_k = p.top_k;
     row.top_p = p.top_p;
     row.min_p = p.min_p;
-    row.seed = device_seed;
+    row.seed = *p.seed;  // set by add_request
     row.step = static_cast<uint64_t>(seq.num_output_tokens());
     return row;
   }
@@ -47,7 +46,6 @@ struct Engine::SequenceState {
   Sequence seq;
   Sampler sampler;  // used unless device_sampled
   bool device_sampled;
-  uint64_t device_seed;
   StopChecker stop;
   std::optional<StreamDecoder> decoder;
   size_t sent_bytes = 0;  // of stop.text(), already returned in outputs
@@ -115,9 +113,11 @@ int64_t Engine::add_request(std::vector<int32_t> prompt_ids, const SamplingParam
   check_request(prompt_ids, params, n);
   auto request = std::make_unique<Request>();
   request->id = next_request_id_++;
+  // The request's seed, drawn once when unset (engine.h).
+  const uint64_t seed = params.seed ? *params.seed : (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   for (int32_t i = 0; i < n; ++i) {
     SamplingParams choice_params = params;
-    if (params.seed) choice_params.seed = *params.seed + static_cast<uint64_t>(i);
+    choice_params.seed = seed + static_cast<uint64_t>(i);
     request->seqs.push_back(std::make_unique<SequenceState>(next_sequence_id_++, prompt_ids, choice_params,
                                                             runner_.spec().vocab_size, config().eos_token_ids,
                                                             tokenizer_, *request, i,
@@ -216,10 +216,8 @@ void Engine::forward_and_sample(const StepPlan& plan, const std::vector<Sequence
     TokenOutput& token = outputs[i].token;
     constrained.apply(i, std::span<float>(row, static_cast<size_t>(vocab)));
     if (state.device_sampled) {
-      if (!host_rule_) host_rule_ = make_cpu_backend(1);
-      SamplingRow rule = state.sampling_row();
-      host_rule_->sample(DeviceTensor{row, DType::F32, {1, vocab}}, DeviceTensor{&rule, DType::I32, {1, kSamplingRowWords}},
-                         DeviceTensor{&token.token_id, DType::I32, {1}});
+      token.token_id = sample_by_rule(std::span<const float>(row, static_cast<size_t>(vocab)), state.sampling_row(),
+                                      rule_scratch_);
       continue;
     }
     const TokenLogprob sampled_token = state.sampler.sample(std::span<const float>(row, static_cast<size_t>(vocab)),

@@ -9,24 +9,27 @@
 // A request with n > 1 is n sequences over one prompt: the first is queued alone, the other n-1
 // join at the front of the queue once the first has computed the prompt, so the prefix cache
 // gives them its full blocks instead of computing the prompt n times.
-// Per sequence, the same seed gives the same tokens: choice i samples with seed + i.
+// Seeds: a request's seed is params.seed, or, unseeded, one drawn from std::random_device once
+// when it is added (so nothing later changes it). Choice i of n samples with seed + i (mod 2^64):
+// choice i of a request seeded s gives what a one-choice request seeded s + i gives.
 //
-// Where tokens are drawn: a sequence whose parameters the backend's sampling rule covers
-// (temperature, top_k, top_p, min_p; no logprobs, penalties, FSD, mirostat, typical or tail-free)
-// is sampled on the device by ModelRunner::forward_sample, so only token ids cross to the host;
-// the others by their host Sampler over the logits row. A step holding both kinds copies the
-// logits to the host and applies the device rule there (the CPU backend's sample()), so a
-// sequence draws by one rule from start to end whatever it is batched with. Greedy sequences
-// give the same tokens either way.
+// Where tokens are drawn: a sequence whose parameters the sampling rule covers (temperature,
+// top_k, top_p, min_p; no logprobs, penalties, FSD, mirostat, typical or tail-free) is sampled on
+// the device by ModelRunner::forward_sample, so only token ids cross to the host; the others by
+// their host Sampler over the logits row. A step holding both kinds copies the logits to the host
+// and applies the rule there (sampling/host_rule.h). Every path draws by the one rule of
+// sampling/sampling_rule.h with the noise of (seed, step, token), so a sequence's tokens depend
+// only on its prompt, parameters and seed: not on logprobs, streaming, n, the batch it lands in or
+// where it is sampled.
 #pragma once
 
-#include "backend/backend.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/stop_checker.h"
 #include "runtime/model_runner.h"
+#include "sampling/host_rule.h"
 #include "tokenizer/tokenizer.h"
 
 #include <cstdint>
@@ -74,7 +77,7 @@ struct EngineOptions {
   bool device_sampling = true;
 };
 
-// Whether the backend's sampling rule (sampling/sampling_rule.h) covers these parameters.
+// Whether the device's sampling rule (sampling/sampling_rule.h) covers these parameters.
 bool device_samplable(const SamplingParams& params);
 
 class Engine {
@@ -129,7 +132,7 @@ class Engine {
   ModelRunner& runner_;
   const Tokenizer* tokenizer_;
   EngineOptions options_;
-  std::unique_ptr<Backend> host_rule_;  // the CPU backend, for the device rule in mixed steps
+  RuleScratch rule_scratch_;  // the rule on the host, for device-sampled rows of mixed steps
   Scheduler scheduler_;
   int64_t next_request_id_ = 0;
   int64_t next_sequence_id_ = 0;

@@ -244,6 +244,12 @@ void tail_free_filter(Candidates& c, float z) {
 
 int32_t sample_categorical(Candidates& c, Rng& rng) { return c.items[sample_index(c, rng)].id; }
 
+int32_t sample_gumbel(const Candidates& c, uint32_t noise_key) {
+  const int32_t id = rule_draw(c.items, noise_key);
+  SF_CHECK(id >= 0, "sampler: no candidate token left to sample from");
+  return id;
+}
+
 int32_t mirostat_v1_top_k(Candidates& c, double mu, int32_t vocab_size) {
   const size_t n = c.size();
   SF_CHECK(n > 0, "mirostat: no candidate token left");
@@ -277,26 +283,33 @@ namespace {
 
 // Draws from the (already truncated) candidates and updates mu with the surprise of the drawn
 // token under the distribution before truncation (max_logit, total of that distribution).
-int32_t mirostat_draw_and_update(Candidates& c, float tau, float eta, float& mu, Rng& rng, float max_logit,
+TokenLogit draw(Candidates& c, Rng& rng) { return c.items[sample_index(c, rng)]; }
+TokenLogit draw(Candidates& c, uint32_t noise_key) {
+  const int32_t id = sample_gumbel(c, noise_key);
+  return *std::find_if(c.items.begin(), c.items.end(), [&](const TokenLogit& t) { return t.id == id; });
+}
+
+template <typename Noise>
+int32_t mirostat_draw_and_update(Candidates& c, float tau, float eta, float& mu, Noise& noise, float max_logit,
                                  double total) {
-  const TokenLogit chosen = c.items[sample_index(c, rng)];
+  const TokenLogit chosen = draw(c, noise);
   const double p = std::exp(static_cast<double>(chosen.logit) - max_logit) / total;
   const double surprise = -std::log2(p);
   mu = static_cast<float>(static_cast<double>(mu) - static_cast<double>(eta) * (surprise - tau));
   return chosen.id;
 }
 
-}  // namespace
-
-int32_t mirostat_v1_sample(Candidates& c, float tau, float eta, int32_t vocab_size, float& mu, Rng& rng) {
+template <typename Noise>
+int32_t mirostat_v1(Candidates& c, float tau, float eta, int32_t vocab_size, float& mu, Noise& noise) {
   const float max_logit = c.max_logit();
   const double total = c.sum_exp(max_logit);
   const int32_t k = mirostat_v1_top_k(c, mu, vocab_size);
   c.keep_first(static_cast<size_t>(k));
-  return mirostat_draw_and_update(c, tau, eta, mu, rng, max_logit, total);
+  return mirostat_draw_and_update(c, tau, eta, mu, noise, max_logit, total);
 }
 
-int32_t mirostat_v2_sample(Candidates& c, float tau, float eta, float& mu, Rng& rng) {
+template <typename Noise>
+int32_t mirostat_v2(Candidates& c, float tau, float eta, float& mu, Noise& noise) {
   SF_CHECK(c.size() > 0, "mirostat: no candidate token left");
   c.sort_top(1);
   const float max_logit = c.items[0].logit;
@@ -309,7 +322,22 @@ int32_t mirostat_v2_sample(Candidates& c, float tau, float eta, float& mu, Rng& 
     c.items.push_back(top);
     c.sorted_size = 1;
   }
-  return mirostat_draw_and_update(c, tau, eta, mu, rng, max_logit, total);
+  return mirostat_draw_and_update(c, tau, eta, mu, noise, max_logit, total);
+}
+
+}  // namespace
+
+int32_t mirostat_v1_sample(Candidates& c, float tau, float eta, int32_t vocab_size, float& mu, Rng& rng) {
+  return mirostat_v1(c, tau, eta, vocab_size, mu, rng);
+}
+int32_t mirostat_v1_sample(Candidates& c, float tau, float eta, int32_t vocab_size, float& mu, uint32_t noise_key) {
+  return mirostat_v1(c, tau, eta, vocab_size, mu, noise_key);
+}
+int32_t mirostat_v2_sample(Candidates& c, float tau, float eta, float& mu, Rng& rng) {
+  return mirostat_v2(c, tau, eta, mu, rng);
+}
+int32_t mirostat_v2_sample(Candidates& c, float tau, float eta, float& mu, uint32_t noise_key) {
+  return mirostat_v2(c, tau, eta, mu, noise_key);
 }
 
 }  // namespace splitflow

@@ -7,6 +7,8 @@
 // The filters and draws allocate nothing once a Candidates' buffers have grown to the vocabulary.
 #pragma once
 
+#include "sampling/host_rule.h"
+
 #include <cstdint>
 #include <random>
 #include <span>
@@ -20,11 +22,6 @@ using Rng = std::mt19937_64;
 // Uniform in [0, 1) from the top 53 bits: the same numbers on every standard library (unlike
 // std::uniform_real_distribution), so a seed reproduces tokens across platforms.
 inline double uniform01(Rng& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-
-struct TokenLogit {
-  int32_t id;
-  float logit;
-};
 
 // Candidate tokens of one sampling step. Starts as the whole vocabulary (assign); filters drop
 // tokens. items[0, sorted_size) hold the highest logits in descending order (ties: lower id
@@ -112,6 +109,9 @@ void tail_free_filter(Candidates& candidates, float z);
 
 // Draws a token with probability softmax(logits) over the candidates.
 int32_t sample_categorical(Candidates& candidates, Rng& rng);
+// The same distribution by the sampling rule's draw (sampling/host_rule.h rule_draw): Gumbel-max
+// with noise keyed by noise_key (sampling_noise_key(seed, step)), what the host Sampler uses.
+int32_t sample_gumbel(const Candidates& candidates, uint32_t noise_key);
 
 // Mirostat v1 (Basu et al. 2021, Algorithm 1). From the top m = 100 sorted probabilities,
 // s_hat = sum t_i b_i / sum t_i^2 with t_i = ln((i+2)/(i+1)), b_i = ln(p_i / p_{i+1});
@@ -124,8 +124,12 @@ inline constexpr int32_t kMirostatM = 100;
 // surprise -log2 p is <= mu (at least the most probable one). Both then update
 // mu -= eta * (S - tau), with S = -log2 p(token) under the distribution *before* truncation, as
 // the authors' reference code does (llama.cpp uses the renormalized truncated distribution).
+// The Rng overloads draw by sample_categorical, the noise_key ones by sample_gumbel.
 int32_t mirostat_v1_sample(Candidates& candidates, float tau, float eta, int32_t vocab_size,
                            float& mu, Rng& rng);
 int32_t mirostat_v2_sample(Candidates& candidates, float tau, float eta, float& mu, Rng& rng);
+int32_t mirostat_v1_sample(Candidates& candidates, float tau, float eta, int32_t vocab_size, float& mu,
+                           uint32_t noise_key);
+int32_t mirostat_v2_sample(Candidates& candidates, float tau, float eta, float& mu, uint32_t noise_key);
 
 }  // namespace splitflow

@@ -15,6 +15,7 @@ namespace {
 struct SamplingWorkspace {
   std::vector<float> logits;  // (vocab_size) processed logits
   Candidates candidates;
+  RuleScratch rule;
 };
 
 SamplingWorkspace& workspace() {
@@ -38,7 +39,7 @@ uint64_t seed_of(const SamplingParams& params) {
 Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
     : params_(validated(params)),
       vocab_size_(vocab_size),
-      rng_(seed_of(params)),
+      seed_(seed_of(params)),
       mirostat_mu_(2.0f * params.mirostat_tau),
       anti_lm_(params.fsd_ngram_order, params.fsd_beta) {
   SF_CHECK(vocab_size > 0, "sampler: vocab_size must be > 0, got {}", vocab_size);
@@ -133,8 +134,11 @@ TokenLogprob Sampler::sample(std::span<const float> logits, std::span<const int3
   }
 
   int32_t token_id = -1;
+  const uint64_t step = generated_tokens.size();
   if (params_.is_greedy() && !uses_history_) {
     token_id = static_cast<int32_t>(raw_argmax);  // nothing changes the logits: no copy
+  } else if (!uses_history_) {
+    token_id = sample_processed(logits, step);  // the rule (or mirostat) over the model's row, no copy
   } else {
     // 2. Penalties.
     ws.logits.assign(logits.begin(), logits.end());
@@ -146,40 +150,46 @@ TokenLogprob Sampler::sample(std::span<const float> logits, std::span<const int3
     if (params_.fsd != FsdMode::Off) {
       const bool sample_this_step = params_.fsd == FsdMode::Randomized &&
                                     generated_tokens.size() < static_cast<size_t>(params_.fsd_random_steps) &&
-                                    uniform01(rng_) < params_.fsd_random_probability;
+                                    step_uniform(seed_, step) < params_.fsd_random_probability;
       if (!sample_this_step) {
         apply_temperature(ws.logits, params_.is_greedy() ? 1.0f : params_.temperature);
         ws.candidates.assign(ws.logits);
         token_id = fsd_select(ws.candidates, params_.fsd_top_k, params_.fsd_alpha, anti_lm_);
       }
     }
-    if (token_id < 0) token_id = sample_processed(ws.logits, ws.candidates);
+    if (token_id < 0) token_id = sample_processed(ws.logits, step);
   }
   const float logprob = want_logprobs ? raw_logprob(token_id) : std::numeric_limits<float>::quiet_NaN();
   return {token_id, logprob};
 }
 
-int32_t Sampler::sample_processed(std::span<float> logits, Candidates& candidates) {
-  // 4. Greedy.
-  if (params_.is_greedy()) return argmax_token(logits);
-  // 5. Temperature.
-  apply_temperature(logits, params_.temperature);
-  candidates.assign(logits);
-  // 6. Mirostat.
-  if (params_.mirostat == 1) {
-    return mirostat_v1_sample(candidates, params_.mirostat_tau, params_.mirostat_eta, vocab_size_, mirostat_mu_, rng_);
+int32_t Sampler::sample_processed(std::span<const float> logits, uint64_t step) {
+  SamplingWorkspace& ws = workspace();
+  const uint32_t noise_key = sampling_noise_key(seed_, step);
+  // 4. Mirostat.
+  if (params_.mirostat != 0 && !params_.is_greedy()) {
+    const float inv_t = inverse_temperature(params_.temperature);
+    ws.candidates.assign(logits);
+    for (TokenLogit& candidate : ws.candidates.items) candidate.logit = scaled_logit(candidate.logit, inv_t);
+    if (params_.mirostat == 1) {
+      return mirostat_v1_sample(ws.candidates, params_.mirostat_tau, params_.mirostat_eta, vocab_size_, mirostat_mu_,
+                                noise_key);
+    }
+    return mirostat_v2_sample(ws.candidates, params_.mirostat_tau, params_.mirostat_eta, mirostat_mu_, noise_key);
   }
-  if (params_.mirostat == 2) {
-    return mirostat_v2_sample(candidates, params_.mirostat_tau, params_.mirostat_eta, mirostat_mu_, rng_);
+  // 5. The sampling rule.
+  const SamplingRow row{params_.temperature, params_.top_k, params_.top_p, params_.min_p, seed_, step};
+  if (params_.is_greedy() || (params_.tfs_z >= 1.0f && params_.typical_p >= 1.0f)) {
+    return sample_by_rule(logits, row, ws.rule);
   }
-  // 7. Truncation filters.
-  top_k_filter(candidates, params_.top_k);
+  Candidates& candidates = ws.candidates;
+  rule_top_k(logits, inverse_temperature(row.temperature), row.top_k, candidates.items);
+  candidates.sorted_size = 0;
   tail_free_filter(candidates, params_.tfs_z);
   typical_filter(candidates, params_.typical_p);
-  top_p_filter(candidates, params_.top_p);
-  min_p_filter(candidates, params_.min_p);
-  // 8. Draw.
-  return sample_categorical(candidates, rng_);
+  rule_top_p(candidates.items, row.top_p);
+  rule_min_p(candidates.items, row.min_p);
+  return sample_gumbel(candidates, noise_key);
 }
 
 }  // namespace splitflow

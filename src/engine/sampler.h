@@ -4,23 +4,26 @@
 // as tokens are appended). It never touches the model, the tokenizer or the text; stop handling
 // is engine/stop_checker.h.
 //
-// One step, in this fixed order (each step is a function of engine/logits_processors.h or
-// engine/fsd.h that tests call alone):
+// One step, in this fixed order (each step is a function of engine/logits_processors.h,
+// engine/fsd.h or sampling/host_rule.h that tests call alone):
 //   1. raw log-probabilities log_softmax(logits), when asked for (logprobs, top_logprobs): those
-//      of the model's own distribution, before any processing (like vLLM's default).
+//      of the model's own distribution, before any processing (OpenAI's and vLLM's default).
 //   2. penalties: repetition (CTRL, over prompt + generated), then frequency and presence
 //      (OpenAI, over generated).
 //   3. FSD, when on (and for randomized FSD, unless this step samples): softmax at the request's
 //      temperature (1 when the temperature is 0) -> fsd_select. Done.
-//   4. temperature 0: argmax. Done (the greedy path skips everything below; with no penalty
-//      and no FSD it is one pass over the row, without a copy).
-//   5. temperature.
-//   6. mirostat 1 or 2, when on: its own truncation and draw. Done.
-//   7. truncation filters: top_k -> tail-free -> typical -> top_p -> min_p.
-//   8. categorical draw from what is left.
-// The same seed and the same logits give the same tokens. Scratch buffers (vocabulary-sized) are
-// per thread, not per sequence, so many live Samplers stay small and no step allocates once
-// the thread's buffers have grown.
+//   4. mirostat 1 or 2, when on (temperature > 0): temperature, its own truncation, a Gumbel draw.
+//      Done.
+//   5. the sampling rule (sampling/sampling_rule.h) over the penalized row: temperature 0 argmax;
+//      else temperature -> top-k -> [tail-free -> typical, host-only, when on] -> top-p -> min-p
+//      -> the Gumbel-max draw keyed by (seed, step = generated_tokens.size(), token).
+// Every random choice is a pure function of (seed, step): the Sampler holds no RNG state, so a
+// sequence's tokens do not depend on what else it asks for (logprobs) or on which path samples
+// it: without penalties, FSD, mirostat, tail-free or typical, step 5 is exactly what the
+// backends' sample() computes on the same row. The seed is params.seed, or one drawn from
+// std::random_device at construction. Scratch buffers (vocabulary-sized) are per thread, not per
+// sequence, so many live Samplers stay small and no step allocates once the thread's buffers have
+// grown.
 #pragma once
 
 #include "engine/fsd.h"
@@ -54,6 +57,7 @@ class Sampler {
   // The params.top_logprobs most probable tokens of the last sample() call, most probable first.
   std::span<const TokenLogprob> top_logprobs() const { return top_logprobs_; }
   float mirostat_mu() const { return mirostat_mu_; }
+  uint64_t seed() const { return seed_; }
   const SamplingParams& params() const { return params_; }
   int32_t vocab_size() const { return vocab_size_; }
 
@@ -62,11 +66,11 @@ class Sampler {
   void reset_history();
   void check_in_vocabulary(std::span<const int32_t> tokens, size_t from, const char* what) const;
   void absorb(int32_t token_id, bool generated);
-  int32_t sample_processed(std::span<float> logits, Candidates& candidates);
+  int32_t sample_processed(std::span<const float> logits, uint64_t step);
 
   SamplingParams params_;
   int32_t vocab_size_;
-  Rng rng_;
+  uint64_t seed_;
   float mirostat_mu_;
 
   // What the history state below has absorbed so far. The prompt is kept to detect a different

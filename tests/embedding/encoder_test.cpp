@@ -3,6 +3,7 @@
 // transformers' fp32 ones relative to their largest magnitude, the prompts run together in one
 // batched forward as the embedding engine runs them; plus the spec and runner rules encoders add.
 #include "embedding/embedding_engine.h"
+#include "embedding/embedding_input.h"
 #include "embedding/pooling.h"
 #include "formats/weight_source.h"
 #include "model/config.h"
@@ -172,6 +173,20 @@ TEST(EmbeddingEngine, RefusesGenerativeModelsAndLongInputs) {
   ModelRunner generative(decoder, make_dummy_weights(decoder, DType::F32, 1), *cpu, KvCacheConfig{8, 4},
                          RunnerLimits{16, 2});
   EXPECT_THROW(EmbeddingEngine(generative, EmbeddingEngineConfig{16, 2}), Error);
+}
+
+// transformers' truncation of a single text: its tokens cut from the right, [CLS] and [SEP] kept.
+TEST(EmbeddingInput, TruncationKeepsTheSpecialTokens) {
+  const std::unique_ptr<Tokenizer> tokenizer = load_hf_tokenizer(test::fixture_path("encoder/tiny_bert/tokenizer.json"));
+  const SpecialFrame frame = special_frame(*tokenizer);
+  EXPECT_EQ(frame.prefix, std::vector<int32_t>{2});  // [CLS]
+  EXPECT_EQ(frame.suffix, std::vector<int32_t>{3});  // [SEP]
+  const std::vector<int32_t> whole = encode_for_embedding(*tokenizer, frame, "the cat sat on the mat", 64);
+  ASSERT_EQ(whole.size(), 8u);
+  const std::vector<int32_t> cut = encode_for_embedding(*tokenizer, frame, "the cat sat on the mat", 5);
+  EXPECT_EQ(cut, (std::vector<int32_t>{whole[0], whole[1], whole[2], whole[3], 3}));
+  EXPECT_EQ(encode_for_embedding(*tokenizer, frame, "", 5), (std::vector<int32_t>{2, 3}));
+  EXPECT_THROW(encode_for_embedding(*tokenizer, frame, "the cat", 2), Error);  // no room for text
 }
 
 TEST(Pooling, ModesAndNormalization) {

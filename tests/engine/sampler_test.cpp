@@ -104,12 +104,16 @@ TEST(Sampler, SameSeedSameTokensDifferentSeedDifferentTokens) {
   Sampler a(params, 100), b(params, 100);
   params.seed = 2025;
   Sampler c(params, 100);
+  // The step is the number of generated tokens: each sampler gets its own growing history.
   std::vector<int32_t> tokens_a, tokens_b, tokens_c;
   for (int step = 0; step < 300; ++step) {
-    tokens_a.push_back(a.sample(logits, {}, {}).token_id);
-    tokens_b.push_back(b.sample(logits, {}, {}).token_id);
-    tokens_c.push_back(c.sample(logits, {}, {}).token_id);
+    tokens_a.push_back(a.sample(logits, {}, tokens_a).token_id);
+    tokens_b.push_back(b.sample(logits, {}, tokens_b).token_id);
+    tokens_c.push_back(c.sample(logits, {}, tokens_c).token_id);
   }
+  // A draw is a function of (seed, step): asking again at the same step gives the same token.
+  const std::vector<int32_t> first_ten(tokens_a.begin(), tokens_a.begin() + 10);
+  EXPECT_EQ(a.sample(logits, {}, first_ten).token_id, tokens_a[10]);
   EXPECT_EQ(tokens_a, tokens_b);
   EXPECT_NE(tokens_a, tokens_c);
 }
@@ -147,7 +151,11 @@ TEST(Sampler, ChainFrequenciesMatchTheFilteredDistribution) {
   Sampler sampler(params, 64);
   std::map<int32_t, int64_t> counts;
   const int64_t draws = 30000;
-  for (int64_t i = 0; i < draws; ++i) ++counts[sampler.sample(logits, {}, {}).token_id];
+  std::vector<int32_t> generated;  // the step is generated.size()
+  for (int64_t i = 0; i < draws; ++i) {
+    generated.push_back(sampler.sample(logits, {}, generated).token_id);
+    ++counts[generated.back()];
+  }
   test::expect_chi_square_fits(counts, q, draws);
 }
 
@@ -160,7 +168,11 @@ TEST(Sampler, TemperatureOnlyFrequencies) {
   for (float& l : scaled) l /= 1.5f;
   Sampler sampler(params, 20);
   std::map<int32_t, int64_t> counts;
-  for (int i = 0; i < 30000; ++i) ++counts[sampler.sample(logits, {}, {}).token_id];
+  std::vector<int32_t> generated;
+  for (int i = 0; i < 30000; ++i) {
+    generated.push_back(sampler.sample(logits, {}, generated).token_id);
+    ++counts[generated.back()];
+  }
   test::expect_chi_square_fits(counts, softmax(scaled), 30000);
 }
 
@@ -213,9 +225,11 @@ TEST(Sampler, MirostatUpdatesMuFromTheTemperedDistribution) {
     Sampler sampler(params, 300);
     EXPECT_FLOAT_EQ(sampler.mirostat_mu(), 6.0f);
     std::set<int32_t> distinct;
+    std::vector<int32_t> generated;
     for (int step = 0; step < 30; ++step) {
       const double mu_before = sampler.mirostat_mu();
-      const int32_t token = sampler.sample(logits, {}, {}).token_id;
+      const int32_t token = sampler.sample(logits, {}, generated).token_id;
+      generated.push_back(token);
       distinct.insert(token);
       const double surprise = -std::log2(p[static_cast<size_t>(token)]);
       EXPECT_NEAR(sampler.mirostat_mu(), mu_before - 0.2 * (surprise - 3.0), 1e-5) << "v" << version;
@@ -258,10 +272,15 @@ TEST(Sampler, MaskedTokensAreNeverDrawn) {
   params.seed = 4;
   Sampler sampler(params, 6);
   const std::vector<float> logits = {-INFINITY, 0.0f, -INFINITY, 0.5f, -INFINITY, 0.2f};
+  std::vector<int32_t> generated;
+  std::set<int32_t> seen;
   for (int i = 0; i < 2000; ++i) {
-    const int32_t token = sampler.sample(logits, {}, {}).token_id;
+    const int32_t token = sampler.sample(logits, {}, generated).token_id;
     ASSERT_TRUE(token == 1 || token == 3 || token == 5) << token;
+    generated.push_back(token);
+    seen.insert(token);
   }
+  EXPECT_EQ(seen.size(), 3u);
 }
 
 // Time per call on a Qwen2-sized vocabulary (151936) for the main configurations; the bound is

@@ -6,6 +6,7 @@
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/simd.h"
 #include "core/error.h"
+#include "sampling/host_rule.h"
 
 #include <omp.h>
 
@@ -78,52 +79,6 @@ float activate(float x, Activation act) {
     case Activation::ReLU: return x > 0.0f ? x : 0.0f;
   }
   return x;
-}
-
-// The sampling rule (sampling/sampling_rule.h) on one row, by sorting: the reference the CUDA
-// kernel's radix selects are tested against.
-int32_t sample_row(const float* logits, int64_t vocab, const SamplingRow& params) {
-  const int32_t best = static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
-  if (params.temperature <= 0.0f) return best;
-  const float inv_t = 1.0f / params.temperature;
-  std::vector<float> z(vocab);
-  for (int64_t i = 0; i < vocab; ++i) z[i] = logits[i] * inv_t;
-  const float z_max = z[best];
-  std::vector<float> sorted(z);
-  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
-  float floor_z = -INFINITY;
-  int64_t kept = vocab;  // sorted[0, kept) is the top-k set (ties kept)
-  if (params.top_k > 0 && params.top_k < vocab) {
-    floor_z = sorted[params.top_k - 1];
-    kept = std::upper_bound(sorted.begin(), sorted.end(), floor_z, std::greater<float>()) - sorted.begin();
-  }
-  if (params.top_p < 1.0f) {
-    double total = 0;
-    for (int64_t i = 0; i < kept; ++i) total += std::exp(static_cast<double>(sorted[i]) - z_max);
-    double above = 0;  // mass of values strictly above sorted[i]
-    for (int64_t i = 0; i < kept;) {
-      int64_t j = i;
-      double tied = 0;
-      for (; j < kept && sorted[j] == sorted[i]; ++j) tied += std::exp(static_cast<double>(sorted[j]) - z_max);
-      if (above >= params.top_p * total) break;
-      floor_z = sorted[i];  // descending: the lowest kept value so far (>= the top-k floor)
-      above += tied;
-      i = j;
-    }
-  }
-  if (params.min_p > 0.0f) floor_z = std::max(floor_z, z_max + std::log(params.min_p));
-  const uint32_t key = sampling_noise_key(params.seed, params.step);
-  int32_t pick = best;
-  float pick_score = -INFINITY;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (z[i] < floor_z) continue;
-    const float score = z[i] + gumbel_noise(key, static_cast<uint32_t>(i));
-    if (score > pick_score) {
-      pick_score = score;
-      pick = static_cast<int32_t>(i);
-    }
-  }
-  return pick;
 }
 
 // out[j] = act(x[j]) (* up[j] when up is not null), j < n.
@@ -429,7 +384,11 @@ void CpuBackend::sample(const DeviceTensor& logits, const DeviceTensor& rows, co
   check_shape(tokens, {count}, "sample", "tokens");
   const auto* params = reinterpret_cast<const SamplingRow*>(rows.data);
 #pragma omp parallel for num_threads(num_threads_) if (count > 1)
-  for (int64_t r = 0; r < count; ++r) tokens.as<int32_t>()[r] = sample_row(logits.as<float>() + r * vocab, vocab, params[r]);
+  for (int64_t r = 0; r < count; ++r) {
+    thread_local RuleScratch scratch;
+    const std::span<const float> row(logits.as<float>() + r * vocab, static_cast<size_t>(vocab));
+    tokens.as<int32_t>()[r] = sample_by_rule(row, params[r], scratch);
+  }
 }
 
 }  // namespace cpu
