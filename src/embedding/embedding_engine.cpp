@@ -3,6 +3,8 @@
 #include "core/error.h"
 #include "embedding/pooling.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <unordered_map>
 
@@ -28,6 +30,11 @@ EmbeddingEngine::EmbeddingEngine(ModelRunner& runner, EmbeddingEngineConfig conf
   const int64_t model_limit = spec.embedding.max_tokens > 0 ? spec.embedding.max_tokens : spec.max_position;
   max_input_tokens_ = static_cast<int32_t>(
       std::min<int64_t>({model_limit, runner.context_limit(), config.max_batch_tokens, cache_tokens}));
+  // Texts are truncated at max_input_tokens(): below the model's own limit that changes vectors.
+  if (max_input_tokens_ < model_limit)
+    spdlog::warn("embeddings: inputs are limited to {} tokens by one step's tokens or the KV cache, below the "
+                 "model's {}: longer texts are truncated there (raise --max-batch-tokens)",
+                 max_input_tokens_, model_limit);
 }
 
 void EmbeddingEngine::check_input(std::span<const int32_t> ids) const {
