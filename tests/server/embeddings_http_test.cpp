@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -24,11 +25,12 @@ using nlohmann::json;
 
 // The tiny BERT as an embedding model: mean pooling, normalized.
 struct EmbeddingModel {
-  EmbeddingModel() {
+  explicit EmbeddingModel(bool matryoshka = false) {
     const std::string dir = test::fixture_path("encoder/tiny_bert");
     spec = resolve_hf_spec(dir);
     spec.embedding.pooling = Pooling::Mean;
     spec.embedding.normalize = true;
+    spec.embedding.matryoshka = matryoshka;
     backend = make_cpu_backend(1);
     const EmbeddingEngineConfig config{64, 4};
     runner = std::make_unique<ModelRunner>(spec, bind_weights(spec, *open_weights(dir), DType::F32), *backend,
@@ -51,7 +53,8 @@ struct EmbeddingModel {
 
 class EmbeddingServer {
  public:
-  EmbeddingServer() : async_(*model_.engine, AsyncEngineConfig{}), embedder_(*model_.embeddings, 64) {
+  explicit EmbeddingServer(bool matryoshka = false)
+      : model_(matryoshka), async_(*model_.engine, AsyncEngineConfig{}), embedder_(*model_.embeddings, 64) {
     HttpServerConfig config;
     config.port = 0;
     config.served_model_name = "tiny-bert";
@@ -141,6 +144,22 @@ TEST(EmbeddingsHttp, RefusesBadInputsAndGenerativeRoutes) {
   expect_status(server.post("/v1/embeddings", json{{"input", std::vector<int32_t>(65, 3)}}.dump()), 400, "input");
   expect_status(server.post("/v1/completions", R"({"prompt": [1, 2]})"), 400, "model");
   expect_status(server.post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}]})"), 400, "model");
+}
+
+// A Matryoshka model's `dimensions`: the first d values of the full vector, renormalized.
+TEST(EmbeddingsHttp, DimensionsTruncateAndRenormalize) {
+  const EmbeddingServer server(/*matryoshka=*/true);
+  const auto full = server.post("/v1/embeddings", R"({"input": [5, 9, 3]})");
+  const auto short_one = server.post("/v1/embeddings", R"({"input": [5, 9, 3], "dimensions": 8})");
+  ASSERT_TRUE(full && short_one);
+  ASSERT_EQ(short_one->status, 200) << short_one->body;
+  const auto whole = json::parse(full->body)["data"][0]["embedding"].get<std::vector<float>>();
+  const auto part = json::parse(short_one->body)["data"][0]["embedding"].get<std::vector<float>>();
+  ASSERT_EQ(part.size(), 8u);
+  double norm = 0;
+  for (int i = 0; i < 8; ++i) norm += static_cast<double>(whole[i]) * whole[i];
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(part[i], whole[i] / std::sqrt(norm), 1e-6);
+  expect_status(server.post("/v1/embeddings", R"({"input": [5], "dimensions": 33})"), 400, "dimensions");
 }
 
 TEST(EmbeddingsHttp, GenerativeModelRefusesEmbeddings) {
