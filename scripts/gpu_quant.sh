@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_quant.sh — quantized weights on the GPU machine: builds test_backend_cuda (and, with
 # BENCH_LATENCY=1, splitflow) like scripts/gpu_test.sh (carry .carry/include/{pcre2,xxhash}.h),
-# runs the CUDA quantized-weight tests (CudaQuant.*, plus FILTER, default the bf16 matmul/embed
+# runs the CUDA quantized-weight tests (*CudaQuant*: both GEMV paths, plus FILTER, default the bf16 matmul/embed
 # tests next to them), the decode-GEMV micro-benchmark of every quantized type against bf16
 # (CudaQuantBench, "[quant bench]" lines: time, GB/s of packed bytes, speedup over bf16), and with
 # BENCH_LATENCY=1 `splitflow bench latency --dummy-weights --quantization TYPE` on CONFIG for TYPES.
@@ -28,7 +28,7 @@ fi
 echo "configure + build: $((SECONDS - start)) s"
 
 rc=0
-filter="CudaQuant*:${FILTER:-CudaKernels.Matmul*:CudaKernels.Embed*:CudaKernels.*Gated*}"
+filter="*CudaQuant*:${FILTER:-CudaKernels.Matmul*:CudaKernels.Embed*:CudaKernels.*Gated*}"
 timeout 300 "$build/tests/test_backend_cuda" --gtest_filter="$filter" >"$logs/quant_tests.log" 2>&1
 rc=$?
 echo "tests ($filter) exit $rc: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$logs/quant_tests.log" | tr '\n' ' ')"

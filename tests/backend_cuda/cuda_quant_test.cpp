@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -25,12 +26,16 @@ using namespace splitflow::test;
 
 namespace {
 
-class CudaQuant : public ::testing::Test {
+// Each test runs twice: on the one-warp-per-row GEMVs (the default) and on the tensor-core path
+// (quant_mma.cuh, SPLITFLOW_QUANT_MMA=1) for the types it decodes.
+class CudaQuant : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     SF_REQUIRE_GPU();
+    if (GetParam()) setenv("SPLITFLOW_QUANT_MMA", "1", 1);
     backend = make_test_cuda_backend();
   }
+  void TearDown() override { unsetenv("SPLITFLOW_QUANT_MMA"); }
   std::unique_ptr<Backend> backend;
   std::mt19937_64 rng{20261128};
 };
@@ -114,13 +119,13 @@ void check_matmul(Backend& backend, std::mt19937_64& rng, const QuantCase& w, in
       << what << " m " << m << " k " << k << (f32_out ? " f32" : " bf16") << (accumulate ? " accumulate" : "");
 }
 
-TEST_F(CudaQuant, WeightDtypesListEveryQuantizedType) {
+TEST_P(CudaQuant, WeightDtypesListEveryQuantizedType) {
   const std::span<const DType> listed = backend->weight_dtypes();
   for (DType type : all_quantized())
     EXPECT_NE(std::find(listed.begin(), listed.end(), type), listed.end()) << dtype_name(type);
 }
 
-TEST_F(CudaQuant, UploadKeepsThePackedBytesAndDeclinesNormFolding) {
+TEST_P(CudaQuant, UploadKeepsThePackedBytesAndDeclinesNormFolding) {
   for (DType type : {DType::Q4_0, DType::Q6_K, DType::Q3H_B64, DType::F8_G128}) {
     const QuantCase w = make_quant(rng, type, 16, 256);
     DeviceBuffer d_w = backend->upload(w.packed);
@@ -135,7 +140,7 @@ TEST_F(CudaQuant, UploadKeepsThePackedBytesAndDeclinesNormFolding) {
   }
 }
 
-TEST_F(CudaQuant, MatmulEveryTypeDecodeAndPrefill) {
+TEST_P(CudaQuant, MatmulEveryTypeDecodeAndPrefill) {
   for (DType type : all_quantized())
     for (int64_t k : {256, 768}) {
       const QuantCase w = make_quant(rng, type, 40, k);
@@ -149,7 +154,7 @@ TEST_F(CudaQuant, MatmulEveryTypeDecodeAndPrefill) {
     }
 }
 
-TEST_F(CudaQuant, MatmulMixedRowRuns) {
+TEST_P(CudaQuant, MatmulMixedRowRuns) {
   // Gemma 3 Q4_K_M's fused QKV (q/k Q5_0, v Q8_0) and a K-quant one (Q4_K, v Q6_K).
   const std::vector<std::vector<RowRun>> cases = {{{DType::Q5_0, 32}, {DType::Q8_0, 16}},
                                                   {{DType::Q4_K, 24}, {DType::Q6_K, 8}, {DType::Q4_K, 8}}};
@@ -159,7 +164,7 @@ TEST_F(CudaQuant, MatmulMixedRowRuns) {
   }
 }
 
-TEST_F(CudaQuant, EmbedDequantizesEveryTypeAsTheCpu) {
+TEST_P(CudaQuant, EmbedDequantizesEveryTypeAsTheCpu) {
   const int64_t vocab = 12, hidden = 256;
   const std::vector<int32_t> ids = {3, 0, 11, 3, 7};
   const auto tokens = static_cast<int64_t>(ids.size());
@@ -196,7 +201,7 @@ std::vector<double> normed_rows(const std::vector<float>& x, int64_t m, int64_t 
 
 enum class Norm { None, Weighted, Unit };
 
-TEST_F(CudaQuant, GatedMlpFusedWithNormWeight) {
+TEST_P(CudaQuant, GatedMlpFusedWithNormWeight) {
   const int64_t inner = 48, k = 512;
   for (DType type : {DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::Q3H_B64, DType::F8_G128})
     for (Norm norm : {Norm::None, Norm::Weighted, Norm::Unit})
@@ -308,7 +313,7 @@ void check_qkv(Backend& backend, std::mt19937_64& rng, const QuantCase& w, int64
   EXPECT_EQ(bytes_to_host(backend, v_cache.view()), v_bytes) << label << " v_cache";
 }
 
-TEST_F(CudaQuant, QkvRopeWriteKvFusedOnQuantizedAndMixed) {
+TEST_P(CudaQuant, QkvRopeWriteKvFusedOnQuantizedAndMixed) {
   const int64_t width = 256, k = 512;
   check_qkv(*backend, rng, make_quant(rng, DType::Q8_0, width, k), 1, Norm::Weighted, DType::BF16, "q8_0");
   check_qkv(*backend, rng, make_quant(rng, DType::Q5_K, width, k), 3, Norm::None, DType::BF16, "q5_k");
@@ -390,5 +395,8 @@ TEST(CudaQuantBench, DISABLED_QuantGemvSpeed) {
       }
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(Gemv, CudaQuant, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "TensorCore" : "WarpPerRow"; });
 
 }  // namespace

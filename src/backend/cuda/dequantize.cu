@@ -8,6 +8,8 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 namespace splitflow::cuda {
 namespace {
@@ -59,6 +61,12 @@ __global__ void __launch_bounds__(kThreads)
 
 bool quant_supported(DType dtype) {
   return quant_decode::with_decoder(dtype, [](auto) {});
+}
+
+bool quant_mma_enabled() {
+  // Read at every launch (a getenv) so a test can switch paths; off by default (quant_kernels.h).
+  const char* value = std::getenv("SPLITFLOW_QUANT_MMA");
+  return value != nullptr && std::string_view(value) == "1";
 }
 
 int quant_alignment(DType dtype) {

@@ -1,6 +1,7 @@
 // backend/cuda/quant_gemv_gated.cu — the gated-MLP decode GEMV (gate and up rows of one warp, the activation in the epilogue), on quantized weights
 // (quant_gemv.cuh).
 #include "backend/cuda/quant_gemv.cuh"
+#include "backend/cuda/quant_mma.cuh"
 
 namespace splitflow::cuda {
 using namespace quant_gemv_detail;
@@ -12,6 +13,16 @@ cudaError_t launch_quant_gemv_gated(const QuantMatrix& w, const bf16_bits* x, co
   const XOperand xo{x, static_cast<int>(m), w.k, norm};
   const QuantRun& run = w.runs[0];
   cudaError_t err = cudaErrorInvalidValue;
+  if (quant_mma_enabled() && quant_mma_detail::with_fragment_decoder(run.dtype, [&](auto frag) {
+        using Frag = decltype(frag);
+        if ((err = quant_mma_detail::allow_shared_memory<quant_mma_detail::quant_mma_gated_kernel<Frag>>(quant_mma_detail::kSharedBytes<Frag>)) != cudaSuccess)
+          return;
+        quant_mma_detail::quant_mma_gated_kernel<Frag>
+            <<<quant_mma_detail::tiles_for(w.n / 2, quant_mma_detail::kTileRows / 2), quant_mma_detail::kWarps<Frag> * 32,
+               quant_mma_detail::kSharedBytes<Frag>, stream>>>(run, xo, bias, act, y);
+        err = cudaGetLastError();
+      }))
+    return err;
   quant_decode::with_decoder(run.dtype, [&](auto dec) {
     err = with_row_bound(m, [&](auto bound) {
       constexpr int M = decltype(bound)::value;

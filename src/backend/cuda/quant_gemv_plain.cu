@@ -1,6 +1,7 @@
 // backend/cuda/quant_gemv_plain.cu — the plain decode GEMV (y = x w^T + bias, accumulate), one launch per run of w, on quantized weights
 // (quant_gemv.cuh).
 #include "backend/cuda/quant_gemv.cuh"
+#include "backend/cuda/quant_mma.cuh"
 
 namespace splitflow::cuda {
 using namespace quant_gemv_detail;
@@ -12,6 +13,19 @@ cudaError_t launch_quant_gemv(const QuantMatrix& w, const bf16_bits* x, const fl
   for (int i = 0; i < w.count; ++i) {
     const QuantRun& run = w.runs[i];
     cudaError_t err = cudaErrorInvalidValue;
+    if (quant_mma_enabled() && quant_mma_detail::with_fragment_decoder(run.dtype, [&](auto frag) {
+          using Frag = decltype(frag);
+          if ((err = quant_mma_detail::allow_shared_memory<quant_mma_detail::quant_mma_gemv_kernel<Frag>>(quant_mma_detail::kSharedBytes<Frag>)) != cudaSuccess)
+            return;
+          quant_mma_detail::quant_mma_gemv_kernel<Frag>
+              <<<quant_mma_detail::tiles_for(run.end_row - run.first_row, quant_mma_detail::kTileRows),
+                 quant_mma_detail::kWarps<Frag> * 32,
+                 quant_mma_detail::kSharedBytes<Frag>, stream>>>(run, w.n, xo, bias, y_bf16, y_f32, accumulate);
+          err = cudaGetLastError();
+        })) {
+      if (err != cudaSuccess) return err;
+      continue;
+    }
     quant_decode::with_decoder(run.dtype, [&](auto dec) {
       err = with_row_bound(m, [&](auto bound) {
         constexpr int M = decltype(bound)::value;

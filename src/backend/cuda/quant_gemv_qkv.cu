@@ -1,6 +1,7 @@
 // backend/cuda/quant_gemv_qkv.cu — the QKV decode GEMV with RoPE and the KV-cache write in the epilogue, on quantized weights
 // (quant_gemv.cuh).
 #include "backend/cuda/quant_gemv.cuh"
+#include "backend/cuda/quant_mma.cuh"
 
 namespace splitflow::cuda {
 using namespace quant_gemv_detail;
@@ -14,6 +15,16 @@ cudaError_t launch_quant_gemv_qkv_rope(const QuantMatrix& w, const QkvRopeLaunch
   const int64_t tasks = rotated_heads * half + (plain_rows + 1) / 2;
   const QuantRun& run = w.runs[0];
   cudaError_t err = cudaErrorInvalidValue;
+  if (quant_mma_enabled() && quant_mma_detail::with_fragment_decoder(run.dtype, [&](auto frag) {
+        using Frag = decltype(frag);
+        if ((err = quant_mma_detail::allow_shared_memory<quant_mma_detail::quant_mma_qkv_rope_kernel<Frag>>(quant_mma_detail::kSharedBytes<Frag>)) != cudaSuccess)
+          return;
+        quant_mma_detail::quant_mma_qkv_rope_kernel<Frag>
+            <<<quant_mma_detail::tiles_for(tasks, quant_mma_detail::kTileRows / 2), quant_mma_detail::kWarps<Frag> * 32,
+               quant_mma_detail::kSharedBytes<Frag>, stream>>>(run, xo, a);
+        err = cudaGetLastError();
+      }))
+    return err;
   quant_decode::with_decoder(run.dtype, [&](auto dec) {
     err = with_row_bound(a.m, [&](auto bound) {
       constexpr int M = decltype(bound)::value;

@@ -54,6 +54,12 @@ struct QuantNorm {
 // into shared memory in 16-byte words aligned down and up around them.
 constexpr int64_t kQuantStagingPad = 16;
 
+// Whether the decode GEMVs take the tensor-core path (quant_mma.cuh) for the types it decodes
+// (Q4_0, Q8_0, FP8): only with SPLITFLOW_QUANT_MMA=1. Correct (the CudaQuant tests pass on it,
+// H200) but still 2.5-4x slower than the one-warp-per-row kernels at m = 1 (docs/quantization.md),
+// so not the default until it is faster.
+bool quant_mma_enabled();
+
 // Largest m the quantized GEMVs take (decode steps; larger m: dequantize + cuBLASLt).
 constexpr int64_t kMaxQuantGemvRows = 8;
 
