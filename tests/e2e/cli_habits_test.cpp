@@ -80,6 +80,37 @@ TEST(CliHabits, PartialLayerOffloadIsAClearError) {
                              "layer offload is not implemented yet");
 }
 
+// serve runs until a signal: SIGTERM after `seconds` (it drains and exits), then its stderr.
+CommandResult serve_briefly(std::vector<std::string> args, int seconds = 8) {
+  args.insert(args.begin(), "serve");
+  for (const char* arg : {"--port", "0", "--no-warmup"}) args.emplace_back(arg);
+  return run_splitflow(args, "timeout -s TERM " + std::to_string(seconds));
+}
+
+TEST(CliHabits, ServeTakesCtxSize) {
+  const CommandResult result = serve_briefly({"-m", kStories, "-c", "128"});
+  EXPECT_NE(result.err.find("context 128 tokens"), std::string::npos) << result.err;
+  const CommandResult long_form = serve_briefly({"-m", kStories, "--ctx-size", "96"});
+  EXPECT_NE(long_form.err.find("context 96 tokens"), std::string::npos) << long_form.err;
+}
+
+// Issue 29, item 7: the CPU's default KV cache comes from the model (one full-length sequence of
+// SmolLM2's 8192 tokens, not 4 GiB), says why, and an explicit size still wins.
+TEST(CliHabits, ServeSizesTheCpuKvCacheFromTheModel) {
+  const std::string gguf = model_cache() + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " is not fetched (scripts/fetch_models.py)";
+  const CommandResult chosen = serve_briefly({"-m", gguf}, 20);
+  EXPECT_NE(chosen.err.find("KV cache 512 blocks of 16 tokens in f32 (0.35 GiB; 256 sequences at full length would "
+                            "take 90.00 GiB: one full-length sequence (8192 tokens)"),
+            std::string::npos)
+      << chosen.err;
+  EXPECT_NE(chosen.err.find("the CPU default"), std::string::npos) << chosen.err;
+  EXPECT_EQ(chosen.out, "");
+  const CommandResult explicit_size = serve_briefly({"-m", gguf, "--num-blocks", "64"}, 20);
+  EXPECT_NE(explicit_size.err.find("KV cache 64 blocks of 16 tokens in f32 (0.04 GiB)"), std::string::npos)
+      << explicit_size.err;
+}
+
 // The SmolLM2 GGUF ties its output layer to the embedding, which model/ logs (spdlog info): that
 // line must reach stderr, and stdout hold only the text and the final newline.
 TEST(CliHabits, StdoutCarriesOnlyTheGeneratedText) {
