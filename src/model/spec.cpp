@@ -366,6 +366,15 @@ void parse_tensors(const json& object, TensorNames& tensors) {
   }
   reader.read_bool("linear_transposed", tensors.linear_transposed);
   reader.read_bool("lm_head_optional", tensors.lm_head_optional);
+  if (const json* unused = reader.find("unused_prefixes")) {
+    SF_CHECK(unused->is_array(), "tensors.unused_prefixes: expected an array of strings, got {}", unused->dump());
+    tensors.unused_prefixes.clear();
+    for (size_t i = 0; i < unused->size(); ++i) {
+      SF_CHECK((*unused)[i].is_string() && !(*unused)[i].get<std::string>().empty(),
+               "tensors.unused_prefixes[{}]: expected a non-empty string, got {}", i, (*unused)[i].dump());
+      tensors.unused_prefixes.push_back((*unused)[i].get<std::string>());
+    }
+  }
   const std::pair<const char*, std::string*> names[] = {
       {"embed", &tensors.embed},       {"pos_embed", &tensors.pos_embed}, {"final_norm", &tensors.final_norm},
       {"lm_head", &tensors.lm_head},   {"attn_norm", &tensors.attn_norm}, {"q", &tensors.q},
@@ -826,6 +835,7 @@ json spec_to_json(const ModelSpec& spec) {
                     {"name_prefixes", tensors.name_prefixes},
                     {"linear_transposed", tensors.linear_transposed},
                     {"lm_head_optional", tensors.lm_head_optional},
+                    {"unused_prefixes", tensors.unused_prefixes},
                     {"embed", tensors.embed},
                     {"pos_embed", tensors.pos_embed},
                     {"final_norm", tensors.final_norm},

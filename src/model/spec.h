@@ -128,6 +128,9 @@ struct TensorNames {
   std::vector<std::string> name_prefixes = {""};
   bool linear_transposed = false;  // projections stored [in, out] (GPT-2 Conv1D) rather than [out, in]
   bool lm_head_optional = false;   // a missing lm_head tensor means lm_head = embed (GGUF drops it when tied)
+  // Name prefixes (after a name_prefixes entry) of checkpoint tensors the model leaves unused on
+  // purpose, so loading does not warn about them: task heads an encoder does not run ("pooler.").
+  std::vector<std::string> unused_prefixes;
   std::string embed, pos_embed, final_norm, lm_head;
   std::string attn_norm, q, k, v, qkv, o;
   std::string ffn_norm, gate, up, gate_up, down;

@@ -461,6 +461,14 @@ class Binder {
   // Float tensors of rank 1-2 nobody asked for are probably weights the spec forgot (or a
   // template that does not fit the checkpoint). Buffers (RoPE inv_freq, GPT-2's rank-4 masks)
   // are not weights.
+  // tensors.unused_prefixes, after any of name_prefixes.
+  bool unused_on_purpose(const std::string& name) const {
+    for (const std::string& prefix : names_.name_prefixes)
+      for (const std::string& unused : names_.unused_prefixes)
+        if (name.starts_with(prefix + unused)) return true;
+    return false;
+  }
+
   void warn_unused() const {
     std::vector<std::string> unused;
     for (const TensorInfo& info : source_.tensors()) {
@@ -468,6 +476,7 @@ class Binder {
       if (info.tensor.shape.empty() || info.tensor.shape.size() > 2) continue;
       if (info.name.size() >= 8 && info.name.compare(info.name.size() - 8, 8, "inv_freq") == 0) continue;
       if (info.name == kGgufRopeFreqs && spec_.rope.scaling.type == RopeScalingType::FreqFactors) continue;  // in the spec
+      if (unused_on_purpose(info.name)) continue;
       unused.push_back(info.name);
     }
     if (unused.empty()) return;
