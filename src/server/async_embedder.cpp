@@ -1,6 +1,7 @@
 #include "server/async_embedder.h"
 
 #include "core/error.h"
+#include "server/metrics.h"
 
 #include <fmt/format.h>
 
@@ -57,6 +58,8 @@ void AsyncEmbedder::finish(EmbeddingJob& job, std::string error) {
     if (active_.erase(id) > 0) engine_.abort(id);
   }
   int32_t dropped = static_cast<int32_t>(job.remaining_);
+  const bool answered = !job.cancelled_ && job.done_ != nullptr;
+  const int64_t tokens = job.num_tokens();
   if (!job.cancelled_ && job.done_) {
     if (error.empty()) job.done_(std::move(job.results_), "");
     else job.done_({}, std::move(error));
@@ -66,6 +69,13 @@ void AsyncEmbedder::finish(EmbeddingJob& job, std::string error) {
     std::lock_guard lock(mutex_);
     queued_inputs_ -= dropped;
     --in_flight_;
+    if (answered && error.empty()) {
+      ++requests_total_;
+      inputs_total_ += static_cast<int64_t>(job.inputs_.size());
+      tokens_total_ += tokens;
+    } else if (answered) {
+      ++failed_total_;
+    }
   }
   idle_.notify_all();
 }
@@ -156,6 +166,18 @@ void AsyncEmbedder::stop() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+std::string AsyncEmbedder::render_metrics() const {
+  std::lock_guard lock(mutex_);
+  std::string out;
+  render_counter(out, "splitflow_embedding_requests_total", "/v1/embeddings requests answered", requests_total_);
+  render_counter(out, "splitflow_embedding_inputs_total", "inputs embedded in answered requests", inputs_total_);
+  render_counter(out, "splitflow_embedding_tokens_total", "tokens of those inputs", tokens_total_);
+  render_counter(out, "splitflow_embedding_failed_requests_total", "requests the engine failed", failed_total_);
+  render_gauge(out, "splitflow_embedding_queued_inputs", "inputs submitted and not yet embedded",
+               static_cast<double>(queued_inputs_));
+  return out;
 }
 
 int32_t AsyncEmbedder::num_in_flight() const {

@@ -52,6 +52,9 @@ class AsyncEmbedder {
   int32_t max_input_tokens() const { return engine_.max_input_tokens(); }
   const ModelSpec& spec() const { return engine_.spec(); }
   int32_t num_in_flight() const;
+  // Prometheus text: splitflow_embedding_requests_total, _inputs_total, _tokens_total,
+  // _failed_requests_total (counters) and splitflow_embedding_queued_inputs (gauge).
+  std::string render_metrics() const;
 
  private:
   void loop();
@@ -66,6 +69,7 @@ class AsyncEmbedder {
   int32_t queued_inputs_ = 0;  // submitted, not yet embedded or dropped
   int32_t in_flight_ = 0;      // jobs submitted and not ended
   bool draining_ = false, stopping_ = false;
+  int64_t requests_total_ = 0, inputs_total_ = 0, tokens_total_ = 0, failed_total_ = 0;  // answered
 
   // The loop thread's own: engine request id -> (job, input index).
   std::unordered_map<int64_t, std::pair<std::shared_ptr<EmbeddingJob>, size_t>> active_;

@@ -500,6 +500,7 @@ void HttpServer::Impl::install_routes() {
       "GET", "/metrics",
       [this](const std::shared_ptr<http::Exchange>& exchange) {
         std::string text = engine.render_metrics();
+        if (embedder != nullptr) text += embedder->render_metrics();
         const http::FrontStats stats = front.stats();
         render_gauge(text, "splitflow_http_open_connections", "connections open now",
                      static_cast<double>(stats.open_connections));

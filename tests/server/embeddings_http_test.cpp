@@ -94,7 +94,9 @@ void expect_status(const httplib::Result& res, int status, const std::string& pa
   EXPECT_EQ(res->status, status) << res->body;
   const json body = json::parse(res->body);
   ASSERT_TRUE(body.contains("error")) << res->body;
-  if (!param.empty()) EXPECT_EQ(body["error"]["param"], param) << res->body;
+  if (!param.empty()) {
+    EXPECT_EQ(body["error"]["param"], param) << res->body;
+  }
 }
 
 TEST(EmbeddingsHttp, AnswersLikeTheEngineInFloatAndBase64) {
@@ -143,6 +145,13 @@ TEST(EmbeddingsHttp, RefusesBadInputsAndGenerativeRoutes) {
   expect_status(server.post("/v1/embeddings", R"({"input": [1], "model": "other"})"), 404, "model");
   expect_status(server.post("/v1/embeddings", json{{"input", std::vector<int32_t>(65, 3)}}.dump()), 400, "input");
   expect_status(server.post("/v1/completions", R"({"prompt": [1, 2]})"), 400, "model");
+  // /metrics counts the embedding requests answered (the refused ones never reached the engine).
+  ASSERT_EQ(server.post("/v1/embeddings", R"({"input": [[1, 2], [3]]})")->status, 200);
+  httplib::Client client("127.0.0.1", server.port_);
+  const auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("splitflow_embedding_requests_total 1"), std::string::npos) << metrics->body;
+  EXPECT_NE(metrics->body.find("splitflow_embedding_tokens_total 3"), std::string::npos) << metrics->body;
   expect_status(server.post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}]})"), 400, "model");
 }
 
