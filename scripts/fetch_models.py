@@ -178,6 +178,8 @@ def fetch_minilm(cache, wheels_dir):
         z.extractall(tmp)
     if not (tmp / "model.safetensors").exists():
         raise FetchError(f"{zip_path.name}: no model.safetensors inside")
+    if dest.exists():
+        shutil.rmtree(dest)  # an incomplete earlier extraction
     tmp.replace(dest)
     zip_path.unlink()
     return dest
