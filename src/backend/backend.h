@@ -346,6 +346,17 @@ class Backend {
   // logits [R, V] F32; mask [R, ceil(V / 32)] I32.
   virtual void apply_token_mask(const DeviceTensor& logits, const DeviceTensor& mask) = 0;
 
+  // --- tensor parallelism (parallel/) ----------------------------------------------------------
+  // Ranks of the tensor-parallel group this backend belongs to (1: it runs alone).
+  virtual int tensor_parallel_size() const { return 1; }
+  // Sums partial [T, H] (activation dtype) over the group's ranks: residual += sum when residual
+  // is not empty (the row-parallel projections' residual add), else partial = sum in place.
+  // Collective: every rank issues the same calls in the same order; the sum is the same on every
+  // rank, bit for bit.
+  virtual void allreduce(const DeviceTensor& partial, const DeviceTensor& residual) {
+    fail("allreduce: the {} backend belongs to no tensor-parallel group", name());
+  }
+
  protected:
   // x itself without a norm; else add_norm(x) into norm.normed, which is returned.
   const DeviceTensor& normalized(const InputNorm& norm, const DeviceTensor& x) {
@@ -355,13 +366,23 @@ class Backend {
   }
 };
 
-// The CPU backend (backend/cpu): num_threads <= 0 uses OpenMP's default.
-std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
+class CpuRankGroup;  // backend/cpu/rank_group.h
+
+// The CPU backend (backend/cpu): num_threads <= 0 uses OpenMP's default. With a group, it is rank
+// `rank` of that in-process tensor-parallel group (one thread per rank; allreduce() meets the
+// others there).
+std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0, std::shared_ptr<CpuRankGroup> group = nullptr,
+                                          int rank = 0);
 
 #ifdef SPLITFLOW_HAS_CUDA
+namespace comm {
+class CommGroup;
+}
 // The CUDA backend (backend/cuda) on GPU `device`: BF16 activations, a BF16 or F8E4M3 KV cache,
-// fp32 accumulation; throws splitflow::Error when the device cannot be used.
-std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+// fp32 accumulation; throws splitflow::Error when the device cannot be used. With a group (one
+// process per GPU, comm/comm_group.h, which outlives the backend) allreduce() runs through it:
+// the custom allreduce fused with the residual add, or NCCL where the crossover table says so.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0, comm::CommGroup* group = nullptr);
 #endif
 
 }  // namespace splitflow

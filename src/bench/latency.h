@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "engine/model_loader.h"
+#include "parallel/launch.h"
 
 #include <nlohmann/json.hpp>
 
@@ -28,6 +29,10 @@ struct LatencyOptions {
   // The region marked for a profiler started with profiling off (scripts/gpu_profile.sh): the
   // prefill when set, else the decode steps.
   bool profile_prefill = false;
+  // Tensor parallelism: this process is rank 0 of that group and `model` its shard (the runner
+  // runs the group's plan and leads the other ranks). Bytes, bandwidth and FLOP/s are then per
+  // GPU; the report adds the group's aggregate.
+  TensorParallelRank* tensor_parallel = nullptr;
 };
 
 // Bytes a decode step must read from memory for the weights: every matrix, norm and bias once

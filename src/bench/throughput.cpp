@@ -129,7 +129,9 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
     kv_config.memory_budget = KvCacheMemoryBudget{*options.kv_cache_memory_fraction, kDefaultKvReserveBytes, total_len};
   const auto setup_start = Clock::now();
   ModelRunner runner(spec, std::move(model.weights), backend, kv_config,
-                     RunnerLimits{options.max_batch_tokens, options.max_seqs});
+                     RunnerLimits{options.max_batch_tokens, options.max_seqs},
+                     options.tensor_parallel ? options.tensor_parallel->plan() : std::nullopt);
+  if (options.tensor_parallel) options.tensor_parallel->lead(runner);
   backend.synchronize();
   const double setup_seconds = seconds_between(setup_start, Clock::now());
   num_blocks = runner.kv_config().num_blocks;
@@ -319,6 +321,8 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
       {"head_matrix_params", cost.head_matrix_params},
       {"saturation", saturation},
       {"bound", bound_json},
+      // With tensor parallelism the bytes, FLOPs and bound are one rank's (its shard), on one GPU.
+      {"tensor_parallel_size", options.tensor_parallel ? options.tensor_parallel->size() : 1},
   };
 }
 

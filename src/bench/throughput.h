@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "bench/latency.h"
 #include "engine/model_loader.h"
+#include "parallel/launch.h"
 #include "engine/scheduler.h"
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,9 @@ struct ThroughputOptions {
   // KvCacheConfig::dtype: nullopt is the backend's activation dtype.
   std::optional<DType> kv_cache_dtype = std::nullopt;
   uint64_t seed = 0;                // prompt token ids
+  // Tensor parallelism: this process is rank 0 of that group and `model` its shard (as
+  // LatencyOptions::tensor_parallel); bytes and bandwidth are per GPU.
+  TensorParallelRank* tensor_parallel = nullptr;
 };
 
 // Throws naming the flag at fault (counts, lengths past the model's context, a budget below

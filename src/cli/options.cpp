@@ -4,6 +4,8 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 namespace splitflow::cli {
 
@@ -49,13 +51,23 @@ namespace {
 
 }  // namespace
 
-std::unique_ptr<Backend> ModelFlags::make_backend() const {
+TensorParallelRank ModelFlags::join_ranks() const {
+  SF_CHECK(tensor_parallel_size == 1 || backend == "cuda",
+           "--tensor-parallel-size {} needs --device cuda (one process per GPU)", tensor_parallel_size);
+  if (const std::optional<int> exit_code = launch_local_ranks(tensor_parallel_size)) {
+    std::fflush(stdout);
+    std::exit(*exit_code);  // the ranks did the work (and printed its output)
+  }
+  return TensorParallelRank::join(tensor_parallel_size);
+}
+
+std::unique_ptr<Backend> ModelFlags::make_backend(const TensorParallelRank* rank) const {
   if (n_gpu_layers && *n_gpu_layers != 0 && backend == "cpu") fail_layer_offload(*n_gpu_layers, backend);
   if (n_gpu_layers && *n_gpu_layers == 0 && backend == "cuda") fail_layer_offload(*n_gpu_layers, backend);
   std::unique_ptr<Backend> made;
   if (backend == "cuda") {
 #ifdef SPLITFLOW_HAS_CUDA
-    made = make_cuda_backend(0);
+    made = rank != nullptr ? make_cuda_backend(rank->device(), rank->group()) : make_cuda_backend(0);
 #else
     fail("--backend cuda: this build has no CUDA backend (configure with -DSPLITFLOW_CUDA=ON)");
 #endif
@@ -86,6 +98,9 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
                          " (checkpoints already quantized stay as stored)");
   command.add_option("--threads,-t", flags.threads, "CPU threads (0: all cores)");
   command.add_option("--backend,--device", flags.backend, "where the model runs: cpu or cuda")->capture_default_str();
+  command.add_option("--tensor-parallel-size", flags.tensor_parallel_size,
+                     "GPUs to split the model over (tensor parallelism, one process per GPU)")
+      ->capture_default_str();
   command.add_option("--n-gpu-layers", flags.n_gpu_layers,
                      "llama.cpp's -ngl: accepted where it means what --device does (0 with cpu; all layers, e.g. 99, "
                      "with cuda); partial offload is not implemented");

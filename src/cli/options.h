@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "engine/model_loader.h"
 #include "engine/sampling_params.h"
+#include "parallel/launch.h"
 
 #include <CLI/CLI.hpp>
 
@@ -29,7 +30,12 @@ struct ModelFlags {
   // The backend --backend names (cuda: GPU 0); fails when this build has no CUDA backend, or
   // (check_backend_runs) when it cannot run the --quantization type. Commands make it before
   // loading the model.
-  std::unique_ptr<Backend> make_backend() const;
+  std::unique_ptr<Backend> make_backend(const TensorParallelRank* rank = nullptr) const;
+  // --tensor-parallel-size N: started by hand, this process launches N ranks (one per GPU,
+  // parallel/launch.h) and exits with their status here; started by a launcher, it joins the
+  // job as its rank. N = 1: a rank of one. Commands call it first, then make_backend(&rank).
+  TensorParallelRank join_ranks() const;
+  int tensor_parallel_size = 1;
   // -ngl N with --device cuda: fails unless N covers every layer (or is negative: all), since
   // offloading some layers is not implemented. make_backend() checks the cases that need no model.
   void check_gpu_layers(int64_t num_layers) const;

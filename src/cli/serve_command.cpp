@@ -98,9 +98,16 @@ void run_serve(const ServeFlags& flags) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  std::unique_ptr<Backend> backend = flags.model.make_backend();
+  TensorParallelRank ranks = flags.model.join_ranks();
+  std::unique_ptr<Backend> backend = flags.model.make_backend(&ranks);
   LoadedModel model = load_model(flags.model.options());
   flags.model.check_gpu_layers(model.spec.num_layers);
+  ranks.shard(model);
+  if (!ranks.leader()) {
+    // Rank 0 serves HTTP and schedules; this rank makes its runner's calls until rank 0 stops.
+    pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
+    return ranks.follow(model.spec, std::move(model.weights), *backend);
+  }
   std::optional<ChatTemplate> chat_template;
   if (!flags.chat_template.empty()) {
     chat_template = ChatTemplate::from_file(flags.chat_template);
@@ -152,7 +159,8 @@ void run_serve(const ServeFlags& flags) {
   if (sized_from_memory) kv_config.memory_budget = KvCacheMemoryBudget{kv_size.memory_fraction, kDefaultKvReserveBytes,
                                                                        flags.max_model_len};
   ModelRunner runner(spec, std::move(model.weights), *backend, kv_config,
-                     RunnerLimits{flags.max_batch_tokens, flags.max_seqs});
+                     RunnerLimits{flags.max_batch_tokens, flags.max_seqs}, ranks.plan());
+  ranks.lead(runner);
   num_blocks = runner.kv_config().num_blocks;
   // A cache smaller than one full-length sequence shortens the context rather than failing.
   if (flags.max_model_len == 0) max_model_len = std::min<int64_t>(max_model_len, num_blocks * flags.block_size);

@@ -48,6 +48,7 @@ std::string_view step_name(StepKind kind) {
     case StepKind::QkNorm: return "qk_norm";
     case StepKind::RopeWriteKv: return "rope_write_kv";
     case StepKind::NormAdd: return "norm_add";
+    case StepKind::Allreduce: return "allreduce";
   }
   return "?";
 }
@@ -72,7 +73,7 @@ std::string LayerPlan::describe() const {
     out += ": ";
     out += slot_name(step.input);
     if (step.output != Slot::None && step.output != step.input) {
-      out += step.accumulate || step.kind == StepKind::NormAdd ? " ->+ " : " -> ";
+      out += step.accumulate || step.kind == StepKind::NormAdd || step.kind == StepKind::Allreduce ? " ->+ " : " -> ";
       out += slot_name(step.output);
     }
     if (step.normed != Slot::None) {

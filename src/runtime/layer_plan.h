@@ -52,6 +52,9 @@ enum class StepKind : uint8_t {
   QkNorm,      // per-head norm of input's q and k heads in place (weight QkNorm: q_norm and k_norm)
   RopeWriteKv,  // rotate input's q and k heads in place, store its k and v heads in the cache
   NormAdd,     // output += norm(input) with weight (a post-norm residual add)
+  // Tensor parallelism (parallel/tensor_parallel.h): input summed over the ranks, into output
+  // (output += sum) when output differs from input, else in place.
+  Allreduce,
 };
 
 struct PlanStep {

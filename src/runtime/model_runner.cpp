@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "runtime/rope.h"
+#include "runtime/step_command.h"
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace splitflow {
 namespace {
@@ -80,8 +82,12 @@ int64_t kv_cache_bytes_per_token(const ModelSpec& spec, DType cache_dtype) {
 }
 
 ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& backend, KvCacheConfig kv_config,
-                         RunnerLimits limits)
-    : spec_(spec), plan_(build_layer_plan(spec)), backend_(backend), kv_config_(kv_config), limits_(limits) {
+                         RunnerLimits limits, std::optional<LayerPlan> plan)
+    : spec_(spec),
+      plan_(plan ? std::move(*plan) : build_layer_plan(spec)),
+      backend_(backend),
+      kv_config_(kv_config),
+      limits_(limits) {
   SF_CHECK(spec.network != NetworkType::EncoderDecoder,
            "network: the runtime runs decoder-only and encoder-only models, not encoder_decoder");
   SF_CHECK(spec.position != PositionType::ALiBi, "position: alibi is not supported by the runtime yet");
@@ -148,9 +154,13 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
       default: return hidden;
     }
   };
+  // proj only when a step uses it (post norms, tensor parallelism's partial sums).
+  const bool uses_proj = std::any_of(plan_.steps.begin(), plan_.steps.end(), [](const PlanStep& step) {
+    return step.input == Slot::Proj || step.output == Slot::Proj;
+  });
   slots_.resize(static_cast<size_t>(Slot::Proj) + 1);
   for (size_t s = static_cast<size_t>(Slot::Hidden); s < slots_.size(); ++s)
-    if (static_cast<Slot>(s) != Slot::Proj || spec.post_norms)
+    if (static_cast<Slot>(s) != Slot::Proj || uses_proj)
       slots_[s] = backend.allocate(act, {max_tokens, width(static_cast<Slot>(s))});
   // Logits rows are computed in chunks so All mode does not need [max_batch_tokens, vocab]. An
   // encoder has no head: its output is the hidden slot.
@@ -205,6 +215,12 @@ int32_t ModelRunner::size_kv_cache_from_memory(const KvCacheMemoryBudget& budget
 
 void ModelRunner::swap_blocks(std::span<const BlockCopy> copies, CopyDirection direction) {
   if (copies.empty()) return;
+  if (leader_channel_) {
+    StepCall call{StepCallKind::SwapBlocks};
+    call.copies.assign(copies.begin(), copies.end());
+    call.direction = direction;
+    publish_call(encode_step_call(call));
+  }
   SF_CHECK(kv_config_.num_host_blocks > 0, "swap_blocks: {} block copies, but the runner has no host swap area",
            copies.size());
   backend_.copy_blocks(k_cache_.view(), k_host_view_, copies, direction);
@@ -584,6 +600,9 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
                                    spec_.mlp.activation, spec_.mlp.gated, slot_rows(step.product, tokens), output);
         break;
       }
+      case StepKind::Allreduce:
+        backend_.allreduce(input, step.output == step.input ? DeviceTensor{} : output);
+        break;
     }
   }
 }
@@ -658,6 +677,11 @@ bool ModelRunner::issue_warmup_step(const ForwardBatch& batch, bool sample) {
 
 WarmupReport ModelRunner::warm_up(bool device_sampling) {
   WarmupReport report;
+  if (leader_channel_) {
+    StepCall call{StepCallKind::WarmUp};
+    call.device_sampling = device_sampling;
+    publish_call(encode_step_call(call));
+  }
   if (!backend_.can_record() || encoder()) {
     spdlog::info("warm-up: nothing to prepare on the {} backend", backend_.name());
     return report;
@@ -694,7 +718,18 @@ WarmupReport ModelRunner::warm_up(bool device_sampling) {
   return report;
 }
 
+namespace {
+
+StepCall forward_call(StepCallKind kind, const ForwardBatch& batch, std::span<const SamplingRow> rows = {}) {
+  StepCall call{kind, batch};
+  call.rows.assign(rows.begin(), rows.end());
+  return call;
+}
+
+}  // namespace
+
 Tensor ModelRunner::forward_hidden(const ForwardBatch& batch) {
+  if (leader_channel_) publish_call(encode_step_call(forward_call(StepCallKind::ForwardHidden, batch)));
   for (size_t s = 0; s < batch.spans.size(); ++s)
     SF_CHECK(spec_.attention.causal || batch.spans[s].start_position == 0,
              "forward batch: span {} starts at position {}, but bidirectional attention needs the whole sequence in "
@@ -719,6 +754,7 @@ Tensor ModelRunner::forward_hidden(const ForwardBatch& batch) {
 Tensor ModelRunner::forward(const ForwardBatch& batch) {
   SF_CHECK(!encoder(), "forward: {} is an encoder_only model: it has no logits (its states come from forward_hidden)",
            spec_.name.empty() ? std::string("this model") : spec_.name);
+  if (leader_channel_) publish_call(encode_step_call(forward_call(StepCallKind::Forward, batch)));
   const int32_t bucket = stage_batch(batch, {});
   const int64_t rows = static_cast<int64_t>(logit_rows_.size()), vocab = spec_.vocab_size;
   Tensor logits = Tensor::zeros(DType::F32, {rows, vocab});
@@ -738,6 +774,7 @@ Tensor ModelRunner::forward(const ForwardBatch& batch) {
 
 std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows,
                                                  const std::function<std::span<const uint32_t>()>& masks) {
+  if (leader_channel_) publish_call(encode_step_call(forward_call(StepCallKind::ForwardSampleMasked, batch, rows)));
   const int32_t bucket = stage_batch(batch, rows);
   const int64_t count = static_cast<int64_t>(logit_rows_.size());
   const int64_t words = (spec_.vocab_size + 31) / 32;
@@ -777,6 +814,7 @@ std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std:
 
 std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows) {
   SF_CHECK(!encoder(), "forward_sample: an encoder_only model has no logits to sample");
+  if (leader_channel_) publish_call(encode_step_call(forward_call(StepCallKind::ForwardSample, batch, rows)));
   const int32_t bucket = stage_batch(batch, rows);
   const int64_t count = static_cast<int64_t>(logit_rows_.size());
   std::vector<int32_t> tokens(count);
@@ -789,6 +827,50 @@ std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std:
   }
   backend_.copy_to_host(d_sampled_.view().rows(0, count), tokens.data());
   return tokens;
+}
+
+ModelRunner::~ModelRunner() {
+  try {
+    release_followers();
+  } catch (const std::exception& e) {
+    spdlog::warn("tensor parallelism: could not release the follower ranks: {}", e.what());
+  }
+}
+
+void ModelRunner::publish_call(const std::vector<int32_t>& message) { leader_channel_->publish(message); }
+
+void ModelRunner::release_followers() {
+  if (leader_channel_ == nullptr) return;
+  StepChannel* channel = std::exchange(leader_channel_, nullptr);
+  channel->publish(encode_step_call(StepCall{StepCallKind::Stop}));
+}
+
+void ModelRunner::follow(StepChannel& channel) {
+  SF_CHECK(leader_channel_ == nullptr, "follow: this runner leads a group");
+  std::vector<uint32_t> allow_all;
+  for (;;) {
+    const std::vector<int32_t> message = channel.receive();
+    const StepCall call = decode_step_call(message);
+    try {
+      switch (call.kind) {
+        case StepCallKind::Stop: return;
+        case StepCallKind::Forward: forward(call.batch); break;
+        case StepCallKind::ForwardSample: forward_sample(call.batch, call.rows); break;
+        case StepCallKind::ForwardSampleMasked:
+          forward_sample(call.batch, call.rows, [&]() -> std::span<const uint32_t> {
+            allow_all.assign(logit_rows_.size() * static_cast<size_t>((spec_.vocab_size + 31) / 32), ~0u);
+            return allow_all;
+          });
+          break;
+        case StepCallKind::ForwardHidden: forward_hidden(call.batch); break;
+        case StepCallKind::SwapBlocks: swap_blocks(call.copies, call.direction); break;
+        case StepCallKind::WarmUp: warm_up(call.device_sampling); break;
+      }
+    } catch (const Error& e) {
+      // The leader made the same checks on the same input and reports the failure to its caller.
+      spdlog::debug("tensor parallelism: a replayed call failed as on the leader: {}", e.what());
+    }
+  }
 }
 
 }  // namespace splitflow

@@ -39,6 +39,7 @@
 #include "runtime/batch.h"
 #include "runtime/kv_cache_sizing.h"
 #include "runtime/layer_plan.h"
+#include "runtime/step_channel.h"
 
 #include <cstdint>
 #include <functional>
@@ -91,8 +92,24 @@ class ModelRunner {
   // Checks every weight against the spec (presence, shape, dtype) and uploads it; the error names
   // the tensor ("layer 3 w_down") and the expected shape. With kv_config.memory_budget, throws
   // naming the memory figures when the cache would not hold one sequence of its min_tokens.
+  // `plan`: the layer plan to run instead of build_layer_plan(spec) (tensor parallelism's, from
+  // parallel/tensor_parallel.h, with its Allreduce steps).
   ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& backend, KvCacheConfig kv_config,
-              RunnerLimits limits = {});
+              RunnerLimits limits = {}, std::optional<LayerPlan> plan = std::nullopt);
+  // A leader stops its followers (release_followers()).
+  ~ModelRunner();
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
+
+  // Tensor parallelism (runtime/step_channel.h). lead(): every later call of forward,
+  // forward_sample, forward_hidden, swap_blocks and warm_up is published on `channel` before it
+  // runs here. follow(): a follower rank's loop, making each published call on this runner (a
+  // masked forward_sample with every token allowed: the leader alone samples what counts) until
+  // the leader releases it; a call that fails here fails on the leader too (the same checks on the
+  // same input, before any collective) and is skipped. release_followers(): ends their loops.
+  void lead(StepChannel* channel) { leader_channel_ = channel; }
+  void follow(StepChannel& channel);
+  void release_followers();
 
   // Runs the batch: writes its tokens' K/V into the cache and returns logits, fp32 on the host:
   // LogitsMode::Last: [spans with want_logits, vocab], in span order;
@@ -188,8 +205,12 @@ class ModelRunner {
   // The norm a step applies to its input (empty when the step has none).
   InputNorm input_norm(const DeviceLayer& layer, const PlanStep& step, int64_t tokens) const;
 
+  // The leader's half of lead(): publishes one call (step_command.h's encoding) when leading.
+  void publish_call(const std::vector<int32_t>& message);
+
   ModelSpec spec_;
   LayerPlan plan_;
+  StepChannel* leader_channel_ = nullptr;
   Backend& backend_;
   KvCacheConfig kv_config_;
   std::optional<KvCacheSizing> kv_cache_sizing_;

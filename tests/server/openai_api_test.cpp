@@ -106,7 +106,8 @@ TEST(OpenAiApi, BadValuesNameTheField) {
       {R"({"prompt": "a", "suffix": "end"})", "suffix"},
       {R"({"prompt": "a", "echo": true, "logprobs": 2})", "echo"},
       {R"({"prompt": "a", "stream_options": {"include_usage": true}})", "stream_options"},
-      {R"({"prompt": "a", "response_format": {"type": "json_object"}})", "response_format"},
+      {R"({"prompt": "a", "response_format": {"type": "xml"}})", "response_format.type"},
+      {R"({"prompt": "a", "response_format": {"type": "json_schema"}})", "response_format.json_schema"},
   };
   for (const auto& [body, field] : cases) {
     SCOPED_TRACE(body);
@@ -299,7 +300,8 @@ TEST(OpenAiApi, ChatRequests) {
       {R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 30})", "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0})", "max_completion_tokens"},
-      {R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})", "tools[0].function"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "tools": {}})", "tools"},
       {R"({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": []})", "chat_template_kwargs"},
   };
   for (const auto& [body, field] : cases) {

@@ -4,6 +4,7 @@
 #include "backend/cpu/host_memory.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/rank_group.h"
 #include "backend/cpu/simd.h"
 #include "core/error.h"
 #include "sampling/host_rule.h"
@@ -19,7 +20,9 @@
 
 namespace splitflow {
 
-std::unique_ptr<Backend> make_cpu_backend(int num_threads) { return std::make_unique<cpu::CpuBackend>(num_threads); }
+std::unique_ptr<Backend> make_cpu_backend(int num_threads, std::shared_ptr<CpuRankGroup> group, int rank) {
+  return std::make_unique<cpu::CpuBackend>(num_threads, std::move(group), rank);
+}
 
 namespace cpu {
 namespace {
@@ -101,7 +104,24 @@ void activate_row(const float* x, const float* up, Activation act, float* out, i
 
 }  // namespace
 
-CpuBackend::CpuBackend(int num_threads) : num_threads_(num_threads > 0 ? num_threads : omp_get_max_threads()) {}
+CpuBackend::CpuBackend(int num_threads, std::shared_ptr<CpuRankGroup> group, int rank)
+    : num_threads_(num_threads > 0 ? num_threads : omp_get_max_threads()), group_(std::move(group)), rank_(rank) {
+  SF_CHECK(group_ == nullptr || (rank >= 0 && rank < group_->size()), "cpu backend: rank {} outside a group of {}", rank,
+           group_ ? group_->size() : 0);
+}
+
+int CpuBackend::tensor_parallel_size() const { return group_ ? group_->size() : 1; }
+
+void CpuBackend::allreduce(const DeviceTensor& partial, const DeviceTensor& residual) {
+  SF_CHECK(group_ != nullptr, "allreduce: the cpu backend belongs to no tensor-parallel group");
+  check_f32(partial, "allreduce", "partial");
+  if (!residual.empty()) {
+    check_f32(residual, "allreduce", "residual");
+    SF_CHECK(residual.shape == partial.shape, "cpu allreduce: residual {} and partial {} differ",
+             shape_str(residual.shape), shape_str(partial.shape));
+  }
+  group_->allreduce(rank_, partial.as<float>(), residual.empty() ? nullptr : residual.as<float>(), partial.numel());
+}
 
 std::string CpuBackend::name() const { return "cpu"; }
 

@@ -15,7 +15,8 @@ namespace splitflow::cpu {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int num_threads);
+  // With a group: rank `rank` of that in-process tensor-parallel group (backend/cpu/rank_group.h).
+  explicit CpuBackend(int num_threads, std::shared_ptr<CpuRankGroup> group = nullptr, int rank = 0);
   std::string name() const override;
   DType activation_dtype() const override { return DType::F32; }
   std::span<const DType> kv_cache_dtypes() const override;
@@ -56,8 +57,13 @@ class CpuBackend final : public Backend {
   void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override;
   void apply_token_mask(const DeviceTensor& logits, const DeviceTensor& mask) override;  // cpu/token_mask.cpp
 
+  int tensor_parallel_size() const override;
+  void allreduce(const DeviceTensor& partial, const DeviceTensor& residual) override;
+
  private:
   int num_threads_;
+  std::shared_ptr<CpuRankGroup> group_;
+  int rank_ = 0;
   // Bytes of allocate_host areas alive: unwritten pages are not resident, so MemAvailable does not
   // count them yet (a swap area before its first swap). Shared with each area's deleter.
   std::shared_ptr<std::atomic<int64_t>> host_area_bytes_ = std::make_shared<std::atomic<int64_t>>(0);

@@ -3,6 +3,8 @@
 
 #include "backend/argument_checks.h"
 #include "backend/cuda/kernels.h"
+#include "comm/comm_group.h"
+#include "comm/elementwise.h"
 #include "core/error.h"
 
 #include <cublasLt.h>
@@ -17,7 +19,9 @@
 
 namespace splitflow {
 
-std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<cuda::CudaBackend>(device); }
+std::unique_ptr<Backend> make_cuda_backend(int device, comm::CommGroup* group) {
+  return std::make_unique<cuda::CudaBackend>(device, group);
+}
 
 namespace cuda {
 namespace {
@@ -73,7 +77,7 @@ struct CudaBackend::GemmPlan {
   }
 };
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+CudaBackend::CudaBackend(int device, comm::CommGroup* group) : device_(device), group_(group) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) cudaGetLastError();
@@ -253,7 +257,32 @@ std::unique_ptr<RecordedWork> CudaBackend::record(const std::function<void()>& i
   const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
   if (err != cudaSuccess) cudaGraphDestroy(graph);
   SF_CUDA_CHECK(err, "instantiate a recorded graph");
-  return std::make_unique<CudaGraph>(graph, exec, stream_);
+  auto recorded = std::make_unique<CudaGraph>(graph, exec, stream_);
+  // Collective: the custom allreduce's captured calls read their peers' buffers through slots
+  // filled here (every rank records the same steps at the same point).
+  if (group_ != nullptr) group_->register_graph_buffers();
+  return recorded;
+}
+
+int CudaBackend::tensor_parallel_size() const { return group_ ? group_->world_size() : 1; }
+
+void CudaBackend::allreduce(const DeviceTensor& partial, const DeviceTensor& residual) {
+  SF_CHECK(group_ != nullptr, "allreduce: the cuda backend belongs to no tensor-parallel group");
+  check_dtype(partial, DType::BF16, "allreduce", "partial");
+  const size_t count = static_cast<size_t>(partial.numel());
+  if (residual.empty()) {
+    group_->allreduce(partial.data, partial.data, count, DType::BF16, stream_);
+    return;
+  }
+  check_dtype(residual, DType::BF16, "allreduce", "residual");
+  check_shape(residual, partial.shape, "allreduce", "residual");
+  if (group_->choose_allreduce(count * sizeof(uint16_t)) == comm::AllreduceAlgorithm::Nccl) {
+    // NCCL writes its output before an add could read the residual: sum in place, then add.
+    group_->allreduce(partial.data, partial.data, count, DType::BF16, stream_);
+    comm::add(residual.data, partial.data, residual.data, count, DType::BF16, stream_);
+  } else {
+    group_->allreduce_add(partial.data, residual.data, residual.data, count, DType::BF16, stream_);
+  }
 }
 
 void CudaBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier,

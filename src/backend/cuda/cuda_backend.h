@@ -25,6 +25,10 @@
 #include <map>
 #include <tuple>
 
+namespace splitflow::comm {
+class CommGroup;
+}
+
 namespace splitflow::cuda {
 
 // A quantized or Mixed matrix (the quantized kernels' operand).
@@ -32,7 +36,8 @@ bool is_quant_matrix(const DeviceTensor& w);
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device);
+  // group: the tensor-parallel group this rank's allreduce() runs through (null: none).
+  explicit CudaBackend(int device, comm::CommGroup* group = nullptr);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -92,6 +97,12 @@ class CudaBackend final : public Backend {
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
   void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override;
   void apply_token_mask(const DeviceTensor& logits, const DeviceTensor& mask) override;  // cuda/token_mask_backend.cpp
+  // Tensor parallelism through the group (comm/comm_group.h): the custom allreduce with the
+  // residual add in its kernel, or NCCL then an add where the crossover table picks NCCL. A
+  // recording (record()) with collectives in it registers its buffers with the group afterwards
+  // (every rank records the same steps at the same time: the runners mirror each other).
+  int tensor_parallel_size() const override;
+  void allreduce(const DeviceTensor& partial, const DeviceTensor& residual) override;
 
  private:
   // cuBLASLt descriptors and the algorithm picked for one GEMM shape (opaque here: the cuBLASLt
@@ -133,6 +144,7 @@ class CudaBackend final : public Backend {
                         int64_t y_bytes);
 
   int device_;
+  comm::CommGroup* group_ = nullptr;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   void* lt_handle_ = nullptr;  // cublasLtHandle_t

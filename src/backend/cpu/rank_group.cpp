@@ -1,0 +1,32 @@
+#include "backend/cpu/rank_group.h"
+
+#include "core/error.h"
+
+namespace splitflow {
+
+CpuRankGroup::CpuRankGroup(int size)
+    : size_(size), partials_(static_cast<size_t>(std::max(size, 1))), arrive_(size), summed_(size), copied_(size) {
+  SF_CHECK(size >= 1, "cpu rank group: size must be >= 1, got {}", size);
+}
+
+void CpuRankGroup::allreduce(int rank, float* partial, float* residual, int64_t count) {
+  SF_CHECK(rank >= 0 && rank < size_, "cpu rank group: rank {} outside a group of {}", rank, size_);
+  partials_[static_cast<size_t>(rank)] = partial;
+  arrive_.arrive_and_wait();
+  if (rank == 0) {
+    sum_.assign(partials_[0], partials_[0] + count);
+    for (int r = 1; r < size_; ++r) {
+      const float* other = partials_[static_cast<size_t>(r)];
+      for (int64_t i = 0; i < count; ++i) sum_[static_cast<size_t>(i)] += other[i];
+    }
+  }
+  summed_.arrive_and_wait();
+  if (residual != nullptr) {
+    for (int64_t i = 0; i < count; ++i) residual[i] += sum_[static_cast<size_t>(i)];
+  } else {
+    std::copy(sum_.begin(), sum_.begin() + count, partial);
+  }
+  copied_.arrive_and_wait();  // sum_ is rewritten by the next call only after every rank copied it
+}
+
+}  // namespace splitflow

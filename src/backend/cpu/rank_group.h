@@ -1,0 +1,30 @@
+// backend/cpu/rank_group.h — the ranks of a tensor-parallel group inside one process, one thread
+// each, for the CPU backend's allreduce(): it is how the CPU test suite runs tensor parallelism
+// (the same sharded weights and layer plan as the GPU ranks) with nothing but threads. Owns only
+// the rendezvous; never a device, never a process.
+#pragma once
+
+#include <barrier>
+#include <cstdint>
+#include <vector>
+
+namespace splitflow {
+
+class CpuRankGroup {
+ public:
+  explicit CpuRankGroup(int size);
+  int size() const { return size_; }
+
+  // Called by every rank with its own partial [count] f32: residual [count] += the sum of every
+  // rank's partial, in rank order (so each rank gets the same bits), or, with residual null,
+  // partial = that sum. Blocks until every rank has read every partial.
+  void allreduce(int rank, float* partial, float* residual, int64_t count);
+
+ private:
+  int size_;
+  std::vector<float*> partials_;
+  std::vector<float> sum_;  // rank 0 sums, every rank copies out (in place: partials are read first)
+  std::barrier<> arrive_, summed_, copied_;
+};
+
+}  // namespace splitflow

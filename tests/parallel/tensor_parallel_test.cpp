@@ -1,0 +1,296 @@
+// Tensor parallelism on the CPU (parallel/tensor_parallel.h): which heads and columns a rank owns,
+// the plan's sums, column slices of packed rows against quant::dequantize, and whole models run as
+// 2 and 4 ranks (threads, each with its own CPU backend and sharded weights, rank 0 leading the
+// others through the shared-memory step channel) against HF transformers' logits.
+#include "parallel/tensor_parallel.h"
+
+#include "backend/backend.h"
+#include "backend/cpu/rank_group.h"
+#include "comm/file_store.h"
+#include "formats/weight_source.h"
+#include "hf_fixture_runner.h"
+#include "model/config.h"
+#include "parallel/shm_step_channel.h"
+#include "quant/quant.h"
+#include "quant/row_slice.h"
+#include "runtime/model_runner.h"
+#include "test_paths.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <random>
+#include <thread>
+
+using namespace splitflow;
+
+namespace {
+
+ModelSpec toy_spec(int heads, int kv_heads, int inter) {
+  ModelSpec spec;
+  spec.hidden_size = 64;
+  spec.num_layers = 2;
+  spec.vocab_size = 100;
+  spec.max_position = 64;
+  spec.attention.num_heads = heads;
+  spec.attention.num_kv_heads = kv_heads;
+  spec.attention.head_dim = 16;
+  spec.mlp.intermediate_size = inter;
+  spec.mlp.gated = true;
+  return spec;
+}
+
+std::string expect_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           fmt::format("splitflow-tp-{}-{}-{}", name, getpid(), std::random_device{}())).string();
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST(TensorParallelShard, HeadsKvHeadsAndColumnsPerRank) {
+  const ModelSpec spec = toy_spec(8, 2, 128);
+  // KV heads >= ranks: a range each.
+  for (int r = 0; r < 2; ++r) {
+    const TensorParallelShard s = plan_tensor_parallel_shard(spec, r, 2);
+    EXPECT_EQ(s.num_heads, 4);
+    EXPECT_EQ(s.head_begin, 4 * r);
+    EXPECT_EQ(s.num_kv_heads, 1);
+    EXPECT_EQ(s.kv_head_begin, r);
+    EXPECT_EQ(s.mlp_columns, 64);
+    EXPECT_EQ(s.mlp_begin, 64 * r);
+  }
+  // Fewer KV heads than ranks: each rank holds the KV head of its query group (replicated).
+  const int expected_kv[8] = {0, 0, 0, 0, 1, 1, 1, 1};
+  for (int r = 0; r < 8; ++r) {
+    const TensorParallelShard s = plan_tensor_parallel_shard(spec, r, 8);
+    EXPECT_EQ(s.num_heads, 1);
+    EXPECT_EQ(s.head_begin, r);
+    EXPECT_EQ(s.num_kv_heads, 1);
+    EXPECT_EQ(s.kv_head_begin, expected_kv[r]) << "rank " << r;
+    // query head r reads kv head r / (heads / kv_heads) in the one-rank model
+    EXPECT_EQ(s.kv_head_begin, s.head_begin / 4);
+  }
+  const ModelSpec sharded = shard_spec(spec, plan_tensor_parallel_shard(spec, 1, 4));
+  EXPECT_EQ(sharded.attention.num_heads, 2);
+  EXPECT_EQ(sharded.attention.num_kv_heads, 1);
+  EXPECT_EQ(sharded.attention.head_dim, 16);
+  EXPECT_EQ(sharded.mlp.intermediate_size, 32);
+  EXPECT_EQ(sharded.hidden_size, 64);
+}
+
+TEST(TensorParallelShard, CountsThatDoNotDivideAreRefusedByName) {
+  EXPECT_NE(expect_error([] { plan_tensor_parallel_shard(toy_spec(6, 6, 128), 0, 4); }).find("num_heads 6"),
+            std::string::npos);
+  EXPECT_NE(expect_error([] { plan_tensor_parallel_shard(toy_spec(12, 3, 128), 0, 2); }).find("num_kv_heads 3"),
+            std::string::npos);
+  EXPECT_NE(expect_error([] { plan_tensor_parallel_shard(toy_spec(8, 8, 100), 0, 8); }).find("intermediate_size 100"),
+            std::string::npos);
+  EXPECT_NE(expect_error([] { plan_tensor_parallel_shard(toy_spec(8, 8, 128), 2, 2); }).find("rank 2"),
+            std::string::npos);
+}
+
+// No step reads or writes hidden while proj holds partial products, every partial product is
+// summed exactly once, and nothing else changes.
+void check_parallel_plan(const ModelSpec& spec, int expected_sums) {
+  const LayerPlan plan = build_layer_plan(spec);
+  const LayerPlan parallel = tensor_parallel_plan(plan);
+  SCOPED_TRACE(parallel.describe());
+  bool pending = false;
+  int sums = 0, others = 0;
+  for (const PlanStep& step : parallel.steps) {
+    if (step.kind == StepKind::Allreduce) {
+      ++sums;
+      EXPECT_EQ(step.input, Slot::Proj);
+      if (step.output == Slot::Hidden) {
+        EXPECT_TRUE(pending);
+        pending = false;
+      }
+      continue;
+    }
+    ++others;
+    const bool row_parallel = step.kind == StepKind::Linear &&
+                              (step.weight == LayerWeight::Output || step.weight == LayerWeight::Down);
+    if (row_parallel) {
+      EXPECT_EQ(step.output, Slot::Proj);
+      EXPECT_EQ(step.accumulate, pending);  // a second partial product joins the first
+      pending = !spec.post_norms;
+      continue;
+    }
+    EXPECT_FALSE(pending && (step.input == Slot::Hidden || step.output == Slot::Hidden)) << "a step reads hidden "
+                                                                                            "before the sum";
+  }
+  EXPECT_FALSE(pending);
+  EXPECT_EQ(sums, expected_sums);
+  EXPECT_EQ(others, static_cast<int>(plan.steps.size()));
+}
+
+TEST(TensorParallelPlan, SumsBeforeHiddenIsReadAgain) {
+  ModelSpec sequential = toy_spec(8, 2, 128);
+  check_parallel_plan(sequential, 2);
+  ModelSpec parallel_residual = sequential;  // GPT-NeoX: both projections share one sum
+  parallel_residual.parallel_residual = true;
+  check_parallel_plan(parallel_residual, 1);
+  ModelSpec post_norms = sequential;  // Gemma: each projection summed in place before its norm
+  post_norms.post_norms = true;
+  check_parallel_plan(post_norms, 2);
+  ModelSpec encoder = sequential;  // BERT: post-norm layers
+  encoder.norm.placement = NormPlacement::Post;
+  encoder.network = NetworkType::EncoderOnly;
+  check_parallel_plan(encoder, 2);
+  EXPECT_NE(expect_error([&] { tensor_parallel_plan(tensor_parallel_plan(build_layer_plan(sequential))); })
+                .find("already tensor-parallel"),
+            std::string::npos);
+}
+
+// A column slice of a packed row decodes to the same values as those columns of the whole row.
+TEST(TensorParallelShard, PackedRowColumnSlicesDecodeAsTheWholeRow) {
+  const int64_t cols = 1024, begin = 256, count = 512;
+  std::mt19937 random(7);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<float> values(cols);
+  for (float& v : values) v = normal(random);
+  for (const quant::TypeInfo& type : quant::all_types()) {
+    if (begin % type.block_elems != 0 || count % type.block_elems != 0) continue;
+    SCOPED_TRACE(std::string(dtype_name(type.type)));
+    std::vector<uint8_t> row(dtype_row_bytes(type.type, cols)), slice(dtype_row_bytes(type.type, count));
+    quant::quantize_row(type.type, values.data(), row.data(), cols);
+    quant::slice_row_columns(type.type, cols, row, begin, count, slice);
+    std::vector<float> whole(cols), part(count);
+    quant::dequantize_row(type.type, row.data(), whole.data(), cols);
+    quant::dequantize_row(type.type, slice.data(), part.data(), count);
+    for (int64_t i = 0; i < count; ++i) ASSERT_EQ(part[i], whole[begin + i]) << "column " << begin + i;
+  }
+  std::vector<uint8_t> row(dtype_row_bytes(DType::Q4_K, cols)), slice(dtype_row_bytes(DType::Q4_K, 256));
+  EXPECT_NE(expect_error([&] { quant::slice_row_columns(DType::Q4_K, cols, row, 128, 256, slice); })
+                .find("not on a 256-element block boundary"),
+            std::string::npos);
+}
+
+namespace {
+
+struct LoadedFixture {
+  ModelSpec spec;
+  ModelWeights weights;
+};
+
+LoadedFixture load_fixture(const std::string& name, std::optional<DType> quantization = std::nullopt) {
+  const std::string dir = test::fixture_path("hf/" + name);
+  const nlohmann::json meta = read_json_file(dir + "/meta.json");
+  std::unique_ptr<WeightSource> source = open_weights(dir);
+  LoadedFixture fixture;
+  fixture.spec = resolve_source_spec(*source, dir);
+  fixture.weights = bind_weights(fixture.spec, *source, parse_dtype(meta["weights_dtype"].get<std::string>()),
+                                 quantization);
+  return fixture;
+}
+
+// Runs `lead` on rank 0's runner while ranks 1.. follow it, each a thread with its own CPU
+// backend and shard of `fixture`, meeting in a CpuRankGroup and a shared-memory step channel.
+void run_tensor_parallel(const LoadedFixture& fixture, int size, const KvCacheConfig& kv,
+                         const std::function<void(ModelRunner&)>& lead) {
+  const std::string dir = temp_dir("store");
+  auto group = std::make_shared<CpuRankGroup>(size);
+  std::vector<std::string> errors(size);
+  auto rank_main = [&](int rank) {
+    try {
+      comm::FileStore store(dir, rank, size, std::chrono::seconds(30));
+      SharedMemoryStepChannel channel(store, "steps");
+      const ShardedModel shard = shard_model(fixture.spec, fixture.weights, rank, size);
+      auto backend = make_cpu_backend(1, group, rank);
+      ModelRunner runner(shard.spec, shard.weights, *backend, kv, {}, shard.plan);
+      if (rank == 0) {
+        runner.lead(&channel);
+        lead(runner);
+        runner.release_followers();
+      } else {
+        runner.follow(channel);
+      }
+    } catch (const std::exception& e) {
+      errors[rank] = e.what();
+    }
+  };
+  std::vector<std::thread> followers;
+  for (int r = 1; r < size; ++r) followers.emplace_back(rank_main, r);
+  rank_main(0);
+  for (std::thread& t : followers) t.join();
+  std::filesystem::remove_all(dir);
+  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// |delta| <= 1e-3 max|logit| per row and the reference's greedy token, as the one-rank fixture test.
+void check_logits(const float* actual, const float* expected, int64_t rows, int64_t vocab, const std::string& what) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = actual + r * vocab;
+    const float* e = expected + r * vocab;
+    float scale = 0.0f, worst = 0.0f;
+    for (int64_t i = 0; i < vocab; ++i) scale = std::max(scale, std::abs(e[i]));
+    for (int64_t i = 0; i < vocab; ++i) worst = std::max(worst, std::abs(a[i] - e[i]));
+    ASSERT_LE(worst, 1e-3f * scale) << what << " row " << r;
+    ASSERT_EQ(std::max_element(a, a + vocab) - a, std::max_element(e, e + vocab) - e) << what << " row " << r;
+  }
+}
+
+}  // namespace
+
+class TensorParallelFixture : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(TensorParallelFixture, MatchesTransformers) {
+  const auto& [name, size] = GetParam();
+  const LoadedFixture fixture = load_fixture(name);
+  try {  // heads that do not divide, or packed blocks a shard would cut, are refused by name
+    shard_model(fixture.spec, fixture.weights, 0, size);
+  } catch (const Error& e) {
+    GTEST_SKIP() << name << " does not split " << size << " ways: " << e.what();
+  }
+  int checks = 0;
+  run_tensor_parallel(fixture, size, KvCacheConfig{32, 4}, [&](ModelRunner& runner) {
+    test::run_hf_fixture(runner, name, [&](const float* actual, const float* expected, int64_t rows, int32_t,
+                                           const std::string& what) {
+      check_logits(actual, expected, rows, fixture.spec.vocab_size, what);
+      ++checks;
+    });
+  });
+  EXPECT_GT(checks, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hf, TensorParallelFixture,
+                         ::testing::Combine(::testing::ValuesIn(test::hf_fixture_names()), ::testing::Values(2, 4)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_tp" + std::to_string(std::get<1>(info.param));
+                         });
+
+// Packed shards (row gathers of packed rows, column slices of packed rows): the quantized model
+// run as 2 ranks gives the one-rank quantized model's logits (same codes, same scales; only the
+// order of the fp32 sums differs).
+TEST(TensorParallelQuantized, PackedShardsGiveTheOneRankLogits) {
+  for (const DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_B32, DType::I8_G32}) {
+    SCOPED_TRACE(std::string(dtype_name(type)));
+    const LoadedFixture fixture = load_fixture("llama_gqa_tied", type);
+    ForwardBatch prefill;
+    prefill.token_ids = {1, 17, 33, 250, 7, 99, 3};
+    prefill.spans = {{7, 0, {0, 1}, true}};
+    prefill.logits_mode = LogitsMode::All;
+    auto backend = make_cpu_backend(1);
+    ModelRunner one(fixture.spec, fixture.weights, *backend, KvCacheConfig{8, 4});
+    const Tensor want = one.forward(prefill);
+    run_tensor_parallel(fixture, 2, KvCacheConfig{8, 4}, [&](ModelRunner& runner) {
+      const Tensor got = runner.forward(prefill);
+      ASSERT_EQ(got.shape, want.shape);
+      for (int64_t i = 0; i < want.numel(); ++i)
+        ASSERT_NEAR(got.as<float>()[i], want.as<float>()[i], 1e-4f * (1.0f + std::abs(want.as<float>()[i]))) << i;
+    });
+  }
+}
