@@ -12,6 +12,12 @@
 #include "server/async_embedder.h"
 #include "server/async_engine.h"
 #include "server/http_server.h"
+#include "splitwise/kv_export.h"
+#include "splitwise/kv_import.h"
+#include "splitwise/tcp_kv_transport.h"
+#include "splitwise/transfer_metrics.h"
+
+#include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -55,6 +61,13 @@ struct ServeFlags {
   double header_timeout_s = 15, body_timeout_s = 60, write_timeout_s = 60, request_timeout_s = 600;
   double max_body_mb = 32, max_body_in_flight_mb = 1024;
   double drain_timeout_s = 30;
+  // Splitwise (docs/splitwise.md).
+  std::string role = "mixed";
+  std::string kv_host;  // default: --host
+  int kv_port = 0;
+  std::string kv_transfer = "layerwise";
+  double kv_transfer_timeout_s = 30;
+  int kv_debug_rows_delay_ms = 0;
 };
 
 // Without --num-blocks, --kv-cache-gb or --gpu-memory-utilization: on CUDA, what the GPU's memory
@@ -180,6 +193,45 @@ void run_serve(const ServeFlags& flags) {
   if (!flags.no_warmup) engine.warm_up();
   AsyncEngine async_engine(engine, AsyncEngineConfig{flags.max_queue});
 
+  // Splitwise roles: a prompt instance serves KV transfers (its prefills exported layer by layer),
+  // a token instance imports them; a mixed one does both (the router may borrow it either way).
+  SF_CHECK(flags.role == "prompt" || flags.role == "token" || flags.role == "mixed",
+           "--role must be prompt, token or mixed, not '{}'", flags.role);
+  const bool split_capable = flags.model.tensor_parallel_size == 1 &&
+                             spec.network != NetworkType::EncoderOnly;
+  SF_CHECK(split_capable || flags.role == "mixed",
+           "--role {} needs one rank (no tensor or pipeline parallelism yet) and a generative model", flags.role);
+  const splitwise::TransferMode transfer_mode = splitwise::parse_transfer_mode(flags.kv_transfer);
+  SF_CHECK(std::isfinite(flags.kv_transfer_timeout_s) && flags.kv_transfer_timeout_s > 0,
+           "--kv-transfer-timeout must be positive, not {}", flags.kv_transfer_timeout_s);
+  splitwise::TransferMetrics transfer_metrics;
+  std::optional<splitwise::KvExporter> exporter;
+  std::optional<splitwise::TcpKvTransport> transport;
+  const bool serves_prompts = split_capable && flags.role != "token";
+  const bool imports_kv = split_capable && flags.role != "prompt";
+  const splitwise::KvCache kv_cache{backend.get(), runner.k_cache_view(), runner.v_cache_view(),
+                                    splitwise::KvLayout{runner.spec().num_layers, runner.spec().attention.num_kv_heads,
+                                                        runner.spec().attention.head_dim, runner.kv_cache_dtype()},
+                                    static_cast<int32_t>(num_blocks), flags.block_size};
+  if (split_capable) {
+    splitwise::TcpKvConfig kv_config;
+    kv_config.host = flags.kv_host.empty() ? flags.host : flags.kv_host;
+    kv_config.port = serves_prompts ? flags.kv_port : -1;
+    kv_config.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.kv_transfer_timeout_s * 1000));
+    kv_config.debug_rows_delay = std::chrono::milliseconds(flags.kv_debug_rows_delay_ms);
+    splitwise::TransferHandler handler;
+    if (serves_prompts) {
+      exporter.emplace(async_engine, kv_cache);
+      engine.set_kv_observer(&*exporter);
+      handler = [&exporter](splitwise::TransferRequest request, std::shared_ptr<splitwise::KvSendChannel> channel) {
+        exporter->start(std::move(request), std::move(channel));
+      };
+    }
+    transport.emplace(kv_config, transfer_metrics, std::move(handler));
+    if (imports_kv) async_engine.set_kv_importer(splitwise::make_kv_importer(async_engine, *transport, kv_cache, transfer_mode));
+    transport->start();
+  }
+
   HttpServerConfig http = flags.http;
   if (http.api_keys.empty()) {
     if (const char* key = std::getenv("SPLITFLOW_API_KEY"); key != nullptr && *key != '\0') http.api_keys.emplace_back(key);
@@ -204,6 +256,24 @@ void run_serve(const ServeFlags& flags) {
            "--max-body-in-flight-mb ({}) must be at least --max-body-mb ({})", flags.max_body_in_flight_mb,
            flags.max_body_mb);
   http.limits.max_body_bytes_in_flight = static_cast<size_t>(flags.max_body_in_flight_mb * double(1 << 20));
+  http.splitwise_info = [&] {
+    nlohmann::json info = {{"role", flags.role},
+                           {"kv_address", transport ? transport->address() : std::string()},
+                           {"imports_kv", imports_kv},
+                           {"kv_transfer", std::string(splitwise::transfer_mode_name(transfer_mode))},
+                           {"block_size", flags.block_size},
+                           {"num_blocks", num_blocks},
+                           {"max_model_len", max_model_len},
+                           {"layout", kv_cache.layout.describe()},
+                           {"pending_prefill_tokens", exporter ? exporter->pending_tokens() : 0},
+                           {"transfers", transfer_metrics.to_json()}};
+    return info.dump();
+  };
+  http.extra_metrics = [&] {
+    std::string text;
+    if (transport) transfer_metrics.render(text);
+    return text;
+  };
   const bool has_chat = chat_template.has_value();
   // An encoder serves /v1/embeddings through its own loop; the generative engine stays idle.
   std::optional<EmbeddingEngine> embedding_engine;
@@ -236,6 +306,13 @@ void run_serve(const ServeFlags& flags) {
              flags.max_seqs, flags.no_splitfuse ? "prefill-first" : "Dynamic SplitFuse", flags.max_queue,
              has_chat ? "yes" : "none (/v1/chat/completions answers 400)");
 
+  if (transport) {
+    fmt::print(stderr, "splitflow serve: role {}{}{}\n", flags.role,
+               serves_prompts ? fmt::format("; KV transfers served on {} ({} by default)", transport->address(),
+                                            splitwise::transfer_mode_name(transfer_mode))
+                              : std::string(),
+               imports_kv ? "; imports KV from prompt instances" : "");
+  }
   std::atomic<bool> served{false};
   std::thread signal_waiter([&] {
     int signal = 0;
@@ -250,6 +327,7 @@ void run_serve(const ServeFlags& flags) {
   signal_waiter.join();
   if (embedder) embedder->stop();
   async_engine.stop();
+  if (transport) transport->stop();
   fmt::print(stderr, "splitflow serve: stopped\n");
 }
 
@@ -329,6 +407,23 @@ void register_serve(CLI::App& app) {
                       "seconds from a request to the end of its response: 504 or close beyond (0: none)")
       ->capture_default_str();
   command->add_option("--drain-timeout", flags->drain_timeout_s, "seconds in-flight requests get on shutdown")
+      ->capture_default_str();
+  command->add_option("--role", flags->role,
+                      "Splitwise role: prompt (prefill only, KV sent to token instances), token (decodes with KV "
+                      "from prompt instances) or mixed (today's server; also serves and imports KV)")
+      ->capture_default_str();
+  command->add_option("--kv-host", flags->kv_host, "address KV transfers are served on (default: --host)");
+  command->add_option("--kv-port", flags->kv_port, "port KV transfers are served on (0: any free port)")
+      ->capture_default_str();
+  command->add_option("--kv-transfer", flags->kv_transfer,
+                      "KV transfer a token instance asks for unless the request names one: layerwise (each layer as "
+                      "it is computed) or serialized (after the whole prompt)")
+      ->capture_default_str();
+  command->add_option("--kv-transfer-timeout", flags->kv_transfer_timeout_s,
+                      "seconds a KV transfer may make no progress before both sides drop it and free its blocks")
+      ->capture_default_str();
+  command->add_option("--kv-debug-rows-delay-ms", flags->kv_debug_rows_delay_ms,
+                      "fault injection for tests: a prompt instance waits this long before writing each layer's rows")
       ->capture_default_str();
   command->callback([flags] { run_serve(*flags); });
 }

@@ -110,7 +110,27 @@ void Engine::check_request(std::span<const int32_t> prompt_ids, const SamplingPa
 }
 
 int64_t Engine::add_request(std::vector<int32_t> prompt_ids, const SamplingParams& params, int32_t n) {
+  return add_request(std::move(prompt_ids), params, n, RequestStart{});
+}
+
+int64_t Engine::add_request(std::vector<int32_t> prompt_ids, const SamplingParams& params, int32_t n,
+                            RequestStart start) {
   check_request(prompt_ids, params, n);
+  const std::vector<int32_t>& prior = start.prior_output_ids;
+  if (!prior.empty() || start.import_kv) {
+    SF_CHECK(n == 1, "a resumed or KV-importing request has one choice, not n = {}", n);
+    for (size_t i = 0; i < prior.size(); ++i) {
+      SF_CHECK(prior[i] >= 0 && prior[i] < runner_.spec().vocab_size,
+               "generated token {} at index {} is outside the vocabulary [0, {})", prior[i], i,
+               runner_.spec().vocab_size);
+    }
+    SF_CHECK(static_cast<int64_t>(prior.size()) < params.max_tokens,
+             "the request already generated {} tokens, its max_tokens is {}: nothing is left to generate",
+             prior.size(), params.max_tokens);
+    SF_CHECK(static_cast<int64_t>(prompt_ids.size() + prior.size()) <= config().max_model_len,
+             "the prompt ({} tokens) and the tokens already generated ({}) exceed the model's context of {}",
+             prompt_ids.size(), prior.size(), config().max_model_len);
+  }
   auto request = std::make_unique<Request>();
   request->id = next_request_id_++;
   // The request's seed, drawn once when unset (engine.h).
@@ -127,10 +147,80 @@ int64_t Engine::add_request(std::vector<int32_t> prompt_ids, const SamplingParam
   request->num_unfinished = n;
   request->later_choices_queued = n == 1;
   num_deferred_sequences_ += n - 1;
-  scheduler_.add(request->seqs.front()->seq);
+  SequenceState& first = *request->seqs.front();
+  for (const int32_t token : prior) replay_token(first, token);
+  if (start.import_kv) {
+    importing_.push_back(&first);
+  } else {
+    scheduler_.add(first.seq);
+  }
   const int64_t id = request->id;
   requests_.emplace(id, std::move(request));
   return id;
+}
+
+void Engine::replay_token(SequenceState& state, int32_t token) {
+  state.seq.token_ids.push_back(token);
+  const auto& eos = config().eos_token_ids;
+  if (state.constraint && std::find(eos.begin(), eos.end(), token) == eos.end()) state.constraint->accept_token(token);
+  state.stop.append(token, state.decoder ? state.decoder->push(token) : std::string());
+  SF_CHECK(!state.stop.finished(), "the tokens already generated end the request ({}): nothing is left to generate",
+           finish_reason_name(state.stop.finish_reason()));
+  state.sent_bytes = state.stop.safe_bytes();  // their text was sent by the instance that generated them
+}
+
+std::vector<KvReservation> Engine::take_kv_reservations() {
+  std::vector<KvReservation> reserved;
+  for (SequenceState* state : importing_) {
+    Sequence& seq = state->seq;
+    if (seq.status == SequenceStatus::Reserved) continue;
+    if (!scheduler_.reserve(seq)) break;  // oldest first: no request overtakes another
+    KvReservation reservation;
+    reservation.request_id = state->request.id;
+    reservation.token_ids.assign(seq.token_ids.begin(), seq.token_ids.end() - 1);
+    reservation.block_table = seq.block_table;
+    reservation.num_cached_tokens = seq.num_computed_tokens;
+    reserved.push_back(std::move(reservation));
+  }
+  return reserved;
+}
+
+bool Engine::admit_imported(int64_t request_id, const std::function<void()>& write_kv) {
+  const auto it = requests_.find(request_id);
+  if (it == requests_.end()) return false;
+  SequenceState* state = it->second->seqs.front().get();
+  const auto at = std::find(importing_.begin(), importing_.end(), state);
+  if (at == importing_.end() || state->seq.status != SequenceStatus::Reserved) return false;
+  if (write_kv) {
+    try {
+      write_kv();
+    } catch (...) {
+      abort(request_id);
+      throw;
+    }
+  }
+  importing_.erase(at);
+  scheduler_.admit_reserved(state->seq);
+  return true;
+}
+
+void Engine::set_kv_observer(KvStepObserver* observer) {
+  kv_observer_ = observer;
+  if (observer) {
+    runner_.set_layer_listener([observer](int32_t layer) { observer->layer_done(layer); });
+  } else {
+    runner_.set_layer_listener(nullptr);
+  }
+}
+
+std::vector<KvStepSpan> Engine::kv_step_spans(const StepPlan& plan) const {
+  std::vector<KvStepSpan> spans;
+  for (size_t s = 0; s < plan.seqs.size(); ++s) {
+    const SequenceSpan& span = plan.batch.spans[s];
+    spans.push_back({sequences_.at(plan.seqs[s]->id)->request.id, span.start_position, span.num_tokens,
+                     plan.seqs[s]->num_prompt_tokens, span.block_table});
+  }
+  return spans;
 }
 
 int64_t Engine::add_request(std::string_view prompt, const SamplingParams& params, int32_t n) {
@@ -153,6 +243,7 @@ bool Engine::abort(int64_t request_id) {
     if (state->seq.is_finished()) continue;
     const bool queued = state->index == 0 || request.later_choices_queued;
     if (queued) scheduler_.finish(state->seq, FinishReason::Abort);
+    std::erase(importing_, state.get());
     sequences_.erase(state->seq.id);
   }
   if (!request.later_choices_queued) num_deferred_sequences_ -= static_cast<int32_t>(request.seqs.size()) - 1;
@@ -247,7 +338,9 @@ EngineStep Engine::step() {
   for (size_t s = 0; s < plan.seqs.size(); ++s) {
     if (plan.batch.spans[s].want_logits) sampled.push_back(sequences_.at(plan.seqs[s]->id));
   }
+  if (kv_observer_) kv_observer_->step_begin(kv_step_spans(plan));
   forward_and_sample(plan, sampled, result.outputs);
+  if (kv_observer_) kv_observer_->step_end();
   std::vector<int32_t> tokens;
   for (const SequenceOutput& output : result.outputs) tokens.push_back(output.token.token_id);
   scheduler_.postprocess(plan, tokens);

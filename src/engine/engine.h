@@ -33,6 +33,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -77,6 +78,48 @@ struct EngineOptions {
   bool device_sampling = true;
 };
 
+// How a request starts (Splitwise and failover; splitwise/, router/). Default: a fresh request.
+struct RequestStart {
+  // Tokens the request already generated elsewhere (a request resumed after its instance failed):
+  // they follow the prompt, count towards max_tokens, continue the seeded draws at their step
+  // (step = tokens generated so far), go through the stop checker and the detokenizer without
+  // being sent again, and their KV is recomputed (or imported) with the prompt's. n must be 1.
+  std::vector<int32_t> prior_output_ids;
+  // The KV of every token but the last comes from another instance (a Splitwise prompt instance):
+  // the request first waits for blocks (take_kv_reservations), then runs once admit_imported() says
+  // the KV is written; its first step computes only the last token. n must be 1.
+  bool import_kv = false;
+};
+
+// Blocks reserved for a request whose KV another instance computes (RequestStart::import_kv).
+struct KvReservation {
+  int64_t request_id = 0;
+  std::vector<int32_t> token_ids;    // the tokens whose KV must arrive: all of the request's but the last
+  std::vector<int32_t> block_table;  // position p goes to block block_table[p / block_size], slot p % block_size
+  int32_t num_cached_tokens = 0;     // positions [0, this) already hold this KV (prefix cache): never write them
+};
+
+// One span of a step as a KV observer sees it.
+struct KvStepSpan {
+  int64_t request_id = 0;
+  int32_t start_position = 0;
+  int32_t num_tokens = 0;
+  int32_t num_prompt_tokens = 0;     // the prompt computed when start_position + num_tokens reaches it
+  std::vector<int32_t> block_table;  // covers [0, start_position + num_tokens)
+};
+
+// Watches the KV a step writes (Splitwise prompt instances export it, splitwise/kv_export.h). Called on
+// the engine's thread: step_begin() with the step's spans before its forward, layer_done(l) as each
+// layer's KV is written (ModelRunner::set_layer_listener), step_end() after the forward, before the
+// blocks of sequences finished by the step are released. It must not block on the network.
+class KvStepObserver {
+ public:
+  virtual ~KvStepObserver() = default;
+  virtual void step_begin(std::span<const KvStepSpan> spans) = 0;
+  virtual void layer_done(int32_t layer) = 0;
+  virtual void step_end() = 0;
+};
+
 // Whether the device's sampling rule (sampling/sampling_rule.h) covers these parameters.
 bool device_samplable(const SamplingParams& params);
 
@@ -96,6 +139,17 @@ class Engine {
   void check_request(std::span<const int32_t> prompt_ids, const SamplingParams& params, int32_t n) const;
   // Queues a request after check_request(); returns its id (increasing from 0).
   int64_t add_request(std::vector<int32_t> prompt_ids, const SamplingParams& params, int32_t n = 1);
+  // The same, started as `start` says (resumed, or its KV imported).
+  int64_t add_request(std::vector<int32_t> prompt_ids, const SamplingParams& params, int32_t n, RequestStart start);
+  // Reserves blocks for queued import_kv requests, oldest first, while the free blocks allow, and
+  // returns those reserved now: the caller writes their KV, then calls admit_imported() (or abort()).
+  std::vector<KvReservation> take_kv_reservations();
+  // The request's imported KV arrived: `write_kv` (may be empty) puts it into the reserved blocks,
+  // then the request runs from the next step. False, writing nothing, for an unknown (aborted)
+  // request or one without a reservation; a write that throws aborts the request and rethrows.
+  bool admit_imported(int64_t request_id, const std::function<void()>& write_kv = {});
+  // Sees every step's KV from now on (null: none). Sets the runner's layer listener.
+  void set_kv_observer(KvStepObserver* observer);
   // Encodes the text with the tokenizer's special tokens (BOS); throws without a tokenizer.
   int64_t add_request(std::string_view prompt, const SamplingParams& params, int32_t n = 1);
   // Ends every sequence of the request at once ("abort") and releases its KV blocks; no more
@@ -109,6 +163,9 @@ class Engine {
   WarmupReport warm_up();
 
   bool has_unfinished() const { return !requests_.empty(); }
+  // Whether step() has anything to run (requests waiting for imported KV do not count).
+  bool has_work() const { return scheduler_.has_unfinished(); }
+  int32_t num_importing_requests() const { return static_cast<int32_t>(importing_.size()); }
   int32_t num_unfinished_requests() const { return static_cast<int32_t>(requests_.size()); }
   // Sequences the scheduler holds, plus the later choices of n > 1 requests not queued yet.
   int32_t num_waiting_sequences() const;
@@ -125,6 +182,10 @@ class Engine {
 
   void finish_output(SequenceState& state, SequenceOutput& output);
   void add_later_choices(Request& request);
+  // A token generated elsewhere (RequestStart::prior_output_ids), fed through the stop checker,
+  // detokenizer and constraint as if sampled here, its text counted as sent.
+  void replay_token(SequenceState& state, int32_t token);
+  std::vector<KvStepSpan> kv_step_spans(const StepPlan& plan) const;
   // One token per sampled sequence of the plan (in logits row order), outputs filled.
   void forward_and_sample(const StepPlan& plan, const std::vector<SequenceState*>& sampled,
                           std::vector<SequenceOutput>& outputs);
@@ -139,6 +200,8 @@ class Engine {
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
   std::unordered_map<int64_t, SequenceState*> sequences_;  // by Sequence::id, while unfinished
   int32_t num_deferred_sequences_ = 0;                      // later choices not queued yet
+  std::vector<SequenceState*> importing_;  // import_kv requests: waiting for blocks, or reserved until admitted
+  KvStepObserver* kv_observer_ = nullptr;
 };
 
 }  // namespace splitflow

@@ -39,8 +39,51 @@ void Scheduler::add(Sequence& seq, bool at_front) {
   }
 }
 
+int32_t Scheduler::decode_block_demand() const {
+  int32_t blocks = 0;
+  for (const Sequence* seq : running_) {
+    if (seq->is_decoding()) {
+      blocks += std::max(0, block_manager_.blocks_for_tokens(seq->num_tokens()) -
+                                static_cast<int32_t>(seq->block_table.size()));
+    }
+  }
+  return blocks;
+}
+
+bool Scheduler::reserve(Sequence& seq) {
+  SF_CHECK(seq.status == SequenceStatus::Waiting && seq.block_table.empty() && seq.host_block_table.empty(),
+           "scheduler: sequence {} cannot be reserved: it was already scheduled", seq.id);
+  SF_CHECK(seq.num_tokens() <= config_.max_model_len,
+           "scheduler: sequence {} has {} tokens but the model's context holds {}", seq.id, seq.num_tokens(),
+           config_.max_model_len);
+  if (block_manager_.num_free_blocks() < block_manager_.blocks_for_tokens(seq.num_tokens()) + decode_block_demand())
+    return false;
+  if (!block_manager_.can_allocate(seq)) return false;
+  block_manager_.allocate(seq);
+  seq.status = SequenceStatus::Reserved;
+  return true;
+}
+
+void Scheduler::admit_reserved(Sequence& seq) {
+  SF_CHECK(seq.status == SequenceStatus::Reserved && !seq.block_table.empty(),
+           "scheduler: sequence {} holds no reservation", seq.id);
+  seq.num_computed_tokens = seq.num_tokens() - 1;
+  block_manager_.cache_computed_blocks(seq);
+  admitted_.push_back(&seq);
+}
+
+void Scheduler::schedule_admitted() {
+  while (!admitted_.empty() && static_cast<int32_t>(running_.size()) < config_.max_seqs) {
+    Sequence& seq = *admitted_.front();
+    admitted_.pop_front();
+    seq.status = SequenceStatus::Running;
+    running_.push_back(&seq);
+  }
+}
+
 StepPlan Scheduler::schedule() {
   StepPlan plan;
+  schedule_admitted();
   schedule_swap_in(plan);
   if (config_.splitfuse) {
     schedule_splitfuse(plan);
@@ -65,13 +108,7 @@ void Scheduler::add_span(StepPlan& plan, Sequence& seq, int32_t num_tokens, bool
 }
 
 void Scheduler::schedule_swap_in(StepPlan& plan) {
-  int32_t reserved = 0;  // blocks the running decodes take this step
-  for (const Sequence* seq : running_) {
-    if (seq->is_decoding()) {
-      reserved += std::max(0, block_manager_.blocks_for_tokens(seq->num_tokens()) -
-                                  static_cast<int32_t>(seq->block_table.size()));
-    }
-  }
+  const int32_t reserved = decode_block_demand();
   while (!swapped_.empty() && static_cast<int32_t>(running_.size()) < config_.max_seqs) {
     Sequence& seq = *swapped_.front();
     if (!block_manager_.can_swap_in(seq, reserved)) break;
@@ -211,6 +248,7 @@ void Scheduler::finish(Sequence& seq, FinishReason reason) {
   if (const auto it = std::find(running_.begin(), running_.end(), &seq); it != running_.end()) running_.erase(it);
   if (const auto it = std::find(waiting_.begin(), waiting_.end(), &seq); it != waiting_.end()) waiting_.erase(it);
   if (const auto it = std::find(swapped_.begin(), swapped_.end(), &seq); it != swapped_.end()) swapped_.erase(it);
+  if (const auto it = std::find(admitted_.begin(), admitted_.end(), &seq); it != admitted_.end()) admitted_.erase(it);
   block_manager_.free(seq);
   seq.status = SequenceStatus::Finished;
   seq.finish_reason = reason;

@@ -37,6 +37,11 @@
 // nothing (so a recompute victim may wait behind a younger swapped one). New requests never pass
 // a preempted one, and every step runs the oldest running sequence, so every sequence finishes
 // (no starvation).
+// Reservation (Splitwise token instances, splitwise/): reserve() gives a sequence whose KV comes
+// from another instance blocks for all its tokens at once (status Reserved: it is in no queue and
+// never preempted while the KV is written); admit_reserved() marks every token but the last
+// computed, and the sequence joins the running ones at the next schedule() with room (max_seqs),
+// before any swapped or waiting one, its last token a one-token span that samples.
 // A step's copies run before its forward: swap_in_copies first (a host block freed by a swap-in
 // may be reused by a swap-out of the same step), then swap_out_copies (a device block freed by a
 // swap-out may be written by the forward).
@@ -95,11 +100,20 @@ class Scheduler {
   // its sequence on EOS or a stop token ("stop"), max_tokens or max_model_len ("length").
   // Returns the sequences finished by this step; their blocks are released.
   std::vector<Sequence*> postprocess(const StepPlan& plan, std::span<const int32_t> sampled_tokens);
+  // Reserves blocks for every token of a Waiting sequence that holds none, when the free blocks
+  // cover them plus what the running decodes take this step; false (nothing changed) otherwise.
+  // Leading blocks may come from the prefix cache (num_computed_tokens says how many tokens: their
+  // KV is already there and must not be written).
+  bool reserve(Sequence& seq);
+  // The reserved sequence's KV is written: all tokens but the last count as computed, and it runs
+  // from the next schedule() with room.
+  void admit_reserved(Sequence& seq);
   // Ends a sequence for a reason found outside (a stop string the engine's StopChecker matched):
   // removes it from the queues and releases its blocks (device and host).
   void finish(Sequence& seq, FinishReason reason);
 
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty(); }
+  // Work for the next schedule(): reserved sequences whose KV is still being written are not.
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty() || !admitted_.empty(); }
   const std::deque<Sequence*>& waiting() const { return waiting_; }
   const std::deque<Sequence*>& running() const { return running_; }
   const std::deque<Sequence*>& swapped() const { return swapped_; }
@@ -122,6 +136,10 @@ class Scheduler {
   void add_span(StepPlan& plan, Sequence& seq, int32_t num_tokens, bool decode);
   // Readmits swapped sequences, oldest first, while the blocks allow (see above).
   void schedule_swap_in(StepPlan& plan);
+  // Blocks the running decodes take this step.
+  int32_t decode_block_demand() const;
+  // Moves admitted reserved sequences to running while max_seqs allows.
+  void schedule_admitted();
   // Swaps the sequence out when that pays and the host blocks allow, else sends it to waiting.
   void preempt(Sequence& seq, StepPlan& plan);
   bool reached_stop(const Sequence& seq, int32_t token) const;
@@ -131,6 +149,7 @@ class Scheduler {
   std::deque<Sequence*> waiting_;
   std::deque<Sequence*> running_;  // in admission order: the newest is preempted first
   std::deque<Sequence*> swapped_;  // in admission order: the oldest is readmitted first
+  std::deque<Sequence*> admitted_;  // reserved, KV written, waiting for room among the running ones
   int64_t num_preemptions_ = 0;
   int64_t num_swap_outs_ = 0;
 };

@@ -21,6 +21,7 @@ enum class SequenceStatus : int8_t {
   Waiting,   // queued; holds no KV blocks
   Running,   // holds KV blocks; scheduled every step until it finishes or is preempted
   Swapped,   // preempted with its computed KV copied to host blocks; holds no device blocks
+  Reserved,  // holds KV blocks that another instance's KV is being written into (Splitwise); not scheduled yet
   Finished,  // done; its blocks are released
 };
 

@@ -613,7 +613,10 @@ void ModelRunner::issue_layers(int64_t tokens) {
   if (!embed_norm_.empty())  // in place: the norm of the summed embeddings is the residual stream
     backend_.add_norm(slot_rows(Slot::Hidden, tokens), {}, embed_norm_.view(), embed_norm_bias_.view(), norm_params_,
                       slot_rows(Slot::Hidden, tokens));
-  for (int layer = 0; layer < spec_.num_layers; ++layer) run_layer(layer, tokens);
+  for (int layer = 0; layer < spec_.num_layers; ++layer) {
+    run_layer(layer, tokens);
+    if (layer_listener_) layer_listener_(layer);
+  }
 }
 
 void ModelRunner::issue_head(int64_t begin, int64_t count, bool sample, bool rows_are_tokens) {

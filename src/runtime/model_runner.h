@@ -160,6 +160,16 @@ class ModelRunner {
   int64_t context_limit() const { return context_limit_; }
   int32_t max_blocks_per_seq() const { return max_blocks_per_seq_; }
 
+  // Splitwise (splitwise/): the paged KV cache itself ([num_layers, num_blocks, block_size,
+  // num_kv_heads, head_dim] each for K and V), so a sequence's KV can move between instances
+  // through Backend::copy_to_host / copy_to_device between steps; and a listener called with each
+  // layer's index once that layer's work (its KV writes included) is issued. On a backend that runs
+  // kernels synchronously (CPU) the layer's KV is then in the cache; a device backend would record
+  // an event there. Replays of a recorded decode step do not call it.
+  DeviceTensor k_cache_view() const { return k_cache_.view(); }
+  DeviceTensor v_cache_view() const { return v_cache_.view(); }
+  void set_layer_listener(std::function<void(int32_t layer)> listener) { layer_listener_ = std::move(listener); }
+
  private:
   struct DeviceLayer {
     DeviceBuffer attn_norm, attn_norm_bias, wqkv, bqkv, wo, bo;
@@ -277,6 +287,7 @@ class ModelRunner {
   AttentionBatch attention_batch_;
   // Decode recordings by (bucket, with sampling).
   std::map<std::pair<int32_t, bool>, std::unique_ptr<RecordedWork>> decode_recordings_;
+  std::function<void(int32_t)> layer_listener_;  // set_layer_listener
 };
 
 }  // namespace splitflow

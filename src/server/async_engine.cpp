@@ -114,6 +114,9 @@ std::vector<std::shared_ptr<RequestStream>> AsyncEngine::submit_group(std::vecto
   for (size_t i = 0; i < prompts.size(); ++i) {
     try {
       engine_.check_request(prompts[i].prompt_ids, prompts[i].params, n);
+      if (prompts[i].start.import_kv && !kv_importer_) {
+        throw Error("this instance does not import KV (its role is prompt): send the request without kv_source");
+      }
     } catch (const Error& e) {
       throw PromptRejected(i, prompts.size() == 1 ? std::string(e.what()) : fmt::format("prompt {}: {}", i, e.what()));
     }
@@ -140,7 +143,8 @@ std::vector<std::shared_ptr<RequestStream>> AsyncEngine::submit_group(std::vecto
       auto stream = std::make_shared<RequestStream>(next_stream_id_++, n,
                                                     static_cast<int32_t>(prompt.prompt_ids.size()), group);
       stream->arrival_ = arrival;
-      pending_.push_back({stream, std::move(prompt.prompt_ids), std::move(prompt.params)});
+      pending_.push_back({stream, std::move(prompt.prompt_ids), std::move(prompt.params), std::move(prompt.start),
+                          std::move(prompt.kv_source)});
       streams.push_back(std::move(stream));
     }
     pending_sequences_ += sequences;
@@ -159,6 +163,54 @@ void AsyncEngine::cancel(const std::shared_ptr<RequestStream>& stream) {
   wake_.notify_one();
 }
 
+void AsyncEngine::post(std::function<void(Engine&)> task) {
+  {
+    std::lock_guard lock(mutex_);
+    tasks_.push_back(std::move(task));
+  }
+  wake_.notify_one();
+}
+
+void AsyncEngine::finish_import(int64_t engine_id, std::function<void()> write) {
+  post([this, engine_id, write = std::move(write)](Engine& engine) {
+    import_cancels_.erase(engine_id);
+    try {
+      engine.admit_imported(engine_id, write);
+    } catch (const std::exception& e) {
+      end_request(engine_id, FinishReason::Abort, fmt::format("writing the imported KV failed: {}", e.what()));
+    }
+  });
+}
+
+void AsyncEngine::fail_import(int64_t engine_id, std::string error) {
+  post([this, engine_id, error = std::move(error)](Engine& engine) {
+    import_cancels_.erase(engine_id);
+    if (!active_.count(engine_id)) return;
+    engine.abort(engine_id);
+    end_request(engine_id, FinishReason::Abort, error);
+  });
+}
+
+void AsyncEngine::start_imports() {
+  for (KvReservation& reservation : engine_.take_kv_reservations()) {
+    const int64_t id = reservation.request_id;
+    const auto source = import_sources_.find(id);
+    if (source == import_sources_.end()) continue;
+    const std::string address = std::move(source->second);
+    import_sources_.erase(source);
+    if (reservation.token_ids.empty()) {  // a one-token sequence: nothing to import
+      engine_.admit_imported(id);
+      continue;
+    }
+    try {
+      import_cancels_[id] = kv_importer_(reservation, address);
+    } catch (const std::exception& e) {
+      engine_.abort(id);
+      end_request(id, FinishReason::Abort, fmt::format("the KV import could not start: {}", e.what()));
+    }
+  }
+}
+
 void AsyncEngine::start() {
   SF_CHECK(!thread_.joinable(), "async engine: start() called twice");
   thread_ = std::thread([this] { loop(); });
@@ -168,7 +220,9 @@ void AsyncEngine::loop() {
   while (true) {
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !pending_.empty() || !cancelled_.empty() || engine_busy_; });
+      wake_.wait(lock, [&] {
+        return stopping_ || !pending_.empty() || !cancelled_.empty() || !tasks_.empty() || engine_busy_;
+      });
       if (stopping_) return;
     }
     run_once();
@@ -183,7 +237,10 @@ void AsyncEngine::admit(Submission& submission) {
     return;
   }
   try {
-    stream.engine_id_ = engine_.add_request(std::move(submission.prompt_ids), submission.params, stream.num_choices());
+    const bool import_kv = submission.start.import_kv;
+    stream.engine_id_ = engine_.add_request(std::move(submission.prompt_ids), submission.params, stream.num_choices(),
+                                            std::move(submission.start));
+    if (import_kv) import_sources_[stream.engine_id_] = std::move(submission.kv_source);
   } catch (const Error& e) {
     stream.end(FinishReason::Abort, e.what());
     return;
@@ -196,6 +253,11 @@ void AsyncEngine::end_request(int64_t engine_id, FinishReason reason, const std:
   const auto it = active_.find(engine_id);
   if (it == active_.end()) return;
   RequestStream& stream = *it->second;
+  import_sources_.erase(engine_id);
+  if (const auto cancel = import_cancels_.find(engine_id); cancel != import_cancels_.end()) {
+    cancel->second();
+    import_cancels_.erase(cancel);
+  }
   for (size_t i = 0; i < stream.choice_finished_.size(); ++i) {
     if (!stream.choice_finished_[i]) metrics_.count_finished(error.empty() ? finish_reason_name(reason) : "error");
   }
@@ -234,11 +296,20 @@ void AsyncEngine::deliver_step(EngineStep& step, Clock::time_point now) {
 bool AsyncEngine::run_once() {
   std::vector<Submission> submissions;
   std::vector<std::shared_ptr<RequestStream>> cancels;
+  std::vector<std::function<void(Engine&)>> tasks;
   {
     std::lock_guard lock(mutex_);
     submissions.swap(pending_);
     pending_sequences_ = 0;
     cancels.swap(cancelled_);
+    tasks.swap(tasks_);
+  }
+  for (auto& task : tasks) {
+    try {
+      task(engine_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "splitflow serve: an engine task failed: %s\n", e.what());
+    }
   }
   for (const auto& stream : cancels) {
     if (stream->engine_id_ < 0) continue;  // still among the submissions, or refused by the engine
@@ -246,9 +317,10 @@ bool AsyncEngine::run_once() {
     end_request(stream->engine_id_, FinishReason::Abort, "");
   }
   for (Submission& submission : submissions) admit(submission);
+  start_imports();
 
-  const bool had_work = !submissions.empty() || !cancels.empty() || engine_.has_unfinished();
-  if (engine_.has_unfinished()) {
+  const bool had_work = !submissions.empty() || !cancels.empty() || !tasks.empty() || engine_.has_work();
+  if (engine_.has_work()) {
     const Clock::time_point start = Clock::now();
     try {
       EngineStep step = engine_.step();
@@ -268,7 +340,8 @@ bool AsyncEngine::run_once() {
       }
     }
   }
-  engine_busy_ = engine_.has_unfinished();
+  start_imports();  // the step may have freed the blocks a queued import waits for
+  engine_busy_ = engine_.has_work();
   publish_gauges();
   return had_work;
 }

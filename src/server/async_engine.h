@@ -123,7 +123,14 @@ class SubmitRejected : public std::runtime_error {
 struct PromptSubmission {
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
+  RequestStart start;     // resumed (failover) or KV imported (Splitwise token instance); n must be 1
+  std::string kv_source;  // with start.import_kv: where the KV comes from, for the KV importer (opaque here)
 };
+
+// Splitwise token side (splitwise/): starts fetching a reserved request's KV from `source`, without
+// blocking (on the loop thread); it ends with AsyncEngine::finish_import or fail_import. Returns
+// the fetch's cancel, called if the request ends first.
+using KvImportStarter = std::function<std::function<void()>(const KvReservation& reservation, const std::string& source)>;
 
 struct AsyncEngineConfig {
   int32_t max_queued_sequences = 1024;  // waiting sequences (pending + the scheduler's queue)
@@ -147,6 +154,18 @@ class AsyncEngine {
   // Any thread, any number of times: the request is aborted at the loop's next iteration, its
   // KV blocks freed and its stream ended (choices "abort"). No-op for an ended stream.
   void cancel(const std::shared_ptr<RequestStream>& stream);
+
+  // Any thread: runs `task` on the loop thread at its next iteration, before admissions and the
+  // step (Splitwise's exporter adds its prefill-only requests this way).
+  void post(std::function<void(Engine&)> task);
+  // Before start(): who fetches the KV of import_kv requests once their blocks are reserved.
+  void set_kv_importer(KvImportStarter starter) { kv_importer_ = std::move(starter); }
+  // Any thread: the KV of engine request `engine_id` arrived; `write` (run on the loop thread)
+  // puts it into the reservation, and the request runs. A request that ended meanwhile is skipped.
+  void finish_import(int64_t engine_id, std::function<void()> write);
+  // Any thread: the KV will not come; the request ends with `error` (its stream's error), its
+  // reserved blocks freed.
+  void fail_import(int64_t engine_id, std::string error);
 
   // Starts the loop thread, which runs run_once() whenever there is work and sleeps otherwise.
   void start();
@@ -172,7 +191,11 @@ class AsyncEngine {
     std::shared_ptr<RequestStream> stream;
     std::vector<int32_t> prompt_ids;
     SamplingParams params;
+    RequestStart start;
+    std::string kv_source;
   };
+  // Hands the engine's new KV reservations to the importer.
+  void start_imports();
 
   void loop();
   void admit(Submission& submission);
@@ -191,6 +214,7 @@ class AsyncEngine {
   std::vector<Submission> pending_;
   int32_t pending_sequences_ = 0;
   std::vector<std::shared_ptr<RequestStream>> cancelled_;
+  std::vector<std::function<void(Engine&)>> tasks_;  // post()
   int32_t waiting_sequences_ = 0;  // the engine's, after the latest step
   int32_t num_in_flight_ = 0;
   int64_t next_stream_id_ = 0;
@@ -199,6 +223,9 @@ class AsyncEngine {
 
   // The loop thread's own.
   std::unordered_map<int64_t, std::shared_ptr<RequestStream>> active_;  // by engine request id
+  KvImportStarter kv_importer_;
+  std::unordered_map<int64_t, std::string> import_sources_;               // import_kv requests not reserved yet
+  std::unordered_map<int64_t, std::function<void()>> import_cancels_;     // imports in flight
   bool engine_busy_ = false;
   std::thread thread_;
 };

@@ -49,7 +49,58 @@ struct ResponseShape {
   bool include_usage = false;
   // Chat with tools (tool_choice not "none"): replies are parsed for calls in this format.
   std::optional<ToolCallFormat> tool_format;
+  bool return_token_ids = false;  // the "splitflow" extension: each choice carries its token ids
 };
+
+// The "splitflow" request extension the router sends (docs/splitwise.md):
+//   {"resume_token_ids": [ids], "kv_source": "[layerwise@|serialized@]host:port", "return_token_ids": true}
+// resume_token_ids: tokens an instance that failed already streamed (the request continues after
+// them); kv_source: the prompt instance computing this request's KV (a Splitwise token instance
+// imports it); return_token_ids: every choice (chunk) carries "token_ids".
+struct SplitflowExtension {
+  std::vector<int32_t> resume_token_ids;
+  std::string kv_source;
+  bool return_token_ids = false;
+};
+
+SplitflowExtension parse_splitflow_extension(const json& body) {
+  SplitflowExtension ext;
+  const auto it = body.find("splitflow");
+  if (it == body.end() || it->is_null()) return ext;
+  if (!it->is_object()) throw ApiError(400, "'splitflow' must be an object", "splitflow");
+  if (const auto ids = it->find("resume_token_ids"); ids != it->end() && !ids->is_null()) {
+    if (!ids->is_array()) throw ApiError(400, "'splitflow.resume_token_ids' must be an array of token ids", "splitflow.resume_token_ids");
+    for (const json& id : *ids) {
+      if (!id.is_number_integer()) throw ApiError(400, "'splitflow.resume_token_ids' must hold integers", "splitflow.resume_token_ids");
+      ext.resume_token_ids.push_back(id.get<int32_t>());
+    }
+  }
+  if (const auto source = it->find("kv_source"); source != it->end() && !source->is_null()) {
+    if (!source->is_string() || source->get<std::string>().empty())
+      throw ApiError(400, "'splitflow.kv_source' must be a string host:port", "splitflow.kv_source");
+    ext.kv_source = source->get<std::string>();
+  }
+  if (const auto ids = it->find("return_token_ids"); ids != it->end() && !ids->is_null()) {
+    if (!ids->is_boolean()) throw ApiError(400, "'splitflow.return_token_ids' must be a boolean", "splitflow.return_token_ids");
+    ext.return_token_ids = ids->get<bool>();
+  }
+  return ext;
+}
+
+// A resumed or KV-importing request is one sequence.
+void apply_extension(const SplitflowExtension& ext, int32_t n, size_t prompts, PromptSubmission& prompt) {
+  if (ext.resume_token_ids.empty() && ext.kv_source.empty()) return;
+  if (n != 1 || prompts != 1) throw ApiError(400, "a resumed or KV-importing request has one prompt and n = 1", "splitflow");
+  prompt.start.prior_output_ids = ext.resume_token_ids;
+  prompt.start.import_kv = !ext.kv_source.empty();
+  prompt.kv_source = ext.kv_source;
+}
+
+json token_ids_json(const std::vector<TokenOutput>& tokens) {
+  json ids = json::array();
+  for (const TokenOutput& token : tokens) ids.push_back(token.token_id);
+  return ids;
+}
 
 // One choice of a finished request, for the non-streaming answer.
 struct ChoiceResult {
@@ -325,6 +376,7 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
         size_t offset = echo_text.size();
         choice["logprobs"] = shape_.logprobs ? completion_logprobs(tokenizer_, result.tokens, offset) : json(nullptr);
       }
+      if (shape_.return_token_ids) choice["token_ids"] = token_ids_json(result.tokens);
       choices.push_back(std::move(choice));
     }
     const int32_t all_cached = std::accumulate(cached_tokens_.begin(), cached_tokens_.end(), 0);
@@ -380,6 +432,7 @@ class ResponsePump : public std::enable_shared_from_this<ResponsePump> {
           fields["logprobs"] =
               shape_.logprobs ? completion_logprobs(tokenizer_, delta.tokens, text_offsets_[index]) : json(nullptr);
         }
+        if (shape_.return_token_ids) fields["token_ids"] = token_ids_json(delta.tokens);
         out += chunk(index, std::move(fields));
       }
       cached_tokens_[prompt] = update.num_cached_prompt_tokens;
@@ -496,11 +549,18 @@ void HttpServer::Impl::install_routes() {
         exchange->respond(200, kJson, R"({"status":"ok"})");
       },
       http::Dispatch::kInline);
+  if (config.splitwise_info) {
+    front.route(
+        "GET", "/splitwise/info",
+        [this](const std::shared_ptr<http::Exchange>& exchange) { exchange->respond(200, kJson, config.splitwise_info()); },
+        http::Dispatch::kInline);
+  }
   front.route(
       "GET", "/metrics",
       [this](const std::shared_ptr<http::Exchange>& exchange) {
         std::string text = engine.render_metrics();
         if (embedder != nullptr) text += embedder->render_metrics();
+        if (config.extra_metrics) text += config.extra_metrics();
         const http::FrontStats stats = front.stats();
         render_gauge(text, "splitflow_http_open_connections", "connections open now",
                      static_cast<double>(stats.open_connections));
@@ -517,7 +577,9 @@ void HttpServer::Impl::install_routes() {
 
 void HttpServer::Impl::completions(const std::shared_ptr<http::Exchange>& exchange) {
   check_generative("/v1/completions");
-  CompletionRequest request = parse_completion_request(parse_json_body(exchange->request().body));
+  const json body = parse_json_body(exchange->request().body);
+  CompletionRequest request = parse_completion_request(body);
+  const SplitflowExtension ext = parse_splitflow_extension(body);
   check_model(request.model);
   compile(request, exchange->request().body);
   const size_t count = request.prompts.size();
@@ -540,18 +602,23 @@ void HttpServer::Impl::completions(const std::shared_ptr<http::Exchange>& exchan
     constexpr int32_t kOpenAiDefaultMaxTokens = 16;  // the completions API's documented default
     fit_context(fitted, prompt.prompt_ids.size(), field.c_str(), kOpenAiDefaultMaxTokens);
     prompt.params = std::move(fitted.params);
+    apply_extension(ext, request.n, count, prompt);
+    if (!ext.resume_token_ids.empty() && request.echo) throw ApiError(400, "a resumed request cannot echo", "echo");
     prompts.push_back(std::move(prompt));
     shape.echo_texts.push_back(std::move(echo_text));
   }
   auto streams = submit(std::move(prompts), request.n, "prompt");
   shape.id = fmt::format("cmpl-{}", streams.front()->id());
   shape.logprobs = request.logprobs.has_value();
+  shape.return_token_ids = ext.return_token_ids;
   respond(std::move(streams), request, std::move(shape), exchange);
 }
 
 void HttpServer::Impl::chat_completions(const std::shared_ptr<http::Exchange>& exchange) {
   check_generative("/v1/chat/completions");
-  ChatRequest request = parse_chat_request(parse_json_body(exchange->request().body));
+  const json body = parse_json_body(exchange->request().body);
+  ChatRequest request = parse_chat_request(body);
+  const SplitflowExtension ext = parse_splitflow_extension(body);
   check_model(request.model);
   if (!chat_template) {
     throw ApiError(400,
@@ -582,6 +649,7 @@ void HttpServer::Impl::chat_completions(const std::shared_ptr<http::Exchange>& e
   fit_context(request, prompt_ids.size(), "messages", max_model_len);
   std::vector<PromptSubmission> prompts;
   prompts.push_back({std::move(prompt_ids), request.params});
+  apply_extension(ext, request.n, 1, prompts.front());
   auto streams = submit(std::move(prompts), request.n, "messages");
   ResponseShape shape;
   shape.chat = true;
@@ -589,6 +657,7 @@ void HttpServer::Impl::chat_completions(const std::shared_ptr<http::Exchange>& e
   shape.echo_texts.assign(1, "");
   shape.logprobs = request.logprobs;
   if (use_tools) shape.tool_format = tool_format;
+  shape.return_token_ids = ext.return_token_ids;
   respond(std::move(streams), request, std::move(shape), exchange);
 }
 

@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +47,10 @@ struct HttpServerConfig {
   // check. /health and /metrics stay open (probes and scrapers carry no key).
   std::vector<std::string> api_keys;
   std::vector<std::string> allowed_origins;  // CORS (http::FrontConfig::allowed_origins)
+  // Splitwise (docs/splitwise.md): GET /splitwise/info answers this JSON, and /metrics appends
+  // this text (the KV transfer metrics). Empty: no route, nothing appended.
+  std::function<std::string()> splitwise_info;
+  std::function<std::string()> extra_metrics;
 };
 
 class HttpServer {
