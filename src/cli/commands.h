@@ -18,6 +18,8 @@ void register_bench_serving(CLI::App& bench);
 void register_bench_grammar(CLI::App& bench);
 #ifdef SPLITFLOW_HAS_HTTP_SERVER
 void register_serve(CLI::App& app);
+// `splitflow route` (cli/route_command.cpp): the Splitwise router over serve instances.
+void register_route(CLI::App& app);
 #endif
 void register_sim(CLI::App& app);
 void register_perplexity(CLI::App& app);

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   splitflow::cli::register_bench(app);
 #ifdef SPLITFLOW_HAS_HTTP_SERVER
   splitflow::cli::register_serve(app);
+  splitflow::cli::register_route(app);
 #endif
   splitflow::cli::register_sim(app);
   splitflow::cli::register_perplexity(app);
