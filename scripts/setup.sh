@@ -18,7 +18,8 @@ DEBIAN_PACKAGES=(
 )
 # torch, transformers, gguf (+ accelerate, which transformers needs to load a GGUF): the references of the end-to-end tests (the openai-client server
 # test and the chat-template fixtures skip without them); ~2 minutes from PyPI.
-PYTHON_PACKAGES=(numpy tokenizers safetensors jinja2 openai torch transformers gguf accelerate)
+# sentencepiece: trains the Unigram models of tests/python/test_hf_unigram.py (skipped without it).
+PYTHON_PACKAGES=(numpy tokenizers safetensors jinja2 openai torch transformers gguf accelerate sentencepiece)
 
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do
@@ -31,7 +32,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-if ! python3 -c "import numpy, tokenizers, safetensors, jinja2, openai, torch, transformers, gguf, accelerate" 2>/dev/null; then
+if ! python3 -c "import numpy, tokenizers, safetensors, jinja2, openai, torch, transformers, gguf, accelerate, sentencepiece" 2>/dev/null; then
   echo "setup: installing Python packages: ${PYTHON_PACKAGES[*]}"
   python3 -m pip install -q "${PYTHON_PACKAGES[@]}" 2>/dev/null ||
     python3 -m pip install -q --break-system-packages "${PYTHON_PACKAGES[@]}"

@@ -1,15 +1,66 @@
 #!/usr/bin/env python3
-"""Writes unicode_tables.cpp: general categories, canonical (de)composition, combining classes and
-lowercase mappings for every code point, from Python's unicodedata. Run from this folder:
+"""Writes unicode_tables.cpp: general categories, canonical and compatibility decompositions,
+compositions, combining classes, lowercase mappings and grapheme cluster break properties for
+every code point, from Python's unicodedata plus perl's Unicode::UCD (character ages, grapheme
+cluster breaks, Extended_Pictographic; both must be of the same Unicode version). Run from this folder:
     python3 gen_unicode_tables.py > unicode_tables.cpp
-The tokenizer needs these for NFC/NFD normalizers, BERT normalization and llama.cpp's category
-flags; PCRE2 covers the regex side with its own tables of the same Unicode version."""
+The tokenizer needs these for the NFC/NFD/NFKC/NFKD normalizers, BERT normalization, the
+Precompiled normalizer's grapheme clusters and llama.cpp's category flags; PCRE2 covers the regex
+side with its own tables of the same Unicode version.
+
+HF tokenizers normalizes with Unicode 9.0 data (unicode-normalization-alignments): characters
+assigned later neither decompose nor reorder there. kNormalizationNewerThanHf lists the code points
+of this version's normalization data (a decomposition or a combining class) that are newer than
+9.0, so the HF normalizers can treat them as HF does."""
+import subprocess
 import unicodedata as ud
 
 CATEGORIES = ["Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps", "Pe",
               "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co", "Cn"]
 HANGUL_FIRST, HANGUL_LAST = 0xAC00, 0xD7A3
 MAX_CODEPOINT = 0x110000
+HF_NORMALIZATION_VERSION = (9, 0)
+# unicode::GraphemeBreak, in order; Extended_Pictographic is folded in (those code points are all GCB=Other).
+GRAPHEME_BREAKS = ["Other", "CR", "LF", "Control", "Extend", "ZWJ", "Regional_Indicator", "Prepend", "SpacingMark",
+                   "L", "V", "T", "LV", "LVT", "ExtPict"]
+
+PERL_PROPERTIES = r"""
+use Unicode::UCD qw(prop_invmap prop_invlist);
+print "version ", Unicode::UCD::UnicodeVersion(), "\n";
+my ($list, $map) = prop_invmap("Age");
+print "age ", join(" ", map { "$$list[$_]:$$map[$_]" } 0 .. $#$list), "\n";
+($list, $map) = prop_invmap("Grapheme_Cluster_Break");
+print "gcb ", join(" ", map { "$$list[$_]:$$map[$_]" } 0 .. $#$list), "\n";
+print "extpict ", join(" ", prop_invlist("Extended_Pictographic")), "\n";
+"""
+
+
+def perl_properties():
+    """(ages, grapheme breaks) per code point from perl's Unicode::UCD."""
+    out = subprocess.run(["perl", "-e", PERL_PROPERTIES], capture_output=True, text=True, check=True).stdout
+    lines = dict(line.split(" ", 1) for line in out.strip().split("\n"))
+    if lines["version"] != ud.unidata_version:
+        raise SystemExit(f"perl's Unicode {lines['version']} differs from Python's {ud.unidata_version}")
+
+    def expand(pairs, convert):
+        values = [None] * MAX_CODEPOINT
+        items = [p.rsplit(":", 1) for p in pairs.split()]
+        for i, (start, value) in enumerate(items):
+            end = int(items[i + 1][0]) if i + 1 < len(items) else MAX_CODEPOINT
+            converted = convert(value)
+            for cp in range(int(start), min(end, MAX_CODEPOINT)):
+                values[cp] = converted
+        return values
+
+    ages = expand(lines["age"], lambda v: None if v == "Unassigned" else tuple(int(x) for x in v.split(".")))
+    breaks = expand(lines["gcb"], lambda v: "Other" if v == "ExtPict_XX" else v)
+    bounds = [int(x) for x in lines["extpict"].split()]
+    for i in range(0, len(bounds), 2):
+        for cp in range(bounds[i], bounds[i + 1] if i + 1 < len(bounds) else MAX_CODEPOINT):
+            if breaks[cp] != "Other":
+                raise SystemExit(f"Extended_Pictographic U+{cp:04X} has grapheme break {breaks[cp]}")
+            breaks[cp] = "ExtPict"
+    return ages, breaks
 
 
 def rows(items, per_line):
@@ -38,7 +89,22 @@ def full_decomposition(cp):
     return out
 
 
+def full_compatibility_decomposition(cp):
+    """Canonical and compatibility mappings applied recursively (no reordering; Hangul left whole)."""
+    if HANGUL_FIRST <= cp <= HANGUL_LAST:
+        return [cp]
+    d = ud.decomposition(chr(cp))
+    if not d:
+        return [cp]
+    out = []
+    for part in d.split():
+        if not part.startswith("<"):
+            out.extend(full_compatibility_decomposition(int(part, 16)))
+    return out
+
+
 def main():
+    ages, breaks = perl_properties()
     category_ranges = []
     previous = None
     for cp in range(MAX_CODEPOINT):
@@ -71,6 +137,24 @@ def main():
         if len(parts) == 2 and ud.normalize("NFC", chr(parts[0]) + chr(parts[1])) == chr(cp):
             compositions.append((parts[0], parts[1], cp))
     compositions.sort()
+
+    compat_decompositions, compat_data = [], []
+    for cp in range(MAX_CODEPOINT):
+        full = full_compatibility_decomposition(cp)
+        if full != full_decomposition(cp) and full != [cp]:
+            compat_decompositions.append((cp, len(compat_data), len(full)))
+            compat_data.extend(full)
+
+    newer_than_hf = [cp for cp in range(MAX_CODEPOINT)
+                     if (ud.decomposition(chr(cp)) or ud.combining(chr(cp))) and ages[cp] is not None
+                     and ages[cp] > HF_NORMALIZATION_VERSION]
+
+    break_ranges = []
+    previous = None
+    for cp in range(MAX_CODEPOINT):
+        if breaks[cp] != previous:
+            break_ranges.append((cp, GRAPHEME_BREAKS.index(breaks[cp])))
+            previous = breaks[cp]
 
     lowercase, lowercase_data = [], []
     for cp in range(MAX_CODEPOINT):
@@ -105,6 +189,22 @@ def main():
     print(rows([f"{{0x{a:X}, 0x{b:X}, 0x{c:X}}}" for a, b, c in compositions], 5))
     print("};")
     print(f"const size_t kCompositionCount = {len(compositions)};\n")
+    print("const Mapping kCompatibilityDecompositions[] = {")
+    print(rows([f"{{0x{a:X}, {b}, {c}}}" for a, b, c in compat_decompositions], 6))
+    print("};")
+    print(f"const size_t kCompatibilityDecompositionCount = {len(compat_decompositions)};")
+    print("const char32_t kCompatibilityDecompositionData[] = {")
+    print(rows([f"0x{a:X}" for a in compat_data], 10))
+    print("};\n")
+    print(f"// Normalization data newer than Unicode {HF_NORMALIZATION_VERSION[0]}.{HF_NORMALIZATION_VERSION[1]}.")
+    print("const char32_t kNormalizationNewerThanHf[] = {")
+    print(rows([f"0x{a:X}" for a in newer_than_hf], 10))
+    print("};")
+    print(f"const size_t kNormalizationNewerThanHfCount = {len(newer_than_hf)};\n")
+    print("const GraphemeBreakRange kGraphemeBreakRanges[] = {")
+    print(rows([f"{{0x{a:X}, {b}}}" for a, b in break_ranges], 8))
+    print("};")
+    print(f"const size_t kGraphemeBreakRangeCount = {len(break_ranges)};\n")
     print("const Mapping kLowercase[] = {")
     print(rows([f"{{0x{a:X}, {b}, {c}}}" for a, b, c in lowercase], 6))
     print("};")

@@ -2,6 +2,8 @@
 // encoded as llama.cpp does (src/llama-vocab.cpp), the reference for these files:
 //   llama: SentencePiece BPE by token scores, "▁" for spaces, byte fallback to <0xNN>;
 //   gpt2:  byte-level BPE by merge rank, after the pre-tokenizer regexes `tokenizer.ggml.pre` names;
+//   gemma4: SentencePiece-style BPE by merge rank (Gemma 4): spaces become "▁", the text splits only
+//          into newline runs and the rest, merges run on raw UTF-8, <0xNN> pieces for uncovered bytes;
 //   bert:  WordPiece on llama.cpp's converted vocabulary ("▁" marks word starts, no "##").
 // Special tokens (control, user-defined, unknown types) written in the text are recognised first,
 // longest first, with llama.cpp's lstrip/rstrip attributes.
@@ -44,6 +46,9 @@ const std::string kLlama3 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const std::string kQwen2 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Qwen 3.5: Qwen 2's with marks kept inside words.
+const std::string kQwen35 =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 PreTokenizer pre_tokenizer_for(const std::string& name, const std::string& where) {
   const auto is_any = [&](std::initializer_list<const char*> names) {
@@ -79,6 +84,7 @@ PreTokenizer pre_tokenizer_for(const std::string& name, const std::string& where
     return {{kGpt2}};
   }
   if (is_any({"qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan", "kormo"})) return {{kQwen2}};
+  if (name == "qwen35") return {{kQwen35}};
   if (is_any({"poro-chat", "bloom", "gpt3-finnish"})) return {{R"( ?[^(\s|.,!?…。，、।۔،)]+)"}};
   if (name == "viking") return {{R"( ?[^(\s|.,!?…。，、।۔،)]+)", R"(\p{N})"}};
   if (is_any({"gpt-4o", "llama4"})) {
@@ -93,7 +99,7 @@ PreTokenizer pre_tokenizer_for(const std::string& name, const std::string& where
             true, true};
   }
   fail("{}: pre-tokenizer '{}' (tokenizer.ggml.pre) is not supported; known: default, llama3/llama-bpe, "
-       "deepseek-llm, deepseek-coder, deepseek-v3, falcon, gpt-2, starcoder, qwen2, stablelm2, mpt, olmo, "
+       "deepseek-llm, deepseek-coder, deepseek-v3, falcon, gpt-2, starcoder, qwen2, qwen35, stablelm2, mpt, olmo, "
        "poro-chat, viking, gpt-4o, tekken, dbrx, chatglm-bpe and their aliases",
        where, name);
 }
@@ -142,6 +148,8 @@ class GgufTokenizer final : public Tokenizer {
   bool add_eos_ = false;
   bool add_sep_ = false;
   bool ignore_merges_ = false;
+  bool byte_level_ = true;          // BPE pieces are GPT-2 byte-level strings (false: raw UTF-8, gemma4)
+  bool escape_whitespace_ = false;  // BPE text has its spaces as "▁" (gemma4)
   bool lowercase_ = true;      // WordPiece normalization
   bool strip_accents_ = true;
   size_t max_piece_bytes_ = 0;
@@ -217,18 +225,30 @@ GgufTokenizer::GgufTokenizer(const json& metadata) {
     kind_ = VocabKind::SentencePiece;
     bos_id_ = 1, eos_id_ = 2, unk_id_ = 0;
     add_space_prefix_ = true, add_bos_ = true;
-  } else if (model_name == "gpt2") {
+  } else if (model_name == "gpt2" || model_name == "gemma4") {
     kind_ = VocabKind::BytePairEncoding;
-    bos_id_ = 11, eos_id_ = 11;
-    const PreTokenizer pre_tokenizer = pre_tokenizer_for(pre, "GGUF");
-    for (const auto& pattern : pre_tokenizer.patterns) pre_regexes_.emplace_back(pattern, "GGUF pre-tokenizer '" + pre + "'");
-    ignore_merges_ = pre_tokenizer.ignore_merges;
-    add_bos_ = pre_tokenizer.add_bos;
-    add_sep_ = pre == "jina-v1-en" || pre == "jina-v2-code" || pre == "roberta-bpe";
+    if (model_name == "gpt2") {
+      bos_id_ = 11, eos_id_ = 11;
+      const PreTokenizer pre_tokenizer = pre_tokenizer_for(pre, "GGUF");
+      for (const auto& pattern : pre_tokenizer.patterns) pre_regexes_.emplace_back(pattern, "GGUF pre-tokenizer '" + pre + "'");
+      ignore_merges_ = pre_tokenizer.ignore_merges;
+      add_bos_ = pre_tokenizer.add_bos;
+      add_sep_ = pre == "jina-v1-en" || pre == "jina-v2-code" || pre == "roberta-bpe";
+    } else {
+      // llama.cpp's gemma4 pre-tokenizer: only newline runs split the text (BPE merge lookup
+      // never sees a newline next to other text); its special ids all come from the metadata.
+      pre_regexes_.emplace_back("[^\n]+|[\n]+", "GGUF gemma4 pre-tokenizer");
+      byte_level_ = false;
+      escape_whitespace_ = true;
+      add_bos_ = true;
+    }
     const json* merges = find_key(metadata, "tokenizer.ggml.merges");
-    SF_CHECK(merges && merges->is_array(), "GGUF vocabulary 'gpt2' needs a 'tokenizer.ggml.merges' array");
+    SF_CHECK(merges && merges->is_array(), "GGUF vocabulary '{}' needs a 'tokenizer.ggml.merges' array", model_name);
+    merges_.reserve(merges->size());
     for (size_t i = 0; i < merges->size(); ++i) {
-      const std::string& merge = (*merges)[i].get_ref<const std::string&>();
+      const json& entry = (*merges)[i];
+      SF_CHECK(entry.is_string(), "GGUF 'tokenizer.ggml.merges'[{}] is not a string", i);
+      const std::string& merge = entry.get_ref<const std::string&>();
       const size_t space = merge.find(' ', 1);
       SF_CHECK(space != std::string::npos, "GGUF 'tokenizer.ggml.merges'[{}] '{}' is not 'left right'", i, merge);
       const int32_t left = find_id(piece_to_id_, std::string_view(merge).substr(0, space));
@@ -242,7 +262,7 @@ GgufTokenizer::GgufTokenizer(const json& metadata) {
     bos_id_ = 101, unk_id_ = 100, sep_id_ = 102;
     add_bos_ = true, add_sep_ = true;
   } else {
-    fail("GGUF tokenizer.ggml.model '{}' is not supported (supported: llama, gpt2, bert)", model_name);
+    fail("GGUF tokenizer.ggml.model '{}' is not supported (supported: llama, gpt2, gemma4, bert)", model_name);
   }
   add_space_prefix_ = flag("tokenizer.ggml.add_space_prefix", add_space_prefix_);
   const auto special_id = [&](const char* key, int32_t& id) {
@@ -260,6 +280,7 @@ GgufTokenizer::GgufTokenizer(const json& metadata) {
   special_id("tokenizer.ggml.eot_token_id", eot_id);
   special_id("tokenizer.ggml.eom_token_id", eom_id);
   add_bos_ = flag("tokenizer.ggml.add_bos_token", add_bos_);
+  if (model_name == "gemma4") add_bos_ = true;  // llama.cpp overrides a false flag for Gemma 4
   add_eos_ = flag("tokenizer.ggml.add_eos_token", add_eos_);
   add_sep_ = flag("tokenizer.ggml.add_sep_token", add_sep_);
   SF_CHECK(!add_bos_ || bos_id_ >= 0, "GGUF tokenizer.ggml.add_bos_token is true but there is no bos_token_id");
@@ -272,7 +293,7 @@ GgufTokenizer::GgufTokenizer(const json& metadata) {
     if (id >= 0 && std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
   }
   for (const char* text : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-                           "<EOT>", "<|end_of_text|>"}) {
+                           "<EOT>", "<|end_of_text|>", "<eos>", "<turn|>", "<|tool_response>"}) {
     const int32_t id = find_id(piece_to_id_, text);
     if (id < 0) continue;
     if (types_[id] == kNormal) types_[id] = kControl;
@@ -370,7 +391,9 @@ void GgufTokenizer::encode_sentencepiece(std::string_view text, std::vector<int3
   }
 }
 
-void GgufTokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) const {
+void GgufTokenizer::encode_bpe(std::string_view raw_text, std::vector<int32_t>& out) const {
+  const std::string escaped = escape_whitespace_ ? replace_all(raw_text, " ", kSentencePieceSpace) : std::string();
+  const std::string_view text = escape_whitespace_ ? std::string_view(escaped) : raw_text;
   std::vector<std::string_view> chunks{text};
   for (const Regex& regex : pre_regexes_) {
     std::vector<std::string_view> next;
@@ -390,8 +413,13 @@ void GgufTokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out)
   std::vector<int32_t> symbols;
   for (std::string_view chunk : chunks) {
     word.clear();
-    for (char c : chunk) unicode::append_utf8(word, unicode::byte_to_char(static_cast<uint8_t>(c)));
-    if (ignore_merges_) {
+    if (byte_level_) {
+      for (char c : chunk) unicode::append_utf8(word, unicode::byte_to_char(static_cast<uint8_t>(c)));
+    } else {
+      word.assign(chunk);
+    }
+    // gemma4: a run of newlines that is a piece stays whole (llama.cpp's fix for Gemma 4).
+    if (ignore_merges_ || (!byte_level_ && word.find_first_not_of('\n') == std::string::npos)) {
       const int32_t id = find_id(piece_to_id_, word);
       if (id >= 0) {
         out.push_back(id);
@@ -417,7 +445,9 @@ void GgufTokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out)
       size_t end = start;
       unicode::decode_next(word, end);
       for (size_t i = start; i < end; ++i) {
-        const int32_t id = find_id(piece_to_id_, std::string_view(word).substr(i, 1));
+        // Byte-level vocabularies have one piece per byte; gemma4 has <0xNN> pieces.
+        const int32_t id = byte_level_ ? find_id(piece_to_id_, std::string_view(word).substr(i, 1))
+                                       : find_id(piece_to_id_, byte_piece(static_cast<uint8_t>(word[i])));
         if (id >= 0) out.push_back(id);
       }
     }
@@ -544,7 +574,7 @@ std::string GgufTokenizer::token_bytes(int32_t id) const {
     default:
       break;
   }
-  if (kind_ != VocabKind::BytePairEncoding) return replace_all(piece, kSentencePieceSpace, " ");
+  if (kind_ != VocabKind::BytePairEncoding || escape_whitespace_) return replace_all(piece, kSentencePieceSpace, " ");
   std::string bytes;
   for (size_t i = 0; i < piece.size();) {
     const size_t start = i;

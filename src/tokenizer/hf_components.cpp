@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <optional>
 
 namespace splitflow::hf {
 namespace {
@@ -182,6 +183,107 @@ std::string metaspace_replacement(const json& spec, const std::string& here) {
 
 }  // namespace
 
+std::string base64_decode(std::string_view text, const std::string& where) {
+  const auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  while (!text.empty() && text.back() == '=') text.remove_suffix(1);
+  std::string out;
+  out.reserve(text.size() * 3 / 4);
+  uint32_t bits = 0;
+  int bit_count = 0;
+  for (char c : text) {
+    const int v = value(c);
+    SF_CHECK(v >= 0, "{}: not base64 (character '{}')", where, c);
+    bits = (bits << 6) | uint32_t(v);
+    bit_count += 6;
+    if (bit_count >= 8) {
+      bit_count -= 8;
+      out.push_back(char((bits >> bit_count) & 0xFF));
+    }
+  }
+  SF_CHECK(bit_count < 6, "{}: base64 text of a bad length", where);
+  return out;
+}
+
+PrecompiledCharsmap::PrecompiledCharsmap(std::string_view blob, const std::string& where) {
+  SF_CHECK(blob.size() >= 4, "{}: the precompiled charsmap has {} bytes, fewer than its 4-byte header", where,
+           blob.size());
+  const auto read_u32 = [&](size_t offset) {
+    return uint32_t(uint8_t(blob[offset])) | uint32_t(uint8_t(blob[offset + 1])) << 8 |
+           uint32_t(uint8_t(blob[offset + 2])) << 16 | uint32_t(uint8_t(blob[offset + 3])) << 24;
+  };
+  const uint32_t trie_bytes = read_u32(0);
+  SF_CHECK(trie_bytes <= blob.size() - 4, "{}: the precompiled charsmap's trie claims {} bytes of {}", where,
+           trie_bytes, blob.size() - 4);
+  units_.resize(trie_bytes / 4);
+  for (size_t i = 0; i < units_.size(); ++i) units_[i] = read_u32(4 + 4 * i);
+  normalized_.assign(blob.substr(4 + trie_bytes / 4 * 4));
+  SF_CHECK(unicode::is_valid_utf8(normalized_), "{}: the precompiled charsmap's replacement strings are not UTF-8",
+           where);
+}
+
+// Darts-clone's commonPrefixSearch, keeping the first (shortest) match as spm_precompiled does.
+// Units: bit 8 has-leaf, bits 0-7 + bit 31 the label, bits 10-30 the offset (shifted by 8 when
+// bit 9 is set), a leaf's low 31 bits the value. An index outside the array ends the search.
+std::optional<std::string_view> PrecompiledCharsmap::transform(std::string_view key) const {
+  const auto offset = [](uint32_t unit) { return size_t(unit >> 10) << ((unit & (1u << 9)) >> 6); };
+  if (units_.empty()) return std::nullopt;
+  size_t node = offset(units_[0]);
+  for (char c : key) {
+    const uint8_t byte = static_cast<uint8_t>(c);
+    if (byte == 0) break;
+    node ^= byte;
+    if (node >= units_.size()) return std::nullopt;
+    const uint32_t unit = units_[node];
+    if ((unit & ((1u << 31) | 0xFF)) != byte) return std::nullopt;
+    node ^= offset(unit);
+    if ((unit >> 8) & 1) {
+      if (node >= units_.size()) return std::nullopt;
+      const size_t first = units_[node] & ((1u << 31) - 1);
+      if (first >= normalized_.size()) return std::nullopt;
+      const size_t last = normalized_.find('\0', first);
+      const std::string_view replacement =
+          std::string_view(normalized_).substr(first, (last == std::string::npos ? normalized_.size() : last) - first);
+      // A value pointing inside a character would make Rust panic; here it is no match.
+      if (!unicode::is_valid_utf8(replacement)) return std::nullopt;
+      return replacement;
+    }
+  }
+  return std::nullopt;
+}
+
+// spm_precompiled's normalize_string: a grapheme cluster shorter than 6 bytes is looked up whole
+// (its shortest mapped prefix replaces all of it), otherwise each character is looked up alone.
+std::string PrecompiledCharsmap::normalize(std::string_view text) const {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t end = unicode::grapheme_end(text, pos);
+    const std::string_view grapheme = text.substr(pos, end - pos);
+    pos = end;
+    if (grapheme.size() < 6) {
+      if (const auto replacement = transform(grapheme)) {
+        out += *replacement;
+        continue;
+      }
+    }
+    for (size_t i = 0; i < grapheme.size();) {
+      const size_t start = i;
+      unicode::decode_next(grapheme, i);
+      const std::string_view character = grapheme.substr(start, i - start);
+      const auto replacement = transform(character);
+      out += replacement ? *replacement : character;
+    }
+  }
+  return out;
+}
+
 std::string type_of(const json& component, const std::string& where) {
   SF_CHECK(component.is_object() && component.contains("type") && component["type"].is_string(),
            "{}: component without a 'type': {}", where, component.dump().substr(0, 200));
@@ -222,6 +324,16 @@ NormalizeFn parse_normalizer(const json& spec, const std::string& where) {
   }
   if (type == "NFC") return [](std::string& s) { s = unicode::to_utf8(unicode::nfc(unicode::to_code_points(s))); };
   if (type == "NFD") return [](std::string& s) { s = unicode::to_utf8(unicode::nfd(unicode::to_code_points(s))); };
+  if (type == "NFKC") return [](std::string& s) { s = unicode::to_utf8(unicode::nfkc(unicode::to_code_points(s))); };
+  if (type == "NFKD") return [](std::string& s) { s = unicode::to_utf8(unicode::nfkd(unicode::to_code_points(s))); };
+  if (type == "Precompiled") {
+    const json& charsmap = require(spec, "precompiled_charsmap", here);
+    SF_CHECK(charsmap.is_string() || charsmap.is_null(), "{}: 'precompiled_charsmap' must be a base64 string", here);
+    const std::string encoded = charsmap.is_string() ? charsmap.get<std::string>() : "";
+    if (encoded.empty()) return [](std::string&) {};  // no map: SentencePiece's identity rule
+    auto map = std::make_shared<const PrecompiledCharsmap>(base64_decode(encoded, here), here);
+    return [map](std::string& s) { s = map->normalize(s); };
+  }
   if (type == "Lowercase") {
     return [](std::string& s) { s = map_code_points(s, [](char32_t cp, std::u32string& out) { unicode::append_lowercase(out, cp); }); };
   }
@@ -297,8 +409,8 @@ NormalizeFn parse_normalizer(const json& spec, const std::string& where) {
       s = unicode::to_utf8(out);
     };
   }
-  fail("{}: normalizer type '{}' is not supported (supported: Sequence, NFC, NFD, Lowercase, Prepend, Replace, "
-       "Strip, StripAccents, ByteLevel, BertNormalizer)",
+  fail("{}: normalizer type '{}' is not supported (supported: Sequence, NFC, NFD, NFKC, NFKD, Precompiled, Lowercase, "
+       "Prepend, Replace, Strip, StripAccents, ByteLevel, BertNormalizer)",
        where, type);
 }
 

@@ -1,11 +1,14 @@
 // tokenizer/hf_components.h — the pipeline components of HF tokenizer.json (normalizers,
 // pre-tokenizers, decoders), each built from its JSON spec as a function and each mirroring HF
-// `tokenizers`. Internal to the tokenizer module (hf_tokenizer.cpp assembles them).
+// `tokenizers`; SentencePiece's precompiled charsmap behind the Precompiled normalizer. Internal to
+// the tokenizer module (hf_tokenizer.cpp assembles them).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,6 +65,23 @@ T value_or(const json& object, const char* key, T fallback) {
   const auto it = object.find(key);
   return (it == object.end() || it->is_null()) ? fallback : it->get<T>();
 }
+
+// SentencePiece's precompiled normalization map (the Precompiled normalizer's blob, as HF's
+// spm_precompiled reads it): a little-endian u32 byte size, a darts-clone double-array trie of
+// that size keyed by UTF-8 input, then the NUL-terminated replacement strings its leaves point to.
+class PrecompiledCharsmap {
+ public:
+  PrecompiledCharsmap(std::string_view blob, const std::string& where);
+  // The replacement of the shortest key that is a prefix of `key`; nullopt when none is.
+  std::optional<std::string_view> transform(std::string_view key) const;
+  std::string normalize(std::string_view text) const;
+
+ private:
+  std::vector<uint32_t> units_;
+  std::string normalized_;
+};
+
+std::string base64_decode(std::string_view text, const std::string& where);
 
 // Bytes of a byte-level piece; false when a character is outside the alphabet.
 bool byte_level_decode(std::string_view piece, std::string& bytes);

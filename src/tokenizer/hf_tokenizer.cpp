@@ -1,7 +1,7 @@
 // tokenizer/hf_tokenizer.cpp — HF tokenizer.json. The pipeline and every component mirror HF
 // `tokenizers` (0.2x), which is the reference the tests compare against:
 //   added tokens (non-normalized) -> normalizer -> added tokens (normalized) -> pre-tokenizer ->
-//   model (BPE / WordPiece) per pre-token -> post-processor (only with add_special).
+//   model (BPE / WordPiece / Unigram) per pre-token -> post-processor (only with add_special).
 // Decoding: ids -> pieces (special added tokens dropped on request) -> decoder chain.
 #include "tokenizer/tokenizer.h"
 
@@ -11,6 +11,7 @@
 #include "tokenizer/merges.h"
 #include "tokenizer/pieces.h"
 #include "tokenizer/unicode.h"
+#include "tokenizer/unigram.h"
 
 #include <algorithm>
 #include <array>
@@ -277,7 +278,7 @@ class TokenizerJsonReader : public nlohmann::json_sax<json> {
   std::string error_;
 };
 
-enum class ModelType { Bpe, WordPiece };
+enum class ModelType { Bpe, WordPiece, Unigram };
 
 
 class HfTokenizer final : public Tokenizer {
@@ -304,6 +305,7 @@ class HfTokenizer final : public Tokenizer {
   void tokenize_word(const std::string& word, std::vector<int32_t>& out) const;
   void bpe_word(const std::string& word, std::vector<int32_t>& out) const;
   void wordpiece_word(const std::string& word, std::vector<int32_t>& out) const;
+  void load_unigram(const json& model, const std::string& where);
   int32_t config_token(const json& config, const char* key) const;
 
   std::string path_;
@@ -322,6 +324,8 @@ class HfTokenizer final : public Tokenizer {
   std::array<int32_t, 256> byte_piece_ids_{};
   // WordPiece
   size_t max_input_chars_per_word_ = 100;
+  // Unigram
+  std::unique_ptr<UnigramModel> unigram_;
   // Added tokens.
   std::vector<AddedToken> added_tokens_;
   PieceIdMap added_by_content_;
@@ -354,7 +358,12 @@ HfTokenizer::HfTokenizer(TokenizerJson& parsed, const std::string& path, const j
   // repeat a vocab id), and a larger id would size a table by what the file claims, not holds.
   const auto added = root.find("added_tokens");
   const size_t added_count = added != root.end() && added->is_array() ? added->size() : 0;
-  const int64_t id_limit = int64_t(parsed.vocab.size() + added_count);
+  // A Unigram vocab is an array of [piece, score] (kept in the DOM); BPE and WordPiece's an object.
+  size_t vocab_count = parsed.vocab.size();
+  if (const auto model = root.find("model"); model != root.end() && model->is_object()) {
+    if (const auto vocab = model->find("vocab"); vocab != model->end() && vocab->is_array()) vocab_count = vocab->size();
+  }
+  const int64_t id_limit = int64_t(vocab_count + added_count);
   load_model(require(root, "model", "'" + path + "'"), parsed, id_limit, "'" + path + "' model");
 
   if (added_count > 0) {
@@ -464,8 +473,11 @@ void HfTokenizer::load_model(const json& model, TokenizerJson& parsed, int64_t i
   SF_CHECK(model.is_object(), "{}: not an object", where);
   std::string type = value_or<std::string>(model, "type", "");
   if (type.empty()) {
-    // Old files omit the type; BPE is the one with merges.
-    type = model.contains("merges") ? "BPE" : model.contains("vocab") && model["vocab"].is_object() ? "WordPiece" : "";
+    // Old files omit the type; BPE is the one with merges, Unigram the one with a vocab of pairs.
+    type = model.contains("merges")                                   ? "BPE"
+           : model.contains("vocab") && model["vocab"].is_object()   ? "WordPiece"
+           : model.contains("vocab") && model["vocab"].is_array()    ? "Unigram"
+                                                                      : "";
   }
   SF_CHECK(model.contains("vocab"), "{}: missing field 'vocab'", where);
   if (type == "BPE" || type == "WordPiece") {
@@ -540,8 +552,36 @@ void HfTokenizer::load_model(const json& model, TokenizerJson& parsed, int64_t i
     continuing_subword_prefix_ = value_or<std::string>(model, "continuing_subword_prefix", "##");
     max_input_chars_per_word_ = value_or<size_t>(model, "max_input_chars_per_word", 100);
     SF_CHECK(unk_id_ >= 0, "{}: WordPiece needs an 'unk_token' that is in the vocab", where);
+  } else if (type == "Unigram") {
+    model_type_ = ModelType::Unigram;
+    load_unigram(model, where);
   } else {
-    fail("{}: model type '{}' is not supported (supported: BPE, WordPiece)", where, type);
+    fail("{}: model type '{}' is not supported (supported: BPE, WordPiece, Unigram)", where, type);
+  }
+}
+
+void HfTokenizer::load_unigram(const json& model, const std::string& where) {
+  const json& vocab = model["vocab"];
+  SF_CHECK(vocab.is_array(), "{}: a Unigram 'vocab' must be an array of [piece, score]", where);
+  std::vector<std::pair<std::string, double>> pieces;
+  pieces.reserve(vocab.size());
+  for (const json& entry : vocab) {
+    SF_CHECK(entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_number(),
+             "{}: vocab entry {} is not [piece, score]", where, entry.dump().substr(0, 100));
+    pieces.emplace_back(entry[0].get<std::string>(), entry[1].get<double>());
+  }
+  int32_t unk_id = -1;
+  if (const auto unk = model.find("unk_id"); unk != model.end() && !unk->is_null()) {
+    SF_CHECK(unk->is_number_integer() && *unk >= 0 && *unk < int64_t(pieces.size()),
+             "{}: unk_id {} is outside the vocab of {} pieces", where, unk->dump(), pieces.size());
+    unk_id = unk->get<int32_t>();
+  }
+  unigram_ = std::make_unique<UnigramModel>(pieces, unk_id, value_or(model, "byte_fallback", false), where);
+  unk_id_ = unk_id;
+  id_to_piece_.resize(pieces.size());
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    vocab_.assign(pieces[id].first, int32_t(id));
+    id_to_piece_[id] = std::move(pieces[id].first);
   }
 }
 
@@ -677,10 +717,16 @@ void HfTokenizer::tokenize_word(const std::string& word, std::vector<int32_t>& o
     }
   }
   const size_t before = out.size();
-  if (model_type_ == ModelType::Bpe) {
-    bpe_word(word, out);
-  } else {
-    wordpiece_word(word, out);
+  switch (model_type_) {
+    case ModelType::Bpe:
+      bpe_word(word, out);
+      break;
+    case ModelType::WordPiece:
+      wordpiece_word(word, out);
+      break;
+    case ModelType::Unigram:
+      unigram_->encode(word, out);
+      break;
   }
   if (cacheable) {
     std::lock_guard lock(cache_mutex_);

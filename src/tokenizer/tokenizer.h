@@ -1,11 +1,11 @@
 // tokenizer/tokenizer.h — text <-> token ids. Implementations: HF tokenizer.json (byte-level BPE,
-// SentencePiece-style BPE with byte fallback, WordPiece), GGUF vocabularies (tokenizer.ggml.*),
-// llama2.c tokenizer.bin. Encoding is bit-exact with the reference implementation of each format
-// (HF `tokenizers`, llama.cpp, llama2.c); tests check that.
-// Module files: hf_tokenizer.cpp + hf_components.* (tokenizer.json), gguf_tokenizer.cpp,
-// llama2c_tokenizer.cpp, merges.* (rank and score BPE merge loops, piece tables), regex.* (PCRE2),
-// unicode.* + unicode_tables.* (categories, normalization, UTF-8), stream_decoder.cpp,
-// load_tokenizer.cpp (which tokenizer goes with a model path).
+// SentencePiece-style BPE with byte fallback, WordPiece, SentencePiece Unigram), GGUF vocabularies
+// (tokenizer.ggml.*: llama, gpt2, gemma4, bert), llama2.c tokenizer.bin. Encoding is bit-exact with
+// the reference implementation of each format (HF `tokenizers`, llama.cpp, llama2.c); tests check that.
+// Module files: hf_tokenizer.cpp + hf_components.* (tokenizer.json), unigram.* (the Unigram model),
+// gguf_tokenizer.cpp, llama2c_tokenizer.cpp, merges.* (rank and score BPE merge loops, piece
+// tables), regex.* (PCRE2), unicode.* + unicode_tables.* (categories, normalization, grapheme
+// clusters, UTF-8), stream_decoder.cpp, load_tokenizer.cpp (which tokenizer goes with a model path).
 // Tokenizers are immutable after loading; encode/decode may run on several threads at once.
 #pragma once
 

@@ -36,6 +36,17 @@ const tables::Mapping* find_mapping(const tables::Mapping* begin, size_t count, 
   return (it != end && it->code_point == cp) ? it : nullptr;
 }
 
+// Code points whose normalization data HF tokenizers (Unicode 9.0) does not have.
+bool newer_than_hf(char32_t cp) {
+  return std::binary_search(tables::kNormalizationNewerThanHf,
+                            tables::kNormalizationNewerThanHf + tables::kNormalizationNewerThanHfCount, cp);
+}
+
+uint8_t hf_combining_class(char32_t cp) {
+  const uint8_t value = combining_class(cp);
+  return value != 0 && !newer_than_hf(cp) ? value : 0;
+}
+
 void append_decomposition(std::u32string& out, char32_t cp) {
   if (cp >= kHangulSBase && cp < kHangulSBase + kHangulSCount) {
     const char32_t index = cp - kHangulSBase;
@@ -49,6 +60,46 @@ void append_decomposition(std::u32string& out, char32_t cp) {
   } else {
     out.push_back(cp);
   }
+}
+
+// HF's full decomposition of one code point, canonical or (compatibility) canonical + compatibility.
+void append_hf_decomposition(std::u32string& out, char32_t cp, bool compatibility) {
+  if (cp < 0xA0) {
+    out.push_back(cp);
+    return;
+  }
+  if (newer_than_hf(cp)) {
+    out.push_back(cp);
+    return;
+  }
+  if (compatibility) {
+    if (const auto* m = find_mapping(tables::kCompatibilityDecompositions, tables::kCompatibilityDecompositionCount, cp)) {
+      // The data leaves Hangul syllables whole; everything else in it is already decomposed.
+      for (uint32_t i = 0; i < m->length; ++i) append_decomposition(out, tables::kCompatibilityDecompositionData[m->offset + i]);
+      return;
+    }
+  }
+  append_decomposition(out, cp);
+}
+
+// Full decomposition, then canonical ordering: a stable sort of every run of non-starters by
+// combining class.
+std::u32string decompose(std::u32string_view text, bool compatibility) {
+  std::u32string out;
+  out.reserve(text.size());
+  for (char32_t cp : text) append_hf_decomposition(out, cp, compatibility);
+  for (size_t i = 0; i < out.size();) {
+    if (hf_combining_class(out[i]) == 0) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < out.size() && hf_combining_class(out[j]) != 0) ++j;
+    std::stable_sort(out.begin() + i, out.begin() + j,
+                     [](char32_t a, char32_t b) { return hf_combining_class(a) < hf_combining_class(b); });
+    i = j;
+  }
+  return out;
 }
 
 // 0 when the pair has no primary composite.
@@ -200,35 +251,22 @@ std::string make_valid_utf8(std::string_view bytes) {
   return out;
 }
 
-std::u32string nfd(std::u32string_view text) {
-  std::u32string out;
-  out.reserve(text.size());
-  for (char32_t cp : text) append_decomposition(out, cp);
-  // Canonical ordering: stable sort of every run of non-starters by combining class.
-  for (size_t i = 0; i < out.size();) {
-    if (combining_class(out[i]) == 0) {
-      ++i;
-      continue;
-    }
-    size_t j = i;
-    while (j < out.size() && combining_class(out[j]) != 0) ++j;
-    std::stable_sort(out.begin() + i, out.begin() + j,
-                     [](char32_t a, char32_t b) { return combining_class(a) < combining_class(b); });
-    i = j;
-  }
-  return out;
-}
+std::u32string nfd(std::u32string_view text) { return decompose(text, false); }
+std::u32string nfkd(std::u32string_view text) { return decompose(text, true); }
 
-std::u32string nfc(std::u32string_view text) {
-  std::u32string s = nfd(text);
+namespace {
+
+// Canonical composition of a decomposed string, in place.
+std::u32string compose_all(std::u32string s) {
   if (s.empty()) return s;
   size_t starter_pos = 0;
-  int last_class = combining_class(s[0]) == 0 ? 0 : 256;  // a leading non-starter blocks composition
+  int last_class = hf_combining_class(s[0]) == 0 ? 0 : 256;  // a leading non-starter blocks composition
   size_t out_pos = 1;
   for (size_t i = 1; i < s.size(); ++i) {
     const char32_t ch = s[i];
-    const int ch_class = combining_class(ch);
-    const char32_t composite = last_class == 256 ? 0 : compose(s[starter_pos], ch);
+    const int ch_class = hf_combining_class(ch);
+    char32_t composite = last_class == 256 ? 0 : compose(s[starter_pos], ch);
+    if (composite != 0 && newer_than_hf(composite)) composite = 0;
     if (composite != 0 && (last_class < ch_class || last_class == 0)) {
       s[starter_pos] = composite;
       continue;
@@ -241,6 +279,71 @@ std::u32string nfc(std::u32string_view text) {
   }
   s.resize(out_pos);
   return s;
+}
+
+}  // namespace
+
+std::u32string nfc(std::u32string_view text) { return compose_all(decompose(text, false)); }
+std::u32string nfkc(std::u32string_view text) { return compose_all(decompose(text, true)); }
+
+GraphemeBreak grapheme_break(char32_t cp) {
+  if (cp >= 0x20 && cp < 0x7F) return GraphemeBreak::Other;
+  if (cp > 0x10FFFF) return GraphemeBreak::Other;
+  using tables::kGraphemeBreakRanges;
+  const auto* end = kGraphemeBreakRanges + tables::kGraphemeBreakRangeCount;
+  const auto* it = std::upper_bound(kGraphemeBreakRanges, end, cp,
+                                    [](char32_t value, const tables::GraphemeBreakRange& r) { return value < r.first; });
+  return static_cast<GraphemeBreak>((it - 1)->grapheme_break);
+}
+
+size_t grapheme_end(std::string_view text, size_t offset) {
+  using enum GraphemeBreak;
+  size_t pos = offset;
+  if (pos >= text.size()) return text.size();
+  GraphemeBreak previous = grapheme_break(decode_next(text, pos));
+  // GB11 state: 1 after ExtPict Extend*, 2 after ExtPict Extend* ZWJ. GB12/13: regional
+  // indicators in a row so far.
+  int emoji = previous == ExtPict ? 1 : 0;
+  int regional_indicators = previous == RegionalIndicator ? 1 : 0;
+  const auto is_control = [](GraphemeBreak b) { return b == Control || b == CR || b == LF; };
+  while (pos < text.size()) {
+    size_t next_pos = pos;
+    const GraphemeBreak next = grapheme_break(decode_next(text, next_pos));
+    bool join;
+    if (previous == CR && next == LF) {
+      join = true;  // GB3
+    } else if (is_control(previous) || is_control(next)) {
+      join = false;  // GB4, GB5
+    } else if (previous == L && (next == L || next == V || next == LV || next == LVT)) {
+      join = true;  // GB6
+    } else if ((previous == LV || previous == V) && (next == V || next == T)) {
+      join = true;  // GB7
+    } else if ((previous == LVT || previous == T) && next == T) {
+      join = true;  // GB8
+    } else if (next == Extend || next == ZWJ || next == SpacingMark || previous == Prepend) {
+      join = true;  // GB9, GB9a, GB9b
+    } else if (previous == ZWJ && next == ExtPict) {
+      join = emoji == 2;  // GB11
+    } else if (previous == RegionalIndicator && next == RegionalIndicator) {
+      join = regional_indicators % 2 == 1;  // GB12, GB13
+    } else {
+      join = false;  // GB999
+    }
+    if (!join) break;
+    if (next == ExtPict) {
+      emoji = 1;
+    } else if (next == Extend && emoji == 1) {
+      emoji = 1;
+    } else if (next == ZWJ && emoji == 1) {
+      emoji = 2;
+    } else {
+      emoji = 0;
+    }
+    regional_indicators = next == RegionalIndicator ? regional_indicators + 1 : 0;
+    previous = next;
+    pos = next_pos;
+  }
+  return pos;
 }
 
 char32_t nfd_first(char32_t cp) {

@@ -1,6 +1,7 @@
 // tokenizer/unicode.h — the Unicode the tokenizers need beyond PCRE2: UTF-8 decoding with the
 // same U+FFFD substitution as Rust's from_utf8_lossy (HF tokenizers) or llama.cpp, general
-// categories, canonical normalization (NFD/NFC), lowercase mappings, and GPT-2's byte-level alphabet.
+// categories, normalization (NFD/NFC/NFKD/NFKC as HF tokenizers does it), extended grapheme
+// clusters, lowercase mappings, and GPT-2's byte-level alphabet.
 // Tables come from unicode_tables.cpp (generated; see gen_unicode_tables.py).
 #pragma once
 
@@ -38,8 +39,22 @@ std::string to_utf8(std::u32string_view code_points);
 std::string make_valid_utf8(std::string_view bytes);
 bool is_valid_utf8(std::string_view bytes);
 
+// The four normalization forms as HF tokenizers computes them: its data is Unicode 9.0, so a
+// character assigned later neither decomposes, composes nor reorders (the tables are newer; the
+// difference is listed in unicode_tables.h).
 std::u32string nfd(std::u32string_view text);
 std::u32string nfc(std::u32string_view text);
+std::u32string nfkd(std::u32string_view text);
+std::u32string nfkc(std::u32string_view text);
+
+// Grapheme_Cluster_Break values (UAX #29), Extended_Pictographic folded in.
+enum class GraphemeBreak : uint8_t {
+  Other, CR, LF, Control, Extend, ZWJ, RegionalIndicator, Prepend, SpacingMark, L, V, T, LV, LVT, ExtPict,
+};
+GraphemeBreak grapheme_break(char32_t cp);
+// End (byte offset) of the extended grapheme cluster that starts at `offset` of valid UTF-8 text:
+// UAX #29 rules GB3-GB13 with this table's properties (no GB9c, which Unicode 15.1 added).
+size_t grapheme_end(std::string_view text, size_t offset);
 // First code point of the canonical decomposition (llama.cpp's approximate NFD for BERT vocabularies).
 char32_t nfd_first(char32_t cp);
 // Full context-free lowercase (may be several code points, e.g. U+0130).

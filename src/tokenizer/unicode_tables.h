@@ -27,6 +27,10 @@ struct Composition {
   char32_t second;
   char32_t composite;
 };
+struct GraphemeBreakRange {
+  char32_t first;         // the range runs to the next entry's first
+  uint8_t grapheme_break;  // index into unicode::GraphemeBreak
+};
 
 extern const char* const kUnicodeVersion;
 extern const CategoryRange kCategoryRanges[];
@@ -40,6 +44,18 @@ extern const char32_t kDecompositionData[];
 // Primary composites, sorted by (first, second).
 extern const Composition kCompositions[];
 extern const size_t kCompositionCount;
+// Full compatibility decompositions (canonical and compatibility mappings applied recursively),
+// only where they differ from the canonical one; Hangul syllables inside are left whole.
+extern const Mapping kCompatibilityDecompositions[];
+extern const size_t kCompatibilityDecompositionCount;
+extern const char32_t kCompatibilityDecompositionData[];
+// Sorted code points whose decomposition or combining class is newer than HF tokenizers'
+// normalization data (Unicode 9.0).
+extern const char32_t kNormalizationNewerThanHf[];
+extern const size_t kNormalizationNewerThanHfCount;
+// Grapheme_Cluster_Break with Extended_Pictographic folded in.
+extern const GraphemeBreakRange kGraphemeBreakRanges[];
+extern const size_t kGraphemeBreakRangeCount;
 // Full (context-free) lowercase mappings, sorted by code point.
 extern const Mapping kLowercase[];
 extern const size_t kLowercaseCount;

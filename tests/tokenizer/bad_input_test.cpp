@@ -89,15 +89,19 @@ TEST(TokenizerBadInput, MalformedTokenizerJson) {
 TEST(TokenizerBadInput, UnsupportedComponentsAreNamed) {
   ScratchDir dir;
   EXPECT_ERROR_CONTAINS(
-      load_hf_tokenizer(dir.write("unigram.json", R"({"model": {"type": "Unigram", "vocab": [["a", -1.0]]}})")),
-      "model type 'Unigram' is not supported");
+      load_hf_tokenizer(dir.write("wordlevel.json", R"({"model": {"type": "WordLevel", "vocab": {"a": 0}}})")),
+      "model type 'WordLevel' is not supported");
   const auto with = [&](const std::string& field, const std::string& component) {
     std::string json = kTinyBpe;
     json.insert(json.size() - 1, ", \"" + field + "\": " + component);
     return dir.write(field + ".json", json);
   };
+  EXPECT_ERROR_CONTAINS(load_hf_tokenizer(with("normalizer", R"({"type": "Nmt"})")),
+                        "normalizer type 'Nmt' is not supported");
   EXPECT_ERROR_CONTAINS(load_hf_tokenizer(with("normalizer", R"({"type": "Precompiled"})")),
-                        "normalizer type 'Precompiled' is not supported");
+                        "missing field 'precompiled_charsmap'");
+  EXPECT_ERROR_CONTAINS(load_hf_tokenizer(with("normalizer", R"({"type": "Precompiled", "precompiled_charsmap": "AQI="})")),
+                        "fewer than its 4-byte header");
   EXPECT_ERROR_CONTAINS(load_hf_tokenizer(with("pre_tokenizer", R"({"type": "UnicodeScripts"})")),
                         "pre-tokenizer type 'UnicodeScripts' is not supported");
   EXPECT_ERROR_CONTAINS(load_hf_tokenizer(with("decoder", R"({"type": "CTC"})")), "decoder type 'CTC' is not supported");
@@ -165,6 +169,21 @@ TEST(TokenizerBadInput, SingleCharacterFields) {
   EXPECT_NO_THROW(load_hf_tokenizer(with("ok", "pre_tokenizer", R"({"type": "Metaspace", "replacement": "\u2581"})")));
 }
 
+TEST(TokenizerBadInput, UnigramModel) {
+  ScratchDir dir;
+  EXPECT_ERROR_CONTAINS(
+      load_hf_tokenizer(dir.write("pair.json", R"({"model": {"type": "Unigram", "vocab": [["a", -1.0], ["b"]]}})")),
+      "vocab entry [\"b\"] is not [piece, score]");
+  EXPECT_ERROR_CONTAINS(
+      load_hf_tokenizer(dir.write("unk.json", R"({"model": {"type": "Unigram", "unk_id": 5, "vocab": [["a", -1.0]]}})")),
+      "unk_id 5 is outside the vocab of 1 pieces");
+  EXPECT_ERROR_CONTAINS(load_hf_tokenizer(dir.write("empty.json", R"({"model": {"type": "Unigram", "vocab": []}})")),
+                        "Unigram model with an empty vocab");
+  const auto tokenizer = load_hf_tokenizer(
+      dir.write("ok.json", R"({"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["a", -1.0]]}})"));
+  EXPECT_EQ(tokenizer->encode("aba", false), (std::vector<int32_t>{1, 0, 1}));
+}
+
 TEST(TokenizerBadInput, TinyValidTokenizerJsonWorks) {
   ScratchDir dir;
   const auto tokenizer = load_hf_tokenizer(dir.write("tokenizer.json", kTinyBpe));
@@ -175,7 +194,7 @@ TEST(TokenizerBadInput, GgufMetadata) {
   using nlohmann::json;
   EXPECT_ERROR_CONTAINS(load_gguf_tokenizer(json::object()), "no 'tokenizer.ggml.model'");
   EXPECT_ERROR_CONTAINS(load_gguf_tokenizer(json{{"tokenizer.ggml.model", "rwkv"}, {"tokenizer.ggml.tokens", {"a"}}}),
-                        "tokenizer.ggml.model 'rwkv' is not supported (supported: llama, gpt2, bert)");
+                        "tokenizer.ggml.model 'rwkv' is not supported (supported: llama, gpt2, gemma4, bert)");
   EXPECT_ERROR_CONTAINS(load_gguf_tokenizer(json{{"tokenizer.ggml.model", "llama"}}), "no 'tokenizer.ggml.tokens'");
   EXPECT_ERROR_CONTAINS(load_gguf_tokenizer(json{{"tokenizer.ggml.model", "gpt2"},
                                                  {"tokenizer.ggml.pre", "no-such-pre"},
@@ -200,7 +219,7 @@ TEST(TokenizerBadInput, GgufMetadata) {
   EXPECT_ERROR_CONTAINS(load_gguf_tokenizer(json{{"tokenizer.ggml.model", "gpt2"},
                                                  {"tokenizer.ggml.tokens", {"a", "b"}},
                                                  {"tokenizer.ggml.merges", {"a b", 7}}}),
-                        "wrong type");
+                        "'tokenizer.ggml.merges'[1] is not a string");
   EXPECT_ERROR_CONTAINS(load_gguf_tokenizer(json{{"tokenizer.ggml.model", "llama"},
                                                  {"tokenizer.ggml.tokens", {"a", 7}}}),
                         "'tokenizer.ggml.tokens'[1] is not a string");

