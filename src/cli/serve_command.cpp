@@ -103,6 +103,11 @@ void run_serve(const ServeFlags& flags) {
   SF_CHECK(flags.max_model_len >= 0, "--max-model-len must not be negative, not {}", flags.max_model_len);
   SF_CHECK(flags.drain_timeout_s >= 0, "--drain-timeout must not be negative, not {}", flags.drain_timeout_s);
   const std::optional<DType> requested_kv_dtype = parse_kv_cache_dtype_flag(flags.kv_cache_dtype);
+  SF_CHECK(flags.role == "prompt" || flags.role == "token" || flags.role == "mixed",
+           "--role must be prompt, token or mixed, not '{}'", flags.role);
+  const splitwise::TransferMode transfer_mode = splitwise::parse_transfer_mode(flags.kv_transfer);
+  SF_CHECK(std::isfinite(flags.kv_transfer_timeout_s) && flags.kv_transfer_timeout_s > 0,
+           "--kv-transfer-timeout must be positive, not {}", flags.kv_transfer_timeout_s);
 
   // Threads started from here on inherit the mask: only the waiter below receives these signals.
   sigset_t stop_signals;
@@ -195,15 +200,10 @@ void run_serve(const ServeFlags& flags) {
 
   // Splitwise roles: a prompt instance serves KV transfers (its prefills exported layer by layer),
   // a token instance imports them; a mixed one does both (the router may borrow it either way).
-  SF_CHECK(flags.role == "prompt" || flags.role == "token" || flags.role == "mixed",
-           "--role must be prompt, token or mixed, not '{}'", flags.role);
   const bool split_capable = flags.model.tensor_parallel_size == 1 &&
                              spec.network != NetworkType::EncoderOnly;
   SF_CHECK(split_capable || flags.role == "mixed",
            "--role {} needs one rank (no tensor or pipeline parallelism yet) and a generative model", flags.role);
-  const splitwise::TransferMode transfer_mode = splitwise::parse_transfer_mode(flags.kv_transfer);
-  SF_CHECK(std::isfinite(flags.kv_transfer_timeout_s) && flags.kv_transfer_timeout_s > 0,
-           "--kv-transfer-timeout must be positive, not {}", flags.kv_transfer_timeout_s);
   splitwise::TransferMetrics transfer_metrics;
   std::optional<splitwise::KvExporter> exporter;
   std::optional<splitwise::TcpKvTransport> transport;
