@@ -252,7 +252,10 @@ bool Engine::abort(int64_t request_id) {
 }
 
 int32_t Engine::num_waiting_sequences() const {
-  return static_cast<int32_t>(scheduler_.waiting().size()) + num_deferred_sequences_;
+  const auto unreserved = std::count_if(importing_.begin(), importing_.end(), [](const SequenceState* state) {
+    return state->seq.status == SequenceStatus::Waiting;
+  });
+  return static_cast<int32_t>(scheduler_.waiting().size() + unreserved) + num_deferred_sequences_;
 }
 
 void Engine::finish_output(SequenceState& state, SequenceOutput& output) {

@@ -167,7 +167,8 @@ class Engine {
   bool has_work() const { return scheduler_.has_unfinished(); }
   int32_t num_importing_requests() const { return static_cast<int32_t>(importing_.size()); }
   int32_t num_unfinished_requests() const { return static_cast<int32_t>(requests_.size()); }
-  // Sequences the scheduler holds, plus the later choices of n > 1 requests not queued yet.
+  // Sequences the scheduler holds, plus the later choices of n > 1 requests not queued yet and
+  // KV-importing requests still waiting for blocks.
   int32_t num_waiting_sequences() const;
   int32_t num_running_sequences() const { return static_cast<int32_t>(scheduler_.running().size()); }
   int32_t num_swapped_sequences() const { return static_cast<int32_t>(scheduler_.swapped().size()); }

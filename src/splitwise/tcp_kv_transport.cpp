@@ -23,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr uint32_t kMagic = 0x564B4653;  // "SFKV"
-enum FrameType : uint8_t { kRequest = 1, kRows = 2, kDone = 3, kError = 4, kAck = 5 };
+enum FrameType : uint8_t { kRequest = 1, kRows = 2, kDone = 3, kError = 4, kAck = 5, kWait = 6 };
 constexpr uint64_t kMaxJsonFrame = uint64_t{64} << 20;
 constexpr size_t kRowsHeaderBytes = 16;
 
@@ -118,7 +118,7 @@ namespace {
 class ServerConnection : public KvSendChannel, public std::enable_shared_from_this<ServerConnection> {
  public:
   ServerConnection(TcpKvTransport::Impl& impl, tcp::socket socket)
-      : impl_(impl), socket_(std::move(socket)), idle_(impl.io), delay_(impl.io) {}
+      : impl_(impl), socket_(std::move(socket)), idle_(impl.io), delay_(impl.io), heartbeat_(impl.io) {}
 
   void start() {
     start_ = Clock::now();
@@ -194,6 +194,8 @@ class ServerConnection : public KvSendChannel, public std::enable_shared_from_th
       request.token_ids = body.at("token_ids").get<std::vector<int32_t>>();
       request.mode = parse_transfer_mode(body.at("mode").get<std::string>());
       request.layout = layout_from_json(body.at("layout"));
+      // The receiver's patience sets the heartbeat, whatever this side's own timeout is.
+      if (const int64_t ms = body.value("idle_timeout_ms", int64_t{0}); ms > 0) receiver_timeout_ = std::chrono::milliseconds(ms);
       SF_CHECK(!request.token_ids.empty(), "the transfer request names no tokens");
     } catch (const std::exception& e) {
       return refuse(fmt::format("malformed transfer request: {}", e.what()));
@@ -205,6 +207,7 @@ class ServerConnection : public KvSendChannel, public std::enable_shared_from_th
     asio::async_read(socket_, asio::buffer(&header_, sizeof header_),
                      [self = shared_from_this()](boost::system::error_code ec, size_t) { self->on_tail(ec); });
     if (!impl_.handler) return refuse("this instance does not serve KV transfers (its role is token)");
+    heartbeat();
     try {
       impl_.handler(std::move(request), shared_from_this());
     } catch (const std::exception& e) {
@@ -221,6 +224,19 @@ class ServerConnection : public KvSendChannel, public std::enable_shared_from_th
       return close("");
     }
     close("the token instance sent an unexpected frame");
+  }
+
+  // While the prefill waits in the engine's queue (or computes) and nothing else is being written,
+  // a Wait frame tells the receiver the sender is alive, so a busy prompt instance is not taken for
+  // a stalled one; a stopped or hung process sends none.
+  void heartbeat() {
+    const std::chrono::milliseconds patience = std::min(impl_.config.idle_timeout, receiver_timeout_);
+    heartbeat_.expires_after(std::max<std::chrono::milliseconds>(patience / 3, std::chrono::milliseconds(5)));
+    heartbeat_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->closed_ || self->done_queued_ || self->failing_) return;
+      if (!self->writing_ && self->out_.empty()) self->enqueue(frame(kWait, ""));
+      self->heartbeat();
+    });
   }
 
   void refuse(const std::string& message) {
@@ -305,6 +321,7 @@ class ServerConnection : public KvSendChannel, public std::enable_shared_from_th
     if (!writing_) out_.clear();  // a write in flight keeps its buffer until its handler runs
     idle_.cancel();
     delay_.cancel();
+    heartbeat_.cancel();
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
@@ -312,7 +329,8 @@ class ServerConnection : public KvSendChannel, public std::enable_shared_from_th
 
   TcpKvTransport::Impl& impl_;
   tcp::socket socket_;
-  asio::steady_timer idle_, delay_;
+  asio::steady_timer idle_, delay_, heartbeat_;
+  std::chrono::milliseconds receiver_timeout_{std::chrono::milliseconds::max()};
   FrameHeader header_;
   std::string payload_;
   std::deque<std::string> out_;
@@ -382,7 +400,8 @@ class FetchConnection : public std::enable_shared_from_this<FetchConnection> {
     const json body = {{"transfer_id", request_.transfer_id},
                        {"token_ids", request_.token_ids},
                        {"mode", std::string(transfer_mode_name(request_.mode))},
-                       {"layout", layout_json(request_.layout)}};
+                       {"layout", layout_json(request_.layout)},
+                       {"idle_timeout_ms", impl_.config.idle_timeout.count()}};
     out_ = frame(kRequest, body.dump());
     asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this()](boost::system::error_code ec, size_t) {
       if (self->completed_) return;
@@ -408,6 +427,7 @@ class FetchConnection : public std::enable_shared_from_this<FetchConnection> {
       case kError: limit = kMaxJsonFrame; break;
       default: limit = 0;
     }
+    if (header_.magic == kMagic && header_.type == kWait && header_.length == 0) return read_header();  // alive
     if (header_.magic != kMagic || limit == 0 || header_.length > limit) {
       return fail(fmt::format("malformed frame from {} (type {}, {} bytes)", address_, header_.type, header_.length), false);
     }

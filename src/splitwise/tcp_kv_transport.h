@@ -7,12 +7,14 @@
 //
 // Frames (little-endian, as both ends are x86-64 or aarch64 hosts): a 16-byte header
 // {u32 magic "SFKV", u8 type, 3 bytes zero, u64 payload bytes}, then the payload.
-//   Request (token -> prompt): JSON {transfer_id, token_ids, mode, layout}
+//   Request (token -> prompt): JSON {transfer_id, token_ids, mode, layout, idle_timeout_ms}
 //   Rows    (prompt -> token): {i32 layer, i32 first_position, i32 num_tokens, i32 0},
 //                              K rows [num_tokens, row_bytes], V rows [num_tokens, row_bytes]
 //   Done    (prompt -> token): JSON TransferStats
 //   Error   (either way):      JSON {message}
 //   Ack     (token -> prompt): empty, once every row arrived
+//   Wait    (prompt -> token): empty, every third of the receiver's idle_timeout_ms while the prefill waits or computes
+//                              and nothing else is written (a busy sender is not a stalled one)
 // Each layer's rows arrive in position order without gaps; the receiver checks every length,
 // layer and position against the request before copying a byte, and refuses anything else.
 #pragma once

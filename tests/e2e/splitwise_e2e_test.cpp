@@ -184,6 +184,25 @@ void print_counts(const char* after, const json& counts) {
               counts["kv_transfer_failures"].get<long long>(), counts["resumed_tokens"].get<long long>());
 }
 
+// Gauges are published after the engine's iteration that answered the request: poll a little.
+bool eventually(const std::function<bool()>& condition) {
+  for (int i = 0; i < 100; ++i) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+int64_t metric(const std::string& url, const std::string& name) {
+  httplib::Client client(url);
+  auto result = client.Get("/metrics");
+  if (!result) return -1;
+  const std::regex line("\n" + name + " ([0-9.e+]+)");
+  std::smatch match;
+  if (!std::regex_search(result->body, match, line)) return -1;
+  return static_cast<int64_t>(std::stod(match[1]));
+}
+
 const std::vector<std::string> kPrompts = {
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun.",
     "Tom had a big red ball.",
@@ -224,6 +243,8 @@ TEST(SplitwiseE2E, PromptPlusTokenThroughTheRouterEqualsOneMixedInstance) {
   EXPECT_EQ(instances["requests"]["split"].get<int64_t>(), 7);  // every request went prompt -> token
   EXPECT_EQ(instances["requests"]["failed"], 0);
   const json token_info = get_json(token.url(), "/splitwise/info");
+  // The prompt side counts a transfer once it reads the Ack, just after the request runs.
+  EXPECT_TRUE(eventually([&] { return get_json(prompt.url(), "/splitwise/info")["transfers"]["sent"] == 7; }));
   const json prompt_info = get_json(prompt.url(), "/splitwise/info");
   EXPECT_EQ(token_info["transfers"]["received"], 7);
   EXPECT_EQ(prompt_info["transfers"]["sent"], 7);
@@ -249,25 +270,6 @@ TEST(SplitwiseE2E, PromptPlusTokenThroughTheRouterEqualsOneMixedInstance) {
   ASSERT_TRUE(malformed);
   EXPECT_EQ(malformed->status, 400);
   EXPECT_EQ(get_json(token.url(), "/health")["status"], "ok");
-}
-
-// Gauges are published after the engine's iteration that answered the request: poll a little.
-bool eventually(const std::function<bool()>& condition) {
-  for (int i = 0; i < 100; ++i) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
-
-int64_t metric(const std::string& url, const std::string& name) {
-  httplib::Client client(url);
-  auto result = client.Get("/metrics");
-  if (!result) return -1;
-  const std::regex line("\n" + name + " ([0-9.e+]+)");
-  std::smatch match;
-  if (!std::regex_search(result->body, match, line)) return -1;
-  return static_cast<int64_t>(std::stod(match[1]));
 }
 
 TEST(SplitwiseE2E, ATokenInstanceKilledMidStreamLosesNoRequest) {
@@ -350,7 +352,7 @@ TEST(SplitwiseE2E, APromptInstanceKilledMidTransferIsRetriedElsewhere) {
   EXPECT_EQ(counts["finished"], 1);
   EXPECT_EQ(counts["failed"], 0);
   EXPECT_EQ(counts["kv_transfer_failures"], 1);
-  EXPECT_EQ(get_json(prompt2.url(), "/splitwise/info")["transfers"]["sent"], 1);
+  EXPECT_TRUE(eventually([&] { return get_json(prompt2.url(), "/splitwise/info")["transfers"]["sent"] == 1; }));
   // The token instance freed the reservation of the failed transfer.
   const json info = get_json(token.url(), "/splitwise/info");
   EXPECT_EQ(info["transfers"]["receive_failed"], 1);
