@@ -11,7 +11,10 @@ side with its own tables of the same Unicode version.
 HF tokenizers normalizes with Unicode 9.0 data (unicode-normalization-alignments): characters
 assigned later neither decompose nor reorder there. kNormalizationNewerThanHf lists the code points
 of this version's normalization data (a decomposition or a combining class) that are newer than
-9.0, so the HF normalizers can treat them as HF does."""
+9.0, so the HF normalizers can treat them as HF does. Its StripAccents drops General_Category M as
+of Unicode 9.0 (the same crate); its BertNormalizer drops Mn and removes Cc/Cf/Co as of Unicode 8.0
+(the unicode_categories crate). Those three sets are written as ranges, from this version's
+categories and ages plus the few older characters whose category changed since (HISTORIC)."""
 import subprocess
 import unicodedata as ud
 
@@ -23,6 +26,35 @@ HF_NORMALIZATION_VERSION = (9, 0)
 # unicode::GraphemeBreak, in order; Extended_Pictographic is folded in (those code points are all GCB=Other).
 GRAPHEME_BREAKS = ["Other", "CR", "LF", "Control", "Extend", "ZWJ", "Regional_Indicator", "Prepend", "SpacingMark",
                    "L", "V", "T", "LV", "LVT", "ExtPict"]
+
+# Old characters whose General_Category in Unicode 8.0 / 9.0 (the versions HF's crates have)
+# differs from this version's: U+1CF2/U+1CF3 VEDIC SIGN (ROTATED) ARDHAVISARGA were Mc (Lo since
+# 10.0); U+111C9 SHARADA SANDHI MARK was Po (Mn now); U+A9BD JAVANESE CONSONANT SIGN KERET was Mc
+# (Mn now); U+1885/U+1886 MONGOLIAN LETTER ALI GALI (THREE) BALUDA were Lo until 9.0 made them Mn;
+# U+1734 HANUNOO SIGN PAMUDPOD was Mn (Mc since 14.0).
+HISTORIC = {0x1CF2: {(8, 0): "Mc", (9, 0): "Mc"}, 0x1CF3: {(8, 0): "Mc", (9, 0): "Mc"},
+            0x111C9: {(8, 0): "Po", (9, 0): "Po"}, 0xA9BD: {(8, 0): "Mc", (9, 0): "Mc"},
+            0x1885: {(8, 0): "Lo"}, 0x1886: {(8, 0): "Lo"}, 0x1734: {(8, 0): "Mn", (9, 0): "Mn"}}
+
+
+def category_at(cp, version, ages):
+    """General category of `cp` in Unicode `version` (8.0 or 9.0; None when not yet assigned)."""
+    if ages[cp] is None or ages[cp] > version:
+        return None
+    return HISTORIC.get(cp, {}).get(version, ud.category(chr(cp)))
+
+
+def ranges_of(predicate):
+    out, start = [], None
+    for cp in range(MAX_CODEPOINT + 1):
+        inside = cp < MAX_CODEPOINT and predicate(cp)
+        if inside and start is None:
+            start = cp
+        elif not inside and start is not None:
+            out.append((start, cp - 1))
+            start = None
+    return out
+
 
 PERL_PROPERTIES = r"""
 use Unicode::UCD qw(prop_invmap prop_invlist);
@@ -149,6 +181,10 @@ def main():
                      if (ud.decomposition(chr(cp)) or ud.combining(chr(cp))) and ages[cp] is not None
                      and ages[cp] > HF_NORMALIZATION_VERSION]
 
+    hf_marks = ranges_of(lambda cp: (category_at(cp, (9, 0), ages) or "").startswith("M"))
+    hf_bert_nonspacing = ranges_of(lambda cp: category_at(cp, (8, 0), ages) == "Mn")
+    hf_bert_other = ranges_of(lambda cp: category_at(cp, (8, 0), ages) in ("Cc", "Cf", "Co"))
+
     break_ranges = []
     previous = None
     for cp in range(MAX_CODEPOINT):
@@ -201,6 +237,14 @@ def main():
     print(rows([f"0x{a:X}" for a in newer_than_hf], 10))
     print("};")
     print(f"const size_t kNormalizationNewerThanHfCount = {len(newer_than_hf)};\n")
+    for name, ranges, what in (("kHfMarkRanges", hf_marks, "General_Category M in Unicode 9.0 (HF's StripAccents)"),
+                               ("kHfBertNonspacingMarkRanges", hf_bert_nonspacing, "Mn in Unicode 8.0 (BertNormalizer)"),
+                               ("kHfBertOtherRanges", hf_bert_other, "Cc, Cf, Co in Unicode 8.0 (BertNormalizer)")):
+        print(f"// {what}.")
+        print(f"const CodePointRange {name}[] = {{")
+        print(rows([f"{{0x{a:X}, 0x{b:X}}}" for a, b in ranges], 8))
+        print("};")
+        print(f"const size_t {name[:-6]}RangeCount = {len(ranges)};\n")
     print("const GraphemeBreakRange kGraphemeBreakRanges[] = {")
     print(rows([f"{{0x{a:X}, {b}}}" for a, b in break_ranges], 8))
     print("};")

@@ -361,7 +361,7 @@ NormalizeFn parse_normalizer(const json& spec, const std::string& where) {
   if (type == "StripAccents") {
     return [](std::string& s) {
       s = map_code_points(s, [](char32_t cp, std::u32string& out) {
-        if (!unicode::is_mark(cp)) out.push_back(cp);
+        if (!unicode::is_hf_mark(cp)) out.push_back(cp);
       });
     };
   }
@@ -378,11 +378,9 @@ NormalizeFn parse_normalizer(const json& spec, const std::string& where) {
       for (char32_t cp : cps) {
         if (clean_text) {
           const bool whitespace = cp == '\t' || cp == '\n' || cp == '\r' || unicode::is_white_space(cp);
-          const auto c = unicode::category(cp);
-          // HF's is_other() (unicode_categories crate) covers Cc, Cf and Co; unassigned code
-          // points are kept.
-          const bool control = !(cp == '\t' || cp == '\n' || cp == '\r') &&
-                               (c == unicode::Category::Cc || c == unicode::Category::Cf || c == unicode::Category::Co);
+          // HF's is_other() (unicode_categories crate, Unicode 8.0) covers Cc, Cf and Co;
+          // unassigned code points are kept.
+          const bool control = !(cp == '\t' || cp == '\n' || cp == '\r') && unicode::is_hf_bert_other(cp);
           if (cp == 0 || cp == unicode::kReplacementChar || control) continue;
           if (whitespace) cp = ' ';
         }
@@ -397,7 +395,7 @@ NormalizeFn parse_normalizer(const json& spec, const std::string& where) {
       if (strip_accents) {
         std::u32string kept;
         for (char32_t cp : unicode::nfd(out)) {
-          if (unicode::category(cp) != unicode::Category::Mn) kept.push_back(cp);
+          if (!unicode::is_hf_bert_nonspacing_mark(cp)) kept.push_back(cp);
         }
         out = std::move(kept);
       }

@@ -286,6 +286,25 @@ std::u32string compose_all(std::u32string s) {
 std::u32string nfc(std::u32string_view text) { return compose_all(decompose(text, false)); }
 std::u32string nfkc(std::u32string_view text) { return compose_all(decompose(text, true)); }
 
+namespace {
+
+bool in_ranges(const tables::CodePointRange* ranges, size_t count, char32_t cp) {
+  const auto* end = ranges + count;
+  const auto* it = std::upper_bound(ranges, end, cp,
+                                    [](char32_t value, const tables::CodePointRange& r) { return value < r.first; });
+  return it != ranges && cp <= (it - 1)->last;
+}
+
+}  // namespace
+
+bool is_hf_mark(char32_t cp) { return cp >= 0x300 && in_ranges(tables::kHfMarkRanges, tables::kHfMarkRangeCount, cp); }
+bool is_hf_bert_nonspacing_mark(char32_t cp) {
+  return cp >= 0x300 && in_ranges(tables::kHfBertNonspacingMarkRanges, tables::kHfBertNonspacingMarkRangeCount, cp);
+}
+bool is_hf_bert_other(char32_t cp) {
+  return in_ranges(tables::kHfBertOtherRanges, tables::kHfBertOtherRangeCount, cp);
+}
+
 GraphemeBreak grapheme_break(char32_t cp) {
   if (cp >= 0x20 && cp < 0x7F) return GraphemeBreak::Other;
   if (cp > 0x10FFFF) return GraphemeBreak::Other;

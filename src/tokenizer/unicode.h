@@ -47,6 +47,13 @@ std::u32string nfc(std::u32string_view text);
 std::u32string nfkd(std::u32string_view text);
 std::u32string nfkc(std::u32string_view text);
 
+// Character classes as HF tokenizers' older Unicode data has them: General_Category M in Unicode
+// 9.0 (what StripAccents drops), Mn in Unicode 8.0 and Cc/Cf/Co in Unicode 8.0 (what
+// BertNormalizer's strip_accents and clean_text drop).
+bool is_hf_mark(char32_t cp);
+bool is_hf_bert_nonspacing_mark(char32_t cp);
+bool is_hf_bert_other(char32_t cp);
+
 // Grapheme_Cluster_Break values (UAX #29), Extended_Pictographic folded in.
 enum class GraphemeBreak : uint8_t {
   Other, CR, LF, Control, Extend, ZWJ, RegionalIndicator, Prepend, SpacingMark, L, V, T, LV, LVT, ExtPict,

@@ -27,6 +27,10 @@ struct Composition {
   char32_t second;
   char32_t composite;
 };
+struct CodePointRange {
+  char32_t first;
+  char32_t last;  // inclusive
+};
 struct GraphemeBreakRange {
   char32_t first;         // the range runs to the next entry's first
   uint8_t grapheme_break;  // index into unicode::GraphemeBreak
@@ -53,6 +57,14 @@ extern const char32_t kCompatibilityDecompositionData[];
 // normalization data (Unicode 9.0).
 extern const char32_t kNormalizationNewerThanHf[];
 extern const size_t kNormalizationNewerThanHfCount;
+// The character classes of HF tokenizers' older Unicode data, sorted ranges: General_Category M in
+// Unicode 9.0 (StripAccents), Mn in Unicode 8.0 and Cc/Cf/Co in Unicode 8.0 (BertNormalizer).
+extern const CodePointRange kHfMarkRanges[];
+extern const size_t kHfMarkRangeCount;
+extern const CodePointRange kHfBertNonspacingMarkRanges[];
+extern const size_t kHfBertNonspacingMarkRangeCount;
+extern const CodePointRange kHfBertOtherRanges[];
+extern const size_t kHfBertOtherRangeCount;
 // Grapheme_Cluster_Break with Extended_Pictographic folded in.
 extern const GraphemeBreakRange kGraphemeBreakRanges[];
 extern const size_t kGraphemeBreakRangeCount;
