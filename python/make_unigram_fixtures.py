@@ -203,6 +203,17 @@ def byte_fallback_style(spm_model):
     return tokenizer
 
 
+def never_style(spm_model):
+    """Metaspace with prepend_scheme "never" (pre-tokenizer and decoder) behind NFKD, Strip on both
+    sides and a regex Replace of whitespace runs; no post-processor."""
+    tokenizer = tokenizers.Tokenizer(models.Unigram(spm_model.pieces, unk_id=spm_model.unk_id, byte_fallback=False))
+    tokenizer.normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.Strip(),
+                                                 normalizers.Replace(Regex(r"\s+"), " ")])
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="never", split=True)
+    tokenizer.decoder = decoders.Metaspace(replacement=SPACE, prepend_scheme="never", split=True)
+    return tokenizer
+
+
 # name -> (pipeline, SentencePiece normalization rule, byte_fallback)
 COMMITTED = {
     "t5": (t5_style, "nmt_nfkc", False),
@@ -214,6 +225,7 @@ ALL = dict(COMMITTED, **{
     "xlmr": (xlmr_style, "nmt_nfkc", False),
     "xlmr_nfkc_cf": (xlmr_style, "nmt_nfkc_cf", False),
     "t5_nfkc": (t5_style, "nfkc", False),
+    "metaspace_never": (never_style, "identity", False),
 })
 
 
