@@ -41,6 +41,17 @@ void KvExporter::start(TransferRequest request, std::shared_ptr<KvSendChannel> c
 }
 
 void KvExporter::step_begin(std::span<const KvStepSpan> spans) {
+  if (in_step_) {
+    // The previous step never ended: its forward failed. Its exports cannot be trusted: fail them.
+    for (const KvStepSpan& span : step_spans_) {
+      const auto it = exports_.find(span.request_id);
+      if (it == exports_.end()) continue;
+      it->second.channel->fail("the prompt instance's engine step failed");
+      pending_tokens_ -= it->second.num_tokens;
+      exports_.erase(it);
+      engine_.post([id = span.request_id](Engine& engine) { engine.abort(id); });
+    }
+  }
   step_spans_.clear();
   for (const KvStepSpan& span : spans) {
     const auto it = exports_.find(span.request_id);

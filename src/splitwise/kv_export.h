@@ -4,7 +4,8 @@
 // and, as an Engine KvStepObserver, the exporter hands the transport the rows each step computes:
 // LayerWise, every layer's rows of every span as the layer finishes (rows the prefix cache supplied
 // go with the first chunk); Serialized, every layer's rows once the last chunk is computed.
-// Everything but start() runs on the engine's thread; start() posts there.
+// A step that never ends (its forward threw) fails the exports it held, and their prefills are
+// aborted. Everything but start() runs on the engine's thread; start() posts there.
 #pragma once
 
 #include "engine/engine.h"

@@ -26,6 +26,8 @@ constexpr uint32_t kMagic = 0x564B4653;  // "SFKV"
 enum FrameType : uint8_t { kRequest = 1, kRows = 2, kDone = 3, kError = 4, kAck = 5, kWait = 6 };
 constexpr uint64_t kMaxJsonFrame = uint64_t{64} << 20;
 constexpr size_t kRowsHeaderBytes = 16;
+// Wait frames keep a transfer alive for at most this many idle timeouts without a row.
+constexpr int kMaxWaitTimeouts = 10;
 
 struct FrameHeader {
   uint32_t magic = kMagic;
@@ -366,7 +368,7 @@ class FetchConnection : public std::enable_shared_from_this<FetchConnection> {
         idle_(impl.io), next_(static_cast<size_t>(cache.layout.num_layers), 0) {}
 
   void start() {
-    start_ = Clock::now();
+    start_ = last_rows_ = Clock::now();
     const size_t colon = address_.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == address_.size()) {
       return fail(fmt::format("'{}' is not a KV address (host:port)", address_), false);
@@ -427,7 +429,15 @@ class FetchConnection : public std::enable_shared_from_this<FetchConnection> {
       case kError: limit = kMaxJsonFrame; break;
       default: limit = 0;
     }
-    if (header_.magic == kMagic && header_.type == kWait && header_.length == 0) return read_header();  // alive
+    if (header_.magic == kMagic && header_.type == kWait && header_.length == 0) {
+      // Alive, but a sender that never gets to the rows (a wedged engine) is not waited on forever.
+      if (Clock::now() - last_rows_ > kMaxWaitTimeouts * impl_.config.idle_timeout) {
+        return fail(fmt::format("the prompt instance at {} sent no rows for {} ms", address_,
+                                kMaxWaitTimeouts * impl_.config.idle_timeout.count()),
+                    true);
+      }
+      return read_header();
+    }
     if (header_.magic != kMagic || limit == 0 || header_.length > limit) {
       return fail(fmt::format("malformed frame from {} (type {}, {} bytes)", address_, header_.type, header_.length), false);
     }
@@ -461,6 +471,7 @@ class FetchConnection : public std::enable_shared_from_this<FetchConnection> {
       std::memcpy(staging_->k[static_cast<size_t>(layer)].data() + at, payload_.data() + kRowsHeaderBytes, bytes);
       std::memcpy(staging_->v[static_cast<size_t>(layer)].data() + at, payload_.data() + kRowsHeaderBytes + bytes, bytes);
       next_[static_cast<size_t>(layer)] += count;
+      last_rows_ = Clock::now();
       received_bytes_ += 2 * static_cast<int64_t>(bytes);
       return read_header();
     }
@@ -557,7 +568,7 @@ class FetchConnection : public std::enable_shared_from_this<FetchConnection> {
   std::vector<int32_t> next_;  // (layers) the next position each layer's rows must start at
   int32_t num_tokens_ = 0;
   int64_t row_bytes_ = 0, received_bytes_ = 0;
-  Clock::time_point start_;
+  Clock::time_point start_, last_rows_;
   bool completed_ = false;
 };
 

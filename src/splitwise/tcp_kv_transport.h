@@ -14,7 +14,8 @@
 //   Error   (either way):      JSON {message}
 //   Ack     (token -> prompt): empty, once every row arrived
 //   Wait    (prompt -> token): empty, every third of the receiver's idle_timeout_ms while the prefill waits or computes
-//                              and nothing else is written (a busy sender is not a stalled one)
+//                              and nothing else is written (a busy sender is not a stalled one;
+//                              10 idle timeouts without a row still fail the transfer)
 // Each layer's rows arrive in position order without gaps; the receiver checks every length,
 // layer and position against the request before copying a byte, and refuses anything else.
 #pragma once
