@@ -6,6 +6,9 @@
    freshly trained SentencePiece models: the tokenizer corpus plus the Unigram extra lines encode
    (with and without --add-special) to HF's ids, and HF's ids decode (with and without
    --skip-special) to HF's text.
+   With the model cache present, also the real XLM-R vocabulary: llama.cpp's ggml-vocab-nomic-bert-moe.gguf
+   (<cache>/llama-cpp-vocab, from scripts/fetch_models.py) carries xlm-roberta-base's 250,002
+   pieces, scores and precompiled charsmap; they become xlm-roberta-base's tokenizer.json here.
 2. Normalizers over every code point: a probe tokenizer whose Unigram vocab is only <unk> and the
    256 <0xNN> pieces (byte_fallback) turns any text into the bytes of its normalized form, so ids
    compare normalized text exactly. NFC, NFD, NFKC, NFKD, BertNormalizer's accent stripping and
@@ -98,6 +101,36 @@ def check_pipeline(binary, model_dir, lines, scratch):
     return failures
 
 
+def xlmr_from_gguf(out_dir):
+    """xlm-roberta-base's tokenizer.json rebuilt from the GGUF that carries its vocabulary (pieces
+    0..250001: <s> <pad> </s> <unk>, the SentencePiece pieces, <mask>; f32 scores as SentencePiece
+    stores them), or None without the model cache or the `gguf` package."""
+    cache = pathlib.Path(os.environ.get("SPLITFLOW_MODEL_CACHE", REPO / ".cache" / "models"))
+    path = cache / "llama-cpp-vocab" / "ggml-vocab-nomic-bert-moe.gguf"
+    try:
+        import gguf
+    except ImportError:
+        return None
+    if not path.exists():
+        return None
+    reader = gguf.GGUFReader(str(path))
+    tokens, scores = reader.fields["tokenizer.ggml.tokens"], reader.fields["tokenizer.ggml.scores"]
+    mask = int(reader.fields["tokenizer.ggml.mask_token_id"].contents())
+    pieces = [(bytes(tokens.parts[tokens.data[i]]).decode("utf-8"), float(scores.parts[scores.data[i]][0]))
+              for i in range(mask + 1)]
+    charsmap = bytes(reader.fields["tokenizer.ggml.precompiled_charsmap"].contents())
+
+    class Model:
+        pass
+    model = Model()
+    model.pieces, model.charsmap = [("", 0.0)] * 3 + pieces[4:mask], charsmap
+    tokenizer = fixtures.xlmr_style(model)
+    directory = os.path.join(out_dir, "xlm-roberta-base")
+    os.makedirs(directory)
+    tokenizer.save(os.path.join(directory, "tokenizer.json"))
+    return directory
+
+
 def probe_tokenizer(directory, normalizer):
     """<unk> + the 256 byte pieces, byte_fallback: the ids spell the normalized text's bytes."""
     vocab = [("<unk>", 0.0)] + [(f"<0x{b:02X}>", -1.0) for b in range(256)]
@@ -144,6 +177,11 @@ def main():
         os.makedirs(work)
         made = fixtures.build(list(fixtures.ALL), os.path.join(scratch, "unigram"), work)
         lines = fixtures.reference_lines()
+        xlmr = xlmr_from_gguf(os.path.join(scratch, "unigram"))
+        if xlmr:
+            made["xlm-roberta-base"] = xlmr
+        else:
+            print("  (xlm-roberta-base skipped: no <cache>/llama-cpp-vocab/ggml-vocab-nomic-bert-moe.gguf or no `gguf`)")
         print(f"1. Unigram pipelines on {len(lines)} lines", flush=True)
         for name, directory in made.items():
             problems = check_pipeline(args.splitflow, directory, lines, scratch)
@@ -177,6 +215,12 @@ def main():
             print(f"  {name}: {len(probe_lines)} lines; {len(problems)} failures", flush=True)
             if problems:
                 failures[name] = problems
+        if xlmr:  # the real vocabulary and charsmap over every code point: unknown runs, fusing, grapheme rule
+            problems, _ = compare_encodes(args.splitflow, xlmr, all_lines, scratch, ((False, []),))
+            print(f"  xlm-roberta-base (the whole Unigram pipeline): {len(all_lines)} lines; {len(problems)} failures",
+                  flush=True)
+            if problems:
+                failures["xlm-roberta-base every code point"] = problems
     for name, problems in failures.items():
         print(f"FAIL {name}: {len(problems)} mismatches; first ones:")
         for problem in problems[:5]:
