@@ -356,6 +356,11 @@ class Backend {
   virtual void allreduce(const DeviceTensor& partial, const DeviceTensor& residual) {
     fail("allreduce: the {} backend belongs to no tensor-parallel group", name());
   }
+  // Pipeline parallelism (parallel/): x's bytes to the job's rank `peer`, which receives them
+  // into a tensor of the same shape and dtype with recv(). In issue order with the kernels; the
+  // pair must issue matching calls in the same order.
+  virtual void send(const DeviceTensor& x, int peer) { fail("send: the {} backend belongs to no job", name()); }
+  virtual void recv(const DeviceTensor& x, int peer) { fail("recv: the {} backend belongs to no job", name()); }
 
  protected:
   // x itself without a norm; else add_norm(x) into norm.normed, which is returned.
@@ -367,12 +372,20 @@ class Backend {
 };
 
 class CpuRankGroup;  // backend/cpu/rank_group.h
+class CpuMailboxes;
 
-// The CPU backend (backend/cpu): num_threads <= 0 uses OpenMP's default. With a group, it is rank
-// `rank` of that in-process tensor-parallel group (one thread per rank; allreduce() meets the
-// others there).
-std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0, std::shared_ptr<CpuRankGroup> group = nullptr,
-                                          int rank = 0);
+// Where a CPU backend sits in an in-process job (backend/cpu/rank_group.h; one thread per rank,
+// how the CPU tests run tensor and pipeline parallelism): its tensor-parallel group and rank in it
+// (allreduce() meets the group there), and the job's mailboxes and rank in the job (send / recv).
+struct CpuJobPlace {
+  std::shared_ptr<CpuRankGroup> group;
+  int group_rank = 0;
+  std::shared_ptr<CpuMailboxes> mailboxes;
+  int job_rank = 0;
+};
+
+// The CPU backend (backend/cpu): num_threads <= 0 uses OpenMP's default.
+std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0, CpuJobPlace place = {});
 
 #ifdef SPLITFLOW_HAS_CUDA
 namespace comm {

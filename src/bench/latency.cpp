@@ -56,9 +56,9 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
   ModelRunner runner(spec, std::move(model.weights), backend,
                      KvCacheConfig{blocks_per_seq * options.batch, options.block_size, 0, options.kv_cache_dtype},
                      RunnerLimits{std::max(prefill_chunk, options.batch), options.batch},
-                     options.tensor_parallel ? options.tensor_parallel->plan() : std::nullopt);
-  if (options.tensor_parallel) options.tensor_parallel->lead(runner);
-  const int ranks = options.tensor_parallel ? options.tensor_parallel->size() : 1;
+                     options.parallel ? options.parallel->runner_partition() : RunnerPartition{});
+  if (options.parallel) options.parallel->lead(runner);
+  const int ranks = options.parallel ? options.parallel->size() : 1;
   backend.synchronize();
   const double setup_seconds = seconds_since(setup_start);
 
@@ -143,9 +143,10 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
       {"achieved_gbps", achieved_gbps},
       {"bandwidth_gbps", bandwidth_gbps},
       {"fraction_of_bandwidth", achieved_gbps / bandwidth_gbps},
-      // With tensor parallelism the bytes above are one rank's (its shard and its KV heads), the
-      // bandwidth one GPU's; the group reads `ranks` times as much.
-      {"tensor_parallel_size", ranks},
+      // In a parallel job the bytes above are rank 0's (its layers, shard and KV heads), the
+      // bandwidth one GPU's; `ranks` GPUs read about `ranks` times as much (tensor parallelism).
+      {"tensor_parallel_size", options.parallel ? options.parallel->layout().tensor_parallel : 1},
+      {"pipeline_parallel_size", options.parallel ? options.parallel->layout().pipeline_parallel : 1},
       {"aggregate_gbps", achieved_gbps * ranks},
   };
   if (gemm_tflops > 0) {

@@ -29,10 +29,10 @@ struct LatencyOptions {
   // The region marked for a profiler started with profiling off (scripts/gpu_profile.sh): the
   // prefill when set, else the decode steps.
   bool profile_prefill = false;
-  // Tensor parallelism: this process is rank 0 of that group and `model` its shard (the runner
-  // runs the group's plan and leads the other ranks). Bytes, bandwidth and FLOP/s are then per
-  // GPU; the report adds the group's aggregate.
-  TensorParallelRank* tensor_parallel = nullptr;
+  // A parallel job (parallel/launch.h): this process is its rank 0 and `model` its part (the
+  // runner runs the rank's partition and leads the other ranks). Bytes, bandwidth and FLOP/s are
+  // then one GPU's; the report adds the job's sizes and aggregate.
+  ParallelRank* parallel = nullptr;
 };
 
 // Bytes a decode step must read from memory for the weights: every matrix, norm and bias once

@@ -130,8 +130,8 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
   const auto setup_start = Clock::now();
   ModelRunner runner(spec, std::move(model.weights), backend, kv_config,
                      RunnerLimits{options.max_batch_tokens, options.max_seqs},
-                     options.tensor_parallel ? options.tensor_parallel->plan() : std::nullopt);
-  if (options.tensor_parallel) options.tensor_parallel->lead(runner);
+                     options.parallel ? options.parallel->runner_partition() : RunnerPartition{});
+  if (options.parallel) options.parallel->lead(runner);
   backend.synchronize();
   const double setup_seconds = seconds_between(setup_start, Clock::now());
   num_blocks = runner.kv_config().num_blocks;
@@ -322,7 +322,8 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
       {"saturation", saturation},
       {"bound", bound_json},
       // With tensor parallelism the bytes, FLOPs and bound are one rank's (its shard), on one GPU.
-      {"tensor_parallel_size", options.tensor_parallel ? options.tensor_parallel->size() : 1},
+      {"tensor_parallel_size", options.parallel ? options.parallel->layout().tensor_parallel : 1},
+      {"pipeline_parallel_size", options.parallel ? options.parallel->layout().pipeline_parallel : 1},
   };
 }
 

@@ -39,9 +39,9 @@ struct ThroughputOptions {
   // KvCacheConfig::dtype: nullopt is the backend's activation dtype.
   std::optional<DType> kv_cache_dtype = std::nullopt;
   uint64_t seed = 0;                // prompt token ids
-  // Tensor parallelism: this process is rank 0 of that group and `model` its shard (as
-  // LatencyOptions::tensor_parallel); bytes and bandwidth are per GPU.
-  TensorParallelRank* tensor_parallel = nullptr;
+  // A parallel job: this process is its rank 0 and `model` its part (as LatencyOptions::parallel);
+  // bytes and bandwidth are one GPU's.
+  ParallelRank* parallel = nullptr;
 };
 
 // Throws naming the flag at fault (counts, lengths past the model's context, a budget below

@@ -32,19 +32,19 @@ void run_bench_latency(const LatencyFlags& flags) {
   bench::LatencyOptions options = flags.options;
   options.kv_cache_dtype = parse_kv_cache_dtype_flag(flags.kv_cache_dtype);
   const int threads = flags.model.threads > 0 ? flags.model.threads : omp_get_max_threads();
-  TensorParallelRank ranks = flags.model.join_ranks();
+  ParallelRank ranks = flags.model.join_ranks();
   std::unique_ptr<Backend> backend = flags.model.make_backend(&ranks);
   const bool on_cpu = flags.model.backend == "cpu";
   const auto load_start = std::chrono::steady_clock::now();
   LoadedModel model = load_model(flags.model.options());
-  ranks.shard(model);
+  ranks.partition(model);
   if (!ranks.leader()) return ranks.follow(model.spec, std::move(model.weights), *backend);
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   fmt::print(stderr, "model: {} (loaded in {:.1f} s)\n", model.description, load_seconds);
   // The other ranks wait in their first step while rank 0 measures its GPU's ceilings.
   const Roofline roofline = measure_roofline(flags.model, threads);
   options.warmup = !on_cpu;
-  options.tensor_parallel = &ranks;
+  options.parallel = &ranks;
   nlohmann::json result = bench::run_latency(std::move(model), *backend, options, roofline.bandwidth_gbps, roofline.gemm_tflops);
   if (on_cpu) {
     // A shared machine's bandwidth drifts: measure again after the run and keep the better roofline.

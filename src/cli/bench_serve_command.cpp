@@ -208,13 +208,13 @@ void run_bench_throughput(const ThroughputFlags& flags) {
   if (kv_size.mode == KvCacheSizeRequest::Mode::Memory ||
       (kv_size.mode == KvCacheSizeRequest::Mode::Default && flags.model.backend == "cuda"))
     options.kv_cache_memory_fraction = kv_size.memory_fraction;
-  TensorParallelRank ranks = flags.model.join_ranks();
+  ParallelRank ranks = flags.model.join_ranks();
   std::unique_ptr<Backend> backend = flags.model.make_backend(&ranks);
   const auto load_start = std::chrono::steady_clock::now();
   LoadedModel model = load_model(flags.model.options());
-  ranks.shard(model);
+  ranks.partition(model);
   if (!ranks.leader()) return ranks.follow(model.spec, std::move(model.weights), *backend);
-  options.tensor_parallel = &ranks;
+  options.parallel = &ranks;
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   fmt::print(stderr, "model: {} (loaded in {:.1f} s)\n", model.description, load_seconds);

@@ -75,11 +75,11 @@ void run_generate(const GenerateFlags& flags) {
   SF_CHECK(flags.block_size > 0, "--block-size must be positive, not {}", flags.block_size);
   const std::optional<DType> kv_cache_dtype = parse_kv_cache_dtype_flag(flags.kv_cache_dtype);
 
-  TensorParallelRank ranks = flags.model.join_ranks();
+  ParallelRank ranks = flags.model.join_ranks();
   std::unique_ptr<Backend> backend = flags.model.make_backend(&ranks);
   LoadedModel model = load_model(flags.model.options());
   flags.model.check_gpu_layers(model.spec.num_layers);
-  ranks.shard(model);
+  ranks.partition(model);
   if (!ranks.leader()) return ranks.follow(model.spec, std::move(model.weights), *backend);
   std::vector<int32_t> prompt_ids;
   if (!flags.prompt_ids.empty()) {
@@ -101,7 +101,7 @@ void run_generate(const GenerateFlags& flags) {
 
   KvCacheConfig kv{blocks_for_tokens(kv_tokens, flags.block_size), flags.block_size, 0, kv_cache_dtype};
   RunnerLimits limits{flags.max_batch_tokens, 1};
-  ModelRunner runner(model.spec, std::move(model.weights), *backend, kv, limits, ranks.plan());
+  ModelRunner runner(model.spec, std::move(model.weights), *backend, kv, limits, ranks.runner_partition());
   ranks.lead(runner);
   Generator generator(runner, model.tokenizer.get());
 

@@ -51,17 +51,25 @@ namespace {
 
 }  // namespace
 
-TensorParallelRank ModelFlags::join_ranks() const {
-  SF_CHECK(tensor_parallel_size == 1 || backend == "cuda",
-           "--tensor-parallel-size {} needs --device cuda (one process per GPU)", tensor_parallel_size);
-  if (const std::optional<int> exit_code = launch_local_ranks(tensor_parallel_size)) {
+ParallelRank ModelFlags::join_ranks() const {
+  ParallelLayout layout;
+  layout.tensor_parallel = tensor_parallel_size;
+  layout.pipeline_parallel = pipeline_parallel_size;
+  SF_CHECK(tensor_parallel_size >= 1 && pipeline_parallel_size >= 1,
+           "--tensor-parallel-size ({}) and --pipeline-parallel-size ({}) must be >= 1", tensor_parallel_size,
+           pipeline_parallel_size);
+  if (!pipeline_layers.empty()) layout.stage_layers = parse_stage_layers(pipeline_layers);
+  SF_CHECK(layout.world_size() == 1 || backend == "cuda",
+           "--tensor-parallel-size {} x --pipeline-parallel-size {} needs --device cuda (one process per GPU)",
+           tensor_parallel_size, pipeline_parallel_size);
+  if (const std::optional<int> exit_code = launch_local_ranks(layout.world_size())) {
     std::fflush(stdout);
     std::exit(*exit_code);  // the ranks did the work (and printed its output)
   }
-  return TensorParallelRank::join(tensor_parallel_size);
+  return ParallelRank::join(layout);
 }
 
-std::unique_ptr<Backend> ModelFlags::make_backend(const TensorParallelRank* rank) const {
+std::unique_ptr<Backend> ModelFlags::make_backend(const ParallelRank* rank) const {
   if (n_gpu_layers && *n_gpu_layers != 0 && backend == "cpu") fail_layer_offload(*n_gpu_layers, backend);
   if (n_gpu_layers && *n_gpu_layers == 0 && backend == "cuda") fail_layer_offload(*n_gpu_layers, backend);
   std::unique_ptr<Backend> made;
@@ -101,6 +109,12 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
   command.add_option("--tensor-parallel-size", flags.tensor_parallel_size,
                      "GPUs to split the model over (tensor parallelism, one process per GPU)")
       ->capture_default_str();
+  command.add_option("--pipeline-parallel-size", flags.pipeline_parallel_size,
+                     "pipeline stages, each a range of layers (one process per GPU; with --tensor-parallel-size a "
+                     "grid of layer ranges x head ranges)")
+      ->capture_default_str();
+  command.add_option("--pipeline-layers", flags.pipeline_layers,
+                     "each stage's layer count, e.g. 12,20 (default: as even as possible)");
   command.add_option("--n-gpu-layers", flags.n_gpu_layers,
                      "llama.cpp's -ngl: accepted where it means what --device does (0 with cpu; all layers, e.g. 99, "
                      "with cuda); partial offload is not implemented");

@@ -30,12 +30,15 @@ struct ModelFlags {
   // The backend --backend names (cuda: GPU 0); fails when this build has no CUDA backend, or
   // (check_backend_runs) when it cannot run the --quantization type. Commands make it before
   // loading the model.
-  std::unique_ptr<Backend> make_backend(const TensorParallelRank* rank = nullptr) const;
-  // --tensor-parallel-size N: started by hand, this process launches N ranks (one per GPU,
-  // parallel/launch.h) and exits with their status here; started by a launcher, it joins the
-  // job as its rank. N = 1: a rank of one. Commands call it first, then make_backend(&rank).
-  TensorParallelRank join_ranks() const;
+  std::unique_ptr<Backend> make_backend(const ParallelRank* rank = nullptr) const;
+  // --tensor-parallel-size T --pipeline-parallel-size P: started by hand, this process launches
+  // T x P ranks (one per GPU, parallel/launch.h) and exits with their status here; started by a
+  // launcher, it joins the job as its rank. 1 x 1: a rank alone. Commands call it first, then
+  // make_backend(&rank), load the model, rank.partition(model).
+  ParallelRank join_ranks() const;
   int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  std::string pipeline_layers;  // "12,20": each stage's layer count (empty: balanced)
   // -ngl N with --device cuda: fails unless N covers every layer (or is negative: all), since
   // offloading some layers is not implemented. make_backend() checks the cases that need no model.
   void check_gpu_layers(int64_t num_layers) const;

@@ -116,11 +116,11 @@ void run_serve(const ServeFlags& flags) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  TensorParallelRank ranks = flags.model.join_ranks();
+  ParallelRank ranks = flags.model.join_ranks();
   std::unique_ptr<Backend> backend = flags.model.make_backend(&ranks);
   LoadedModel model = load_model(flags.model.options());
   flags.model.check_gpu_layers(model.spec.num_layers);
-  ranks.shard(model);
+  ranks.partition(model);
   if (!ranks.leader()) {
     // Rank 0 serves HTTP and schedules; this rank makes its runner's calls until rank 0 stops.
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
@@ -177,7 +177,7 @@ void run_serve(const ServeFlags& flags) {
   if (sized_from_memory) kv_config.memory_budget = KvCacheMemoryBudget{kv_size.memory_fraction, kDefaultKvReserveBytes,
                                                                        flags.max_model_len};
   ModelRunner runner(spec, std::move(model.weights), *backend, kv_config,
-                     RunnerLimits{flags.max_batch_tokens, flags.max_seqs}, ranks.plan());
+                     RunnerLimits{flags.max_batch_tokens, flags.max_seqs}, ranks.runner_partition());
   ranks.lead(runner);
   num_blocks = runner.kv_config().num_blocks;
   // A cache smaller than one full-length sequence shortens the context rather than failing.
@@ -200,7 +200,7 @@ void run_serve(const ServeFlags& flags) {
 
   // Splitwise roles: a prompt instance serves KV transfers (its prefills exported layer by layer),
   // a token instance imports them; a mixed one does both (the router may borrow it either way).
-  const bool split_capable = flags.model.tensor_parallel_size == 1 &&
+  const bool split_capable = ranks.size() == 1 &&
                              spec.network != NetworkType::EncoderOnly;
   SF_CHECK(split_capable || flags.role == "mixed",
            "--role {} needs one rank (no tensor or pipeline parallelism yet) and a generative model", flags.role);

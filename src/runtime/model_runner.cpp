@@ -82,9 +82,10 @@ int64_t kv_cache_bytes_per_token(const ModelSpec& spec, DType cache_dtype) {
 }
 
 ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& backend, KvCacheConfig kv_config,
-                         RunnerLimits limits, std::optional<LayerPlan> plan)
+                         RunnerLimits limits, RunnerPartition partition)
     : spec_(spec),
-      plan_(plan ? std::move(*plan) : build_layer_plan(spec)),
+      plan_(partition.plan ? std::move(*partition.plan) : build_layer_plan(spec)),
+      pipeline_(partition.pipeline),
       backend_(backend),
       kv_config_(kv_config),
       limits_(limits) {
@@ -166,9 +167,11 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
   // encoder has no head: its output is the hidden slot.
   if (!encoder()) {
     logit_rows_capacity_ = std::min<int64_t>(max_tokens, std::max<int64_t>(limits.max_seqs, 16));
-    selected_ = backend.allocate(act, {logit_rows_capacity_, hidden});
-    selected_normed_ = backend.allocate(act, {logit_rows_capacity_, hidden});
-    logits_ = backend.allocate(DType::F32, {logit_rows_capacity_, spec.vocab_size});
+    if (pipeline_.last()) {
+      selected_ = backend.allocate(act, {logit_rows_capacity_, hidden});
+      selected_normed_ = backend.allocate(act, {logit_rows_capacity_, hidden});
+    }
+    if (pipeline_.has_output()) logits_ = backend.allocate(DType::F32, {logit_rows_capacity_, spec.vocab_size});
   }
   d_sampled_ = backend.allocate(DType::I32, {max_tokens});
 
@@ -252,21 +255,25 @@ void ModelRunner::upload_weights(ModelWeights& weights) {
   const int64_t hidden = spec.hidden_size, vocab = spec.vocab_size, inter = spec.mlp.intermediate_size;
   const bool norm_bias = spec.norm.bias;
 
-  embed_ = backend_.upload(checked(weights.embed, "embed", {vocab, hidden}, true, true));
-  if (spec.position == PositionType::Learned)
-    pos_embed_ = backend_.upload(checked(weights.pos_embed, "pos_embed", {spec.max_position, hidden}, true, true));
-  embed_norm_ = upload_or_empty(backend_, checked(weights.embed_norm, "embed_norm", {hidden}, spec.embedding_norm, false));
-  embed_norm_bias_ = upload_or_empty(
-      backend_, checked(weights.embed_norm_bias, "embed_norm_bias", {hidden}, spec.embedding_norm && norm_bias, false));
+  // A pipeline stage holds the embeddings only when it is the first, the head only when the last.
+  if (pipeline_.first()) {
+    embed_ = backend_.upload(checked(weights.embed, "embed", {vocab, hidden}, true, true));
+    if (spec.position == PositionType::Learned)
+      pos_embed_ = backend_.upload(checked(weights.pos_embed, "pos_embed", {spec.max_position, hidden}, true, true));
+    embed_norm_ =
+        upload_or_empty(backend_, checked(weights.embed_norm, "embed_norm", {hidden}, spec.embedding_norm, false));
+    embed_norm_bias_ = upload_or_empty(backend_, checked(weights.embed_norm_bias, "embed_norm_bias", {hidden},
+                                                         spec.embedding_norm && norm_bias, false));
+  }
   // Encoders may end without a norm (post-norm layers end normed).
-  const bool final_norm = !encoder() || !spec.tensors.final_norm.empty();
+  const bool final_norm = (!encoder() || !spec.tensors.final_norm.empty()) && pipeline_.last();
   final_norm_ = upload_or_empty(backend_, checked(weights.final_norm, "final_norm", {hidden}, final_norm, false));
   final_norm_bias_ = upload_or_empty(
       backend_, checked(weights.final_norm_bias, "final_norm_bias", {hidden}, final_norm && norm_bias, false));
-  if (!encoder()) {
+  if (!encoder() && pipeline_.last()) {
     // A tied head shares the embedding's buffer rather than uploading the matrix twice.
     const Tensor lm_head = checked(weights.lm_head, "lm_head", {vocab, hidden}, true, true);
-    const bool tied = lm_head.dtype == weights.embed.dtype &&
+    const bool tied = !embed_.empty() && lm_head.dtype == weights.embed.dtype &&
                       (lm_head.generated ? weights.embed.generated && lm_head.generated->key == weights.embed.generated->key
                                          : lm_head.data == weights.embed.data);
     lm_head_ = tied ? embed_ : backend_.upload(lm_head);
@@ -608,18 +615,29 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
 }
 
 void ModelRunner::issue_layers(int64_t tokens) {
-  backend_.embed(embed_.view(), step_view(kTokenIds, tokens), static_cast<float>(spec_.embedding_multiplier),
-                 pos_embed_.view(), step_view(kPositions, tokens), slot_rows(Slot::Hidden, tokens));
-  if (!embed_norm_.empty())  // in place: the norm of the summed embeddings is the residual stream
-    backend_.add_norm(slot_rows(Slot::Hidden, tokens), {}, embed_norm_.view(), embed_norm_bias_.view(), norm_params_,
-                      slot_rows(Slot::Hidden, tokens));
+  const DeviceTensor hidden = slot_rows(Slot::Hidden, tokens);
+  if (pipeline_.first()) {
+    backend_.embed(embed_.view(), step_view(kTokenIds, tokens), static_cast<float>(spec_.embedding_multiplier),
+                   pos_embed_.view(), step_view(kPositions, tokens), hidden);
+    if (!embed_norm_.empty())  // in place: the norm of the summed embeddings is the residual stream
+      backend_.add_norm(hidden, {}, embed_norm_.view(), embed_norm_bias_.view(), norm_params_, hidden);
+  } else {
+    backend_.recv(hidden, pipeline_.prev);  // the previous stage's residual stream
+  }
   for (int layer = 0; layer < spec_.num_layers; ++layer) {
     run_layer(layer, tokens);
     if (layer_listener_) layer_listener_(layer);
   }
+  if (!pipeline_.last()) backend_.send(hidden, pipeline_.next);
 }
 
 void ModelRunner::issue_head(int64_t begin, int64_t count, bool sample, bool rows_are_tokens) {
+  // What the head leaves: the sampled tokens or the logits rows.
+  const auto output = [&] { return sample ? d_sampled_.view().rows(begin, count) : logits_.view().rows(0, count); };
+  if (!pipeline_.last()) {  // the last stage has the head; the leader gets what it computed
+    if (pipeline_.receives_output()) backend_.recv(output(), pipeline_.output_source);
+    return;
+  }
   const DeviceTensor normed = selected_normed_.view().rows(0, count);
   const DeviceTensor logits = logits_.view().rows(0, count);
   DeviceTensor selected = slot_rows(Slot::Hidden, begin + count).rows(begin, count);
@@ -635,6 +653,7 @@ void ModelRunner::issue_head(int64_t begin, int64_t count, bool sample, bool row
     backend_.sample(logits, d_step_.view().rows(words, count * kSamplingRowWords).reshape({count, kSamplingRowWords}),
                     d_sampled_.view().rows(begin, count));
   }
+  if (pipeline_.sends_output()) backend_.send(output(), pipeline_.leader);
 }
 
 void ModelRunner::replay_decode(int32_t bucket, bool sample) {
@@ -743,6 +762,8 @@ Tensor ModelRunner::forward_hidden(const ForwardBatch& batch) {
   const DeviceTensor states = slot_rows(Slot::Hidden, tokens);
   if (!final_norm_.empty())
     backend_.add_norm(states, {}, final_norm_.view(), final_norm_bias_.view(), norm_params_, states);
+  if (pipeline_.sends_output()) backend_.send(states, pipeline_.leader);
+  if (pipeline_.receives_output()) backend_.recv(states, pipeline_.output_source);
   Tensor out = Tensor::zeros(DType::F32, {tokens, hidden});
   if (states.dtype == DType::F32) {
     backend_.copy_to_host(states, out.data);
@@ -761,17 +782,20 @@ Tensor ModelRunner::forward(const ForwardBatch& batch) {
   const int32_t bucket = stage_batch(batch, {});
   const int64_t rows = static_cast<int64_t>(logit_rows_.size()), vocab = spec_.vocab_size;
   Tensor logits = Tensor::zeros(DType::F32, {rows, vocab});
+  const bool has_logits = pipeline_.has_output();  // else a pipeline stage whose logits go elsewhere
   if (bucket > 0) {
     replay_decode(bucket, false);
-    backend_.copy_to_host(logits_.view().rows(0, rows), logits.data);
+    if (has_logits) backend_.copy_to_host(logits_.view().rows(0, rows), logits.data);
+    backend_.synchronize();
     return logits;
   }
   issue_layers(batch.num_tokens());
   for (int64_t begin = 0; begin < rows; begin += logit_rows_capacity_) {
     const int64_t count = std::min(logit_rows_capacity_, rows - begin);
     issue_head(begin, count, false);
-    backend_.copy_to_host(logits_.view().rows(0, count), logits.as<float>() + begin * vocab);
+    if (has_logits) backend_.copy_to_host(logits_.view().rows(0, count), logits.as<float>() + begin * vocab);
   }
+  backend_.synchronize();
   return logits;
 }
 
@@ -782,7 +806,9 @@ std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std:
   const int64_t count = static_cast<int64_t>(logit_rows_.size());
   const int64_t words = (spec_.vocab_size + 31) / 32;
   SF_CHECK(count <= limits_.max_seqs, "forward_sample: {} masked logits rows; at most max_seqs {}", count, limits_.max_seqs);
-  if (d_token_masks_.empty()) d_token_masks_ = backend_.allocate(DType::I32, {limits_.max_seqs, words});
+  // Only the rank with the logits masks and samples (a pipeline's leader gets them from the last stage).
+  const bool has_logits = pipeline_.has_output();
+  if (has_logits && d_token_masks_.empty()) d_token_masks_ = backend_.allocate(DType::I32, {limits_.max_seqs, words});
   // The layers are issued (or the decode recording replayed, without its sampling) first, so the
   // masks are computed on the host while the device runs them.
   if (bucket > 0) {
@@ -793,8 +819,9 @@ std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std:
   const std::span<const uint32_t> host_masks = masks();
   SF_CHECK(static_cast<int64_t>(host_masks.size()) == count * words,
            "forward_sample: masks hold {} words, expected {} rows of {}", host_masks.size(), count, words);
-  backend_.copy_to_device(host_masks.data(), d_token_masks_.view().rows(0, count));
+  if (has_logits) backend_.copy_to_device(host_masks.data(), d_token_masks_.view().rows(0, count));
   auto mask_and_sample = [&](int64_t begin, int64_t n) {
+    if (!has_logits) return;
     const DeviceTensor logits = logits_.view().rows(0, n);
     backend_.apply_token_mask(logits, d_token_masks_.view().rows(begin, n));
     const int64_t sampling_words = step_sections_[kSamplingRows].offset + begin * kSamplingRowWords;

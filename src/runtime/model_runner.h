@@ -71,6 +71,28 @@ DType resolve_kv_cache_dtype(const Backend& backend, std::optional<DType> reques
 // Bytes of K and V of one token over every layer, in the cache dtype.
 int64_t kv_cache_bytes_per_token(const ModelSpec& spec, DType cache_dtype);
 
+// Pipeline parallelism (parallel/partition.h): where a runner's stage sits in the job. The spec
+// the runner gets is the stage's (its layers only); the default is the whole model on one rank.
+struct PipelineLinks {
+  int self = 0;            // this rank in the job
+  int prev = -1;           // the rank whose stage feeds this one (-1: the first stage: it embeds)
+  int next = -1;           // the rank this stage feeds (-1: the last stage: final norm and head)
+  int leader = 0;          // where the scheduler runs: it gets the logits, tokens or states
+  int output_source = -1;  // the last-stage rank that sends them to the leader (-1: none needed)
+  bool first() const { return prev < 0; }
+  bool last() const { return next < 0; }
+  bool sends_output() const { return last() && self == output_source && self != leader; }
+  bool receives_output() const { return self == leader && !last(); }
+  // Whether this rank ends a forward with the logits (the last stage, or the leader they go to).
+  bool has_output() const { return last() || receives_output(); }
+};
+
+// How a runner's model was partitioned (parallel/): tensor parallelism's plan, the pipeline stage.
+struct RunnerPartition {
+  std::optional<LayerPlan> plan;  // nullopt: build_layer_plan(spec)
+  PipelineLinks pipeline;
+};
+
 struct RunnerLimits {
   int32_t max_batch_tokens = 512;  // tokens of one forward (sum of span lengths)
   int32_t max_seqs = 64;           // spans of one forward
@@ -92,10 +114,13 @@ class ModelRunner {
   // Checks every weight against the spec (presence, shape, dtype) and uploads it; the error names
   // the tensor ("layer 3 w_down") and the expected shape. With kv_config.memory_budget, throws
   // naming the memory figures when the cache would not hold one sequence of its min_tokens.
-  // `plan`: the layer plan to run instead of build_layer_plan(spec) (tensor parallelism's, from
-  // parallel/tensor_parallel.h, with its Allreduce steps).
+  // `partition` (parallel/): tensor parallelism's layer plan, with its Allreduce steps, instead of
+  // build_layer_plan(spec); a pipeline stage's links (embedding only on the first stage, the head
+  // only on the last; the stage's input received from the previous stage and its output sent to
+  // the next, the last stage's logits, tokens or states to the leader, whose forward calls return
+  // them; the other ranks' return empty logits).
   ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& backend, KvCacheConfig kv_config,
-              RunnerLimits limits = {}, std::optional<LayerPlan> plan = std::nullopt);
+              RunnerLimits limits = {}, RunnerPartition partition = {});
   // A leader stops its followers (release_followers()).
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
@@ -220,6 +245,7 @@ class ModelRunner {
 
   ModelSpec spec_;
   LayerPlan plan_;
+  PipelineLinks pipeline_;
   StepChannel* leader_channel_ = nullptr;
   Backend& backend_;
   KvCacheConfig kv_config_;

@@ -78,6 +78,13 @@ TEST(Cli, BadInputGivesClearErrors) {
   expect_error({"generate", "--model", kStories, "--prompt", "hi", "--backend", "tpu"}, "--backend must be cpu or cuda");
   expect_error({"generate", "--config", test::fixture_path("hf/llama/config.json"), "--dummy-weights",
                 "--prompt-ids", "1,99999"}, "outside the vocabulary");
+  // Parallel jobs: one process per GPU, refused on the CPU before anything starts.
+  expect_error({"generate", "--model", kStories, "--prompt", "hi", "--tensor-parallel-size", "2"},
+               "needs --device cuda");
+  expect_error({"generate", "--model", kStories, "--prompt", "hi", "--pipeline-parallel-size", "0"},
+               "--pipeline-parallel-size (0) must be >= 1");
+  expect_error({"generate", "--model", kStories, "--prompt", "hi", "--pipeline-parallel-size", "2",
+                "--pipeline-layers", "2,x"}, "--pipeline-layers: 'x'");
 }
 
 // --kv-cache-dtype on every command that runs a model: an unknown value names the flag and the

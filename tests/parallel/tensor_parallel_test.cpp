@@ -10,10 +10,12 @@
 #include "formats/weight_source.h"
 #include "hf_fixture_runner.h"
 #include "model/config.h"
+#include "parallel/partition.h"
 #include "parallel/shm_step_channel.h"
 #include "quant/quant.h"
 #include "quant/row_slice.h"
 #include "runtime/model_runner.h"
+#include "runtime/step_command.h"
 #include "test_paths.h"
 
 #include <gtest/gtest.h>
@@ -197,29 +199,44 @@ LoadedFixture load_fixture(const std::string& name, std::optional<DType> quantiz
   return fixture;
 }
 
-// Runs `lead` on rank 0's runner while ranks 1.. follow it, each a thread with its own CPU
-// backend and shard of `fixture`, meeting in a CpuRankGroup and a shared-memory step channel.
-void run_tensor_parallel(const LoadedFixture& fixture, int size, const KvCacheConfig& kv,
-                         const std::function<void(ModelRunner&)>& lead) {
+// Runs `lead` on rank 0's runner while the job's other ranks follow it, each a thread with its
+// own CPU backend and part of `fixture` (parallel/partition.h), meeting in a CpuRankGroup per
+// pipeline stage (allreduce), the job's CpuMailboxes (stage to stage) and a shared-memory step
+// channel.
+void run_parallel(const LoadedFixture& fixture, const ParallelLayout& layout, const KvCacheConfig& kv,
+                  const std::function<void(ModelRunner&)>& lead) {
+  const int size = layout.world_size();
   const std::string dir = temp_dir("store");
-  auto group = std::make_shared<CpuRankGroup>(size);
+  std::vector<std::shared_ptr<CpuRankGroup>> groups;
+  for (int s = 0; s < layout.pipeline_parallel; ++s) groups.push_back(std::make_shared<CpuRankGroup>(layout.tensor_parallel));
+  auto mailboxes = std::make_shared<CpuMailboxes>();
   std::vector<std::string> errors(size);
   auto rank_main = [&](int rank) {
     try {
       comm::FileStore store(dir, rank, size, std::chrono::seconds(30));
       SharedMemoryStepChannel channel(store, "steps");
-      const ShardedModel shard = shard_model(fixture.spec, fixture.weights, rank, size);
-      auto backend = make_cpu_backend(1, group, rank);
-      ModelRunner runner(shard.spec, shard.weights, *backend, kv, {}, shard.plan);
-      if (rank == 0) {
-        runner.lead(&channel);
-        lead(runner);
-        runner.release_followers();
-      } else {
-        runner.follow(channel);
+      bool led = false;
+      try {
+        const PartitionedModel part = partition_model(fixture.spec, fixture.weights, layout, rank);
+        auto backend = make_cpu_backend(1, CpuJobPlace{groups[part.stage], part.tp_rank, mailboxes, rank});
+        ModelRunner runner(part.spec, part.weights, *backend, kv, {}, part.runner);
+        if (rank == 0) {
+          runner.lead(&channel);
+          led = true;
+          lead(runner);
+          runner.release_followers();
+        } else {
+          runner.follow(channel);
+        }
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+        // A leader that fails before it leads still releases the followers (a leading runner's
+        // destructor already did).
+        if (rank == 0 && !led)
+          channel.publish(encode_step_call(StepCall{StepCallKind::Stop}));
       }
     } catch (const std::exception& e) {
-      errors[rank] = e.what();
+      errors[rank] += e.what();
     }
   };
   std::vector<std::thread> followers;
@@ -228,6 +245,11 @@ void run_tensor_parallel(const LoadedFixture& fixture, int size, const KvCacheCo
   for (std::thread& t : followers) t.join();
   std::filesystem::remove_all(dir);
   for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+void run_tensor_parallel(const LoadedFixture& fixture, int size, const KvCacheConfig& kv,
+                         const std::function<void(ModelRunner&)>& lead) {
+  run_parallel(fixture, ParallelLayout{size, 1}, kv, lead);
 }
 
 // |delta| <= 1e-3 max|logit| per row and the reference's greedy token, as the one-rank fixture test.
@@ -293,4 +315,88 @@ TEST(TensorParallelQuantized, PackedShardsGiveTheOneRankLogits) {
         ASSERT_NEAR(got.as<float>()[i], want.as<float>()[i], 1e-4f * (1.0f + std::abs(want.as<float>()[i]))) << i;
     });
   }
+}
+
+// Pipeline stages and the hybrid grid (reference 002 §4): layer ranges x head ranges. Each
+// layout must give transformers' logits on every fixture it divides.
+class ParallelGridFixture : public ::testing::TestWithParam<std::tuple<std::string, ParallelLayout>> {};
+
+TEST_P(ParallelGridFixture, MatchesTransformers) {
+  const auto& [name, layout] = GetParam();
+  const LoadedFixture fixture = load_fixture(name);
+  try {
+    partition_model(fixture.spec, fixture.weights, layout, 0);
+  } catch (const Error& e) {
+    GTEST_SKIP() << name << " does not split " << layout.tensor_parallel << " x " << layout.pipeline_parallel << ": "
+                 << e.what();
+  }
+  int checks = 0;
+  run_parallel(fixture, layout, KvCacheConfig{32, 4}, [&](ModelRunner& runner) {
+    test::run_hf_fixture(runner, name, [&](const float* actual, const float* expected, int64_t rows, int32_t,
+                                           const std::string& what) {
+      check_logits(actual, expected, rows, fixture.spec.vocab_size, what);
+      ++checks;
+    });
+  });
+  EXPECT_GT(checks, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hf, ParallelGridFixture,
+                         ::testing::Combine(::testing::ValuesIn(test::hf_fixture_names()),
+                                            ::testing::Values(ParallelLayout{1, 2}, ParallelLayout{1, 3},
+                                                              ParallelLayout{2, 2}, ParallelLayout{1, 2, {1, 1}})),
+                         [](const auto& info) {
+                           const ParallelLayout& l = std::get<1>(info.param);
+                           std::string name = std::get<0>(info.param) + "_tp" + std::to_string(l.tensor_parallel) +
+                                              "_pp" + std::to_string(l.pipeline_parallel);
+                           if (!l.stage_layers.empty()) name += "_given";
+                           return name;
+                         });
+
+TEST(ParallelLayout, StageRangesAndSpecs) {
+  EXPECT_EQ(stage_layer_ranges(10, ParallelLayout{1, 3}), (std::vector<std::pair<int, int>>{{0, 4}, {4, 3}, {7, 3}}));
+  EXPECT_EQ(stage_layer_ranges(10, ParallelLayout{1, 2, {3, 7}}), (std::vector<std::pair<int, int>>{{0, 3}, {3, 7}}));
+  EXPECT_NE(expect_error([] { stage_layer_ranges(10, ParallelLayout{1, 2, {3, 6}}); }).find("add up to 9"),
+            std::string::npos);
+  EXPECT_NE(expect_error([] { stage_layer_ranges(2, ParallelLayout{1, 3}); }).find("2 layers cannot fill 3 stages"),
+            std::string::npos);
+  EXPECT_EQ(parse_stage_layers("12,20"), (std::vector<int>{12, 20}));
+  EXPECT_NE(expect_error([] { parse_stage_layers("12,x"); }).find("'x'"), std::string::npos);
+  EXPECT_NE(expect_error([] { parse_stage_layers("12,0"); }).find("'0'"), std::string::npos);
+
+  // Gemma-style interval pattern: each stage's layer kinds are the whole model's at those layers.
+  ModelSpec spec = toy_spec(8, 2, 128);
+  spec.num_layers = 6;
+  spec.attention.sliding_window = 4;
+  spec.attention.full_attention_interval = 3;  // layers 2 and 5 full
+  const ModelSpec stage = stage_spec(spec, 2, 3);
+  EXPECT_EQ(stage.num_layers, 3);
+  for (int l = 0; l < 3; ++l) EXPECT_EQ(stage.layer_attention(l), spec.layer_attention(2 + l)) << l;
+
+  // Links: rank = stage * tp + tp_rank; the last stage's tp rank 0 sends rank 0 the outputs.
+  const ParallelLayout grid{2, 3};
+  ModelWeights weights;  // generated tensors of the toy spec's shapes
+  const auto matrix = [](int64_t rows, int64_t cols) { return Tensor::generated_normal(DType::F32, {rows, cols}, {1, 0.02f}); };
+  for (int l = 0; l < spec.num_layers; ++l) {
+    LayerWeights layer;
+    layer.wqkv = matrix((8 + 2 * 2) * 16, 64);
+    layer.wo = matrix(64, 8 * 16);
+    layer.w_gate_up = matrix(2 * 128, 64);
+    layer.w_down = matrix(64, 128);
+    weights.layers.push_back(layer);
+  }
+  const PartitionedModel middle = partition_model(spec, weights, grid, 3);  // stage 1, tp rank 1
+  EXPECT_EQ(middle.stage, 1);
+  EXPECT_EQ(middle.tp_rank, 1);
+  EXPECT_EQ(middle.runner.pipeline.prev, 1);
+  EXPECT_EQ(middle.runner.pipeline.next, 5);
+  EXPECT_EQ(middle.runner.pipeline.output_source, 4);
+  EXPECT_EQ(middle.spec.num_layers, 2);
+  EXPECT_EQ(middle.weights.layers.size(), 2u);
+  EXPECT_EQ(middle.spec.attention.num_heads, 4);
+  EXPECT_TRUE(middle.runner.plan.has_value());
+  const PartitionedModel last = partition_model(spec, weights, grid, 4);
+  EXPECT_TRUE(last.runner.pipeline.sends_output());
+  EXPECT_FALSE(partition_model(spec, weights, grid, 5).runner.pipeline.sends_output());
+  EXPECT_TRUE(partition_model(spec, weights, grid, 0).runner.pipeline.receives_output());
 }

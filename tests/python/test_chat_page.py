@@ -234,7 +234,9 @@ def main():
                          "document.getElementById('max_tokens').value = '150'; "
                          "document.getElementById('input').value = 'Go on forever.'; "
                          "document.getElementById('composer').requestSubmit(); true")
-        browser.wait_for("document.body.dataset.state === 'streaming' && "
+        # stories260K may stream all 150 tokens between two polls (CI saw that): wait for the reply to
+        # have begun, streaming or already done; a click on a finished reply changes nothing.
+        browser.wait_for("document.querySelectorAll('.message.assistant').length === 3 && "
                          "document.querySelectorAll('.message.assistant')[2].textContent.length > 0", timeout=30)
         browser.evaluate("document.getElementById('stop').click(); true")
         finish = browser.wait_for("document.querySelectorAll('.message.assistant')[2].dataset.finish")

@@ -20,8 +20,8 @@
 
 namespace splitflow {
 
-std::unique_ptr<Backend> make_cpu_backend(int num_threads, std::shared_ptr<CpuRankGroup> group, int rank) {
-  return std::make_unique<cpu::CpuBackend>(num_threads, std::move(group), rank);
+std::unique_ptr<Backend> make_cpu_backend(int num_threads, CpuJobPlace place) {
+  return std::make_unique<cpu::CpuBackend>(num_threads, std::move(place));
 }
 
 namespace cpu {
@@ -104,23 +104,34 @@ void activate_row(const float* x, const float* up, Activation act, float* out, i
 
 }  // namespace
 
-CpuBackend::CpuBackend(int num_threads, std::shared_ptr<CpuRankGroup> group, int rank)
-    : num_threads_(num_threads > 0 ? num_threads : omp_get_max_threads()), group_(std::move(group)), rank_(rank) {
-  SF_CHECK(group_ == nullptr || (rank >= 0 && rank < group_->size()), "cpu backend: rank {} outside a group of {}", rank,
-           group_ ? group_->size() : 0);
+CpuBackend::CpuBackend(int num_threads, CpuJobPlace place)
+    : num_threads_(num_threads > 0 ? num_threads : omp_get_max_threads()), place_(std::move(place)) {
+  SF_CHECK(place_.group == nullptr || (place_.group_rank >= 0 && place_.group_rank < place_.group->size()),
+           "cpu backend: rank {} outside a group of {}", place_.group_rank, place_.group ? place_.group->size() : 0);
 }
 
-int CpuBackend::tensor_parallel_size() const { return group_ ? group_->size() : 1; }
+int CpuBackend::tensor_parallel_size() const { return place_.group ? place_.group->size() : 1; }
 
 void CpuBackend::allreduce(const DeviceTensor& partial, const DeviceTensor& residual) {
-  SF_CHECK(group_ != nullptr, "allreduce: the cpu backend belongs to no tensor-parallel group");
+  SF_CHECK(place_.group != nullptr, "allreduce: the cpu backend belongs to no tensor-parallel group");
   check_f32(partial, "allreduce", "partial");
   if (!residual.empty()) {
     check_f32(residual, "allreduce", "residual");
     SF_CHECK(residual.shape == partial.shape, "cpu allreduce: residual {} and partial {} differ",
              shape_str(residual.shape), shape_str(partial.shape));
   }
-  group_->allreduce(rank_, partial.as<float>(), residual.empty() ? nullptr : residual.as<float>(), partial.numel());
+  place_.group->allreduce(place_.group_rank, partial.as<float>(), residual.empty() ? nullptr : residual.as<float>(),
+                          partial.numel());
+}
+
+void CpuBackend::send(const DeviceTensor& x, int peer) {
+  SF_CHECK(place_.mailboxes != nullptr, "send: the cpu backend belongs to no job");
+  place_.mailboxes->send(place_.job_rank, peer, x.data, x.nbytes());
+}
+
+void CpuBackend::recv(const DeviceTensor& x, int peer) {
+  SF_CHECK(place_.mailboxes != nullptr, "recv: the cpu backend belongs to no job");
+  place_.mailboxes->recv(peer, place_.job_rank, x.data, x.nbytes());
 }
 
 std::string CpuBackend::name() const { return "cpu"; }

@@ -15,8 +15,8 @@ namespace splitflow::cpu {
 
 class CpuBackend final : public Backend {
  public:
-  // With a group: rank `rank` of that in-process tensor-parallel group (backend/cpu/rank_group.h).
-  explicit CpuBackend(int num_threads, std::shared_ptr<CpuRankGroup> group = nullptr, int rank = 0);
+  // place: where it sits in an in-process job (backend/backend.h's CpuJobPlace).
+  explicit CpuBackend(int num_threads, CpuJobPlace place = {});
   std::string name() const override;
   DType activation_dtype() const override { return DType::F32; }
   std::span<const DType> kv_cache_dtypes() const override;
@@ -59,11 +59,12 @@ class CpuBackend final : public Backend {
 
   int tensor_parallel_size() const override;
   void allreduce(const DeviceTensor& partial, const DeviceTensor& residual) override;
+  void send(const DeviceTensor& x, int peer) override;
+  void recv(const DeviceTensor& x, int peer) override;
 
  private:
   int num_threads_;
-  std::shared_ptr<CpuRankGroup> group_;
-  int rank_ = 0;
+  CpuJobPlace place_;
   // Bytes of allocate_host areas alive: unwritten pages are not resident, so MemAvailable does not
   // count them yet (a swap area before its first swap). Shared with each area's deleter.
   std::shared_ptr<std::atomic<int64_t>> host_area_bytes_ = std::make_shared<std::atomic<int64_t>>(0);

@@ -266,6 +266,16 @@ std::unique_ptr<RecordedWork> CudaBackend::record(const std::function<void()>& i
 
 int CudaBackend::tensor_parallel_size() const { return group_ ? group_->world_size() : 1; }
 
+void CudaBackend::send(const DeviceTensor& x, int peer) {
+  SF_CHECK(group_ != nullptr, "send: the cuda backend belongs to no job");
+  group_->send(x.data, x.nbytes(), DType::U8, peer, stream_);
+}
+
+void CudaBackend::recv(const DeviceTensor& x, int peer) {
+  SF_CHECK(group_ != nullptr, "recv: the cuda backend belongs to no job");
+  group_->recv(x.data, x.nbytes(), DType::U8, peer, stream_);
+}
+
 void CudaBackend::allreduce(const DeviceTensor& partial, const DeviceTensor& residual) {
   SF_CHECK(group_ != nullptr, "allreduce: the cuda backend belongs to no tensor-parallel group");
   check_dtype(partial, DType::BF16, "allreduce", "partial");

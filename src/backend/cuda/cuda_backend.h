@@ -103,6 +103,10 @@ class CudaBackend final : public Backend {
   // (every rank records the same steps at the same time: the runners mirror each other).
   int tensor_parallel_size() const override;
   void allreduce(const DeviceTensor& partial, const DeviceTensor& residual) override;
+  // Pipeline stages: NCCL send / recv of the bytes over the group's communicator (the job's
+  // ranks; a hybrid grid's tensor-parallel sub-groups are not built yet).
+  void send(const DeviceTensor& x, int peer) override;
+  void recv(const DeviceTensor& x, int peer) override;
 
  private:
   // cuBLASLt descriptors and the algorithm picked for one GEMM shape (opaque here: the cuBLASLt
