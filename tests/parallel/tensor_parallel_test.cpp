@@ -9,6 +9,7 @@
 #include "comm/file_store.h"
 #include "formats/weight_source.h"
 #include "hf_fixture_runner.h"
+#include "parallel_harness.h"
 #include "model/config.h"
 #include "parallel/partition.h"
 #include "parallel/shm_step_channel.h"
@@ -53,12 +54,6 @@ std::string expect_error(const std::function<void()>& f) {
   return "";
 }
 
-std::string temp_dir(const std::string& name) {
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           fmt::format("splitflow-tp-{}-{}-{}", name, getpid(), std::random_device{}())).string();
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 }  // namespace
 
@@ -199,57 +194,9 @@ LoadedFixture load_fixture(const std::string& name, std::optional<DType> quantiz
   return fixture;
 }
 
-// Runs `lead` on rank 0's runner while the job's other ranks follow it, each a thread with its
-// own CPU backend and part of `fixture` (parallel/partition.h), meeting in a CpuRankGroup per
-// pipeline stage (allreduce), the job's CpuMailboxes (stage to stage) and a shared-memory step
-// channel.
-void run_parallel(const LoadedFixture& fixture, const ParallelLayout& layout, const KvCacheConfig& kv,
-                  const std::function<void(ModelRunner&)>& lead) {
-  const int size = layout.world_size();
-  const std::string dir = temp_dir("store");
-  std::vector<std::shared_ptr<CpuRankGroup>> groups;
-  for (int s = 0; s < layout.pipeline_parallel; ++s) groups.push_back(std::make_shared<CpuRankGroup>(layout.tensor_parallel));
-  auto mailboxes = std::make_shared<CpuMailboxes>();
-  std::vector<std::string> errors(size);
-  auto rank_main = [&](int rank) {
-    try {
-      comm::FileStore store(dir, rank, size, std::chrono::seconds(30));
-      SharedMemoryStepChannel channel(store, "steps");
-      bool led = false;
-      try {
-        const PartitionedModel part = partition_model(fixture.spec, fixture.weights, layout, rank);
-        auto backend = make_cpu_backend(1, CpuJobPlace{groups[part.stage], part.tp_rank, mailboxes, rank});
-        ModelRunner runner(part.spec, part.weights, *backend, kv, {}, part.runner);
-        if (rank == 0) {
-          runner.lead(&channel);
-          led = true;
-          lead(runner);
-          runner.release_followers();
-        } else {
-          runner.follow(channel);
-        }
-      } catch (const std::exception& e) {
-        errors[rank] = e.what();
-        // A leader that fails before it leads still releases the followers (a leading runner's
-        // destructor already did).
-        if (rank == 0 && !led)
-          channel.publish(encode_step_call(StepCall{StepCallKind::Stop}));
-      }
-    } catch (const std::exception& e) {
-      errors[rank] += e.what();
-    }
-  };
-  std::vector<std::thread> followers;
-  for (int r = 1; r < size; ++r) followers.emplace_back(rank_main, r);
-  rank_main(0);
-  for (std::thread& t : followers) t.join();
-  std::filesystem::remove_all(dir);
-  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-}
-
 void run_tensor_parallel(const LoadedFixture& fixture, int size, const KvCacheConfig& kv,
                          const std::function<void(ModelRunner&)>& lead) {
-  run_parallel(fixture, ParallelLayout{size, 1}, kv, lead);
+  test::run_parallel(fixture.spec, fixture.weights, ParallelLayout{size, 1}, kv, {}, lead);
 }
 
 // |delta| <= 1e-3 max|logit| per row and the reference's greedy token, as the one-rank fixture test.
@@ -331,7 +278,7 @@ TEST_P(ParallelGridFixture, MatchesTransformers) {
                  << e.what();
   }
   int checks = 0;
-  run_parallel(fixture, layout, KvCacheConfig{32, 4}, [&](ModelRunner& runner) {
+  test::run_parallel(fixture.spec, fixture.weights, layout, KvCacheConfig{32, 4}, {}, [&](ModelRunner& runner) {
     test::run_hf_fixture(runner, name, [&](const float* actual, const float* expected, int64_t rows, int32_t,
                                            const std::string& what) {
       check_logits(actual, expected, rows, fixture.spec.vocab_size, what);
