@@ -322,6 +322,103 @@ def hf_seeds():
                            "vocab": {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world", "##s", "!", "1", "##2", "中", "caf", "##e"])}}}
     put("hf_tokenizer", "wordpiece_bert.json", json.dumps(wordpiece))
     put("hf_tokenizer", "unigram_refused.json", json.dumps({"model": {"type": "Unigram", "vocab": [["a", -1.0]]}}))
+    unigram_seeds()
+
+
+def shrink_unigram(tokenizer, keep, extra=()):
+    """The first `keep` pieces (and those at `extra`), added tokens renumbered into them."""
+    vocab = tokenizer["model"]["vocab"]
+    kept = sorted(set(range(min(keep, len(vocab)))) | set(extra))
+    renumber = {old: new for new, old in enumerate(kept)}
+    tokenizer["model"]["vocab"] = [vocab[i] for i in kept]
+    tokenizer["added_tokens"] = [dict(t, id=renumber[t["id"]]) for t in tokenizer.get("added_tokens", []) if t["id"] in renumber]
+
+    def fix(node):
+        if isinstance(node, dict):
+            if "ids" in node and isinstance(node["ids"], list):
+                node["ids"] = [renumber.get(i, 0) for i in node["ids"]]
+            for value in node.values():
+                fix(value)
+        elif isinstance(node, list):
+            for value in node:
+                fix(value)
+    fix(tokenizer.get("post_processor"))
+    return tokenizer
+
+
+def unigram_seeds():
+    """Unigram models (tests/fixtures/tokenizer/unigram): ALBERT's Precompiled charsmap with NFKD,
+    StripAccents, Lowercase and Replace; byte fallback with NFKC and Strip; T5's vocabulary with
+    ALBERT's charsmap (T5's own is 240 KB)."""
+    folder = ROOT / "tests/fixtures/tokenizer/unigram"
+    albert = json.loads((folder / "albert/tokenizer.json").read_text())
+    charsmap = next(n for n in albert["normalizer"]["normalizers"] if n["type"] == "Precompiled")
+    put("hf_tokenizer", "unigram_albert.json", json.dumps(shrink_unigram(albert, 200), ensure_ascii=False))
+    fallback = json.loads((folder / "byte_fallback/tokenizer.json").read_text())
+    put("hf_tokenizer", "unigram_byte_fallback.json", json.dumps(shrink_unigram(fallback, 280), ensure_ascii=False))
+    t5 = json.loads((folder / "t5/tokenizer.json").read_text())
+    t5["normalizer"] = {"type": "Sequence", "normalizers": [charsmap, {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]}
+    put("hf_tokenizer", "unigram_t5_charsmap.json", json.dumps(shrink_unigram(t5, 150), ensure_ascii=False))
+    just_charsmap = {"normalizer": charsmap, "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": False,
+                                                        "vocab": [["<unk>", 0.0], ["\u2581", -2.0], ["a", -3.0], ["b", -3.5], ["ab", -4.0]]}}
+    put("hf_tokenizer", "unigram_charsmap_only.json", json.dumps(just_charsmap, ensure_ascii=False))
+
+
+# --- grammars and step messages -------------------------------------------------------------------
+def grammar_seeds():
+    """One byte for the source (0 GBNF, 1 regex, 2 JSON schema), then its text."""
+    gbnf = {
+        "repetitions": r'root ::= "a" ( "b" | "cd" )* "e"? [0-9]{2,3}',
+        "words": '# a list of words\nroot ::= word ("," ws word)*\nword ::= [a-z]+   # letters\nws ::= " "?\n',
+        "string": r'root ::= "\"" [^"\\]* "\""',
+        "classes": "root ::= [\u03b1-\u03c9]+ . [^\\x00-\\x7f] \"\\u00e9\\U0001F600\\x41\"",
+        "json_like": 'root ::= obj\nobj ::= "{" ws ( pair ( "," ws pair )* )? "}"\npair ::= str ws ":" ws val\n'
+                     'val ::= str | num | obj | "[" ws ( val ( "," ws val )* )? "]"\nstr ::= "\\"" [a-z]* "\\""\n'
+                     'num ::= "-"? [0-9]+ ( "." [0-9]+ )?\nws ::= [ \\t\\n]{0,4}\n',
+    }
+    for name, text in gbnf.items():
+        put("grammar", f"gbnf_{name}.txt", b"\x00" + text.encode())
+    regexes = [r"^\d{3}-\d{4}$", r"[A-Z][a-z]+( [A-Z][a-z]+)*", r"(cat|dog)s?", r"\w+@\w+\.(com|org)", r"a.c",
+               r"[^0-9\s]{2}", r"x{2,}y?", r"(?:ab)+?\.", r"\$\d+\.\d\d", r"(?P<year>\d{4})-(?<m>[01]\d)",
+               "[\u00e9\x41-\x5a\t]+\\u4e2d|\\f\\v\\0"]
+    for i, regex in enumerate(regexes):
+        put("grammar", f"regex_{i}.txt", b"\x01" + regex.encode())
+    schemas = {
+        "object": {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                                                    "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3}},
+                   "required": ["name"], "additionalProperties": False},
+        "defs": {"$defs": {"point": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}},
+                 "type": "object",
+                 "properties": {"kind": {"enum": ["a", "b", 3, None]}, "v": {"const": "fixed"},
+                                "p": {"anyOf": [{"$ref": "#/$defs/point"}, {"type": "null"}]},
+                                "day": {"type": "string", "format": "date"}, "when": {"type": "string", "format": "date-time"},
+                                "id": {"type": "string", "format": "uuid"}, "mail": {"type": "string", "format": "email"},
+                                "code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]$"},
+                                "short": {"type": "string", "minLength": 1, "maxLength": 3}},
+                 "required": ["kind", "v", "p", "day", "code", "short"]},
+        "recursive": {"type": "object", "properties": {"value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#"}}},
+                      "required": ["value", "children"]},
+        "map": {"type": "object", "additionalProperties": {"type": ["number", "boolean", "null"]}},
+        "allof": {"allOf": [{"type": "array", "items": {"definitions": {}, "type": "string"}}], "title": "t", "description": "d"},
+        "unsupported": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}},
+    }
+    for name, schema in schemas.items():
+        put("grammar", f"schema_{name}.json", b"\x02" + json.dumps(schema).encode())
+
+
+def step_command_seeds():
+    """Step messages as encode_step_call writes them (int32 words: "SFST", the call, its arguments)."""
+    def words(*values):
+        return struct.pack(f"<{len(values)}i", *values)
+    magic = 0x53465354
+    row = struct.unpack("<8i", struct.pack("<fifffiii", 0.7, 40, 0.9, 0.05, 1.1, 1234, 5, 0))
+    put("step_command", "forward_last.bin", words(magic, 1, 0, 3, 11, 12, 13, 1, 3, 0, 1, 2, 7, 8, 0))
+    put("step_command", "forward_sample.bin", words(magic, 2, 0, 2, 5, 6, 2, 1, 4, 1, 1, 3, 1, 0, 1, 1, 9, 2, *row, *row))
+    put("step_command", "forward_sample_masked.bin", words(magic, 3, 0, 1, 42, 1, 1, 0, 1, 0, 1, *row))
+    put("step_command", "forward_hidden_all.bin", words(magic, 4, 1, 2, 1, 2, 1, 2, 0, 1, 2, 3, 4, 0))
+    put("step_command", "swap_blocks.bin", words(magic, 5, 1, 2, 3, 30, 4, 40))
+    put("step_command", "warm_up.bin", words(magic, 6, 1))
+    put("step_command", "stop.bin", words(magic, 7))
 
 
 # --- chat templates and request bodies ------------------------------------------------------------
@@ -355,7 +452,8 @@ def request_seeds():
 
 
 def main():
-    for seeds in [safetensors_seeds, gguf_seeds, llama2c_seeds, llama2c_tokenizer_seeds, hf_seeds, chat_seeds, request_seeds]:
+    for seeds in [safetensors_seeds, gguf_seeds, llama2c_seeds, llama2c_tokenizer_seeds, hf_seeds, chat_seeds, request_seeds,
+                  grammar_seeds, step_command_seeds]:
         seeds()
     total = sum(f.stat().st_size for f in CORPUS.rglob("*") if f.is_file())
     print(f"seed corpora: {sum(1 for f in CORPUS.rglob('*') if f.is_file())} files, {total} bytes", file=sys.stderr)
