@@ -112,6 +112,46 @@ int64_t check_attention_args(const char* backend, DType activation, std::span<co
   return seqs;
 }
 
+int64_t check_biased_attention_args(const char* backend, DType activation, std::span<const DType> cache_dtypes,
+                                    const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                                    const AttentionBatch& batch, const AttentionParams& params,
+                                    const RelativePositionBias& bias, const DeviceTensor& out) {
+  const int64_t seqs = check_attention_args(backend, activation, cache_dtypes, qkv, k_cache, v_cache, batch, params, out);
+  check_dtype(backend, "attention_with_position_bias", "bias table", bias.table, DType::F32);
+  check_shape(backend, "attention_with_position_bias", "bias table", bias.table, {bias.num_buckets, params.num_heads});
+  const int exact = bias.num_buckets / (bias.bidirectional ? 4 : 2);
+  SF_CHECK(exact >= 1 && bias.max_distance > exact,
+           "{} attention_with_position_bias: {} buckets ({}) and max_distance {} leave no exact or log buckets", backend,
+           bias.num_buckets, bias.bidirectional ? "bidirectional" : "causal", bias.max_distance);
+  return seqs;
+}
+
+int64_t check_cross_attention_args(const char* backend, DType activation, std::span<const DType> cache_dtypes,
+                                   const DeviceTensor& q, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                                   const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
+  const int heads = params.num_heads, kv_heads = params.num_kv_heads, head_dim = params.head_dim;
+  SF_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && head_dim > 0 && params.block_size > 0,
+           "{} cross_attention: heads {}, kv_heads {}, head_dim {}, block_size {} are not a valid configuration", backend,
+           heads, kv_heads, head_dim, params.block_size);
+  check_dtype(backend, "cross_attention", "q", q, activation);
+  check_dtype(backend, "cross_attention", "out", out, activation);
+  SF_CHECK(q.shape.size() == 2, "{} cross_attention: q has shape {}, expected [tokens, q_dim]", backend,
+           shape_str(q.shape));
+  const int64_t tokens = q.dim(0);
+  check_shape(backend, "cross_attention", "q", q, {tokens, int64_t{heads} * head_dim});
+  check_shape(backend, "cross_attention", "out", out, {tokens, int64_t{heads} * head_dim});
+  check_caches(backend, "cross_attention", cache_dtypes, k_cache, v_cache, params);
+  for (const DeviceTensor* t : {&batch.query_start, &batch.context_lens, &batch.block_tables})
+    check_dtype(backend, "cross_attention", "batch index tensor", *t, DType::I32);
+  const int64_t seqs = batch.context_lens.numel();
+  SF_CHECK(batch.query_start.numel() == seqs + 1 && batch.block_tables.shape.size() == 2 &&
+               batch.block_tables.dim(0) == seqs,
+           "{} cross_attention: query_start {}, context_lens {} and block_tables {} disagree on the sequence count",
+           backend, shape_str(batch.query_start.shape), shape_str(batch.context_lens.shape),
+           shape_str(batch.block_tables.shape));
+  return seqs;
+}
+
 size_t checked_block_copy_bytes(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
                                 const char* backend) {
   SF_CHECK(cache.shape.size() == 5,

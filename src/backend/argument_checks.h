@@ -31,6 +31,18 @@ int64_t check_attention_args(const char* backend, DType activation, std::span<co
                              const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                              const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out);
 
+// attention_with_position_bias: check_attention_args, then the bias table [num_buckets, num_heads] F32.
+int64_t check_biased_attention_args(const char* backend, DType activation, std::span<const DType> cache_dtypes,
+                                    const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                                    const AttentionBatch& batch, const AttentionParams& params,
+                                    const RelativePositionBias& bias, const DeviceTensor& out);
+
+// cross_attention: q and out [T, num_heads * head_dim], no causal mask or window. Returns the
+// number of sequences.
+int64_t check_cross_attention_args(const char* backend, DType activation, std::span<const DType> cache_dtypes,
+                                   const DeviceTensor& q, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                                   const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out);
+
 // Also checks the block indices; returns the bytes of one block of one layer.
 size_t checked_block_copy_bytes(const DeviceTensor& cache, const DeviceTensor& host, std::span<const BlockCopy> copies,
                                 const char* backend);

@@ -160,6 +160,16 @@ struct AttentionParams {
   bool causal = true;
 };
 
+// T5's relative position bias (spec relative_attention): the score of a query at position i for the
+// key at position j gains table[bucket(j - i), head], bucket() as transformers'
+// _relative_position_bucket computes it (in f32 arithmetic), bidirectional when attention is not causal.
+struct RelativePositionBias {
+  DeviceTensor table;       // [num_buckets, num_heads] F32
+  int num_buckets = 0;
+  int max_distance = 0;
+  bool bidirectional = false;
+};
+
 // Where each sequence of a batch sits: S sequences, T new tokens in total.
 // Sequence s owns query rows [query_start[s], query_start[s+1]) of the batch; it has
 // context_lens[s] tokens after this step, so its new tokens are at positions
@@ -278,7 +288,8 @@ class Backend {
   virtual void rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
                     const RopeParams& params) = 0;
 
-  // Stores the k and v heads of qkv [T, ...] in one layer's caches: token t goes to slot
+  // Stores the k and v heads of qkv [T, ...] in one layer's caches (params.num_heads 0: qkv holds
+  // only k and v heads, [T, 2 * kv_dim], as an encoder's cross-attention K/V): token t goes to slot
   // slots[t] = block * block_size + offset ([T] I32; a negative slot skips the token).
   // k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim], one of kv_cache_dtypes(),
   // hold the stored qkv values converted to their dtype.
@@ -320,6 +331,24 @@ class Backend {
   // bidirectional over the sequence's whole context. out [T, num_heads * head_dim].
   virtual void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                          const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) = 0;
+
+  // --- encoder-decoder models (a backend without them says so in has_encoder_decoder_kernels) ---
+  virtual bool has_encoder_decoder_kernels() const { return false; }
+  // attention() with T5's relative position bias added to every score (after params.scale).
+  virtual void attention_with_position_bias(const DeviceTensor& qkv, const DeviceTensor& k_cache,
+                                            const DeviceTensor& v_cache, const AttentionBatch& batch,
+                                            const AttentionParams& params, const RelativePositionBias& bias,
+                                            const DeviceTensor& out) {
+    fail("attention_with_position_bias: the {} backend has no relative position bias kernel", name());
+  }
+  // Cross-attention: the decoder tokens' queries q [T, num_heads * head_dim] over their sequence's
+  // encoder K/V, context_lens[s] of them (every query sees every one, no positions involved),
+  // stored in k_cache / v_cache (one layer, the paged layout) through the batch's block tables.
+  // The encoder K/V are written by write_kv() with params.num_heads 0. out [T, num_heads * head_dim].
+  virtual void cross_attention(const DeviceTensor& q, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                               const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
+    fail("cross_attention: the {} backend has no cross-attention kernel", name());
+  }
 
   // gated: out[t, j] = act(x[t, j]) * x[t, I + j] with x [T, 2I] (gate columns, then up columns);
   // else out = act(x) with x [T, I]. out [T, I]. GELU is the erf form; GELUTanh the tanh form.
@@ -372,15 +401,16 @@ class Backend {
 };
 
 class CpuRankGroup;  // backend/cpu/rank_group.h
-class CpuMailboxes;
+class HostMailboxes;  // backend/host_mailboxes.h
 
-// Where a CPU backend sits in an in-process job (backend/cpu/rank_group.h; one thread per rank,
-// how the CPU tests run tensor and pipeline parallelism): its tensor-parallel group and rank in it
-// (allreduce() meets the group there), and the job's mailboxes and rank in the job (send / recv).
+// Where a CPU backend sits in an in-process job (one thread per rank: how the CPU tests run tensor
+// and pipeline parallelism, and the CPU stage of a GPU/CPU pipeline): its tensor-parallel group
+// and rank in it (backend/cpu/rank_group.h; allreduce() meets the group there), and the job's
+// mailboxes (backend/host_mailboxes.h) and its rank in the job (send / recv).
 struct CpuJobPlace {
   std::shared_ptr<CpuRankGroup> group;
   int group_rank = 0;
-  std::shared_ptr<CpuMailboxes> mailboxes;
+  std::shared_ptr<HostMailboxes> mailboxes;
   int job_rank = 0;
 };
 
@@ -395,7 +425,10 @@ class CommGroup;
 // fp32 accumulation; throws splitflow::Error when the device cannot be used. With a group (one
 // process per GPU, comm/comm_group.h, which outlives the backend) allreduce() runs through it:
 // the custom allreduce fused with the residual add, or NCCL where the crossover table says so.
-std::unique_ptr<Backend> make_cuda_backend(int device = 0, comm::CommGroup* group = nullptr);
+// With mailboxes (a stage of a pipeline inside this process, parallel/local_pipeline.h) send() /
+// recv() pass through host memory to the other stages' threads instead.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0, comm::CommGroup* group = nullptr,
+                                           std::shared_ptr<HostMailboxes> mailboxes = nullptr, int job_rank = 0);
 #endif
 
 }  // namespace splitflow

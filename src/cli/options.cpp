@@ -3,6 +3,8 @@
 #include "core/error.h"
 #include "model/weights.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -43,9 +45,8 @@ void ModelFlags::check_backend_runs(const Backend& backend) const {
 namespace {
 
 [[noreturn]] void fail_layer_offload(int layers, const std::string& backend) {
-  fail("-ngl/--n-gpu-layers {} with --device {}: layer offload is not implemented yet: use --device cpu or cuda "
-       "(the whole model runs on one; -ngl 0 with cpu and -ngl of at least the model's layers with cuda mean the same "
-       "and are accepted)",
+  fail("-ngl/--n-gpu-layers {} with --device {}: layers are offloaded to a GPU with --device cuda (-ngl 0 with cpu "
+       "and -ngl of at least the model's layers with cuda run the whole model on one device)",
        layers, backend);
 }
 
@@ -89,8 +90,39 @@ std::unique_ptr<Backend> ModelFlags::make_backend(const ParallelRank* rank) cons
 
 void ModelFlags::check_gpu_layers(int64_t num_layers) const {
   // llama.cpp's -ngl 99 / -1: every layer on the GPU, which is what --device cuda does.
-  if (n_gpu_layers && backend == "cuda" && *n_gpu_layers > 0 && *n_gpu_layers < num_layers)
-    fail_layer_offload(*n_gpu_layers, backend);
+  SF_CHECK(!gpu_layer_split(num_layers), "-ngl/--n-gpu-layers {} of {} layers: this command runs the whole model on "
+           "one device; generate and bench latency split it between the GPU and the CPU", *n_gpu_layers, num_layers);
+}
+
+std::optional<int> ModelFlags::gpu_layer_split(int64_t num_layers) const {
+  if (!n_gpu_layers || backend != "cuda" || *n_gpu_layers <= 0 || *n_gpu_layers >= num_layers) return std::nullopt;
+  SF_CHECK(tensor_parallel_size == 1 && pipeline_parallel_size == 1,
+           "-ngl/--n-gpu-layers {} (a GPU/CPU split) is not combined with tensor or pipeline parallelism",
+           *n_gpu_layers);
+  return *n_gpu_layers;
+}
+
+std::unique_ptr<LocalPipeline> ModelFlags::make_gpu_cpu_pipeline(const LoadedModel& model, int gpu_layers,
+                                                                 const KvCacheConfig& kv,
+                                                                 const RunnerLimits& limits) const {
+#ifdef SPLITFLOW_HAS_CUDA
+  // As llama.cpp's -ngl: the last layers (and the head) on the GPU, the first ones on the CPU.
+  const int cpu_threads = threads;
+  std::vector<LocalStage> stages = {
+      {[cpu_threads](std::shared_ptr<HostMailboxes> mailboxes, int rank) {
+         return make_cpu_backend(cpu_threads, CpuJobPlace{nullptr, 0, std::move(mailboxes), rank});
+       },
+       model.spec.num_layers - gpu_layers},
+      {[](std::shared_ptr<HostMailboxes> mailboxes, int rank) {
+         return make_cuda_backend(0, nullptr, std::move(mailboxes), rank);
+       },
+       gpu_layers}};
+  auto pipeline = std::make_unique<LocalPipeline>(model.spec, model.weights, std::move(stages), kv, limits);
+  spdlog::info("GPU/CPU split: {} (stage 0: cpu, stage 1: cuda)", pipeline->description());
+  return pipeline;
+#else
+  fail("-ngl/--n-gpu-layers {}: this build has no CUDA backend", gpu_layers);
+#endif
 }
 
 void add_model_flags(CLI::App& command, ModelFlags& flags) {

@@ -6,6 +6,7 @@
 #include "engine/model_loader.h"
 #include "engine/sampling_params.h"
 #include "parallel/launch.h"
+#include "parallel/local_pipeline.h"
 
 #include <CLI/CLI.hpp>
 
@@ -42,6 +43,13 @@ struct ModelFlags {
   // -ngl N with --device cuda: fails unless N covers every layer (or is negative: all), since
   // offloading some layers is not implemented. make_backend() checks the cases that need no model.
   void check_gpu_layers(int64_t num_layers) const;
+  // -ngl N with --device cuda and 0 < N < num_layers: a GPU/CPU split of N layers on the GPU
+  // (nullopt: the whole model on one device). make_gpu_cpu_pipeline() builds it
+  // (parallel/local_pipeline.h): the first layers on the CPU (--threads), the last N and the head
+  // on GPU 0, one thread each; its leader() is the runner to drive.
+  std::optional<int> gpu_layer_split(int64_t num_layers) const;
+  std::unique_ptr<LocalPipeline> make_gpu_cpu_pipeline(const LoadedModel& model, int gpu_layers, const KvCacheConfig& kv,
+                                                       const RunnerLimits& limits) const;
 };
 
 void add_model_flags(CLI::App& command, ModelFlags& flags);

@@ -67,6 +67,9 @@ PartitionedModel partition_model(const ModelSpec& spec, const ModelWeights& weig
            "parallel layout: tensor {} x pipeline {} ranks", layout.tensor_parallel, layout.pipeline_parallel);
   SF_CHECK(rank >= 0 && rank < layout.world_size(), "parallel layout: rank {} outside a job of {}", rank,
            layout.world_size());
+  SF_CHECK(spec.network != NetworkType::EncoderDecoder || layout.world_size() == 1,
+           "parallel layout: encoder_decoder models run on one rank (no tensor or pipeline parallelism yet), not "
+           "tensor {} x pipeline {}", layout.tensor_parallel, layout.pipeline_parallel);
   SF_CHECK(layout.pipeline_parallel == 1 || spec.network == NetworkType::DecoderOnly ||
                spec.network == NetworkType::EncoderOnly,
            "pipeline parallelism: only decoder-only and encoder-only networks");

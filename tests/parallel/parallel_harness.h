@@ -1,12 +1,13 @@
 // tests/parallel/parallel_harness.h — a parallel job inside one test process: each rank a thread
 // with its own CPU backend and part of the model (parallel/partition.h), the stages' tensor-parallel
 // ranks meeting in a CpuRankGroup each, stages passing the residual stream through the job's
-// CpuMailboxes, rank 0 leading the others through a shared-memory step channel, as the GPU ranks
+// HostMailboxes, rank 0 leading the others through a shared-memory step channel, as the GPU ranks
 // do (one process each).
 #pragma once
 
 #include "backend/backend.h"
 #include "backend/cpu/rank_group.h"
+#include "backend/host_mailboxes.h"
 #include "comm/file_store.h"
 #include "parallel/partition.h"
 #include "parallel/shm_step_channel.h"
@@ -29,7 +30,7 @@ namespace splitflow::test {
 
 // Runs `lead` on rank 0's runner while the job's other ranks follow it, each a thread with its
 // own CPU backend and part of `fixture` (parallel/partition.h), meeting in a CpuRankGroup per
-// pipeline stage (allreduce), the job's CpuMailboxes (stage to stage) and a shared-memory step
+// pipeline stage (allreduce), the job's HostMailboxes (stage to stage) and a shared-memory step
 // channel.
 inline void run_parallel(const ModelSpec& spec, const ModelWeights& weights, const ParallelLayout& layout,
                          const KvCacheConfig& kv, const RunnerLimits& limits,
@@ -40,7 +41,7 @@ inline void run_parallel(const ModelSpec& spec, const ModelWeights& weights, con
   std::filesystem::create_directories(dir);
   std::vector<std::shared_ptr<CpuRankGroup>> groups;
   for (int s = 0; s < layout.pipeline_parallel; ++s) groups.push_back(std::make_shared<CpuRankGroup>(layout.tensor_parallel));
-  auto mailboxes = std::make_shared<CpuMailboxes>();
+  auto mailboxes = std::make_shared<HostMailboxes>();
   std::vector<std::string> errors(size);
   auto rank_main = [&](int rank) {
     try {

@@ -70,6 +70,20 @@ TEST(StepCommand, EveryCallRoundTrips) {
   EXPECT_EQ(decode_step_call(encode_step_call(StepCall{StepCallKind::Stop})).kind, StepCallKind::Stop);
 }
 
+// Found by fuzz_step_command (fuzz/crashes/step_command/empty_lists_null_memcpy.bin): an empty list
+// was read with memcpy into an empty vector's null data(), undefined behaviour that the sanitizer
+// build (SPLITFLOW_SANITIZE=address,undefined) reports.
+TEST(StepCommand, EmptyListsRoundTrip) {
+  StepCall call{StepCallKind::ForwardSample};
+  call.batch.spans.push_back(SequenceSpan{});  // no tokens, an empty block table, no sampling rows
+  call.batch.spans[0].num_tokens = 0;
+  const StepCall got = decode_step_call(encode_step_call(call));
+  EXPECT_TRUE(got.batch.token_ids.empty());
+  ASSERT_EQ(got.batch.spans.size(), 1u);
+  EXPECT_TRUE(got.batch.spans[0].block_table.empty());
+  EXPECT_TRUE(got.rows.empty());
+}
+
 TEST(StepCommand, MalformedMessagesAreErrorsNotReads) {
   const std::vector<int32_t> words = encode_step_call(sample_call());
   for (size_t n = 0; n < words.size(); ++n) {

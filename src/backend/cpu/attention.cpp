@@ -1,4 +1,6 @@
-// Paged attention on the CPU, causal or (encoders) bidirectional. A work item is (sequence, tile
+// Paged attention on the CPU, causal or (encoders) bidirectional, optionally with T5's relative
+// position bias; cross-attention (decoder queries over the encoder's K/V) is the same kernel with
+// every query seeing its sequence's whole context. A work item is (sequence, tile
 // of up to 8 consecutive new tokens, kv head): its tokens' query heads of that group stream over the sequence's KV blocks
 // once, each block's keys transposed so scores vectorise over keys, with an online softmax
 // (running max and sum per query row, the accumulator rescaled when the max grows); no score
@@ -87,15 +89,59 @@ void block_scores(const float* q, float scale, const float* keys_t, int64_t padd
 #endif
 }
 
+// transformers' T5Attention._relative_position_bucket for relative = key - query, in its f32
+// arithmetic (torch.log of an f32 tensor, divided by a Python float, scaled, truncated).
+int32_t relative_bucket(int64_t relative, int num_buckets, int max_distance, bool bidirectional) {
+  int32_t bucket = 0;
+  int64_t distance;
+  if (bidirectional) {
+    num_buckets /= 2;
+    if (relative > 0) bucket += num_buckets;
+    distance = relative < 0 ? -relative : relative;
+  } else {
+    distance = relative < 0 ? -relative : 0;
+  }
+  const int max_exact = num_buckets / 2;
+  if (distance < max_exact) return bucket + static_cast<int32_t>(distance);
+  const float ratio = std::log(static_cast<float>(distance) / static_cast<float>(max_exact));
+  const float scaled = ratio / static_cast<float>(std::log(static_cast<double>(max_distance) / max_exact)) *
+                       static_cast<float>(num_buckets - max_exact);
+  const int64_t large = std::min<int64_t>(max_exact + static_cast<int64_t>(scaled), num_buckets - 1);
+  return bucket + static_cast<int32_t>(large);
+}
+
 }  // namespace
 
 void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                            const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
-  const int64_t seqs = check_attention_args("cpu", DType::F32, kv_cache_dtypes(), qkv, k_cache, v_cache, batch, params,
-                                            out);
+  check_attention_args("cpu", DType::F32, kv_cache_dtypes(), qkv, k_cache, v_cache, batch, params, out);
+  paged_attention(qkv.as<float>(), qkv.dim(1), qkv.dim(0), k_cache, v_cache, batch, params, nullptr, false, out);
+}
+
+void CpuBackend::attention_with_position_bias(const DeviceTensor& qkv, const DeviceTensor& k_cache,
+                                              const DeviceTensor& v_cache, const AttentionBatch& batch,
+                                              const AttentionParams& params, const RelativePositionBias& bias,
+                                              const DeviceTensor& out) {
+  check_biased_attention_args("cpu", DType::F32, kv_cache_dtypes(), qkv, k_cache, v_cache, batch, params, bias, out);
+  paged_attention(qkv.as<float>(), qkv.dim(1), qkv.dim(0), k_cache, v_cache, batch, params, &bias, false, out);
+}
+
+void CpuBackend::cross_attention(const DeviceTensor& q, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
+  check_cross_attention_args("cpu", DType::F32, kv_cache_dtypes(), q, k_cache, v_cache, batch, params, out);
+  AttentionParams all_keys = params;
+  all_keys.causal = false;
+  all_keys.sliding_window = 0;
+  all_keys.logit_softcap = 0;
+  paged_attention(q.as<float>(), q.dim(1), q.dim(0), k_cache, v_cache, batch, all_keys, nullptr, true, out);
+}
+
+void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t tokens, const DeviceTensor& k_cache,
+                                 const DeviceTensor& v_cache, const AttentionBatch& batch, const AttentionParams& params,
+                                 const RelativePositionBias* bias, bool cross, const DeviceTensor& out) {
+  const int64_t seqs = batch.context_lens.numel();
   const int heads = params.num_heads, kv_heads = params.num_kv_heads, head_dim = params.head_dim;
   const int64_t q_dim = int64_t{heads} * head_dim, kv_dim = int64_t{kv_heads} * head_dim;
-  const int64_t width = q_dim + 2 * kv_dim, tokens = qkv.dim(0);
   const int32_t* query_start = batch.query_start.as<int32_t>();
   const int32_t* context_lens = batch.context_lens.as<int32_t>();
   const int32_t* block_tables = batch.block_tables.as<int32_t>();
@@ -105,8 +151,8 @@ void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache,
   // Every position a query reads must map to a valid block: check once here, not in the loop.
   for (int64_t s = 0; s < seqs; ++s) {
     const int32_t count = query_start[s + 1] - query_start[s];
-    SF_CHECK(count >= 0 && context_lens[s] >= count, "cpu attention: sequence {} has {} new tokens but context length {}",
-             s, count, context_lens[s]);
+    SF_CHECK(count >= 0 && (cross ? context_lens[s] >= 1 : context_lens[s] >= count),
+             "cpu attention: sequence {} has {} new tokens but context length {}", s, count, context_lens[s]);
     const int64_t used_blocks = (context_lens[s] + params.block_size - 1) / params.block_size;
     SF_CHECK(used_blocks <= table_width, "cpu attention: sequence {} needs {} blocks, its table holds {}", s,
              used_blocks, table_width);
@@ -127,6 +173,18 @@ void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache,
   const int64_t* tile_start = tile_counts.data();
   const int64_t items = tile_start[seqs] * kv_heads;
   const int64_t work = int64_t{batch.max_context_len} * tokens * q_dim;  // bound on multiply-adds
+  // The bias's bucket of every key - query distance a query of this batch can meet:
+  // bucket_of[relative + longest - 1] for relative in (-longest, longest).
+  thread_local std::vector<int32_t> bucket_table;
+  int64_t longest = 0;
+  if (bias != nullptr) {
+    for (int64_t s = 0; s < seqs; ++s) longest = std::max<int64_t>(longest, context_lens[s]);
+    bucket_table.resize(static_cast<size_t>(std::max<int64_t>(2 * longest - 1, 1)));
+    for (int64_t r = -(longest - 1); r <= longest - 1; ++r)
+      bucket_table[r + longest - 1] = relative_bucket(r, bias->num_buckets, bias->max_distance, bias->bidirectional);
+  }
+  const int32_t* bucket_of = bucket_table.data();
+  const float* bias_table = bias != nullptr ? bias->table.as<float>() : nullptr;
 
   const int group = heads / kv_heads;
   const int64_t block_size = params.block_size;
@@ -175,10 +233,14 @@ void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache,
           const int64_t j_lo = lo - key0, j_count = hi - lo;
           for (int r = 0; r < group; ++r) {
             const int64_t row = i * group + r;
-            const float* q = qkv.as<float>() + (t0 + i) * width + int64_t{kv_head * group + r} * head_dim;
+            const int head = kv_head * group + r;
+            const float* q = q_rows + (t0 + i) * q_stride + int64_t{head} * head_dim;
             float* scores = scratch.scores.data();
             block_scores(q, scale, keys_t, padded, head_dim, scores);
             float* live = scores + j_lo;  // the keys this query sees: [lo, hi)
+            if (bias_table != nullptr)
+              for (int64_t j = 0; j < j_count; ++j)
+                live[j] += bias_table[int64_t{bucket_of[lo + j - position + longest - 1]} * heads + head];
             if (params.logit_softcap > 0.0f)
               for (int64_t j = 0; j < j_count; ++j) live[j] = params.logit_softcap * std::tanh(live[j] / params.logit_softcap);
             const float block_max = *std::max_element(live, live + j_count);

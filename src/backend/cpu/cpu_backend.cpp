@@ -5,6 +5,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/rank_group.h"
+#include "backend/host_mailboxes.h"
 #include "backend/cpu/simd.h"
 #include "core/error.h"
 #include "sampling/host_rule.h"

@@ -52,6 +52,13 @@ class CpuBackend final : public Backend {
                 const DeviceTensor& k_cache, const DeviceTensor& v_cache) override;
   void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                  const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override;
+  // attention_with_position_bias, cross_attention: backend/cpu/attention.cpp, one kernel with attention().
+  bool has_encoder_decoder_kernels() const override { return true; }
+  void attention_with_position_bias(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                                    const AttentionBatch& batch, const AttentionParams& params,
+                                    const RelativePositionBias& bias, const DeviceTensor& out) override;
+  void cross_attention(const DeviceTensor& q, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                       const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override;
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override;
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
   void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override;
@@ -63,6 +70,12 @@ class CpuBackend final : public Backend {
   void recv(const DeviceTensor& x, int peer) override;
 
  private:
+  // The kernel behind attention(), attention_with_position_bias() and cross_attention(): queries
+  // are the first q_dim values of each q row (q_stride apart); `cross`: every query sees its
+  // sequence's whole context (the encoder's K/V), whatever its count; `bias` may be null.
+  void paged_attention(const float* q, int64_t q_stride, int64_t tokens, const DeviceTensor& k_cache,
+                       const DeviceTensor& v_cache, const AttentionBatch& batch, const AttentionParams& params,
+                       const RelativePositionBias* bias, bool cross, const DeviceTensor& out);
   int num_threads_;
   CpuJobPlace place_;
   // Bytes of allocate_host areas alive: unwritten pages are not resident, so MemAvailable does not

@@ -32,25 +32,4 @@ void CpuRankGroup::allreduce(int rank, float* partial, float* residual, int64_t 
   copied_.arrive_and_wait();  // sum_ is rewritten by the next call only after every rank copied it
 }
 
-void CpuMailboxes::send(int from, int to, const void* data, size_t bytes) {
-  const auto* begin = static_cast<const unsigned char*>(data);
-  {
-    const std::lock_guard lock(mutex_);
-    boxes_[{from, to}].emplace_back(begin, begin + bytes);
-  }
-  arrived_.notify_all();
-}
-
-void CpuMailboxes::recv(int from, int to, void* data, size_t bytes) {
-  std::unique_lock lock(mutex_);
-  std::deque<std::vector<unsigned char>>& box = boxes_[{from, to}];
-  arrived_.wait(lock, [&] { return !box.empty(); });
-  std::vector<unsigned char> message = std::move(box.front());
-  box.pop_front();
-  lock.unlock();
-  SF_CHECK(message.size() == bytes, "cpu recv: rank {} sent {} bytes to rank {}, which expects {}", from,
-           message.size(), to, bytes);
-  std::memcpy(data, message.data(), bytes);
-}
-
 }  // namespace splitflow

@@ -3,6 +3,7 @@
 
 #include "backend/argument_checks.h"
 #include "backend/cuda/kernels.h"
+#include "backend/host_mailboxes.h"
 #include "comm/comm_group.h"
 #include "comm/elementwise.h"
 #include "core/error.h"
@@ -19,8 +20,9 @@
 
 namespace splitflow {
 
-std::unique_ptr<Backend> make_cuda_backend(int device, comm::CommGroup* group) {
-  return std::make_unique<cuda::CudaBackend>(device, group);
+std::unique_ptr<Backend> make_cuda_backend(int device, comm::CommGroup* group, std::shared_ptr<HostMailboxes> mailboxes,
+                                           int job_rank) {
+  return std::make_unique<cuda::CudaBackend>(device, group, std::move(mailboxes), job_rank);
 }
 
 namespace cuda {
@@ -77,7 +79,8 @@ struct CudaBackend::GemmPlan {
   }
 };
 
-CudaBackend::CudaBackend(int device, comm::CommGroup* group) : device_(device), group_(group) {
+CudaBackend::CudaBackend(int device, comm::CommGroup* group, std::shared_ptr<HostMailboxes> mailboxes, int job_rank)
+    : device_(device), group_(group), mailboxes_(std::move(mailboxes)), job_rank_(job_rank) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) cudaGetLastError();
@@ -267,11 +270,24 @@ std::unique_ptr<RecordedWork> CudaBackend::record(const std::function<void()>& i
 int CudaBackend::tensor_parallel_size() const { return group_ ? group_->world_size() : 1; }
 
 void CudaBackend::send(const DeviceTensor& x, int peer) {
+  if (mailboxes_ != nullptr) {  // a stage in this process: through host memory
+    std::vector<unsigned char> bytes(x.nbytes());
+    copy_to_host(x, bytes.data());
+    mailboxes_->send(job_rank_, peer, bytes.data(), bytes.size());
+    return;
+  }
   SF_CHECK(group_ != nullptr, "send: the cuda backend belongs to no job");
   group_->send(x.data, x.nbytes(), DType::U8, peer, stream_);
 }
 
 void CudaBackend::recv(const DeviceTensor& x, int peer) {
+  if (mailboxes_ != nullptr) {
+    std::vector<unsigned char> bytes(x.nbytes());
+    mailboxes_->recv(peer, job_rank_, bytes.data(), bytes.size());
+    copy_to_device(bytes.data(), x);
+    synchronize();  // `bytes` is pageable and goes out of scope
+    return;
+  }
   SF_CHECK(group_ != nullptr, "recv: the cuda backend belongs to no job");
   group_->recv(x.data, x.nbytes(), DType::U8, peer, stream_);
 }

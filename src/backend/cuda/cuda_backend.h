@@ -37,7 +37,8 @@ bool is_quant_matrix(const DeviceTensor& w);
 class CudaBackend final : public Backend {
  public:
   // group: the tensor-parallel group this rank's allreduce() runs through (null: none).
-  explicit CudaBackend(int device, comm::CommGroup* group = nullptr);
+  explicit CudaBackend(int device, comm::CommGroup* group = nullptr, std::shared_ptr<HostMailboxes> mailboxes = nullptr,
+                       int job_rank = 0);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -104,7 +105,8 @@ class CudaBackend final : public Backend {
   int tensor_parallel_size() const override;
   void allreduce(const DeviceTensor& partial, const DeviceTensor& residual) override;
   // Pipeline stages: NCCL send / recv of the bytes over the group's communicator (the job's
-  // ranks; a hybrid grid's tensor-parallel sub-groups are not built yet).
+  // ranks; a hybrid grid's tensor-parallel sub-groups are not built yet), or, with mailboxes,
+  // through host memory to a stage in this process (waiting for the device: not recordable).
   void send(const DeviceTensor& x, int peer) override;
   void recv(const DeviceTensor& x, int peer) override;
 
@@ -149,6 +151,8 @@ class CudaBackend final : public Backend {
 
   int device_;
   comm::CommGroup* group_ = nullptr;
+  std::shared_ptr<HostMailboxes> mailboxes_;
+  int job_rank_ = 0;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   void* lt_handle_ = nullptr;  // cublasLtHandle_t

@@ -1,0 +1,30 @@
+// backend/host_mailboxes.h — point-to-point messages between the ranks of a job that live in one
+// process (threads): one FIFO of byte messages per (sender, receiver) pair. The backends' send() /
+// recv() use it for pipeline stages inside a process: the CPU tests' jobs, and a GPU stage next to
+// a CPU stage (parallel/local_pipeline.h, llama.cpp's -ngl). Host memory only; never a device.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace splitflow {
+
+// One FIFO of byte messages per (sender, receiver) pair of the job's ranks: send() never waits,
+// recv() waits for the pair's next message and checks its size.
+class HostMailboxes {
+ public:
+  void send(int from, int to, const void* data, size_t bytes);
+  void recv(int from, int to, void* data, size_t bytes);
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable arrived_;
+  std::map<std::pair<int, int>, std::deque<std::vector<unsigned char>>> boxes_;
+};
+
+}  // namespace splitflow

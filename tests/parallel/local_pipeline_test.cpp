@@ -1,0 +1,80 @@
+// Pipeline stages inside one process (parallel/local_pipeline.h), the GPU/CPU split of llama.cpp's
+// -ngl: here two CPU backends with different thread counts stand in for the GPU and the CPU (the
+// same host-memory links and step channel). A pipeline computes what one rank computes, so the
+// Generator's greedy and seeded outputs must be identical to one rank's (which tests/engine checks
+// against transformers and the reference sampler).
+#include "parallel/local_pipeline.h"
+
+#include "backend/host_mailboxes.h"
+#include "engine/generator.h"
+#include "engine/model_loader.h"
+#include "test_paths.h"
+
+#include <gtest/gtest.h>
+
+using namespace splitflow;
+
+namespace {
+
+LoadedModel stories() {
+  ModelLoadOptions options;
+  options.model_path = test::shared_path("models/stories260K-hf");
+  return load_model(options);
+}
+
+StageBackendFactory cpu_stage(int threads) {
+  return [threads](std::shared_ptr<HostMailboxes> mailboxes, int rank) {
+    return make_cpu_backend(threads, CpuJobPlace{nullptr, 0, std::move(mailboxes), rank});
+  };
+}
+
+}  // namespace
+
+TEST(LocalPipeline, StagesInOneProcessGiveTheOneRankOutputs) {
+  LoadedModel model = stories();
+  const KvCacheConfig kv{16, 16};
+  const RunnerLimits limits{64, 1};
+  auto backend = make_cpu_backend(2);
+  ModelRunner one(model.spec, model.weights, *backend, kv, limits);
+  Generator one_generator(one, model.tokenizer.get());
+  const std::vector<int32_t> prompt = model.tokenizer->encode("Once upon a time, there was a little dog", true);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 60;
+  SamplingParams sampled = greedy;
+  sampled.temperature = 0.9f;
+  sampled.seed = 7;
+  const GenerationResult want_greedy = one_generator.generate(prompt, greedy);
+  const GenerationResult want_sampled = one_generator.generate(prompt, sampled);
+
+  for (const std::vector<int>& split : {std::vector<int>{3, 2}, std::vector<int>{1, 4}, std::vector<int>{2, 2, 1}}) {
+    std::vector<LocalStage> stages;
+    for (size_t s = 0; s < split.size(); ++s) stages.push_back({cpu_stage(s == 0 ? 2 : 1), split[s]});
+    LocalPipeline pipeline(model.spec, model.weights, stages, kv, limits);
+    SCOPED_TRACE(pipeline.description());
+    Generator generator(pipeline.leader(), model.tokenizer.get());
+    EXPECT_EQ(generator.generate(prompt, greedy).output_ids, want_greedy.output_ids);
+    EXPECT_EQ(generator.generate(prompt, sampled).output_ids, want_sampled.output_ids);
+  }
+}
+
+TEST(LocalPipeline, AStageThatCannotBeBuiltIsNamedAndNothingHangs) {
+  LoadedModel model = stories();
+  std::vector<LocalStage> stages = {
+      {cpu_stage(1), 3},
+      {[](std::shared_ptr<HostMailboxes>, int) -> std::unique_ptr<Backend> { fail("no such device"); }, 2}};
+  try {
+    LocalPipeline pipeline(model.spec, model.weights, stages, KvCacheConfig{16, 16}, RunnerLimits{64, 1});
+    ADD_FAILURE() << "built a pipeline with a broken stage";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pipeline stage 1: no such device"), std::string::npos) << e.what();
+  }
+  // Layer counts that do not add up are refused before any thread starts.
+  std::vector<LocalStage> wrong = {{cpu_stage(1), 3}, {cpu_stage(1), 3}};
+  try {
+    LocalPipeline pipeline(model.spec, model.weights, wrong, KvCacheConfig{16, 16}, RunnerLimits{64, 1});
+    ADD_FAILURE() << "built a pipeline of 6 layers for a 5-layer model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("add up to 6, the model has 5"), std::string::npos) << e.what();
+  }
+}
