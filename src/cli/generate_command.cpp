@@ -4,6 +4,7 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "engine/generator.h"
+#include "seq2seq/seq2seq_generator.h"
 
 #include <fmt/format.h>
 
@@ -78,7 +79,7 @@ void run_generate(const GenerateFlags& flags) {
   ParallelRank ranks = flags.model.join_ranks();
   std::unique_ptr<Backend> backend = flags.model.make_backend(&ranks);
   LoadedModel model = load_model(flags.model.options());
-  flags.model.check_gpu_layers(model.spec.num_layers);
+  const std::optional<int> gpu_layers = flags.model.gpu_layer_split(model.spec.num_layers);
   ranks.partition(model);
   if (!ranks.leader()) return ranks.follow(model.spec, std::move(model.weights), *backend);
   std::vector<int32_t> prompt_ids;
@@ -99,21 +100,40 @@ void run_generate(const GenerateFlags& flags) {
   }
   const int64_t kv_tokens = std::min<int64_t>(static_cast<int64_t>(prompt_ids.size()) + params.max_tokens, context);
 
-  KvCacheConfig kv{blocks_for_tokens(kv_tokens, flags.block_size), flags.block_size, 0, kv_cache_dtype};
-  RunnerLimits limits{flags.max_batch_tokens, 1};
-  ModelRunner runner(model.spec, std::move(model.weights), *backend, kv, limits, ranks.runner_partition());
-  ranks.lead(runner);
-  Generator generator(runner, model.tokenizer.get());
-
   std::vector<float> logits;
   const auto keep_logits = [&](std::span<const float> row) { logits.insert(logits.end(), row.begin(), row.end()); };
-  GenerationResult result = generator.generate(
-      prompt_ids, params,
-      [](std::string_view text) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fflush(stdout);
-      },
-      flags.logits_out.empty() ? std::function<void(std::span<const float>)>() : keep_logits);
+  const auto stream_text = [](std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  };
+  const auto on_logits = flags.logits_out.empty() ? std::function<void(std::span<const float>)>() : keep_logits;
+  GenerationResult result;
+  if (model.spec.network == NetworkType::EncoderDecoder) {
+    // The prompt is the encoder's input; the decoder's positions and the cross K/V share the
+    // sequence's blocks, so the cache covers the longer of the two.
+    const int64_t decoder_tokens = std::min<int64_t>(params.max_tokens + int64_t{1}, context);
+    const int64_t seq_tokens = std::max<int64_t>(static_cast<int64_t>(prompt_ids.size()), decoder_tokens);
+    KvCacheConfig kv{blocks_for_tokens(seq_tokens, flags.block_size), flags.block_size, 0, kv_cache_dtype};
+    const int32_t batch_tokens = std::max<int32_t>(flags.max_batch_tokens, static_cast<int32_t>(prompt_ids.size()));
+    Seq2SeqRunner runner(model.spec, std::move(model.weights), *backend, kv, RunnerLimits{batch_tokens, 1});
+    result = generate_seq2seq(runner, model.tokenizer.get(), prompt_ids, params, stream_text, on_logits);
+  } else {
+    KvCacheConfig kv{blocks_for_tokens(kv_tokens, flags.block_size), flags.block_size, 0, kv_cache_dtype};
+    RunnerLimits limits{flags.max_batch_tokens, 1};
+    // -ngl N: the GPU/CPU split's stages (parallel/local_pipeline.h); else this rank's runner.
+    std::unique_ptr<LocalPipeline> split;
+    std::unique_ptr<ModelRunner> own;
+    if (gpu_layers) {
+      split = flags.model.make_gpu_cpu_pipeline(model, *gpu_layers, kv, limits);
+    } else {
+      own = std::make_unique<ModelRunner>(model.spec, std::move(model.weights), *backend, kv, limits,
+                                          ranks.runner_partition());
+      ranks.lead(*own);
+    }
+    ModelRunner& runner = split ? split->leader() : *own;
+    Generator generator(runner, model.tokenizer.get());
+    result = generator.generate(prompt_ids, params, stream_text, on_logits);
+  }
   if (!flags.logits_out.empty())
     write_npy(flags.logits_out, logits, static_cast<int64_t>(result.output_ids.size()), model.spec.vocab_size);
   if (!model.tokenizer) {

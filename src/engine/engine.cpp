@@ -75,6 +75,9 @@ Engine::Engine(ModelRunner& runner, const Tokenizer* tokenizer, SchedulerConfig 
         }
         return std::move(config);
       }()) {
+  SF_CHECK(!runner.encoder_decoder(),
+           "engine: {} is an encoder_decoder model; continuous batching of its decoder steps is not implemented yet "
+           "(splitflow generate runs it)", runner.spec().name.empty() ? "the model" : runner.spec().name);
   const SchedulerConfig& c = scheduler_.config();
   SF_CHECK(c.max_batch_tokens <= runner.limits().max_batch_tokens,
            "engine: max_batch_tokens {} exceeds the model runner's {}", c.max_batch_tokens,

@@ -18,7 +18,10 @@ int32_t blocks_for_tokens(int64_t max_tokens, int32_t block_size) {
   return static_cast<int32_t>((max_tokens + block_size - 1) / block_size);
 }
 
-Generator::Generator(ModelRunner& runner, const Tokenizer* tokenizer) : runner_(runner), tokenizer_(tokenizer) {}
+Generator::Generator(ModelRunner& runner, const Tokenizer* tokenizer) : runner_(runner), tokenizer_(tokenizer) {
+  SF_CHECK(!runner.encoder_decoder(), "generator: an encoder_decoder model generates through seq2seq/ "
+                                      "(generate_seq2seq), its prompt going to the encoder");
+}
 
 GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, const SamplingParams& params,
                                      const std::function<void(std::string_view)>& on_text,

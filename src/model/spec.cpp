@@ -53,6 +53,7 @@ const std::vector<EnumName<PositionType>>& position_names() {
       {PositionType::Sinusoidal, {"sinusoidal"}},
       {PositionType::ALiBi, {"alibi"}},
       {PositionType::None, {"none"}},
+      {PositionType::Relative, {"relative"}},
   };
   return names;
 }
@@ -278,6 +279,31 @@ void parse_embedding(const json& object, EmbeddingSpec& embedding) {
   reader.finish();
 }
 
+void parse_relative_attention(const json& object, RelativeAttentionSpec& relative) {
+  ObjectReader reader(object, "relative_attention");
+  reader.read_int("num_buckets", relative.num_buckets);
+  reader.read_int("max_distance", relative.max_distance);
+  reader.finish();
+}
+
+// The encoder stack of an encoder_decoder spec: the decoder's fields without what only a decoder
+// has (its head, cross-attention, start token), attention bidirectional, then the "encoder"
+// object applied as a JSON merge patch.
+json encoder_json(const json& object) {
+  json base = object;
+  base.erase("encoder");
+  for (const char* key : {"logits_multiplier", "decoder_start_token_id", "tie_embeddings", "final_logit_softcap"})
+    base.erase(key);
+  base["network"] = "encoder_only";
+  if (!base.contains("attention") || !base["attention"].is_object()) base["attention"] = json::object();
+  base["attention"]["causal"] = false;
+  if (base.contains("tensors") && base["tensors"].is_object())
+    for (const char* key : {"lm_head", "lm_head_optional", "cross_attn_norm", "cross_q", "cross_k", "cross_v", "cross_o"})
+      base["tensors"].erase(key);
+  base.merge_patch(object.at("encoder"));
+  return base;
+}
+
 void parse_mlp(const json& object, MlpSpec& mlp) {
   ObjectReader reader(object, "mlp");
   reader.require("intermediate_size");
@@ -383,7 +409,9 @@ void parse_tensors(const json& object, TensorNames& tensors) {
       {"up", &tensors.up},             {"gate_up", &tensors.gate_up},     {"down", &tensors.down},
       {"q_norm", &tensors.q_norm},     {"k_norm", &tensors.k_norm},       {"post_attn_norm", &tensors.post_attn_norm},
       {"post_ffn_norm", &tensors.post_ffn_norm}, {"embed_norm", &tensors.embed_norm},
-      {"token_type_embed", &tensors.token_type_embed},
+      {"token_type_embed", &tensors.token_type_embed}, {"relative_bias", &tensors.relative_bias},
+      {"cross_attn_norm", &tensors.cross_attn_norm}, {"cross_q", &tensors.cross_q},
+      {"cross_k", &tensors.cross_k}, {"cross_v", &tensors.cross_v}, {"cross_o", &tensors.cross_o},
   };
   for (const auto& [key, target] : names) reader.read_string(key, *target);
   reader.finish();
@@ -546,10 +574,26 @@ ModelSpec spec_from_json(const json& object) {
   reader.read_int("token_types", spec.token_types);
   reader.read_int("position_offset", spec.position_offset);
   if (const json* embedding = reader.find("embedding")) parse_embedding(*embedding, spec.embedding);
+  if (const json* relative = reader.find("relative_attention")) parse_relative_attention(*relative, spec.relative_attention);
+  reader.read_double("logits_multiplier", spec.logits_multiplier);
+  reader.read_int("decoder_start_token_id", spec.decoder_start_token_id);
+  const json* encoder = reader.find("encoder");
   parse_tensors(*reader.find("tensors"), spec.tensors);
   reader.read_int("bos_token_id", spec.bos_token_id);
   if (const json* eos = reader.find("eos_token_ids")) parse_eos(*eos, spec.eos_token_ids);
   reader.finish();
+  if (spec.network == NetworkType::EncoderDecoder) {
+    SF_CHECK(encoder != nullptr && encoder->is_object(),
+             "encoder: network encoder_decoder needs an \"encoder\" object (the encoder stack's fields, a merge patch "
+             "over the decoder's)");
+    try {
+      spec.encoder.push_back(spec_from_json(encoder_json(object)));
+    } catch (const Error& e) {
+      fail("encoder: {}", e.what());
+    }
+  } else {
+    SF_CHECK(encoder == nullptr, "encoder: only a network encoder_decoder has an encoder stack");
+  }
 
   // Derived defaults (see spec.h).
   AttentionSpec& attention = spec.attention;
@@ -575,9 +619,55 @@ ModelSpec spec_from_json(const json& object) {
   return spec;
 }
 
+const ModelSpec& ModelSpec::encoder_spec() const {
+  SF_CHECK(network == NetworkType::EncoderDecoder && encoder.size() == 1,
+           "spec: only an encoder_decoder model has an encoder stack");
+  return encoder.front();
+}
+
+namespace {
+
+// What only encoder_decoder specs have: the encoder stack, cross-attention tensors, the decoder's
+// start token and the logits multiplier.
+void validate_encoder_decoder(const ModelSpec& spec) {
+  const TensorNames& tensors = spec.tensors;
+  const std::pair<const char*, const std::string*> cross[] = {
+      {"cross_attn_norm", &tensors.cross_attn_norm}, {"cross_q", &tensors.cross_q}, {"cross_k", &tensors.cross_k},
+      {"cross_v", &tensors.cross_v}, {"cross_o", &tensors.cross_o}};
+  SF_CHECK(std::isfinite(spec.logits_multiplier) && spec.logits_multiplier > 0.0,
+           "logits_multiplier: must be > 0, got {}", spec.logits_multiplier);
+  if (spec.network != NetworkType::EncoderDecoder) {
+    SF_CHECK(spec.encoder.empty(), "encoder: only a network encoder_decoder has an encoder stack");
+    for (const auto& [field, name] : cross)
+      forbid_name(field, *name, "only encoder_decoder decoders attend to an encoder");
+    SF_CHECK(spec.decoder_start_token_id == -1, "decoder_start_token_id: only a network encoder_decoder has one");
+    SF_CHECK(spec.logits_multiplier == 1.0 || spec.network == NetworkType::DecoderOnly,
+             "logits_multiplier: an encoder_only model has no logits");
+    return;
+  }
+  SF_CHECK(spec.encoder.size() == 1, "encoder: network encoder_decoder needs the encoder stack");
+  const ModelSpec& encoder = spec.encoder.front();
+  SF_CHECK(encoder.network == NetworkType::EncoderOnly, "encoder.network: must be encoder_only");
+  SF_CHECK(encoder.hidden_size == spec.hidden_size, "encoder.hidden_size: {} differs from the decoder's {}",
+           encoder.hidden_size, spec.hidden_size);
+  SF_CHECK(spec.attention.causal, "attention.causal: an encoder_decoder's decoder is causal");
+  for (const auto& [field, name] : cross) {
+    require_name(field, *name, "the decoder layers of an encoder_decoder attend to the encoder");
+    check_tensor_name(field, *name, true);
+  }
+  SF_CHECK(spec.decoder_start_token_id >= 0 && spec.decoder_start_token_id < spec.vocab_size,
+           "decoder_start_token_id: an encoder_decoder needs the decoder's first token in [0, {}), got {}",
+           spec.vocab_size, spec.decoder_start_token_id);
+  SF_CHECK(spec.norm.placement == NormPlacement::Pre && !spec.parallel_residual && !spec.post_norms &&
+               !spec.attention.qk_norm && spec.attention.sliding_window == 0,
+           "network: encoder_decoder decoders are sequential pre-norm layers with full attention (no post placement, "
+           "parallel_residual, post_norms, qk_norm or sliding window yet)");
+}
+
+}  // namespace
+
 void validate_spec(const ModelSpec& spec) {
-  SF_CHECK(spec.network != NetworkType::EncoderDecoder,
-           "network: encoder_decoder models are not supported yet (decoder_only or encoder_only)");
+  validate_encoder_decoder(spec);
   const bool encoder = spec.network == NetworkType::EncoderOnly;
   SF_CHECK(spec.hidden_size > 0, "hidden_size: must be > 0, got {}", spec.hidden_size);
   SF_CHECK(spec.num_layers > 0, "num_layers: must be > 0, got {}", spec.num_layers);
@@ -645,8 +735,22 @@ void validate_spec(const ModelSpec& spec) {
   }
 
   SF_CHECK(spec.position == PositionType::Rope || spec.position == PositionType::Learned ||
-               spec.position == PositionType::None,
-           "position: {} is not supported yet (rope, learned or none)", enum_name(position_names(), spec.position));
+               spec.position == PositionType::None || spec.position == PositionType::Relative,
+           "position: {} is not supported yet (rope, learned, relative or none)",
+           enum_name(position_names(), spec.position));
+  if (spec.position == PositionType::Relative) {
+    const RelativeAttentionSpec& relative = spec.relative_attention;
+    const int exact = relative.num_buckets / (attention.causal ? 2 : 4);
+    SF_CHECK(relative.num_buckets >= (attention.causal ? 2 : 4) && exact >= 1,
+             "relative_attention.num_buckets: {} leaves no exact bucket{}", relative.num_buckets,
+             attention.causal ? "" : " (bidirectional: a quarter of them are exact)");
+    SF_CHECK(relative.max_distance > exact, "relative_attention.max_distance: {} must exceed the exact buckets' {}",
+             relative.max_distance, exact);
+    require_name("relative_bias", spec.tensors.relative_bias, "position is relative");
+  } else {
+    forbid_name("relative_bias", spec.tensors.relative_bias, "position is not relative");
+  }
+  check_tensor_name("relative_bias", spec.tensors.relative_bias, false);
   if (spec.position == PositionType::Rope) {
     const RopeSpec& rope = spec.rope;
     SF_CHECK(is_positive_finite(rope.theta), "rope.theta: must be > 0, got {}", rope.theta);
@@ -825,6 +929,10 @@ json spec_to_json(const ModelSpec& spec) {
   out["embedding_norm"] = spec.embedding_norm;
   out["token_types"] = spec.token_types;
   out["position_offset"] = spec.position_offset;
+  out["relative_attention"] = {{"num_buckets", spec.relative_attention.num_buckets},
+                                {"max_distance", spec.relative_attention.max_distance}};
+  out["logits_multiplier"] = spec.logits_multiplier;
+  out["decoder_start_token_id"] = spec.decoder_start_token_id;
   out["embedding"] = {{"pooling", enum_name(pooling_names(), spec.embedding.pooling)},
                       {"normalize", spec.embedding.normalize},
                       {"max_tokens", spec.embedding.max_tokens},
@@ -856,9 +964,16 @@ json spec_to_json(const ModelSpec& spec) {
                     {"post_attn_norm", tensors.post_attn_norm},
                     {"post_ffn_norm", tensors.post_ffn_norm},
                     {"embed_norm", tensors.embed_norm},
-                    {"token_type_embed", tensors.token_type_embed}};
+                    {"token_type_embed", tensors.token_type_embed},
+                    {"relative_bias", tensors.relative_bias},
+                    {"cross_attn_norm", tensors.cross_attn_norm},
+                    {"cross_q", tensors.cross_q},
+                    {"cross_k", tensors.cross_k},
+                    {"cross_v", tensors.cross_v},
+                    {"cross_o", tensors.cross_o}};
   out["bos_token_id"] = spec.bos_token_id;
   out["eos_token_ids"] = spec.eos_token_ids;
+  if (!spec.encoder.empty()) out["encoder"] = spec_to_json(spec.encoder.front());
   return out;
 }
 

@@ -17,7 +17,9 @@ namespace splitflow {
 enum class NetworkType { DecoderOnly, EncoderOnly, EncoderDecoder };
 enum class NormType { RMSNorm, LayerNorm };
 enum class Activation { SiLU, GELU, GELUTanh, ReLU };
-enum class PositionType { Rope, Learned, Sinusoidal, ALiBi, None };
+// Relative: no absolute positions; each attention score gets a learned bias per head and bucket of
+// the key's distance from the query (T5, relative_attention).
+enum class PositionType { Rope, Learned, Sinusoidal, ALiBi, None, Relative };
 // Which elements RoPE rotates together: Half pairs x[i] with x[i + rot/2] (GPT-NeoX, HF Llama),
 // Interleaved pairs x[2i] with x[2i+1] (GPT-J, Meta/llama2.c/GGUF Llama layout).
 enum class RopeStyle { Half, Interleaved };
@@ -138,6 +140,10 @@ struct TensorNames {
   std::string post_attn_norm, post_ffn_norm; // post_norms
   std::string embed_norm;                    // embedding_norm
   std::string token_type_embed;              // token_types > 0
+  std::string relative_bias;                 // position relative: [num_buckets, num_heads], shared by the layers
+  // encoder_decoder: each decoder layer's cross-attention over the encoder's states, between its
+  // self-attention and its MLP: norm, query, key and value (of the encoder states) and output.
+  std::string cross_attn_norm, cross_q, cross_k, cross_v, cross_o;
 
   bool operator==(const TensorNames&) const = default;
 };
@@ -152,6 +158,17 @@ struct EmbeddingSpec {
   bool matryoshka = false;
 
   bool operator==(const EmbeddingSpec&) const = default;
+};
+
+// T5's relative position buckets (transformers' _relative_position_bucket): distances below
+// num_buckets / 2 (a quarter each way when bidirectional) get a bucket each, longer ones share
+// logarithmically wider buckets up to max_distance. Bidirectional (keys after the query get their
+// own half of the buckets) when attention is not causal.
+struct RelativeAttentionSpec {
+  int num_buckets = 32;
+  int max_distance = 128;
+
+  bool operator==(const RelativeAttentionSpec&) const = default;
 };
 
 struct ModelSpec {
@@ -182,6 +199,15 @@ struct ModelSpec {
   // table has max_position + position_offset rows.
   int position_offset = 0;
   EmbeddingSpec embedding;             // encoder_only: pooling and normalization
+  RelativeAttentionSpec relative_attention;  // position relative
+  // encoder_decoder: logits are multiplied by it (T5 with a tied head: hidden_size^-0.5).
+  double logits_multiplier = 1.0;
+  // encoder_decoder: the decoder's first input token (T5: the pad token).
+  int decoder_start_token_id = -1;
+  // encoder_decoder: the encoder stack's own spec (one element; network encoder_only), resolved
+  // from the "encoder" object as a merge patch over this spec. The fields above describe the
+  // decoder stack, whose layers add cross-attention over the encoder's last states.
+  std::vector<ModelSpec> encoder;
   TensorNames tensors;
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
@@ -193,6 +219,8 @@ struct ModelSpec {
   int layer_sliding_window(int layer) const;  // sliding_window, or 0 for a full-attention layer
   // The spec with rope.theta and rope.scaling those `layer` turns by (rope.sliding on a sliding layer).
   ModelSpec layer_rope_spec(int layer) const;
+  // encoder_decoder: the encoder stack's spec (throws for other networks).
+  const ModelSpec& encoder_spec() const;
 
   bool operator==(const ModelSpec&) const = default;
 };

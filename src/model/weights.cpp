@@ -153,7 +153,9 @@ class Binder {
     for (const TensorInfo& info : source.tensors()) by_name_.emplace(info.name, &info);
   }
 
-  ModelWeights bind() {
+  // `warn`: report the checkpoint tensors no field used (an encoder_decoder's encoder binder leaves
+  // that to the decoder's, which counts the encoder's tensors as used).
+  ModelWeights bind(bool warn = true) {
     const int64_t hidden = spec_.hidden_size, vocab = spec_.vocab_size;
     ModelWeights weights;
     weights.embed = matrix("embed", names_.embed, -1, {vocab, hidden}, /*projection=*/false, /*quantize=*/false);
@@ -176,7 +178,19 @@ class Binder {
     if (spec_.network != NetworkType::EncoderOnly) bind_lm_head(weights);
     weights.layers.resize(static_cast<size_t>(spec_.num_layers));
     for (int layer = 0; layer < spec_.num_layers; ++layer) bind_layer(layer, weights.layers[static_cast<size_t>(layer)]);
-    warn_unused();
+    if (spec_.position == PositionType::Relative) {
+      const Shape shape = {spec_.relative_attention.num_buckets, spec_.attention.num_heads};
+      const TensorInfo& info = require("relative_bias", names_.relative_bias, -1, names_.weight_suffix);
+      check_shape(info, shape, "relative_bias", names_.relative_bias, -1);
+      weights.relative_bias = Tensor::zeros(DType::F32, shape);
+      write_rows(info.tensor, false, weights.relative_bias, 0);
+    }
+    if (spec_.network == NetworkType::EncoderDecoder) {
+      Binder encoder(spec_.encoder_spec(), source_, matrix_dtype_, quantization_);
+      weights.encoder = std::make_shared<ModelWeights>(encoder.bind(/*warn=*/false));
+      used_.insert(encoder.used_.begin(), encoder.used_.end());
+    }
+    if (warn) warn_unused();
     return weights;
   }
 
@@ -456,6 +470,27 @@ class Binder {
     }
     out.w_down = matrix("down", names_.down, layer, {hidden, inter}, true, true);
     if (mlp.down_bias) out.b_down = bias("down", names_.down, layer, hidden);
+    if (spec_.network == NetworkType::EncoderDecoder) bind_cross_attention(layer, out);
+  }
+
+  // A decoder layer's cross-attention: its key and value projections stacked (k rows, then v rows).
+  void bind_cross_attention(int layer, LayerWeights& out) {
+    const AttentionSpec& attention = spec_.attention;
+    const int64_t hidden = spec_.hidden_size;
+    const int64_t q_dim = int64_t{attention.num_heads} * attention.head_dim;
+    const int64_t kv_dim = int64_t{attention.num_kv_heads} * attention.head_dim;
+    out.cross_attn_norm = vector("cross_attn_norm", names_.cross_attn_norm, layer, hidden);
+    if (spec_.norm.bias) out.cross_attn_norm_bias = bias("cross_attn_norm", names_.cross_attn_norm, layer, hidden);
+    out.w_cross_q = matrix("cross_q", names_.cross_q, layer, {q_dim, hidden}, true, true);
+    if (attention.q_bias) out.b_cross_q = bias("cross_q", names_.cross_q, layer, q_dim);
+    out.w_cross_kv = stacked({{"cross_k", names_.cross_k}, {"cross_v", names_.cross_v}}, layer, {kv_dim, kv_dim}, hidden);
+    if (attention.k_bias || attention.v_bias) {
+      out.b_cross_kv = Tensor::zeros(DType::F32, {2 * kv_dim});
+      if (attention.k_bias) write_rows(bias("cross_k", names_.cross_k, layer, kv_dim), false, out.b_cross_kv, 0);
+      if (attention.v_bias) write_rows(bias("cross_v", names_.cross_v, layer, kv_dim), false, out.b_cross_kv, kv_dim);
+    }
+    out.w_cross_o = matrix("cross_o", names_.cross_o, layer, {hidden, q_dim}, true, true);
+    if (attention.o_bias) out.b_cross_o = bias("cross_o", names_.cross_o, layer, hidden);
   }
 
   // Float tensors of rank 1-2 nobody asked for are probably weights the spec forgot (or a
@@ -578,7 +613,23 @@ ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint6
     if (spec.mlp.up_bias) layer.b_gate_up = fill.bias(gate_up_rows);
     layer.w_down = fill.matrix(hidden, inter);
     if (spec.mlp.down_bias) layer.b_down = fill.bias(hidden);
+    if (spec.network == NetworkType::EncoderDecoder) {
+      layer.cross_attn_norm = DummyFiller::ones(hidden);
+      if (norm_bias) layer.cross_attn_norm_bias = Tensor::zeros(DType::F32, {hidden});
+      layer.w_cross_q = fill.matrix(q_dim, hidden);
+      if (attention.q_bias) layer.b_cross_q = fill.bias(q_dim);
+      layer.w_cross_kv = fill.matrix(2 * kv_dim, hidden);
+      if (attention.k_bias || attention.v_bias) layer.b_cross_kv = fill.bias(2 * kv_dim);
+      layer.w_cross_o = fill.matrix(hidden, q_dim);
+      if (attention.o_bias) layer.b_cross_o = fill.bias(hidden);
+    }
   }
+  if (spec.position == PositionType::Relative)
+    weights.relative_bias = materialize(fill.normal({spec.relative_attention.num_buckets, attention.num_heads}, 0.02f,
+                                                    DType::F32));
+  if (spec.network == NetworkType::EncoderDecoder)
+    weights.encoder = std::make_shared<ModelWeights>(
+        make_dummy_weights(spec.encoder_spec(), matrix_dtype, mix64(seed ^ 0x656e636f646572ull), quantization));
   if (quantization) {  // the projections (and an untied lm_head), from their generated values
     const auto quantized = [&](const Tensor& matrix, const char* what) {
       const int64_t block = dtype_block_elems(*quantization);

@@ -8,6 +8,7 @@
 #include "model/spec.h"
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -25,6 +26,11 @@ struct LayerWeights {
   Tensor w_down, b_down;              // (hidden, inter)
   Tensor q_norm, k_norm;              // (head_dim), attention.qk_norm: one weight for every q / k head
   Tensor post_attn_norm, post_ffn_norm;  // (hidden), post_norms
+  // encoder_decoder decoders: cross-attention over the encoder's states.
+  Tensor cross_attn_norm, cross_attn_norm_bias;  // (hidden)
+  Tensor w_cross_q, b_cross_q;        // (q_dim, hidden)
+  Tensor w_cross_kv, b_cross_kv;      // (2*kv_dim, hidden): k rows, then v rows (applied to encoder states)
+  Tensor w_cross_o, b_cross_o;        // (hidden, q_dim)
 };
 
 struct ModelWeights {
@@ -36,7 +42,10 @@ struct ModelWeights {
   Tensor embed_norm, embed_norm_bias; // (hidden), embedding_norm
   Tensor final_norm, final_norm_bias; // (hidden); absent in encoders without a final norm
   Tensor lm_head;                     // (vocab, hidden); shares embed's storage when tied; absent in encoders
+  Tensor relative_bias;               // (num_buckets, num_heads) F32, position relative
   std::vector<LayerWeights> layers;
+  // encoder_decoder: the encoder stack's weights (its spec: ModelSpec::encoder_spec()).
+  std::shared_ptr<ModelWeights> encoder;
 };
 
 // Matrices (embed, lm_head, projections) are converted to `matrix_dtype` (F32, F16 or BF16);

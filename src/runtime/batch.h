@@ -16,6 +16,10 @@ struct SequenceSpan {
   // [b*block_size, (b+1)*block_size). Written for the new tokens, read for all of them.
   std::vector<int32_t> block_table;
   bool want_logits = true;      // return logits of this span's last token (LogitsMode::Last)
+  // encoder_decoder decoders: the sequence's encoder length, whose K/V (ModelRunner::write_encoder_kv)
+  // the cross-attention reads at positions [0, encoder_tokens) of the same block table, which
+  // must then cover max(start_position + num_tokens, encoder_tokens) positions.
+  int32_t encoder_tokens = 0;
 };
 
 enum class LogitsMode {

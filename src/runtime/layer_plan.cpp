@@ -15,6 +15,7 @@ std::string_view slot_name(Slot slot) {
     case Slot::MlpUp: return "mlp_up";
     case Slot::MlpAct: return "mlp_act";
     case Slot::Proj: return "proj";
+    case Slot::CrossQ: return "cross_q";
   }
   return "?";
 }
@@ -31,6 +32,10 @@ std::string_view layer_weight_name(LayerWeight weight) {
     case LayerWeight::QkNorm: return "qk_norm";
     case LayerWeight::PostAttnNorm: return "post_attn_norm";
     case LayerWeight::PostFfnNorm: return "post_ffn_norm";
+    case LayerWeight::CrossAttnNorm: return "cross_attn_norm";
+    case LayerWeight::CrossQ: return "cross_q";
+    case LayerWeight::CrossOutput: return "cross_o";
+    case LayerWeight::PositionBias: return "position_bias";
   }
   return "?";
 }
@@ -44,6 +49,7 @@ std::string_view step_name(StepKind kind) {
     case StepKind::LinearRopeWriteKv: return "linear+rope_write_kv";
     case StepKind::WriteKv: return "write_kv";
     case StepKind::Attention: return "attention";
+    case StepKind::CrossAttention: return "cross_attention";
     case StepKind::LinearActivation: return "linear+activation";
     case StepKind::QkNorm: return "qk_norm";
     case StepKind::RopeWriteKv: return "rope_write_kv";
@@ -91,6 +97,11 @@ std::string LayerPlan::describe() const {
 
 namespace {
 
+// The attention step's extra weight: the relative position bias table when positions are relative.
+LayerWeight attention_bias(const ModelSpec& spec) {
+  return spec.position == PositionType::Relative ? LayerWeight::PositionBias : LayerWeight::None;
+}
+
 // Post-norm (BERT): hidden = norm(hidden + attention(hidden)); hidden = norm(hidden + mlp(hidden)).
 // The residual adds are the output projections' epilogues; each norm runs in place on hidden.
 LayerPlan build_post_norm_plan(const ModelSpec& spec) {
@@ -104,7 +115,7 @@ LayerPlan build_post_norm_plan(const ModelSpec& spec) {
   steps.push_back({StepKind::Linear, Slot::Hidden, Slot::Qkv, LayerWeight::Qkv,
                    attention.q_bias || attention.k_bias || attention.v_bias});
   steps.push_back({spec.position == PositionType::Rope ? StepKind::RopeWriteKv : StepKind::WriteKv, Slot::Qkv});
-  steps.push_back({StepKind::Attention, Slot::Qkv, Slot::AttnOut});
+  steps.push_back({StepKind::Attention, Slot::Qkv, Slot::AttnOut, attention_bias(spec)});
   steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::Hidden, LayerWeight::Output, attention.o_bias, true});
   steps.push_back({StepKind::Norm, Slot::Hidden, Slot::Hidden, LayerWeight::AttnNorm, norm_bias});
   PlanStep up{StepKind::LinearActivation, Slot::Hidden, Slot::MlpAct, LayerWeight::GateUp, spec.mlp.up_bias};
@@ -126,7 +137,7 @@ LayerPlan build_layer_plan(const ModelSpec& spec) {
 
   LayerPlan plan;
   std::vector<PlanStep>& steps = plan.steps;
-  steps.reserve(12);  // at most 12 steps; also keeps GCC 12 from a false -Wstringop-overflow on push_back
+  steps.reserve(16);  // at most 16 steps; also keeps GCC 12 from a false -Wstringop-overflow on push_back
   if (spec.norm.placement == NormPlacement::Post) return build_post_norm_plan(spec);
   // A sequential layer's norms each feed one projection: the projection step takes the norm
   // (a backend may fuse the two). A parallel residual takes both norms before the attention's add.
@@ -156,13 +167,20 @@ LayerPlan build_layer_plan(const ModelSpec& spec) {
     steps.push_back({StepKind::Linear, Slot::AttnIn, Slot::Qkv, LayerWeight::Qkv, qkv_bias});
     steps.push_back({StepKind::WriteKv, Slot::Qkv});
   }
-  steps.push_back({StepKind::Attention, Slot::Qkv, Slot::AttnOut});
+  steps.push_back({StepKind::Attention, Slot::Qkv, Slot::AttnOut, attention_bias(spec)});
   // With a parallel residual both norms were taken before this add, as the architecture wants.
   if (spec.post_norms) {
     steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::Proj, LayerWeight::Output, attention.o_bias});
     steps.push_back({StepKind::NormAdd, Slot::Proj, Slot::Hidden, LayerWeight::PostAttnNorm});
   } else {
     steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::Hidden, LayerWeight::Output, attention.o_bias, true});
+  }
+  if (spec.network == NetworkType::EncoderDecoder) {
+    SF_CHECK(sequential && !spec.post_norms, "network: encoder_decoder decoder layers are sequential pre-norm layers");
+    steps.push_back({StepKind::Norm, Slot::Hidden, Slot::AttnIn, LayerWeight::CrossAttnNorm, norm_bias});
+    steps.push_back({StepKind::Linear, Slot::AttnIn, Slot::CrossQ, LayerWeight::CrossQ, attention.q_bias});
+    steps.push_back({StepKind::CrossAttention, Slot::CrossQ, Slot::AttnOut});
+    steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::Hidden, LayerWeight::CrossOutput, attention.o_bias, true});
   }
 
   PlanStep up{StepKind::LinearActivation, Slot::MlpIn, Slot::MlpAct, LayerWeight::GateUp, spec.mlp.up_bias};

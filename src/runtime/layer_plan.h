@@ -12,6 +12,10 @@
 // hidden += post_norm(proj) (norm_add) is the residual add.
 // Parallel residual (GPT-NeoX, Falcon): hidden += attention(norm1(hidden)) + mlp(norm2(hidden)),
 // with norm2 = norm1 when shared_layer_norm.
+// Encoder-decoder decoders (T5): after the self-attention's residual add, a cross-attention block
+//   cross_in = norm(hidden); cross_q = cross_in Wq^T; attn_out = cross_attention(cross_q) over
+//   the sequence's encoder K/V (written once per sequence by ModelRunner::write_encoder_kv);
+//   hidden += attn_out Wo^T; then the MLP as above.
 // Post-norm (norm.placement post: BERT, RoBERTa): hidden = norm(hidden + attention(hidden)), then
 // hidden = norm(hidden + mlp(hidden)); each norm runs in place on hidden.
 // The residual adds are the output projections' epilogues (Linear with accumulate): no separate
@@ -37,9 +41,12 @@ enum class Slot : uint8_t {
   MlpUp,     // [T, 2 * inter] gated (gate columns, then up), [T, inter] otherwise
   MlpAct,    // [T, inter]
   Proj,      // [T, hidden] an output projection before its post-norm (post_norms)
+  CrossQ,    // [T, q_dim] encoder_decoder: the cross-attention's queries
 };
 
-enum class LayerWeight : uint8_t { None, AttnNorm, FfnNorm, Qkv, Output, GateUp, Down, QkNorm, PostAttnNorm, PostFfnNorm };
+// PositionBias: the model's relative position bias table (shared by the layers), on an Attention step.
+enum class LayerWeight : uint8_t { None, AttnNorm, FfnNorm, Qkv, Output, GateUp, Down, QkNorm, PostAttnNorm, PostFfnNorm,
+                                   CrossAttnNorm, CrossQ, CrossOutput, PositionBias };
 
 enum class StepKind : uint8_t {
   Norm,        // output = norm(input) with weight
@@ -47,7 +54,9 @@ enum class StepKind : uint8_t {
   // Linear into output, then rotate its q and k heads in place and store its k and v heads in the cache
   LinearRopeWriteKv,
   WriteKv,     // store input's k and v heads in this layer's paged cache (no RoPE)
-  Attention,   // output = paged attention of input's q heads
+  Attention,   // output = paged attention of input's q heads (weight PositionBias: plus T5's relative bias)
+  // output = attention of input's queries [T, q_dim] over the sequence's encoder K/V (encoder_decoder)
+  CrossAttention,
   LinearActivation,  // product = input W^T (+ bias); output = act(product) (gated: act(gate) * up)
   QkNorm,      // per-head norm of input's q and k heads in place (weight QkNorm: q_norm and k_norm)
   RopeWriteKv,  // rotate input's q and k heads in place, store its k and v heads in the cache

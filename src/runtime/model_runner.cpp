@@ -77,7 +77,8 @@ DType resolve_kv_cache_dtype(const Backend& backend, std::optional<DType> reques
 }
 
 int64_t kv_cache_bytes_per_token(const ModelSpec& spec, DType cache_dtype) {
-  return int64_t{2} * spec.num_layers * spec.attention.num_kv_heads * spec.attention.head_dim *
+  const int64_t layers = spec.num_layers * (spec.network == NetworkType::EncoderDecoder ? 2 : 1);  // + cross K/V
+  return int64_t{2} * layers * spec.attention.num_kv_heads * spec.attention.head_dim *
          static_cast<int64_t>(dtype_size(cache_dtype));
 }
 
@@ -89,8 +90,13 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
       backend_(backend),
       kv_config_(kv_config),
       limits_(limits) {
-  SF_CHECK(spec.network != NetworkType::EncoderDecoder,
-           "network: the runtime runs decoder-only and encoder-only models, not encoder_decoder");
+  if (spec.network == NetworkType::EncoderDecoder) {
+    SF_CHECK(!partition.plan && partition.pipeline.first() && partition.pipeline.last(),
+             "network: encoder_decoder models run on one rank (no tensor or pipeline parallelism yet)");
+    SF_CHECK(backend.has_encoder_decoder_kernels(),
+             "network: encoder_decoder models need cross-attention and relative position bias kernels, which the {} "
+             "backend does not have yet (use the cpu backend)", backend.name());
+  }
   SF_CHECK(spec.position != PositionType::ALiBi, "position: alibi is not supported by the runtime yet");
   const AttentionSpec& attention = spec.attention;
   SF_CHECK(spec.hidden_size > 0 && spec.num_layers > 0 && spec.vocab_size > 0 && spec.max_position > 0,
@@ -137,7 +143,7 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
 
   const int64_t max_tokens = limits.max_batch_tokens, hidden = spec.hidden_size;
   if (kv_config.num_host_blocks > 0) {
-    const Shape host_shape = {kv_config.num_host_blocks, spec.num_layers, kv_config.block_size, attention.num_kv_heads,
+    const Shape host_shape = {kv_config.num_host_blocks, cache_layers(), kv_config.block_size, attention.num_kv_heads,
                               attention.head_dim};
     const size_t host_bytes = static_cast<size_t>(shape_numel(host_shape)) * dtype_size(cache_dtype);
     k_host_ = backend.allocate_host(host_bytes);
@@ -152,6 +158,7 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
       case Slot::AttnOut: return q_dim_;
       case Slot::MlpUp: return mlp_up_width_;
       case Slot::MlpAct: return spec.mlp.intermediate_size;
+      case Slot::CrossQ: return q_dim_;
       default: return hidden;
     }
   };
@@ -159,9 +166,9 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
   const bool uses_proj = std::any_of(plan_.steps.begin(), plan_.steps.end(), [](const PlanStep& step) {
     return step.input == Slot::Proj || step.output == Slot::Proj;
   });
-  slots_.resize(static_cast<size_t>(Slot::Proj) + 1);
+  slots_.resize(static_cast<size_t>(Slot::CrossQ) + 1);
   for (size_t s = static_cast<size_t>(Slot::Hidden); s < slots_.size(); ++s)
-    if (static_cast<Slot>(s) != Slot::Proj || uses_proj)
+    if ((static_cast<Slot>(s) != Slot::Proj || uses_proj) && (static_cast<Slot>(s) != Slot::CrossQ || encoder_decoder()))
       slots_[s] = backend.allocate(act, {max_tokens, width(static_cast<Slot>(s))});
   // Logits rows are computed in chunks so All mode does not need [max_batch_tokens, vocab]. An
   // encoder has no head: its output is the hidden slot.
@@ -179,7 +186,7 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
     kv_config_.num_blocks = size_kv_cache_from_memory(*kv_config.memory_budget, cache_dtype);
     set_cache_extent(int64_t{kv_config_.num_blocks} * kv_config.block_size);
   }
-  const Shape cache_shape = {spec.num_layers, kv_config_.num_blocks, kv_config.block_size, attention.num_kv_heads,
+  const Shape cache_shape = {cache_layers(), kv_config_.num_blocks, kv_config.block_size, attention.num_kv_heads,
                              attention.head_dim};
   k_cache_ = backend.allocate(cache_dtype, cache_shape);
   v_cache_ = backend.allocate(cache_dtype, cache_shape);
@@ -233,7 +240,7 @@ void ModelRunner::swap_blocks(std::span<const BlockCopy> copies, CopyDirection d
 void ModelRunner::allocate_step_buffers() {
   const int64_t max_tokens = limits_.max_batch_tokens, max_seqs = limits_.max_seqs;
   const int64_t sizes[kStepFields] = {max_tokens, max_tokens, max_tokens, max_tokens, max_tokens,
-                                      max_tokens * kSamplingRowWords, max_seqs + 1, max_seqs,
+                                      max_tokens * kSamplingRowWords, max_seqs + 1, max_seqs, max_seqs,
                                       max_seqs * int64_t{max_blocks_per_seq_}};
   int64_t offset = 0;
   for (int f = 0; f < kStepFields; ++f) {
@@ -267,9 +274,29 @@ void ModelRunner::upload_weights(ModelWeights& weights) {
   }
   // Encoders may end without a norm (post-norm layers end normed).
   const bool final_norm = (!encoder() || !spec.tensors.final_norm.empty()) && pipeline_.last();
-  final_norm_ = upload_or_empty(backend_, checked(weights.final_norm, "final_norm", {hidden}, final_norm, false));
-  final_norm_bias_ = upload_or_empty(
-      backend_, checked(weights.final_norm_bias, "final_norm_bias", {hidden}, final_norm && norm_bias, false));
+  Tensor final_norm_weight = checked(weights.final_norm, "final_norm", {hidden}, final_norm, false);
+  Tensor final_norm_bias = checked(weights.final_norm_bias, "final_norm_bias", {hidden}, final_norm && norm_bias, false);
+  if (spec.logits_multiplier != 1.0) {
+    // logits * m = (norm(x) * m) W^T: the multiplier scales the final norm's weight and bias.
+    const auto scaled = [&](const Tensor& t) {
+      if (t.empty()) return t;
+      const Tensor f32 = to_dtype(t, DType::F32);
+      Tensor out = Tensor::zeros(DType::F32, t.shape);
+      for (int64_t i = 0; i < out.numel(); ++i)
+        out.as<float>()[i] = f32.as<float>()[i] * static_cast<float>(spec.logits_multiplier);
+      return out;
+    };
+    final_norm_weight = scaled(final_norm_weight);
+    final_norm_bias = scaled(final_norm_bias);
+  }
+  final_norm_ = upload_or_empty(backend_, final_norm_weight);
+  final_norm_bias_ = upload_or_empty(backend_, final_norm_bias);
+  if (spec.position == PositionType::Relative) {
+    const RelativeAttentionSpec& relative = spec.relative_attention;
+    relative_bias_ = backend_.upload(checked(weights.relative_bias, "relative_bias",
+                                             {relative.num_buckets, attention.num_heads}, true, false));
+    position_bias_ = {relative_bias_.view(), relative.num_buckets, relative.max_distance, !attention.causal};
+  }
   if (!encoder() && pipeline_.last()) {
     // A tied head shares the embedding's buffer rather than uploading the matrix twice.
     const Tensor lm_head = checked(weights.lm_head, "lm_head", {vocab, hidden}, true, true);
@@ -308,6 +335,15 @@ void ModelRunner::upload_weights(ModelWeights& weights) {
     d.k_norm = up(w.k_norm, "k_norm", {attention.head_dim}, attention.qk_norm, false);
     d.post_attn_norm = up(w.post_attn_norm, "post_attn_norm", {hidden}, spec.post_norms, false);
     d.post_ffn_norm = up(w.post_ffn_norm, "post_ffn_norm", {hidden}, spec.post_norms, false);
+    const bool cross = encoder_decoder();
+    d.cross_attn_norm = up(w.cross_attn_norm, "cross_attn_norm", {hidden}, cross, false);
+    d.cross_attn_norm_bias = up(w.cross_attn_norm_bias, "cross_attn_norm_bias", {hidden}, cross && norm_bias, false);
+    d.w_cross_q = up(w.w_cross_q, "w_cross_q", {q_dim_, hidden}, cross, true);
+    d.b_cross_q = up(w.b_cross_q, "b_cross_q", {q_dim_}, cross && attention.q_bias, false);
+    d.w_cross_kv = up(w.w_cross_kv, "w_cross_kv", {2 * kv_dim_, hidden}, cross, true);
+    d.b_cross_kv = up(w.b_cross_kv, "b_cross_kv", {2 * kv_dim_}, cross && (attention.k_bias || attention.v_bias), false);
+    d.w_cross_o = up(w.w_cross_o, "w_cross_o", {hidden, q_dim_}, cross, true);
+    d.b_cross_o = up(w.b_cross_o, "b_cross_o", {hidden}, cross && attention.o_bias, false);
   }
 }
 
@@ -417,10 +453,15 @@ int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const Samp
              context_limit_);
     SF_CHECK(end <= cache_tokens, "forward batch: span {} reaches {} tokens, past the KV cache's {} blocks of {} tokens",
              s, end, kv_config_.num_blocks, block_size);
-    const int64_t needed = (end + block_size - 1) / block_size;
+    SF_CHECK(span.encoder_tokens >= 0 && span.encoder_tokens <= cache_tokens,
+             "forward batch: span {} has encoder_tokens {}, outside [0, {}]", s, span.encoder_tokens, cache_tokens);
+    SF_CHECK(encoder_decoder() || span.encoder_tokens == 0,
+             "forward batch: span {} has encoder_tokens {}, but the model has no encoder", s, span.encoder_tokens);
+    const int64_t covered = std::max<int64_t>(end, span.encoder_tokens);
+    const int64_t needed = (covered + block_size - 1) / block_size;
     SF_CHECK(static_cast<int64_t>(span.block_table.size()) >= needed,
              "forward batch: span {} covers positions [0, {}) but its block_table has {} blocks of {} tokens, needs {}",
-             s, end, span.block_table.size(), block_size, needed);
+             s, covered, span.block_table.size(), block_size, needed);
     for (int64_t b = 0; b < needed; ++b)
       SF_CHECK(span.block_table[b] >= 0 && span.block_table[b] < kv_config_.num_blocks,
                "forward batch: span {} block_table[{}] = {} is outside the cache's blocks [0, {})", s, b,
@@ -436,6 +477,8 @@ int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const Samp
   int32_t* query_start = staged(kQueryStart);
   int32_t* context_lens = staged(kContextLens);
   int32_t* block_tables = staged(kBlockTables);
+  int32_t* cross_context_lens = staged(kCrossContextLens);
+  int32_t max_encoder_tokens = 0;
   const int64_t table_width = max_blocks_per_seq_;
   step_rope_count_ = 0;
   logit_rows_.clear();
@@ -470,7 +513,9 @@ int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const Samp
     if (batch.logits_mode == LogitsMode::Last && span.want_logits) logit_rows_.push_back(static_cast<int32_t>(t - 1));
     query_start[s + 1] = static_cast<int32_t>(t);
     context_lens[s] = static_cast<int32_t>(end);
-    const int64_t needed = (end + block_size - 1) / block_size;
+    cross_context_lens[s] = span.encoder_tokens;
+    max_encoder_tokens = std::max(max_encoder_tokens, span.encoder_tokens);
+    const int64_t needed = (std::max<int64_t>(end, span.encoder_tokens) + block_size - 1) / block_size;
     std::copy_n(span.block_table.begin(), needed, block_tables + s * table_width);
     max_query_len = std::max(max_query_len, span.num_tokens);
     max_context_len = std::max(max_context_len, static_cast<int32_t>(end));
@@ -483,7 +528,7 @@ int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const Samp
   // A decode step (one token per span, each sampled) replays its bucket's recording: pad the
   // spans with dummies that write no KV (slot -1) and read one cached position of block 0. Its
   // logits row s is token s (issue_head's rows_are_tokens).
-  const bool decode = !encoder() && limits_.record_decode && backend_.can_record() && max_query_len == 1 && tokens == seqs &&
+  const bool decode = !encoder() && !encoder_decoder() && limits_.record_decode && backend_.can_record() && max_query_len == 1 && tokens == seqs &&
                       batch.logits_mode == LogitsMode::Last && rows == seqs && step_rope_count_ == 0;
   const int32_t bucket = decode ? decode_bucket(seqs, std::min(limits_.max_seqs, limits_.max_batch_tokens)) : 0;
   const int64_t staged_seqs = std::max<int64_t>(seqs, bucket);
@@ -516,6 +561,8 @@ int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const Samp
   const bool bound_context = bucket > 0 || (max_query_len == 1 && backend_.can_record());
   attention_batch_ = {step_view(kQueryStart, staged_seqs + 1), step_view(kContextLens, staged_seqs), tables,
                       max_query_len, bound_context ? context_bound : max_context_len};
+  cross_batch_ = {attention_batch_.query_start, step_view(kCrossContextLens, staged_seqs), tables, max_query_len,
+                  max_encoder_tokens};
   return bucket;
 }
 
@@ -537,6 +584,10 @@ std::pair<const DeviceBuffer*, const DeviceBuffer*> ModelRunner::layer_weight(co
     case LayerWeight::QkNorm: return {&layer.q_norm, &layer.k_norm};  // (q weight, k weight)
     case LayerWeight::PostAttnNorm: return {&layer.post_attn_norm, &kNoBuffer};
     case LayerWeight::PostFfnNorm: return {&layer.post_ffn_norm, &kNoBuffer};
+    case LayerWeight::CrossAttnNorm: return {&layer.cross_attn_norm, &layer.cross_attn_norm_bias};
+    case LayerWeight::CrossQ: return {&layer.w_cross_q, &layer.b_cross_q};
+    case LayerWeight::CrossOutput: return {&layer.w_cross_o, &layer.b_cross_o};
+    case LayerWeight::PositionBias: return {&relative_bias_, &kNoBuffer};
     case LayerWeight::None: break;
   }
   fail("layer plan: step has no weight");
@@ -599,8 +650,19 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
         break;
       }
       case StepKind::Attention:
-        backend_.attention(input, k_cache, v_cache, attention_batch_, attention_params, output);
+        if (step.weight == LayerWeight::PositionBias)
+          backend_.attention_with_position_bias(input, k_cache, v_cache, attention_batch_, attention_params,
+                                                position_bias_, output);
+        else
+          backend_.attention(input, k_cache, v_cache, attention_batch_, attention_params, output);
         break;
+      case StepKind::CrossAttention: {
+        const int cross_layer = spec_.num_layers + layer;
+        backend_.cross_attention(input, k_cache_.view().rows(cross_layer, 1).reshape(cache_shape),
+                                 v_cache_.view().rows(cross_layer, 1).reshape(cache_shape), cross_batch_,
+                                 attention_params, output);
+        break;
+      }
       case StepKind::LinearActivation: {
         const auto [w, b] = layer_weight(weights, step.weight);
         backend_.matmul_activation(input_norm(weights, step, tokens), input, w->view(), b->view(),
@@ -742,6 +804,15 @@ WarmupReport ModelRunner::warm_up(bool device_sampling) {
 
 namespace {
 
+// An encoder_decoder's decoder spans attend to their sequence's encoder K/V: each must say how long it is.
+void check_encoder_tokens(const ModelSpec& spec, const ForwardBatch& batch) {
+  if (spec.network != NetworkType::EncoderDecoder) return;
+  for (size_t s = 0; s < batch.spans.size(); ++s)
+    SF_CHECK(batch.spans[s].encoder_tokens > 0,
+             "forward batch: span {} has no encoder_tokens, but an encoder_decoder's decoder attends to its encoder's "
+             "K/V (write_encoder_kv first)", s);
+}
+
 StepCall forward_call(StepCallKind kind, const ForwardBatch& batch, std::span<const SamplingRow> rows = {}) {
   StepCall call{kind, batch};
   call.rows.assign(rows.begin(), rows.end());
@@ -750,7 +821,43 @@ StepCall forward_call(StepCallKind kind, const ForwardBatch& batch, std::span<co
 
 }  // namespace
 
+void ModelRunner::write_encoder_kv(const ForwardBatch& batch, const Tensor& states) {
+  SF_CHECK(encoder_decoder(), "write_encoder_kv: {} has no encoder", spec_.name.empty() ? "this model" : spec_.name);
+  const int64_t tokens = batch.num_tokens(), hidden = spec_.hidden_size;
+  SF_CHECK(states.dtype == DType::F32 && states.shape == (Shape{tokens, hidden}),
+           "write_encoder_kv: states {} {}, expected f32 [{}, {}] (the encoder's forward_hidden of the batch)",
+           dtype_name(states.dtype), shape_str(states.shape), tokens, hidden);
+  for (size_t s = 0; s < batch.spans.size(); ++s)
+    SF_CHECK(batch.spans[s].start_position == 0 && batch.spans[s].encoder_tokens == 0,
+             "write_encoder_kv: span {} must be a whole encoder sequence (start_position 0, no encoder_tokens)", s);
+  stage_batch(batch, {}, /*write_kv=*/true);
+  const DeviceTensor x = slot_rows(Slot::Hidden, tokens);
+  if (x.dtype == DType::F32) {
+    backend_.copy_to_device(states.data, x);
+  } else {
+    Tensor converted = to_dtype(states, x.dtype);
+    backend_.copy_to_device(converted.data, x);
+  }
+  // The K/V rows [T, 2 * kv_dim] in the front of the qkv slot.
+  const DeviceTensor kv = slot(Slot::Qkv).reshape({slot(Slot::Qkv).numel()}).rows(0, tokens * 2 * kv_dim_)
+                              .reshape({tokens, 2 * kv_dim_});
+  AttentionParams kv_params = attention_params_;
+  kv_params.num_heads = 0;  // write_kv: k and v heads only
+  const Shape cache_shape = {kv_config_.num_blocks, kv_config_.block_size, spec_.attention.num_kv_heads,
+                             spec_.attention.head_dim};
+  for (int layer = 0; layer < spec_.num_layers; ++layer) {
+    const DeviceLayer& weights = layers_[layer];
+    backend_.matmul(x, weights.w_cross_kv.view(), weights.b_cross_kv.view(), kv, false);
+    const int cross_layer = spec_.num_layers + layer;
+    backend_.write_kv(kv, step_view(kSlots, tokens), kv_params, k_cache_.view().rows(cross_layer, 1).reshape(cache_shape),
+                      v_cache_.view().rows(cross_layer, 1).reshape(cache_shape));
+  }
+  backend_.synchronize();
+}
+
 Tensor ModelRunner::forward_hidden(const ForwardBatch& batch) {
+  SF_CHECK(!encoder_decoder(), "forward_hidden: an encoder_decoder runner runs the decoder (logits); its encoder is "
+                               "an encoder_only runner on the spec's encoder_spec()");
   if (leader_channel_) publish_call(encode_step_call(forward_call(StepCallKind::ForwardHidden, batch)));
   for (size_t s = 0; s < batch.spans.size(); ++s)
     SF_CHECK(spec_.attention.causal || batch.spans[s].start_position == 0,
@@ -778,6 +885,7 @@ Tensor ModelRunner::forward_hidden(const ForwardBatch& batch) {
 Tensor ModelRunner::forward(const ForwardBatch& batch) {
   SF_CHECK(!encoder(), "forward: {} is an encoder_only model: it has no logits (its states come from forward_hidden)",
            spec_.name.empty() ? std::string("this model") : spec_.name);
+  check_encoder_tokens(spec_, batch);
   if (leader_channel_) publish_call(encode_step_call(forward_call(StepCallKind::Forward, batch)));
   const int32_t bucket = stage_batch(batch, {});
   const int64_t rows = static_cast<int64_t>(logit_rows_.size()), vocab = spec_.vocab_size;
@@ -801,6 +909,7 @@ Tensor ModelRunner::forward(const ForwardBatch& batch) {
 
 std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows,
                                                  const std::function<std::span<const uint32_t>()>& masks) {
+  check_encoder_tokens(spec_, batch);
   if (leader_channel_) publish_call(encode_step_call(forward_call(StepCallKind::ForwardSampleMasked, batch, rows)));
   const int32_t bucket = stage_batch(batch, rows);
   const int64_t count = static_cast<int64_t>(logit_rows_.size());
@@ -844,6 +953,7 @@ std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std:
 
 std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows) {
   SF_CHECK(!encoder(), "forward_sample: an encoder_only model has no logits to sample");
+  check_encoder_tokens(spec_, batch);
   if (leader_channel_) publish_call(encode_step_call(forward_call(StepCallKind::ForwardSample, batch, rows)));
   const int32_t bucket = stage_batch(batch, rows);
   const int64_t count = static_cast<int64_t>(logit_rows_.size());

@@ -27,6 +27,15 @@
 // the token states, which embedding/ pools. Their K/V still go through the paged cache (the
 // attention kernels read it), but nothing keeps it after the step.
 //
+// Encoder-decoder models (spec network encoder_decoder): this runner runs the decoder stack (its
+// layers attend to the encoder through cross-attention); the encoder stack is another runner, an
+// encoder_only one on spec.encoder_spec(), whose forward_hidden() states write_encoder_kv() turns
+// into each decoder layer's cross K/V. The cache then holds 2 * num_layers layers: the decoder's
+// self-attention K/V in [0, num_layers), the encoder's cross K/V in [num_layers, 2 * num_layers),
+// both through the sequence's one block table (positions [0, encoder_tokens) of the cross layers).
+// No tensor or pipeline parallelism, no recorded decode steps yet; the backend must have
+// has_encoder_decoder_kernels() (the CPU backend).
+//
 // Warm-up: warm_up() pays, before the first request, the one-time costs a device backend charges
 // to the first step of each shape (recording a decode bucket, loading kernels, creating GEMM
 // plans), so they stay out of the first requests' latency.
@@ -158,6 +167,12 @@ class ModelRunner {
   // bidirectional attention (attention.causal false) each span must be a whole sequence
   // (start_position 0). The spans' K/V are written to their blocks like any forward's.
   Tensor forward_hidden(const ForwardBatch& batch);
+  // encoder_decoder: each decoder layer's cross-attention K/V of the encoder's last states
+  // ([batch tokens, hidden] F32 on the host: the encoder runner's forward_hidden(batch)), written to
+  // the cross layers of the cache at positions [0, num_tokens) of each span's block table. `batch`
+  // is the encoder's: whole sequences (start_position 0). Later decoder spans of those sequences
+  // give encoder_tokens = the span's num_tokens.
+  void write_encoder_kv(const ForwardBatch& batch, const Tensor& states);
   // Copies whole KV blocks (K and V, every layer) between the cache and the host swap area, in
   // order with the forwards issued before and after it. Throws naming the copy whose block is
   // outside the cache or the host area.
@@ -173,6 +188,9 @@ class ModelRunner {
 
   const ModelSpec& spec() const { return spec_; }
   bool encoder() const { return spec_.network == NetworkType::EncoderOnly; }
+  bool encoder_decoder() const { return spec_.network == NetworkType::EncoderDecoder; }
+  // Layers of the KV cache: num_layers, twice that for encoder_decoder (the cross K/V).
+  int32_t cache_layers() const { return spec_.num_layers * (encoder_decoder() ? 2 : 1); }
   const LayerPlan& plan() const { return plan_; }
   // num_blocks is the cache's block count, also when the runner sized it.
   const KvCacheConfig& kv_config() const { return kv_config_; }
@@ -200,6 +218,8 @@ class ModelRunner {
     DeviceBuffer attn_norm, attn_norm_bias, wqkv, bqkv, wo, bo;
     DeviceBuffer ffn_norm, ffn_norm_bias, w_gate_up, b_gate_up, w_down, b_down;
     DeviceBuffer q_norm, k_norm, post_attn_norm, post_ffn_norm;  // empty unless qk_norm / post_norms
+    // encoder_decoder: cross-attention (w_cross_kv: k rows, then v rows).
+    DeviceBuffer cross_attn_norm, cross_attn_norm_bias, w_cross_q, b_cross_q, w_cross_kv, b_cross_kv, w_cross_o, b_cross_o;
   };
 
   void upload_weights(ModelWeights& weights);
@@ -262,6 +282,8 @@ class ModelRunner {
   DeviceBuffer embed_, pos_embed_, final_norm_, final_norm_bias_, lm_head_;
   DeviceBuffer embed_norm_, embed_norm_bias_;  // embedding_norm
   DeviceBuffer unit_norm_weight_;  // ones [hidden] when norm weights are folded, else empty
+  DeviceBuffer relative_bias_;     // [num_buckets, num_heads] F32, position relative
+  RelativePositionBias position_bias_;
   std::vector<DeviceLayer> layers_;
 
   // KV cache: [num_layers, num_blocks, block_size, num_kv_heads, head_dim].
@@ -298,8 +320,9 @@ class ModelRunner {
   struct StepSection {
     int64_t offset = 0, size = 0;
   };
+  //   cross_context_lens [max_seqs] (encoder_decoder: each span's encoder_tokens) before the block tables.
   enum StepField { kTokenIds, kPositions, kSlots, kRopeRows, kLogitRows, kSamplingRows, kQueryStart, kContextLens,
-                   kBlockTables, kStepFields };
+                   kCrossContextLens, kBlockTables, kStepFields };
   int32_t* staged(StepField field) const { return static_cast<int32_t*>(staging_.get()) + step_sections_[field].offset; }
   DeviceTensor step_view(StepField field, int64_t count) const;
   StepSection step_sections_[kStepFields];
@@ -311,6 +334,7 @@ class ModelRunner {
   std::vector<float> step_rope_rows_;  // [max_batch_tokens, rotary_dim] staged length-specific rows
   int64_t step_rope_count_ = 0;
   AttentionBatch attention_batch_;
+  AttentionBatch cross_batch_;  // encoder_decoder: attention_batch_ with the encoder lengths as contexts
   // Decode recordings by (bucket, with sampling).
   std::map<std::pair<int32_t, bool>, std::unique_ptr<RecordedWork>> decode_recordings_;
   std::function<void(int32_t)> layer_listener_;  // set_layer_listener

@@ -285,7 +285,7 @@ TEST(Spec, InvalidValues) {
                     "rope.scaling: type \"yarn\" and rope_type \"linear\" disagree");
   expect_spec_error(with(minimal_spec(), "/bos_token_id", 100), "bos_token_id: 100 is outside the vocabulary");
   expect_spec_error(with(minimal_spec(), "/eos_token_ids", {2, 1000}), "eos_token_ids[1]: 1000 is outside the vocabulary");
-  expect_spec_error(with(minimal_spec(), "/network", "encoder_decoder"), "network: encoder_decoder models are not supported yet");
+  expect_spec_error(with(minimal_spec(), "/network", "encoder_decoder"), "encoder: network encoder_decoder needs an \"encoder\" object");
   expect_spec_error(with(minimal_spec(), "/network", "encoder_only"),
                     "tensors.lm_head: 'head' given, but an encoder_only model returns its states");
   expect_spec_error(with(minimal_spec(), "/attention/causal", false), "attention.causal: false needs network encoder_only");

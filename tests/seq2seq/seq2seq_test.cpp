@@ -1,0 +1,204 @@
+// Encoder-decoder models against HF transformers on the tiny random-weight T5 checkpoints in
+// tests/fixtures/encdec (python/make_encdec_fixtures.py): the decoder's logits for transformers'
+// greedy tokens, one forward (teacher forcing) and one cached step at a time with both prompts
+// batched, within 1e-3 x max|logit| per row; and generate_seq2seq's greedy continuation equal to
+// transformers' generate. Loaded as `splitflow generate` loads them (spec from config.json through
+// models/t5.json, weights bound in f32).
+#include "seq2seq/seq2seq_generator.h"
+#include "seq2seq/seq2seq_runner.h"
+
+#include "backend/backend.h"
+#include "core/mapped_file.h"
+#include "formats/weight_source.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "runtime/layer_plan.h"
+#include "test_paths.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+
+using namespace splitflow;
+using nlohmann::json;
+
+namespace {
+
+std::vector<std::string> fixture_names() {
+  const json index = json::parse(read_text_file(test::fixture_path("encdec/index.json")));
+  return index["fixtures"].get<std::vector<std::string>>();
+}
+
+std::vector<int32_t> ids(const WeightSource& expected, const std::string& name) {
+  const TensorInfo* info = expected.find(name);
+  SF_CHECK(info != nullptr, "expected.safetensors: no tensor {}", name);
+  const int32_t* data = info->tensor.as<int32_t>();
+  return {data, data + info->tensor.numel()};
+}
+
+const Tensor& tensor(const WeightSource& expected, const std::string& name) {
+  const TensorInfo* info = expected.find(name);
+  SF_CHECK(info != nullptr, "expected.safetensors: no tensor {}", name);
+  return info->tensor;
+}
+
+// max |delta| / max |logit| of one row (the bar is 1e-3).
+double row_error(const float* got, const float* want, int64_t vocab) {
+  float scale = 0.0f, worst = 0.0f;
+  for (int64_t i = 0; i < vocab; ++i) scale = std::max(scale, std::abs(want[i]));
+  for (int64_t i = 0; i < vocab; ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  return worst / scale;
+}
+
+struct Loaded {
+  ModelSpec spec;
+  ModelWeights weights;
+  std::unique_ptr<WeightSource> expected;
+  json meta;
+};
+
+Loaded load(const std::string& name) {
+  const std::string dir = test::fixture_path("encdec/" + name);
+  std::unique_ptr<WeightSource> source = open_weights(dir);
+  Loaded out;
+  out.spec = resolve_source_spec(*source, dir);
+  out.weights = bind_weights(out.spec, *source, DType::F32);
+  out.expected = open_safetensors(dir + "/expected.safetensors");
+  out.meta = json::parse(read_text_file(dir + "/meta.json"));
+  return out;
+}
+
+class EncDecFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EncDecFixture, LogitsAndGreedyMatchTransformers) {
+  Loaded model = load(GetParam());
+  const int64_t vocab = model.spec.vocab_size;
+  auto backend = make_cpu_backend(2);
+  const KvCacheConfig kv{48, 4};
+  Seq2SeqRunner runner(model.spec, model.weights, *backend, kv);
+  const int prompts = model.meta["num_prompts"];
+  double worst = 0.0;
+
+  // Each sequence's blocks, handed out from the top so tables are not the identity.
+  std::vector<std::vector<int32_t>> tables(prompts);
+  int32_t next = kv.num_blocks;
+  std::vector<std::vector<int32_t>> encoder_ids(prompts), decoder_ids(prompts), greedy(prompts);
+  for (int p = 0; p < prompts; ++p) {
+    const std::string key = "prompt" + std::to_string(p);
+    encoder_ids[p] = ids(*model.expected, key + ".encoder_tokens");
+    decoder_ids[p] = ids(*model.expected, key + ".decoder_tokens");
+    greedy[p] = ids(*model.expected, key + ".greedy");
+    const int64_t covered = std::max(encoder_ids[p].size(), decoder_ids[p].size());
+    for (int64_t b = 0; b < (covered + kv.block_size - 1) / kv.block_size; ++b) tables[p].push_back(--next);
+  }
+
+  // Both prompts encoded in one batch.
+  ForwardBatch prompt_batch;
+  for (int p = 0; p < prompts; ++p) {
+    prompt_batch.token_ids.insert(prompt_batch.token_ids.end(), encoder_ids[p].begin(), encoder_ids[p].end());
+    prompt_batch.spans.push_back({static_cast<int32_t>(encoder_ids[p].size()), 0, tables[p], false});
+  }
+  runner.encode(prompt_batch);
+
+  // Teacher forcing: every decoder token of a prompt in one forward.
+  for (int p = 0; p < prompts; ++p) {
+    const Tensor& want = tensor(*model.expected, "prompt" + std::to_string(p) + ".logits");
+    ForwardBatch batch;
+    batch.token_ids = decoder_ids[p];
+    SequenceSpan span{static_cast<int32_t>(decoder_ids[p].size()), 0, tables[p], true};
+    span.encoder_tokens = static_cast<int32_t>(encoder_ids[p].size());
+    batch.spans.push_back(span);
+    batch.logits_mode = LogitsMode::All;
+    const Tensor got = runner.decoder().forward(batch);
+    ASSERT_EQ(got.dim(0), static_cast<int64_t>(decoder_ids[p].size()));
+    for (int64_t i = 0; i < got.dim(0); ++i) {
+      const double error = row_error(got.as<float>() + i * vocab, want.as<float>() + i * vocab, vocab);
+      worst = std::max(worst, error);
+      EXPECT_LE(error, 1e-3) << GetParam() << " prompt " << p << " row " << i;
+      const float* row = got.as<float>() + i * vocab;
+      EXPECT_EQ(std::max_element(row, row + vocab) - row, greedy[p][i]) << GetParam() << " prompt " << p << " row " << i;
+    }
+  }
+
+  // Cached decode, the two sequences batched, one token each per step (rewriting the same K/V).
+  const size_t steps = decoder_ids[0].size();
+  for (size_t i = 0; i < steps; ++i) {
+    ForwardBatch batch;
+    for (int p = 0; p < prompts; ++p) {
+      batch.token_ids.push_back(decoder_ids[p][i]);
+      SequenceSpan span{1, static_cast<int32_t>(i), tables[p], true};
+      span.encoder_tokens = static_cast<int32_t>(encoder_ids[p].size());
+      batch.spans.push_back(span);
+    }
+    const Tensor got = runner.decoder().forward(batch);
+    for (int p = 0; p < prompts; ++p) {
+      const Tensor& want = tensor(*model.expected, "prompt" + std::to_string(p) + ".logits");
+      const double error = row_error(got.as<float>() + p * vocab, want.as<float>() + i * vocab, vocab);
+      worst = std::max(worst, error);
+      EXPECT_LE(error, 1e-3) << GetParam() << " prompt " << p << " decode step " << i;
+    }
+  }
+
+  // generate: the prompt is the encoder's input; greedy tokens as transformers' generate.
+  for (int p = 0; p < prompts; ++p) {
+    SamplingParams params;
+    params.temperature = 0.0f;
+    params.max_tokens = static_cast<int32_t>(greedy[p].size());
+    params.ignore_eos = true;
+    const GenerationResult result = generate_seq2seq(runner, nullptr, encoder_ids[p], params);
+    EXPECT_EQ(result.output_ids, greedy[p]) << GetParam() << " prompt " << p;
+  }
+  std::printf("[ fixture ] %s: max |delta| / max |logit| %.3g over %d prompts (teacher-forced and cached rows)\n",
+              GetParam().c_str(), worst, prompts);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EncDecFixture, ::testing::ValuesIn(fixture_names()),
+                         [](const auto& info) { return info.param; });
+
+TEST(EncDecSpec, T5TemplateResolvesBothStacks) {
+  const Loaded v10 = load("t5_v1_0");
+  EXPECT_EQ(v10.spec.network, NetworkType::EncoderDecoder);
+  EXPECT_EQ(v10.spec.num_layers, 3);
+  EXPECT_EQ(v10.spec.encoder_spec().num_layers, 2);
+  EXPECT_FALSE(v10.spec.encoder_spec().attention.causal);
+  EXPECT_EQ(v10.spec.position, PositionType::Relative);
+  EXPECT_EQ(v10.spec.mlp.activation, Activation::ReLU);
+  EXPECT_FALSE(v10.spec.mlp.gated);
+  EXPECT_NEAR(v10.spec.logits_multiplier, 1.0 / std::sqrt(32.0), 1e-12);
+  const Loaded v11 = load("t5_v1_1");
+  EXPECT_TRUE(v11.spec.mlp.gated);
+  EXPECT_EQ(v11.spec.mlp.activation, Activation::GELUTanh);
+  EXPECT_EQ(v11.spec.logits_multiplier, 1.0);
+  EXPECT_EQ(v11.spec.attention.head_dim, 12);
+  // The spec survives a JSON round trip, the encoder stack included.
+  EXPECT_EQ(spec_from_json(spec_to_json(v11.spec)), v11.spec);
+  // The decoder's plan has the cross-attention block; the self-attention adds the position bias.
+  const std::string plan = build_layer_plan(v11.spec).describe();
+  EXPECT_NE(plan.find("cross_attention: cross_q -> attn_out"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("attention position_bias: qkv -> attn_out"), std::string::npos) << plan;
+}
+
+TEST(EncDecSpec, RefusesWhatItCannotRun) {
+  Loaded model = load("t5_v1_0");
+  json spec = spec_to_json(model.spec);
+  spec["tensors"]["cross_q"] = "";
+  EXPECT_THROW(spec_from_json(spec), Error);
+  json no_encoder = spec_to_json(model.spec);
+  no_encoder.erase("encoder");
+  EXPECT_THROW(spec_from_json(no_encoder), Error);
+  // Parallel layouts are refused by the runner.
+  auto backend = make_cpu_backend(1);
+  RunnerPartition partition;
+  partition.pipeline.next = 1;
+  ModelWeights weights = model.weights;
+  try {
+    ModelRunner runner(model.spec, weights, *backend, KvCacheConfig{8, 4}, {}, partition);
+    ADD_FAILURE() << "a pipeline stage of an encoder_decoder was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one rank"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
