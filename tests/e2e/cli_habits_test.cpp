@@ -70,14 +70,16 @@ TEST(CliHabits, CtxSizeBoundsTheContextAndNPredictMinusOneFillsIt) {
   test::expect_command_error(run_splitflow({"generate", "-m", kStories, "-p", "hi", "-c", "-4"}), "--ctx-size");
 }
 
-TEST(CliHabits, PartialLayerOffloadIsAClearError) {
+// Layers go to a GPU with --device cuda (generate splits the model between the GPU and the CPU
+// there, tests/parallel/local_pipeline_test.cpp); on the CPU device -ngl N > 0 says so.
+TEST(CliHabits, LayerOffloadWithoutTheGpuDeviceIsAClearError) {
   for (const std::string& spelling : {"-ngl", "--n-gpu-layers"}) {
     const CommandResult result = run_splitflow({"generate", "-m", kStories, "-p", "hi", spelling, "99"});
-    test::expect_command_error(result, "layer offload is not implemented yet: use --device cpu or cuda");
+    test::expect_command_error(result, "layers are offloaded to a GPU with --device cuda");
     EXPECT_NE(result.err.find("-ngl/--n-gpu-layers 99"), std::string::npos) << result.err;
   }
   test::expect_command_error(run_splitflow({"generate", "-m", kStories, "-p", "hi", "-ngl=12"}),
-                             "layer offload is not implemented yet");
+                             "layers are offloaded to a GPU with --device cuda");
 }
 
 // serve runs until a signal: SIGTERM after `seconds` (it drains and exits), then its stderr.
