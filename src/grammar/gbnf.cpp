@@ -125,10 +125,12 @@ class GbnfParser {
         ++pos_;
         builder_.append_code_points(sequence, {}, /*negated=*/true);
       } else if (c == '(') {
+        if (++depth_ > kMaxGbnfNesting) error(fmt::format("groups nest deeper than {} levels", kMaxGbnfNesting));
         ++pos_;
         skip_space();
         const int32_t group = builder_.fresh_rule("group");
         builder_.define(group, parse_alternatives(/*nested=*/true));
+        --depth_;
         if (peek() != ')') error("expected ')'");
         ++pos_;
         sequence.push_back(GrammarBuilder::ref(group));
@@ -289,6 +291,7 @@ class GbnfParser {
 
   std::string_view text_;
   size_t pos_ = 0;
+  int32_t depth_ = 0;  // ( ) groups open at pos_
   GrammarBuilder builder_;
 };
 

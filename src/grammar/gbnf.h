@@ -15,6 +15,9 @@
 namespace splitflow::grammar {
 
 inline constexpr int32_t kMaxGbnfRepetition = 1000;  // m and n of {m,n}
+// Deepest nesting of ( ) groups: the parser recurses per level, so a hostile grammar cannot
+// exhaust the stack.
+inline constexpr int32_t kMaxGbnfNesting = 1000;
 
 Grammar parse_gbnf(std::string_view text, const std::string& root = "root");
 

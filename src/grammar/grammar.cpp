@@ -222,22 +222,32 @@ Grammar GrammarBuilder::finish(const std::string& root) {
       }
     }
   }
+  // Depth first with a stack of its own: a chain of rules as long as the grammar is no deeper here.
   std::vector<int8_t> color(rules, 0);  // 0 new, 1 on the path, 2 done
-  std::function<void(int32_t)> visit = [&](int32_t r) {
-    color[r] = 1;
-    for (const int32_t s : reaches[r]) {
+  std::vector<std::pair<int32_t, size_t>> path;  // (rule, next edge of reaches[rule])
+  for (int32_t start = 0; start < rules; ++start) {
+    if (color[start] != 0) continue;
+    color[start] = 1;
+    path.emplace_back(start, 0);
+    while (!path.empty()) {
+      auto& [r, edge] = path.back();
+      if (edge == reaches[r].size()) {
+        color[r] = 2;
+        path.pop_back();
+        continue;
+      }
+      const int32_t s = reaches[r][edge++];
       if (color[s] == 1) {
         throw GrammarError(fmt::format(
             "rule '{}' can reach itself without matching a character (left recursion, or a repetition of something "
             "that may be empty); rewrite it right-recursively",
             grammar_.rule_names[s]));
       }
-      if (color[s] == 0) visit(s);
+      if (color[s] == 0) {
+        color[s] = 1;
+        path.emplace_back(s, 0);
+      }
     }
-    color[r] = 2;
-  };
-  for (int32_t r = 0; r < rules; ++r) {
-    if (color[r] == 0) visit(r);
   }
 
   for (int32_t r = 0; r < rules; ++r) {

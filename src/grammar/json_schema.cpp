@@ -109,6 +109,14 @@ class SchemaVisitor {
 
   // The rule name of `schema` at JSON pointer `path`.
   std::string visit(const json& schema, const std::string& path) {
+    // Nested schemas and chains of $ref recurse here: a cap keeps a hostile schema off the end of
+    // the stack (no real schema comes near it).
+    struct Depth {
+      int& depth;
+      explicit Depth(int& d) : depth(d) { ++depth; }
+      ~Depth() { --depth; }
+    } depth(depth_);
+    if (depth_ > kMaxDepth) fail(path, fmt::format("schemas nest deeper than {} levels (nested schemas and $ref chains)", kMaxDepth));
     if (schema.is_boolean()) {
       if (!schema.get<bool>()) unsupported(path, "the schema 'false' (nothing is valid)");
       return primitive("json-value");
@@ -378,6 +386,8 @@ class SchemaVisitor {
   std::string prefix_;
   std::set<std::string> used_;
   std::map<std::string, std::string> refs_;
+  static constexpr int kMaxDepth = 128;
+  int depth_ = 0;  // visit() calls in progress
 };
 
 std::string SchemaVisitor::regex_to_json_string(const std::string& regex) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 namespace splitflow::grammar {
 
@@ -54,29 +55,46 @@ int32_t GrammarMatcher::new_node(int32_t pos, int32_t parent) {
 }
 
 void GrammarMatcher::expand(int32_t pos, int32_t parent, std::vector<int32_t>& out, bool& accept) {
+  // Depth first over a stack of its own (a long run of references that may match nothing would
+  // otherwise recurse as deep as it is long), in the order a recursive expansion takes: a rule's
+  // alternatives first to last, each fully, then the check of what they added.
+  constexpr int32_t kCheck = -1;  // pos of the entry that follows a rule's alternatives
+  std::vector<std::pair<int32_t, int32_t>>& work = expand_work_;
+  const size_t base = work.size();
+  work.emplace_back(pos, parent);
   const std::vector<Symbol>& symbols = grammar_->symbols;
-  for (;;) {
-    const Symbol symbol = symbols[pos];
-    if (symbol.kind == SymbolKind::End) {
-      if (parent < 0) {
-        accept = true;
-        return;
+  while (work.size() > base) {
+    std::tie(pos, parent) = work.back();
+    work.pop_back();
+    if (pos == kCheck) {
+      if (out.size() > kMaxStacks) {
+        work.resize(base);
+        throw GrammarError(fmt::format("the grammar is too ambiguous: more than {} parses are alive at once", kMaxStacks));
       }
-      pos = arena_[parent].pos;
-      parent = arena_[parent].parent;
       continue;
     }
-    if (symbol.kind == SymbolKind::Bytes) {
-      out.push_back(new_node(pos, parent));
-      return;
+    for (;;) {
+      const Symbol symbol = symbols[pos];
+      if (symbol.kind == SymbolKind::End) {
+        if (parent < 0) {
+          accept = true;
+          break;
+        }
+        pos = arena_[parent].pos;
+        parent = arena_[parent].parent;
+        continue;
+      }
+      if (symbol.kind == SymbolKind::Bytes) {
+        out.push_back(new_node(pos, parent));
+        break;
+      }
+      // A reference last in its alternative returns straight to the caller's continuation.
+      const int32_t return_to = symbols[pos + 1].kind == SymbolKind::End ? parent : new_node(pos + 1, parent);
+      work.emplace_back(kCheck, 0);
+      const std::vector<int32_t>& alternatives = grammar_->rule_alternatives[symbol.value];
+      for (auto it = alternatives.rbegin(); it != alternatives.rend(); ++it) work.emplace_back(*it, return_to);
+      break;
     }
-    // A reference last in its alternative returns straight to the caller's continuation.
-    const int32_t return_to = symbols[pos + 1].kind == SymbolKind::End ? parent : new_node(pos + 1, parent);
-    for (const int32_t alternative : grammar_->rule_alternatives[symbol.value]) expand(alternative, return_to, out, accept);
-    if (out.size() > kMaxStacks) {
-      throw GrammarError(fmt::format("the grammar is too ambiguous: more than {} parses are alive at once", kMaxStacks));
-    }
-    return;
   }
 }
 

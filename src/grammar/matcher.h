@@ -101,6 +101,7 @@ class GrammarMatcher {
   bool accepting_ = false;
   std::vector<int32_t> key_;
   std::vector<std::vector<int32_t>> walk_heads_;  // per trie depth, reused
+  std::vector<std::pair<int32_t, int32_t>> expand_work_;  // expand()'s stack, reused
 };
 
 }  // namespace splitflow::grammar

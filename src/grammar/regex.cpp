@@ -108,7 +108,11 @@ class RegexTranslator {
           error("inline flags and other (?...) groups are not supported");
         }
       }
+      // Each level recurses here, and its GBNF twice as deep in parse_gbnf: a cap keeps both off the
+      // end of the stack.
+      if (++depth_ > kMaxNesting) error(fmt::format("groups nest deeper than {} levels", kMaxNesting));
       std::string inner = alternation();
+      --depth_;
       if (peek() != ')') error("missing ')'");
       ++pos_;
       return inner;
@@ -228,6 +232,8 @@ class RegexTranslator {
 
   std::string_view pattern_;
   size_t pos_ = 0;
+  static constexpr int kMaxNesting = 200;
+  int depth_ = 0;  // groups open at pos_
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "grammar/regex.h"
 #include "grammar/token_mask.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -263,6 +264,69 @@ TEST(TokenMask, FirstTokenWithoutItsLeadingSpace) {
   EXPECT_EQ(mask[0], 0b0100u);  // " }" is not "}" after the first token
   constraint->accept_token(2);
   EXPECT_TRUE(constraint->can_end());
+}
+
+// Found while fuzzing (fuzz_grammar; reproducers in fuzz/crashes/grammar/): every one of these
+// recursed once per level and overflowed the stack (the server's, for a request's grammar, regex
+// or schema) instead of failing the request.
+std::string repeat(std::string_view piece, size_t n) {
+  std::string out;
+  out.reserve(piece.size() * n);
+  for (size_t i = 0; i < n; ++i) out += piece;
+  return out;
+}
+
+TEST(HostileSources, DeepNestingIsAnErrorNotAStackOverflow) {
+  EXPECT_NE(gbnf_error("root ::= " + repeat("(", 200000) + "\"a\"" + repeat(")", 200000)).find("nest deeper than"),
+            std::string::npos);
+  try {
+    compile_regex(repeat("(", 200000) + "a" + repeat(")", 200000));
+    ADD_FAILURE() << "a regex 200,000 groups deep compiled";
+  } catch (const GrammarError& e) {
+    EXPECT_NE(std::string(e.what()).find("nest deeper than"), std::string::npos) << e.what();
+  }
+  const auto schema_error = [](const nlohmann::ordered_json& s) {
+    try {
+      json_schema_to_gbnf(s);
+    } catch (const GrammarError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // Nested schemas, as a server parses a schema sent as a string (no depth cap on that parse).
+  const auto nested = nlohmann::ordered_json::parse(repeat("{\"items\":", 100000) + "{}" + repeat("}", 100000));
+  EXPECT_NE(schema_error(nested).find("nest deeper than"), std::string::npos);
+  // A chain of $ref, each to the next definition.
+  nlohmann::ordered_json chain = {{"$ref", "#/$defs/d0"}, {"$defs", nlohmann::ordered_json::object()}};
+  for (int i = 0; i < 3000; ++i) chain["$defs"][fmt::format("d{}", i)] = {{"$ref", fmt::format("#/$defs/d{}", i + 1)}};
+  chain["$defs"]["d3000"] = {{"type", "string"}};
+  EXPECT_NE(schema_error(chain).find("nest deeper than"), std::string::npos);
+  // Within the caps all is as before.
+  EXPECT_TRUE(matches(gbnf("root ::= " + repeat("(", 900) + "\"a\"" + repeat(")", 900)), "a"));
+  EXPECT_TRUE(matches(regex(repeat("(", 150) + "a" + repeat(")", 150)), "a"));
+}
+
+TEST(HostileSources, LongRuleChainsAndRunsOfEmptyMatchesAreNoDeeperOnTheStack) {
+  // 100,000 rules, each only a reference to the next: the left-recursion check walked them recursively.
+  std::string chain = "root ::= r0\n";
+  for (int i = 0; i < 100000; ++i) chain += fmt::format("r{} ::= r{}\n", i, i + 1);
+  chain += "r100000 ::= \"a\"\n";
+  const auto g = gbnf(chain);
+  EXPECT_TRUE(matches(g, "a"));
+  EXPECT_FALSE(matches(g, "b"));
+  // 100,000 references to a rule that may match nothing: the matcher's expansion recursed once
+  // per reference. Now it is the "too ambiguous" error it always was meant to be.
+  try {
+    GrammarMatcher matcher(gbnf("root ::= " + repeat("x ", 100000) + "\"a\"\nx ::= \"b\"?\n"));
+    ADD_FAILURE() << "100,000 optional 'b' before an 'a' is not too ambiguous";
+  } catch (const GrammarError& e) {
+    EXPECT_NE(std::string(e.what()).find("too ambiguous"), std::string::npos) << e.what();
+  }
+  // A few of them still match as before.
+  const auto few = gbnf("root ::= x x x \"a\"\nx ::= \"b\"?\n");
+  EXPECT_TRUE(matches(few, "a"));
+  EXPECT_TRUE(matches(few, "bba"));
+  EXPECT_FALSE(matches(few, "bbbba"));
 }
 
 }  // namespace
