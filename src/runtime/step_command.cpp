@@ -25,6 +25,7 @@ class Reader {
   }
   void words(int32_t* out, size_t n) {
     SF_CHECK(n <= words_.size() - at_, "step message: truncated after {} words", words_.size());
+    if (n == 0) return;  // `out` may be an empty vector's null data(): memcpy's pointers must not be
     std::memcpy(out, words_.data() + at_, n * sizeof(int32_t));
     at_ += n;
   }
