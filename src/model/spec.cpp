@@ -658,10 +658,11 @@ void validate_encoder_decoder(const ModelSpec& spec) {
   SF_CHECK(spec.decoder_start_token_id >= 0 && spec.decoder_start_token_id < spec.vocab_size,
            "decoder_start_token_id: an encoder_decoder needs the decoder's first token in [0, {}), got {}",
            spec.vocab_size, spec.decoder_start_token_id);
-  SF_CHECK(spec.norm.placement == NormPlacement::Pre && !spec.parallel_residual && !spec.post_norms &&
-               !spec.attention.qk_norm && spec.attention.sliding_window == 0,
-           "network: encoder_decoder decoders are sequential pre-norm layers with full attention (no post placement, "
-           "parallel_residual, post_norms, qk_norm or sliding window yet)");
+  SF_CHECK(!spec.parallel_residual && !spec.post_norms && !spec.attention.qk_norm && spec.attention.sliding_window == 0,
+           "network: encoder_decoder decoders are sequential layers with full attention (no parallel_residual, "
+           "post_norms, qk_norm or sliding window yet)");
+  SF_CHECK(spec.logits_multiplier == 1.0 || !spec.tensors.final_norm.empty(),
+           "logits_multiplier: {} needs a final_norm to scale (norm.placement post has none)", spec.logits_multiplier);
 }
 
 }  // namespace
@@ -801,7 +802,8 @@ void validate_spec(const ModelSpec& spec) {
   SF_CHECK(!spec.post_norms || !spec.parallel_residual, "post_norms: not with parallel_residual");
 
   require_name("embed", tensors.embed, "every model has a token embedding");
-  if (!encoder) require_name("final_norm", tensors.final_norm, "decoder-only models end with a norm");
+  if (!encoder && spec.norm.placement == NormPlacement::Pre)
+    require_name("final_norm", tensors.final_norm, "pre-norm decoders end with a norm");
   if (spec.norm.placement == NormPlacement::Post)
     forbid_name("final_norm", tensors.final_norm, "norm.placement is post (each layer ends normed)");
   if (spec.embedding_norm) require_name("embed_norm", tensors.embed_norm, "embedding_norm is true");

@@ -118,6 +118,12 @@ LayerPlan build_post_norm_plan(const ModelSpec& spec) {
   steps.push_back({StepKind::Attention, Slot::Qkv, Slot::AttnOut, attention_bias(spec)});
   steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::Hidden, LayerWeight::Output, attention.o_bias, true});
   steps.push_back({StepKind::Norm, Slot::Hidden, Slot::Hidden, LayerWeight::AttnNorm, norm_bias});
+  if (spec.network == NetworkType::EncoderDecoder) {  // BART: hidden = norm(hidden + cross_attention(hidden))
+    steps.push_back({StepKind::Linear, Slot::Hidden, Slot::CrossQ, LayerWeight::CrossQ, attention.q_bias});
+    steps.push_back({StepKind::CrossAttention, Slot::CrossQ, Slot::AttnOut});
+    steps.push_back({StepKind::Linear, Slot::AttnOut, Slot::Hidden, LayerWeight::CrossOutput, attention.o_bias, true});
+    steps.push_back({StepKind::Norm, Slot::Hidden, Slot::Hidden, LayerWeight::CrossAttnNorm, norm_bias});
+  }
   PlanStep up{StepKind::LinearActivation, Slot::Hidden, Slot::MlpAct, LayerWeight::GateUp, spec.mlp.up_bias};
   up.product = Slot::MlpUp;
   steps.push_back(up);

@@ -15,7 +15,8 @@
 // Encoder-decoder decoders (T5): after the self-attention's residual add, a cross-attention block
 //   cross_in = norm(hidden); cross_q = cross_in Wq^T; attn_out = cross_attention(cross_q) over
 //   the sequence's encoder K/V (written once per sequence by ModelRunner::write_encoder_kv);
-//   hidden += attn_out Wo^T; then the MLP as above.
+//   hidden += attn_out Wo^T; then the MLP as above. Post-norm (BART): hidden = norm(hidden +
+//   cross_attention(hidden Wq^T) Wo^T) between the attention's and the MLP's post-norms.
 // Post-norm (norm.placement post: BERT, RoBERTa): hidden = norm(hidden + attention(hidden)), then
 // hidden = norm(hidden + mlp(hidden)); each norm runs in place on hidden.
 // The residual adds are the output projections' epilogues (Linear with accumulate): no separate

@@ -272,10 +272,13 @@ void ModelRunner::upload_weights(ModelWeights& weights) {
     embed_norm_bias_ = upload_or_empty(backend_, checked(weights.embed_norm_bias, "embed_norm_bias", {hidden},
                                                          spec.embedding_norm && norm_bias, false));
   }
-  // Encoders may end without a norm (post-norm layers end normed).
-  const bool final_norm = (!encoder() || !spec.tensors.final_norm.empty()) && pipeline_.last();
+  // Encoders and post-norm decoders may end without a norm (post-norm layers end normed).
+  const bool final_norm = (spec.network == NetworkType::DecoderOnly || !spec.tensors.final_norm.empty()) &&
+                          pipeline_.last();
   Tensor final_norm_weight = checked(weights.final_norm, "final_norm", {hidden}, final_norm, false);
   Tensor final_norm_bias = checked(weights.final_norm_bias, "final_norm_bias", {hidden}, final_norm && norm_bias, false);
+  SF_CHECK(spec.logits_multiplier == 1.0 || !final_norm_weight.empty() || !pipeline_.last(),
+           "logits_multiplier: {} needs a final_norm to scale", spec.logits_multiplier);
   if (spec.logits_multiplier != 1.0) {
     // logits * m = (norm(x) * m) W^T: the multiplier scales the final norm's weight and bias.
     const auto scaled = [&](const Tensor& t) {
@@ -707,8 +710,12 @@ void ModelRunner::issue_head(int64_t begin, int64_t count, bool sample, bool row
     selected = selected_.view().rows(0, count);
     backend_.gather_rows(slot(Slot::Hidden), step_view(kLogitRows, begin + count).rows(begin, count), selected);
   }
-  backend_.add_norm(selected, {}, final_norm_.view(), final_norm_bias_.view(), norm_params_, normed);
-  backend_.matmul(normed, lm_head_.view(), {}, logits, false);
+  if (final_norm_.empty()) {  // post-norm layers end normed (BART)
+    backend_.matmul(selected, lm_head_.view(), {}, logits, false);
+  } else {
+    backend_.add_norm(selected, {}, final_norm_.view(), final_norm_bias_.view(), norm_params_, normed);
+    backend_.matmul(normed, lm_head_.view(), {}, logits, false);
+  }
   if (spec_.final_logit_softcap > 0.0) backend_.softcap(logits, static_cast<float>(spec_.final_logit_softcap));
   if (sample) {
     const int64_t words = step_sections_[kSamplingRows].offset + begin * kSamplingRowWords;

@@ -541,7 +541,7 @@ TEST(BadInput, UnknownArchitectureSaysWhatToDo) {
   dir.file("config.json", R"({"architectures": ["FalconForCausalLM"], "hidden_size": 64})");
   expect_error([&] { resolve_hf_spec(dir.path()); },
                {"config.json '", "no built-in template serves architectures [FalconForCausalLM]",
-                "known: BertForMaskedLM, ",
+                "known: BartForConditionalGeneration, BertForMaskedLM, ",
                 "GPT2LMHeadModel, GPTNeoXForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, LlamaForCausalLM, "
                 "MistralForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, RobertaForMaskedLM",
                 "hidden_size, num_layers, vocab_size, max_position, norm, attention, mlp", "--spec",

@@ -1,9 +1,9 @@
-// Encoder-decoder models against HF transformers on the tiny random-weight T5 checkpoints in
+// Encoder-decoder models against HF transformers on the tiny random-weight T5 and BART checkpoints in
 // tests/fixtures/encdec (python/make_encdec_fixtures.py): the decoder's logits for transformers'
 // greedy tokens, one forward (teacher forcing) and one cached step at a time with both prompts
 // batched, within 1e-3 x max|logit| per row; and generate_seq2seq's greedy continuation equal to
 // transformers' generate. Loaded as `splitflow generate` loads them (spec from config.json through
-// models/t5.json, weights bound in f32).
+// models/t5.json and models/bart.json, weights bound in f32).
 #include "seq2seq/seq2seq_generator.h"
 #include "seq2seq/seq2seq_runner.h"
 
@@ -178,6 +178,22 @@ TEST(EncDecSpec, T5TemplateResolvesBothStacks) {
   const std::string plan = build_layer_plan(v11.spec).describe();
   EXPECT_NE(plan.find("cross_attention: cross_q -> attn_out"), std::string::npos) << plan;
   EXPECT_NE(plan.find("attention position_bias: qkv -> attn_out"), std::string::npos) << plan;
+}
+
+TEST(EncDecSpec, BartTemplateIsPostNormWithOffsetPositions) {
+  const Loaded bart = load("bart");
+  EXPECT_EQ(bart.spec.norm.placement, NormPlacement::Post);
+  EXPECT_EQ(bart.spec.position, PositionType::Learned);
+  EXPECT_EQ(bart.spec.position_offset, 2);
+  EXPECT_EQ(bart.spec.decoder_start_token_id, 2);
+  EXPECT_TRUE(bart.spec.tensors.final_norm.empty());
+  EXPECT_EQ(bart.spec.encoder_spec().mlp.intermediate_size, 64);
+  EXPECT_EQ(bart.spec.mlp.intermediate_size, 48);
+  const std::string plan = build_layer_plan(bart.spec).describe();
+  EXPECT_NE(plan.find("cross_attention: cross_q -> attn_out\nlinear cross_o+bias: attn_out ->+ hidden\n"
+                      "norm cross_attn_norm+bias: hidden\n"),
+            std::string::npos)
+      << plan;
 }
 
 TEST(EncDecSpec, RefusesWhatItCannotRun) {
