@@ -20,6 +20,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 
 using namespace splitflow;
 using nlohmann::json;
@@ -178,6 +180,31 @@ TEST(EncDecSpec, T5TemplateResolvesBothStacks) {
   const std::string plan = build_layer_plan(v11.spec).describe();
   EXPECT_NE(plan.find("cross_attention: cross_q -> attn_out"), std::string::npos) << plan;
   EXPECT_NE(plan.find("attention position_bias: qkv -> attn_out"), std::string::npos) << plan;
+}
+
+// transformers 5 writes the rescale as scale_decoder_outputs (and always tie_word_embeddings true);
+// hub configs say tie_word_embeddings (absent: tied and rescaled).
+TEST(EncDecSpec, T5RescaleFollowsTheConfigSpelling) {
+  json config = json::parse(read_text_file(test::fixture_path("encdec/t5_v1_1/config.json")));
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "splitflow_t5_rescale_test";
+  std::filesystem::create_directories(dir);
+  const auto multiplier = [&](const json& c) {
+    std::ofstream(dir / "config.json") << c.dump();
+    return resolve_hf_spec(dir.string()).logits_multiplier;
+  };
+  config["tie_word_embeddings"] = true;
+  config["scale_decoder_outputs"] = false;
+  EXPECT_EQ(multiplier(config), 1.0);
+  config["scale_decoder_outputs"] = true;
+  EXPECT_NEAR(multiplier(config), 1.0 / std::sqrt(32.0), 1e-12);
+  config.erase("scale_decoder_outputs");
+  config.erase("tie_word_embeddings");
+  EXPECT_NEAR(multiplier(config), 1.0 / std::sqrt(32.0), 1e-12);
+  config["tie_word_embeddings"] = false;
+  EXPECT_EQ(multiplier(config), 1.0);
+  config["feed_forward_proj"] = "gated-swish";
+  EXPECT_THROW(multiplier(config), Error);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(EncDecSpec, BartTemplateIsPostNormWithOffsetPositions) {
