@@ -58,7 +58,9 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
                      RunnerLimits{std::max(prefill_chunk, options.batch), options.batch},
                      options.parallel ? options.parallel->runner_partition() : RunnerPartition{});
   if (options.parallel) options.parallel->lead(runner);
-  const int ranks = options.parallel ? options.parallel->size() : 1;
+  // Ranks reading weights at the same time in a step: a stage's tensor-parallel ranks (pipeline
+  // stages take turns).
+  const int concurrent_ranks = options.parallel ? options.parallel->layout().tensor_parallel : 1;
   backend.synchronize();
   const double setup_seconds = seconds_since(setup_start);
 
@@ -144,10 +146,10 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
       {"bandwidth_gbps", bandwidth_gbps},
       {"fraction_of_bandwidth", achieved_gbps / bandwidth_gbps},
       // In a parallel job the bytes above are rank 0's (its layers, shard and KV heads), the
-      // bandwidth one GPU's; `ranks` GPUs read about `ranks` times as much (tensor parallelism).
+      // bandwidth one GPU's; a stage's tensor-parallel ranks read about that many times as much.
       {"tensor_parallel_size", options.parallel ? options.parallel->layout().tensor_parallel : 1},
       {"pipeline_parallel_size", options.parallel ? options.parallel->layout().pipeline_parallel : 1},
-      {"aggregate_gbps", achieved_gbps * ranks},
+      {"aggregate_gbps", achieved_gbps * concurrent_ranks},
   };
   if (gemm_tflops > 0) {
     result["gemm_tflops"] = gemm_tflops;
