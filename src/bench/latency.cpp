@@ -53,11 +53,18 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
   const int32_t blocks_per_seq = blocks_for_tokens(total_len, options.block_size);
   const int32_t prefill_chunk = std::min(options.max_batch_tokens, options.input_len);
   const auto setup_start = Clock::now();
-  ModelRunner runner(spec, std::move(model.weights), backend,
-                     KvCacheConfig{blocks_per_seq * options.batch, options.block_size, 0, options.kv_cache_dtype},
-                     RunnerLimits{std::max(prefill_chunk, options.batch), options.batch},
-                     options.parallel ? options.parallel->runner_partition() : RunnerPartition{});
-  if (options.parallel) options.parallel->lead(runner);
+  const KvCacheConfig kv{blocks_per_seq * options.batch, options.block_size, 0, options.kv_cache_dtype};
+  const RunnerLimits limits{std::max(prefill_chunk, options.batch), options.batch};
+  std::unique_ptr<LocalPipeline> split;  // -ngl: stages on the CPU and the GPU
+  std::unique_ptr<ModelRunner> own;
+  if (options.gpu_cpu_split) {
+    split = options.gpu_cpu_split(model, kv, limits);
+  } else {
+    own = std::make_unique<ModelRunner>(spec, std::move(model.weights), backend, kv, limits,
+                                        options.parallel ? options.parallel->runner_partition() : RunnerPartition{});
+    if (options.parallel) options.parallel->lead(*own);
+  }
+  ModelRunner& runner = split ? split->leader() : *own;
   // Ranks reading weights at the same time in a step: a stage's tensor-parallel ranks (pipeline
   // stages take turns).
   const int concurrent_ranks = options.parallel ? options.parallel->layout().tensor_parallel : 1;

@@ -6,10 +6,12 @@
 #include "backend/backend.h"
 #include "engine/model_loader.h"
 #include "parallel/launch.h"
+#include "parallel/local_pipeline.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 namespace splitflow::bench {
@@ -33,6 +35,11 @@ struct LatencyOptions {
   // runner runs the rank's partition and leads the other ranks). Bytes, bandwidth and FLOP/s are
   // then one GPU's; the report adds the job's sizes and aggregate.
   ParallelRank* parallel = nullptr;
+  // A GPU/CPU split (-ngl, parallel/local_pipeline.h): builds the stages for the runner's cache
+  // and limits; the benchmark drives their leader. Bytes and bandwidth are then the whole model's
+  // against the GPU's bandwidth.
+  std::function<std::unique_ptr<LocalPipeline>(const LoadedModel&, const KvCacheConfig&, const RunnerLimits&)>
+      gpu_cpu_split;
 };
 
 // Bytes a decode step must read from memory for the weights: every matrix, norm and bias once
