@@ -20,11 +20,14 @@ import platform
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+import soak  # noqa: E402  (portable paths in results)
 
 
 def splitflow_rate(binary, model, texts_file, threads, passes):
@@ -98,7 +101,7 @@ def main():
     report["machine"]["load_average_end"] = os.getloadavg()
     out = Path(args.out) if args.out else REPO / "bench/results" / (
         "embeddings-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ") + ".json")
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out.write_text(json.dumps(soak.portable(report), indent=2) + "\n")
     print(f"wrote {out}")
 
 

@@ -596,11 +596,23 @@ def print_checks(checks, out=sys.stdout):
     print(("FAILED checks: " + ", ".join(failed)) if failed else "all checks passed", file=out)
 
 
+def portable(value):
+    """`value` with absolute paths of this checkout written relative to it (and ../shared for the
+    shared models beside it), so a committed result names no machine's directories."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v) for v in value]
+    if isinstance(value, str):
+        return value.replace(str(REPO.parent / "shared") + "/", "../shared/").replace(str(REPO) + "/", "")
+    return value
+
+
 def write_json(directory: Path, stem: str, record: dict) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{stem}-{now_stamp()}.json"
     with open(path, "w") as f:
-        json.dump(record, f, indent=2, sort_keys=False)
+        json.dump(portable(record), f, indent=2, sort_keys=False)
         f.write("\n")
     return path
 
