@@ -204,20 +204,12 @@ ModelWeights shard_weights(const ModelSpec& spec, const ModelWeights& weights, c
   std::vector<RowRange> up_rows = {{shard.mlp_begin, shard.mlp_columns}};
   if (spec.mlp.gated) up_rows.push_back({inter + shard.mlp_begin, shard.mlp_columns});
 
-  ModelWeights out;
-  out.embed = weights.embed;
-  out.pos_embed = weights.pos_embed;
-  out.embed_norm = weights.embed_norm;
-  out.embed_norm_bias = weights.embed_norm_bias;
-  out.final_norm = weights.final_norm;
-  out.final_norm_bias = weights.final_norm_bias;
-  out.lm_head = weights.lm_head;
-  out.layers.reserve(weights.layers.size());
+  ModelWeights out = weights;  // embeddings, norms, q/k norms, post norms and the head replicated
   for (size_t l = 0; l < weights.layers.size(); ++l) {
     const LayerWeights& in = weights.layers[l];
+    LayerWeights& w = out.layers[l];
     const std::string layer = "layer " + std::to_string(l);
     const uint64_t part = l * 8;
-    LayerWeights w = in;  // norms, q/k norms and post norms replicated
     w.wqkv = take_rows(in.wqkv, qkv_rows, shard, part + 0);
     w.bqkv = take_rows(in.bqkv, qkv_rows, shard, part + 1);
     w.wo = take_columns(in.wo, shard.head_begin * head_dim, shard.num_heads * head_dim, shard, part + 2, layer + " wo");
@@ -226,7 +218,6 @@ ModelWeights shard_weights(const ModelSpec& spec, const ModelWeights& weights, c
     w.b_gate_up = take_rows(in.b_gate_up, up_rows, shard, part + 4);
     w.w_down = take_columns(in.w_down, shard.mlp_begin, shard.mlp_columns, shard, part + 5, layer + " w_down");
     w.b_down = rank0_bias(in.b_down, shard);
-    out.layers.push_back(std::move(w));
   }
   return out;
 }
