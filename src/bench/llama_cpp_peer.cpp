@@ -25,7 +25,7 @@ nlohmann::json run_llama_bench(const LlamaBenchRequest& request) {
   const std::string command = fmt::format(
       "{} -m {} -t {} -p {} -n {} -r {} -ngl {} -o json 2>/dev/null", shell_quote(request.llama_bench),
       shell_quote(request.model_path), request.threads, request.prompt_tokens, request.generated_tokens,
-      request.repetitions, request.gpu ? 99 : 0);
+      request.repetitions, request.gpu_layers);
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
   SF_CHECK(pipe != nullptr, "cannot run '{}'", command);
   std::string output;
@@ -35,7 +35,7 @@ nlohmann::json run_llama_bench(const LlamaBenchRequest& request) {
   SF_CHECK(status == 0, "'{}' failed (status {}): {}", command, status, output.substr(0, 400));
   nlohmann::json runs = nlohmann::json::parse(output, nullptr, false);
   SF_CHECK(runs.is_array() && !runs.empty(), "'{}' printed no JSON result: {}", command, output.substr(0, 400));
-  nlohmann::json peer = {{"tool", "llama-bench"}, {"command", command}};
+  nlohmann::json peer = {{"tool", "llama-bench"}, {"command", command}, {"gpu_layers", request.gpu_layers}};
   for (const auto& run : runs) {
     peer["build"] = fmt::format("b{} ({})", run.value("build_number", 0), run.value("build_commit", ""));
     peer["threads"] = run.value("n_threads", 0);

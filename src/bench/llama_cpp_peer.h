@@ -16,7 +16,7 @@ struct LlamaBenchRequest {
   int prompt_tokens = 512;   // llama-bench -p (prefill speed)
   int generated_tokens = 128;  // llama-bench -n (decode speed)
   int repetitions = 3;
-  bool gpu = false;          // -ngl 99: every layer on the GPU
+  int gpu_layers = 0;        // -ngl: layers on the GPU (99: all of them; 0: a CPU run)
 };
 
 // {"tool": "llama-bench", "build": ..., "prefill_tokens_per_s": ..., "decode_tokens_per_s": ...,

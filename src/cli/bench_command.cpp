@@ -68,12 +68,15 @@ void run_bench_latency(const LatencyFlags& flags) {
   result["device"] = roofline.device;
   result["date"] = bench::utc_timestamp();
   result["commit"] = bench::source_commit();
+  if (gpu_layers) result["gpu_layers"] = *gpu_layers;
 
   if (!flags.llama_bench.empty()) {
     SF_CHECK(!flags.model.load.dummy_weights && !flags.model.load.model_path.empty(),
              "--llama-bench needs a model file (the peer runs the same .gguf)");
+    // The same split as this run: -ngl N, every layer (99) on the GPU, or none on the CPU.
+    const int peer_gpu_layers = on_cpu ? 0 : gpu_layers.value_or(99);
     bench::LlamaBenchRequest request{flags.llama_bench, flags.model.load.model_path, threads, options.input_len,
-                                     options.output_len, 3, !on_cpu};
+                                     options.output_len, 3, peer_gpu_layers};
     nlohmann::json peer = bench::run_llama_bench(request);
     result["decode_vs_peer"] = result["decode_tokens_per_s"].get<double>() / peer["decode_tokens_per_s"].get<double>();
     result["prefill_vs_peer"] = result["prefill_tokens_per_s"].get<double>() / peer["prefill_tokens_per_s"].get<double>();
