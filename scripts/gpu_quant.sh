@@ -7,25 +7,10 @@
 # BENCH_LATENCY=1 `splitflow bench latency --dummy-weights --quantization TYPE` on CONFIG for TYPES.
 # Logs go to $OUT when set.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-build=${BUILD_DIR:-build-gpu}
-carry=${CARRY_DIR:-.carry}
-logs=${OUT:-$root/$build}
-mkdir -p "$logs"
-args=(-DSPLITFLOW_CUDA=ON)
-[[ -d $carry/include ]] && args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
+source "$(dirname "$0")/gpu_common.sh"
 targets=(test_backend_cuda)
 [[ ${BENCH_LATENCY:-0} == 1 ]] && targets+=(splitflow)
-
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: no GPU visible"
-start=$SECONDS
-cmake -S . -B "$build" -G Ninja "${args[@]}" >"$logs/configure.log" 2>&1 || { tail -40 "$logs/configure.log"; exit 1; }
-if ! cmake --build "$build" -j16 --target "${targets[@]}" >"$logs/build.log" 2>&1; then
-  grep -E "error|Error" "$logs/build.log" | head -40
-  exit 1
-fi
-echo "configure + build: $((SECONDS - start)) s"
+gpu_build "${targets[@]}"
 
 rc=0
 filter="*CudaQuant*:${FILTER:-CudaKernels.Matmul*:CudaKernels.Embed*:CudaKernels.*Gated*}"

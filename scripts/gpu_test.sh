@@ -2,36 +2,13 @@
 # scripts/gpu_test.sh — the CUDA test run on the GPU machine (see README): configures with
 # -DSPLITFLOW_CUDA=ON, builds the CUDA tests and test_e2e with ninja, runs `ctest -L backend_cuda`
 # and test_e2e, and prints a short summary (the fixtures' measured bf16 logits errors included).
-#
-# The GPU machine lacks pcre2.h, xxhash.h and ../shared: carry them in the git-ignored .carry/
-# folder (CARRY_DIR overrides it):
-#   .carry/include/{pcre2,xxhash}.h  (cp /usr/include/...)  -> -DSPLITFLOW_EXTRA_INCLUDE
-#   .carry/shared/models/<name>  (the small models test_e2e reads) -> SPLITFLOW_SHARED_DIR
+# Carried files (.carry/include, .carry/shared/models for test_e2e) as scripts/gpu_common.sh says.
 # SANITIZE=1 also runs the whole CUDA test binary under compute-sanitizer memcheck.
 # Logs go to $OUT when it is set (the device tool brings them back), else to the build dir.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-build=${BUILD_DIR:-build-gpu}
-carry=${CARRY_DIR:-.carry}
-logs=${OUT:-$root/$build}
-mkdir -p "$logs"
-
-args=(-DSPLITFLOW_CUDA=ON)
-[[ -d $carry/include ]] && args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
-if [[ -d $carry/shared ]]; then
-  export SPLITFLOW_SHARED_DIR=$root/$carry/shared
-  args+=("-DSPLITFLOW_SHARED_DIR=$SPLITFLOW_SHARED_DIR")
-fi
-
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: no GPU visible"
+source "$(dirname "$0")/gpu_common.sh"
 start=$SECONDS
-cmake -S . -B "$build" -G Ninja "${args[@]}" >"$logs/configure.log" 2>&1 || { tail -40 "$logs/configure.log"; exit 1; }
-if ! cmake --build "$build" -j16 --target test_backend_cuda test_e2e >"$logs/build.log" 2>&1; then
-  grep -E "error|Error" "$logs/build.log" | head -40
-  exit 1
-fi
-echo "configure + build: $((SECONDS - start)) s"
+gpu_build test_backend_cuda test_e2e
 
 (cd "$build" && ctest -L backend_cuda --output-on-failure --timeout 300) >"$logs/ctest_backend_cuda.log" 2>&1
 cuda_rc=$?

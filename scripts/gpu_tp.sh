@@ -1,34 +1,21 @@
 #!/usr/bin/env bash
-# scripts/gpu_tp.sh — tensor parallelism on a multi-GPU machine (nvidia-h100-x2 / -x4): builds
-# splitflow and test_backend_cuda like scripts/gpu_test.sh (carry .carry/include), then
-#   1. FILTER's single-GPU CUDA tests (default: the sampling rule, token masks, quantized GEMVs),
-#   2. tests/python/test_tensor_parallel.py (every HF fixture at TP 2 and 4, against transformers
-#      and one GPU's greedy tokens),
-#   3. `bench latency` on CONFIG (default Llama-3-8B, dummy weights, bf16) at TP 1 and each size of
-#      SIZES (default: 2, and 4 when 4 GPUs are visible), batch 1 and BATCH2 (default 32), in one
-#      call so every ratio compares runs on the same machine; JSON in $OUT/tp-results.
-# Logs go to $OUT when set.
+# scripts/gpu_tp.sh — models split over devices on the GPU machine: tensor parallelism (nvidia-h100-x2
+# / -x4) and the GPU/CPU split of -ngl (one GPU). Builds splitflow and test_backend_cuda
+# (scripts/gpu_common.sh), then
+#   1. FILTER's single-GPU CUDA tests (default: the sampling rule, token masks, quantized GEMVs;
+#      FILTER=none skips them),
+#   2. tests/python/test_tensor_parallel.py (TP_TEST=1): every HF fixture at TP 2 (and 4) when the
+#      GPUs allow, and every -ngl split, against transformers and one GPU's greedy tokens,
+#   3. BENCH=1: `bench latency` on CONFIG (default Llama-3-8B, dummy weights, bf16) at TP 1 and each
+#      size of SIZES (default: 2, and 4 when 4 GPUs are visible), batch 1 and BATCH2 (default 32),
+#   4. HYBRID=1: `bench latency` on HYBRID_CONFIG (default TinyLlama-1.1B, dummy weights) with the
+#      whole model on the GPU and at each -ngl of NGL (default "16 11 6"); with GGUF=FILE and
+#      LLAMA_BENCH=BIN, on that file with llama.cpp's llama-bench at the same split in each run.
+# Every ratio compares runs of one call on one machine; JSON in $OUT/tp-results. Logs go to $OUT.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-build=${BUILD_DIR:-build-gpu}
-carry=${CARRY_DIR:-.carry}
-logs=${OUT:-$root/$build}
-mkdir -p "$logs"
-args=(-DSPLITFLOW_CUDA=ON)
-[[ -d $carry/include ]] && args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
-export SPLITFLOW_COMMIT=${SPLITFLOW_COMMIT:-$(cat .source-commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)}
-
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || echo "nvidia-smi: no GPU visible"
+source "$(dirname "$0")/gpu_common.sh"
 nvidia-smi topo -m 2>/dev/null | head -8
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-start=$SECONDS
-cmake -S . -B "$build" -G Ninja "${args[@]}" >"$logs/configure.log" 2>&1 || { tail -40 "$logs/configure.log"; exit 1; }
-if ! cmake --build "$build" -j"$(nproc)" --target splitflow test_backend_cuda >"$logs/build.log" 2>&1; then
-  grep -E "error|Error" "$logs/build.log" | head -40
-  exit 1
-fi
-echo "configure + build: $((SECONDS - start)) s"
+gpu_build splitflow test_backend_cuda
 
 rc=0
 filter=${FILTER:-*SamplingRule*:*TokenMask*:*CudaQuant*:CudaKernels.Sample*}
@@ -39,30 +26,46 @@ if [[ $filter != none ]]; then
 fi
 
 if [[ ${TP_TEST:-1} == 1 ]]; then
-  sizes=2
+  sizes=""
+  (( gpus >= 2 )) && sizes=2
   (( gpus >= 4 )) && sizes=2,4
-  timeout 900 python3 tests/python/test_tensor_parallel.py --splitflow "$build/splitflow" --sizes "$sizes" \
+  timeout 900 python3 tests/python/test_tensor_parallel.py --splitflow "$build/splitflow" --sizes "$sizes" --gpu-layers \
     >"$logs/tp_test.log" 2>&1
   tp_rc=$?
   (( tp_rc != 0 )) && rc=1
   echo "test_tensor_parallel.py exit $tp_rc: $(tail -1 "$logs/tp_test.log")"
-  grep -E "FAIL|error" "$logs/tp_test.log" | head -20
+  grep -E "FAIL|rror" "$logs/tp_test.log" | head -20
 fi
 
+results=$logs/tp-results
+mkdir -p "$results"
+latency() {  # log name, then bench latency arguments
+  local name=$1; shift
+  timeout 300 "$build/splitflow" bench latency --backend cuda --results-dir "$results" "$@" >"$logs/latency-$name.log" 2>&1
+  echo "=== $name (exit $?) ==="
+  grep -E "TTFT|prefill tokens|decode tokens|fraction of band|llama.cpp|error" "$logs/latency-$name.log" | head -9
+}
 if [[ ${BENCH:-1} == 1 ]]; then
   config=${CONFIG:-bench/configs/llama-3-8b.json}
-  results=$logs/tp-results
-  mkdir -p "$results"
   sizes=${SIZES:-2}
   (( gpus >= 4 )) && sizes=${SIZES:-2 4}
   for batch in 1 ${BATCH2:-32}; do
     for tp in 1 $sizes; do
-      timeout 240 "$build/splitflow" bench latency --backend cuda --dummy-weights --config "$config" --input-len 512 \
-        --output-len 128 --batch "$batch" --tensor-parallel-size "$tp" --results-dir "$results" \
-        >"$logs/latency-tp$tp-b$batch.log" 2>&1
-      echo "=== tp $tp batch $batch (exit $?) ==="
-      grep -E "TTFT|prefill tokens|time per output|decode tokens|fraction|error" "$logs/latency-tp$tp-b$batch.log" | head -8
+      latency "tp$tp-b$batch" --dummy-weights --config "$config" --input-len 512 --output-len 128 --batch "$batch" \
+        --tensor-parallel-size "$tp"
     done
+  done
+fi
+if [[ ${HYBRID:-0} == 1 ]]; then
+  if [[ -n ${GGUF:-} ]]; then
+    model=(--model "$GGUF" ${LLAMA_BENCH:+--llama-bench "$LLAMA_BENCH"})
+  else
+    model=(--dummy-weights --config "${HYBRID_CONFIG:-bench/configs/tinyllama-1.1b.json}")
+  fi
+  for ngl in all ${NGL:-16 11 6}; do
+    split=()
+    [[ $ngl != all ]] && split=(-ngl "$ngl")
+    latency "ngl-$ngl" "${model[@]}" --input-len "${HYBRID_INPUT:-512}" --output-len "${HYBRID_OUTPUT:-128}" "${split[@]}"
   done
 fi
 exit $rc

@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
-"""Tensor parallelism on GPUs, end to end through the CLI (one process per GPU, rank 0 leading).
+"""Models split over devices, end to end through the CLI: tensor parallelism on GPUs (one process
+per GPU, rank 0 leading) and the GPU/CPU split of llama.cpp's -ngl (one process, one GPU).
 
 For every HF fixture (tests/fixtures/hf: tiny random-weight checkpoints with transformers' fp32
-logits) and every tensor-parallel size the GPUs allow and the model's heads divide into (2, 4):
-`splitflow generate --device cuda --tensor-parallel-size N --prompt-ids P --temperature 0
---logits-out F` on each fixture prompt. The logits of every step (the prefill's last row, then
+logits) and every layout the GPUs allow: each tensor-parallel size of --sizes the model's heads
+divide into (`--tensor-parallel-size N`, N GPUs), and with --gpu-layers every split of its layers
+(`-ngl k`, k = 1 .. layers - 1: the last k layers and the head on the GPU, the first ones on the
+CPU in f32): `splitflow generate --device cuda ... --prompt-ids P --temperature 0 --logits-out F`
+on each fixture prompt. The logits of every step (the prefill's last row, then
 the decode steps fed the reference's greedy tokens are not available through generate, so the run
 decodes its own greedy tokens) are compared with transformers' at the positions where both
 continuations still agree: relative L2 error <= 0.06, the single-GPU tolerance of
 tests/backend_cuda/cuda_fixtures_test.cpp (bf16 weights, activations and KV cache). The greedy
-tokens of size N must equal those of one GPU up to the first step whose top-two margin (one GPU's
-logits) is under 5% of max |logit| (bf16 sums in another order may flip a near tie).
+tokens of a layout must equal those of one GPU up to the first step whose top-two margin (one
+GPU's logits) is under 5% of max |logit| (bf16 sums in another order may flip a near tie).
 
-Exit status 77 (skipped) with fewer than 2 GPUs or without numpy.
-Usage: test_tensor_parallel.py --splitflow BIN [--fixtures DIR] [--sizes 2,4]
+Exit status 77 (skipped) without numpy, or with no layout the GPUs allow (tensor parallelism needs
+2 GPUs, the GPU/CPU split 1).
+Usage: test_tensor_parallel.py --splitflow BIN [--fixtures DIR] [--sizes 2,4] [--gpu-layers]
 """
 import argparse
 import json
@@ -38,12 +42,10 @@ def gpu_count():
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
-def generate(binary, fixture_dir, prompt, steps, size, logits_path):
+def generate(binary, fixture_dir, prompt, steps, layout_flags, logits_path):
     command = [binary, "generate", "--device", "cuda", "--model", fixture_dir, "--prompt-ids",
                ",".join(map(str, prompt)), "--max-tokens", str(steps), "--temperature", "0",
-               "--block-size", "4", "--logits-out", logits_path]
-    if size > 1:
-        command += ["--tensor-parallel-size", str(size)]
+               "--block-size", "4", "--logits-out", logits_path] + layout_flags
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {result.returncode}:\n{result.stderr[-3000:]}")
@@ -55,13 +57,14 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--splitflow", required=True)
     parser.add_argument("--fixtures", default=os.path.join(os.path.dirname(__file__), "..", "fixtures", "hf"))
-    parser.add_argument("--sizes", default="2,4")
+    parser.add_argument("--sizes", default="2,4", help="tensor-parallel sizes ('' for none)")
+    parser.add_argument("--gpu-layers", action="store_true", help="also every GPU/CPU split (-ngl k)")
     args = parser.parse_args()
     gpus = gpu_count()
-    if gpus < 2:
-        print(f"skipped: {gpus} GPU(s); tensor parallelism needs 2")
+    sizes = [s for s in map(int, filter(None, args.sizes.split(","))) if s <= gpus]
+    if not sizes and not (args.gpu_layers and gpus >= 1):
+        print(f"skipped: {gpus} GPU(s); tensor parallelism needs 2, the GPU/CPU split 1")
         return 77
-    sizes = [s for s in map(int, args.sizes.split(",")) if s <= gpus]
     index = json.load(open(os.path.join(args.fixtures, "index.json")))
     failures, runs = [], 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,6 +73,11 @@ def main():
             config = json.load(open(os.path.join(fixture, "config.json")))
             heads = config.get("num_attention_heads", config.get("n_head"))
             kv_heads = config.get("num_key_value_heads") or heads
+            layers = config.get("num_hidden_layers", config.get("n_layer"))
+            layouts = [(f"tp{size}", ["--tensor-parallel-size", str(size)]) for size in sizes
+                       if not (heads % size or (kv_heads % size and size % kv_heads))]
+            if args.gpu_layers:
+                layouts += [(f"ngl{k}", ["-ngl", str(k)]) for k in range(1, layers)]
             meta = json.load(open(os.path.join(fixture, "meta.json")))
             expected = load_file(os.path.join(fixture, "expected.safetensors"))
             for p, prompt in enumerate(meta["prompts"]):
@@ -78,14 +86,12 @@ def main():
                 # transformers' logits after the prompt, then after each of its greedy tokens
                 reference = np.concatenate([expected[f"prompt{p}.prefill_logits"][-1:],
                                             expected[f"prompt{p}.decode_logits"]])
-                one_tokens, one_logits = generate(args.splitflow, fixture, prompt, steps, 1, f"{tmp}/one.npy")
-                for size in sizes:
-                    if heads % size or (kv_heads % size and size % kv_heads):
-                        continue
+                one_tokens, one_logits = generate(args.splitflow, fixture, prompt, steps, [], f"{tmp}/one.npy")
+                for label, layout_flags in layouts:
                     runs += 1
-                    what = f"{name} prompt {p} tp{size}"
+                    what = f"{name} prompt {p} {label}"
                     try:
-                        tokens, logits = generate(args.splitflow, fixture, prompt, steps, size, f"{tmp}/tp.npy")
+                        tokens, logits = generate(args.splitflow, fixture, prompt, steps, layout_flags, f"{tmp}/split.npy")
                     except RuntimeError as error:
                         failures.append(f"{what}: {error}")
                         continue
@@ -106,7 +112,7 @@ def main():
                             failures.append(f"{what}: step {step} token {got}, one GPU {want}")
                             break
                     print(f"{what}: {len(tokens)} tokens, relative L2 {rel_l2:.4f} over {agree} steps")
-    print(f"{runs} tensor-parallel runs, {len(failures)} failures")
+    print(f"{runs} split runs, {len(failures)} failures")
     for failure in failures:
         print("FAIL:", failure, file=sys.stderr)
     return 1 if failures or runs == 0 else 0

@@ -1,0 +1,35 @@
+# scripts/gpu_common.sh — sourced by the scripts/gpu_*.sh runs on the GPU machine. Sets root (the
+# checkout), build, logs, gpus (visible GPUs) and SPLITFLOW_COMMIT, and gives gpu_build TARGET...:
+# configure with CUDA, build those targets with every core, print the GPUs and the build time; on a
+# failure print the errors and exit.
+# The GPU machine lacks pcre2.h, xxhash.h and ../shared: carry them in the git-ignored .carry/
+# folder (CARRY_DIR overrides it):
+#   .carry/include/{pcre2,xxhash}.h  (cp /usr/include/...)  -> -DSPLITFLOW_EXTRA_INCLUDE
+#   .carry/shared/models/<name>  (small models tests read)  -> SPLITFLOW_SHARED_DIR
+# Environment: BUILD_DIR (build-gpu), CARRY_DIR, OUT (logs go there when set: the device tool
+# brings them back; else to the build dir), SPLITFLOW_COMMIT (else .source-commit, else git).
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+build=${BUILD_DIR:-build-gpu}
+carry=${CARRY_DIR:-.carry}
+logs=${OUT:-$root/$build}
+mkdir -p "$logs"
+export SPLITFLOW_COMMIT=${SPLITFLOW_COMMIT:-$(cat .source-commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)}
+cmake_args=(-DSPLITFLOW_CUDA=ON)
+[[ -d $carry/include ]] && cmake_args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
+if [[ -d $carry/shared ]]; then
+  export SPLITFLOW_SHARED_DIR=$root/$carry/shared
+  cmake_args+=("-DSPLITFLOW_SHARED_DIR=$SPLITFLOW_SHARED_DIR")
+fi
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+
+gpu_build() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: no GPU visible"
+  local start=$SECONDS
+  cmake -S . -B "$build" -G Ninja "${cmake_args[@]}" >"$logs/configure.log" 2>&1 || { tail -40 "$logs/configure.log"; exit 1; }
+  if ! cmake --build "$build" -j"$(nproc)" --target "$@" >"$logs/build.log" 2>&1; then
+    grep -E "error|Error" "$logs/build.log" | head -40
+    exit 1
+  fi
+  echo "configure + build ($*): $((SECONDS - start)) s"
+}
