@@ -57,9 +57,8 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
   const RunnerLimits limits{std::max(prefill_chunk, options.batch), options.batch};
   std::unique_ptr<LocalPipeline> split;  // -ngl: stages on the CPU and the GPU
   std::unique_ptr<ModelRunner> own;
-  if (options.gpu_cpu_split) {
-    split = options.gpu_cpu_split(model, kv, limits);
-  } else {
+  if (options.gpu_cpu_split) split = options.gpu_cpu_split(model, kv, limits);
+  if (!split) {
     own = std::make_unique<ModelRunner>(spec, std::move(model.weights), backend, kv, limits,
                                         options.parallel ? options.parallel->runner_partition() : RunnerPartition{});
     if (options.parallel) options.parallel->lead(*own);

@@ -36,8 +36,8 @@ struct LatencyOptions {
   // then one GPU's; the report adds the job's sizes and aggregate.
   ParallelRank* parallel = nullptr;
   // A GPU/CPU split (-ngl, parallel/local_pipeline.h): builds the stages for the runner's cache
-  // and limits; the benchmark drives their leader. Bytes and bandwidth are then the whole model's
-  // against the GPU's bandwidth.
+  // and limits (null: no split, the whole model runs on `backend`); the benchmark drives their
+  // leader. Bytes and bandwidth are then the whole model's against the GPU's bandwidth.
   std::function<std::unique_ptr<LocalPipeline>(const LoadedModel&, const KvCacheConfig&, const RunnerLimits&)>
       gpu_cpu_split;
 };

@@ -37,15 +37,14 @@ void run_bench_latency(const LatencyFlags& flags) {
   const bool on_cpu = flags.model.backend == "cpu";
   const auto load_start = std::chrono::steady_clock::now();
   LoadedModel model = load_model(flags.model.options());
-  const std::optional<int> gpu_layers = flags.model.gpu_layer_split(model.spec.num_layers);
   ranks.partition(model);
   if (!ranks.leader()) return ranks.follow(model.spec, std::move(model.weights), *backend);
-  if (gpu_layers) {
-    options.gpu_cpu_split = [&flags, n = *gpu_layers](const LoadedModel& loaded, const KvCacheConfig& kv,
-                                                      const RunnerLimits& limits) {
-      return flags.model.make_gpu_cpu_pipeline(loaded, n, kv, limits);
-    };
-  }
+  std::optional<int> gpu_layers;  // the GPU/CPU split's, once the run's KV cache is known
+  options.gpu_cpu_split = [&](const LoadedModel& loaded, const KvCacheConfig& kv,
+                              const RunnerLimits& limits) -> std::unique_ptr<LocalPipeline> {
+    gpu_layers = flags.model.gpu_layer_split(loaded, *backend, kv, limits);
+    return gpu_layers ? flags.model.make_gpu_cpu_pipeline(loaded, *gpu_layers, kv, limits) : nullptr;
+  };
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   fmt::print(stderr, "model: {} (loaded in {:.1f} s)\n", model.description, load_seconds);
   // The other ranks wait in their first step while rank 0 measures its GPU's ceilings.

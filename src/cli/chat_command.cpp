@@ -97,7 +97,7 @@ void run_chat(const ChatFlags& flags) {
   const std::optional<DType> kv_cache_dtype = parse_kv_cache_dtype_flag(flags.kv_cache_dtype);
   std::unique_ptr<Backend> backend = flags.model.make_backend();
   LoadedModel model = load_model(flags.model.options());
-  flags.model.check_gpu_layers(model.spec.num_layers);
+  flags.model.check_gpu_layers(model, *backend, flags.context);
   SF_CHECK(model.tokenizer != nullptr, "chat needs the model's tokenizer (pass --tokenizer)");
   const std::optional<ChatTemplate> chat_template =
       flags.chat_template.empty() ? ChatTemplate::find_for_model(flags.model.load.model_path)

@@ -79,7 +79,6 @@ void run_generate(const GenerateFlags& flags) {
   ParallelRank ranks = flags.model.join_ranks();
   std::unique_ptr<Backend> backend = flags.model.make_backend(&ranks);
   LoadedModel model = load_model(flags.model.options());
-  const std::optional<int> gpu_layers = flags.model.gpu_layer_split(model.spec.num_layers);
   ranks.partition(model);
   if (!ranks.leader()) return ranks.follow(model.spec, std::move(model.weights), *backend);
   std::vector<int32_t> prompt_ids;
@@ -123,7 +122,7 @@ void run_generate(const GenerateFlags& flags) {
     // -ngl N: the GPU/CPU split's stages (parallel/local_pipeline.h); else this rank's runner.
     std::unique_ptr<LocalPipeline> split;
     std::unique_ptr<ModelRunner> own;
-    if (gpu_layers) {
+    if (const std::optional<int> gpu_layers = flags.model.gpu_layer_split(model, *backend, kv, limits)) {
       split = flags.model.make_gpu_cpu_pipeline(model, *gpu_layers, kv, limits);
     } else {
       own = std::make_unique<ModelRunner>(model.spec, std::move(model.weights), *backend, kv, limits,

@@ -1,11 +1,14 @@
 #include "cli/options.h"
 
 #include "core/error.h"
+#include "backend/upload_bytes.h"
 #include "model/weights.h"
+#include "parallel/gpu_layer_fit.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 
@@ -73,6 +76,9 @@ ParallelRank ModelFlags::join_ranks() const {
 std::unique_ptr<Backend> ModelFlags::make_backend(const ParallelRank* rank) const {
   if (n_gpu_layers && *n_gpu_layers != 0 && backend == "cpu") fail_layer_offload(*n_gpu_layers, backend);
   if (n_gpu_layers && *n_gpu_layers == 0 && backend == "cuda") fail_layer_offload(*n_gpu_layers, backend);
+  SF_CHECK(!gpu_layers_auto || backend == "cuda",
+           "-ngl/--n-gpu-layers auto with --device {}: the engine picks how many layers the GPU takes with --device cuda",
+           backend);
   std::unique_ptr<Backend> made;
   if (backend == "cuda") {
 #ifdef SPLITFLOW_HAS_CUDA
@@ -88,18 +94,50 @@ std::unique_ptr<Backend> ModelFlags::make_backend(const ParallelRank* rank) cons
   return made;
 }
 
-void ModelFlags::check_gpu_layers(int64_t num_layers) const {
-  // llama.cpp's -ngl 99 / -1: every layer on the GPU, which is what --device cuda does.
-  SF_CHECK(!gpu_layer_split(num_layers), "-ngl/--n-gpu-layers {} of {} layers: this command runs the whole model on "
-           "one device; generate and bench latency split it between the GPU and the CPU", *n_gpu_layers, num_layers);
+namespace {
+
+// -ngl auto: the placement parallel/gpu_layer_fit.h picks on `backend`'s GPU.
+GpuLayerFit fit_on_gpu(const LoadedModel& model, const Backend& backend, int64_t context_tokens,
+                       std::optional<DType> kv_cache_dtype, const RunnerLimits& limits) {
+  const GpuLayerFitRequest request =
+      gpu_layer_fit_request(model.spec, model.weights, cuda_upload_bytes, context_tokens,
+                            resolve_kv_cache_dtype(backend, kv_cache_dtype), limits, backend.memory_info(), {});
+  GpuLayerFit fit = fit_gpu_layers(request);
+  spdlog::info("-ngl auto: {}", fit.summary);
+  return fit;
 }
 
-std::optional<int> ModelFlags::gpu_layer_split(int64_t num_layers) const {
-  if (!n_gpu_layers || backend != "cuda" || *n_gpu_layers <= 0 || *n_gpu_layers >= num_layers) return std::nullopt;
+}  // namespace
+
+void ModelFlags::check_gpu_layers(const LoadedModel& model, const Backend& device, int64_t context_tokens) const {
+  const int64_t num_layers = model.spec.num_layers;
+  // llama.cpp's -ngl 99 / -1: every layer on the GPU, which is what --device cuda does.
+  if (n_gpu_layers && backend == "cuda" && *n_gpu_layers > 0 && *n_gpu_layers < num_layers)
+    fail("-ngl/--n-gpu-layers {} of {} layers: this command runs the whole model on one device; generate and bench "
+         "latency split it between the GPU and the CPU", *n_gpu_layers, num_layers);
+  if (gpu_layers_auto && backend == "cuda") {
+    const GpuLayerFit fit = fit_on_gpu(model, device, context_tokens, std::nullopt, RunnerLimits{});
+    SF_CHECK(fit.gpu_layers == fit.num_layers,
+             "-ngl auto: the model does not fit the GPU ({}); this command runs the whole model on one device: generate "
+             "and bench latency split it between the GPU and the CPU, or give a shorter --max-model-len / --ctx-size",
+             fit.summary);
+  }
+}
+
+std::optional<int> ModelFlags::gpu_layer_split(const LoadedModel& model, const Backend& device,
+                                               const KvCacheConfig& kv, const RunnerLimits& limits) const {
+  if (backend != "cuda" || !(gpu_layers_auto || n_gpu_layers)) return std::nullopt;
+  const int num_layers = model.spec.num_layers;
+  int gpu_layers = num_layers;
+  if (gpu_layers_auto) {
+    gpu_layers = fit_on_gpu(model, device, int64_t{kv.num_blocks} * kv.block_size, kv.dtype, limits).gpu_layers;
+  } else if (*n_gpu_layers > 0) {
+    gpu_layers = std::min(*n_gpu_layers, num_layers);
+  }
+  if (gpu_layers >= num_layers) return std::nullopt;
   SF_CHECK(tensor_parallel_size == 1 && pipeline_parallel_size == 1,
-           "-ngl/--n-gpu-layers {} (a GPU/CPU split) is not combined with tensor or pipeline parallelism",
-           *n_gpu_layers);
-  return *n_gpu_layers;
+           "-ngl/--n-gpu-layers {} (a GPU/CPU split) is not combined with tensor or pipeline parallelism", gpu_layers);
+  return gpu_layers;
 }
 
 std::unique_ptr<LocalPipeline> ModelFlags::make_gpu_cpu_pipeline(const LoadedModel& model, int gpu_layers,
@@ -147,9 +185,22 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
       ->capture_default_str();
   command.add_option("--pipeline-layers", flags.pipeline_layers,
                      "each stage's layer count, e.g. 12,20 (default: as even as possible)");
-  command.add_option("--n-gpu-layers", flags.n_gpu_layers,
-                     "llama.cpp's -ngl: accepted where it means what --device does (0 with cpu; all layers, e.g. 99, "
-                     "with cuda); partial offload is not implemented");
+  command
+      .add_option_function<std::string>(
+          "--n-gpu-layers,--gpu-layers",
+          [&flags](const std::string& value) {
+            flags.gpu_layers_auto = value == "auto";
+            if (flags.gpu_layers_auto) return;
+            int layers = 0;
+            const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), layers);
+            SF_CHECK(error == std::errc() && end == value.data() + value.size(),
+                     "-ngl/--n-gpu-layers '{}': give a layer count or auto", value);
+            flags.n_gpu_layers = layers;
+          },
+          "layers on the GPU (llama.cpp's -ngl) with --device cuda: N keeps the last N layers and the head on the GPU "
+          "and runs the first ones on the CPU (generate, bench latency); auto: as many as fit the GPU's free memory; "
+          "99 or -1: every layer (the default); 0 only with --device cpu")
+      ->type_name("N|auto");
 }
 
 void add_kv_cache_dtype_flag(CLI::App& command, std::string& kv_cache_dtype) {

@@ -22,7 +22,9 @@ struct ModelFlags {
   std::string quantization;           // empty, or a quantized dtype name (core/dtype.h)
   int threads = 0;                    // 0: OpenMP default
   std::string backend = "cpu";        // cpu | cuda (--backend, or --device as vLLM spells it)
-  std::optional<int> n_gpu_layers;    // llama.cpp's -ngl: only where it means what --backend does
+  // llama.cpp's -ngl / --gpu-layers: a count (negative: every layer), or auto (gpu_layers_auto).
+  std::optional<int> n_gpu_layers;
+  bool gpu_layers_auto = false;
 
   // Resolves the flags into load options (parses --weight-dtype and --quantization).
   ModelLoadOptions options() const;
@@ -40,14 +42,18 @@ struct ModelFlags {
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
   std::string pipeline_layers;  // "12,20": each stage's layer count (empty: balanced)
-  // -ngl N with --device cuda: fails unless N covers every layer (or is negative: all), since
-  // offloading some layers is not implemented. make_backend() checks the cases that need no model.
-  void check_gpu_layers(int64_t num_layers) const;
-  // -ngl N with --device cuda and 0 < N < num_layers: a GPU/CPU split of N layers on the GPU
-  // (nullopt: the whole model on one device). make_gpu_cpu_pipeline() builds it
-  // (parallel/local_pipeline.h): the first layers on the CPU (--threads), the last N and the head
-  // on GPU 0, one thread each; its leader() is the runner to drive.
-  std::optional<int> gpu_layer_split(int64_t num_layers) const;
+  // -ngl N / auto, for the commands that run the whole model on one device (serve, chat): fails
+  // naming the split when N is below the layer count, or when auto finds the model (with a KV
+  // cache of context_tokens) does not fit the GPU of `backend`.
+  void check_gpu_layers(const LoadedModel& model, const Backend& backend, int64_t context_tokens) const;
+  // -ngl N / auto with --device cuda, for a run with the KV cache `kv` and `limits`: the number of
+  // layers on the GPU when the model is split between the GPU and the CPU (nullopt: the whole model
+  // on one device). N: N when 0 < N < layers; auto: the most layers that fit `backend`'s GPU
+  // (parallel/gpu_layer_fit.h, from its free memory now; logged). make_gpu_cpu_pipeline() builds
+  // the split (parallel/local_pipeline.h): the first layers on the CPU (--threads), the last N and
+  // the head on GPU 0, one thread each; its leader() is the runner to drive.
+  std::optional<int> gpu_layer_split(const LoadedModel& model, const Backend& backend, const KvCacheConfig& kv,
+                                     const RunnerLimits& limits) const;
   std::unique_ptr<LocalPipeline> make_gpu_cpu_pipeline(const LoadedModel& model, int gpu_layers, const KvCacheConfig& kv,
                                                        const RunnerLimits& limits) const;
 };

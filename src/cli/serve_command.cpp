@@ -119,7 +119,7 @@ void run_serve(const ServeFlags& flags) {
   ParallelRank ranks = flags.model.join_ranks();
   std::unique_ptr<Backend> backend = flags.model.make_backend(&ranks);
   LoadedModel model = load_model(flags.model.options());
-  flags.model.check_gpu_layers(model.spec.num_layers);
+  flags.model.check_gpu_layers(model, *backend, flags.max_model_len > 0 ? flags.max_model_len : model.spec.max_position);
   ranks.partition(model);
   if (!ranks.leader()) {
     // Rank 0 serves HTTP and schedules; this rank makes its runner's calls until rank 0 stops.

@@ -71,7 +71,8 @@ TEST(CliHabits, CtxSizeBoundsTheContextAndNPredictMinusOneFillsIt) {
 }
 
 // Layers go to a GPU with --device cuda (generate splits the model between the GPU and the CPU
-// there, tests/parallel/local_pipeline_test.cpp); on the CPU device -ngl N > 0 says so.
+// there, tests/parallel/local_pipeline_test.cpp; -ngl auto picks the split, gpu_layer_fit_test.cpp);
+// on the CPU device -ngl N > 0 and -ngl auto say so.
 TEST(CliHabits, LayerOffloadWithoutTheGpuDeviceIsAClearError) {
   for (const std::string& spelling : {"-ngl", "--n-gpu-layers"}) {
     const CommandResult result = run_splitflow({"generate", "-m", kStories, "-p", "hi", spelling, "99"});
@@ -80,6 +81,13 @@ TEST(CliHabits, LayerOffloadWithoutTheGpuDeviceIsAClearError) {
   }
   test::expect_command_error(run_splitflow({"generate", "-m", kStories, "-p", "hi", "-ngl=12"}),
                              "layers are offloaded to a GPU with --device cuda");
+  // The engine picks the split itself only for a GPU; values are counts or auto.
+  for (const std::string& spelling : {"-ngl", "--gpu-layers"}) {
+    test::expect_command_error(run_splitflow({"generate", "-m", kStories, "-p", "hi", spelling, "auto"}),
+                               "-ngl/--n-gpu-layers auto with --device cpu");
+    test::expect_command_error(run_splitflow({"generate", "-m", kStories, "-p", "hi", spelling, "half"}),
+                               "-ngl/--n-gpu-layers 'half': give a layer count or auto");
+  }
 }
 
 // serve runs until a signal: SIGTERM after `seconds` (it drains and exits), then its stderr.

@@ -1,5 +1,6 @@
 // backend/cuda/cuda_backend.cpp — CudaBackend: checks, memory, cuBLASLt GEMMs; kernels in kernels.cu.
 #include "backend/cuda/cuda_backend.h"
+#include "backend/upload_bytes.h"
 
 #include "backend/argument_checks.h"
 #include "backend/cuda/kernels.h"
@@ -161,8 +162,8 @@ DeviceBuffer CudaBackend::upload(const Tensor& host) {
     copy_to_device(host.data, buffer.view());
     return buffer;
   }
-  // Matrices become BF16, vectors F32 (see cuda_backend.h).
-  const DType stored = host.shape.size() >= 2 ? DType::BF16 : DType::F32;
+  // Matrices become BF16, vectors F32 (see cuda_backend.h; the rule is backend/upload_bytes.h's).
+  const DType stored = cuda_upload_dtype(host);
   DeviceBuffer buffer = allocate(stored, host.shape);
   if (host.generated) {
     // Generated in place as the stored dtype (a bf16 matrix gets the same bits as the host fill in
