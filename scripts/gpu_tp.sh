@@ -4,12 +4,13 @@
 # (scripts/gpu_common.sh), then
 #   1. FILTER's single-GPU CUDA tests (default: the sampling rule, token masks, quantized GEMVs;
 #      FILTER=none skips them),
-#   2. tests/python/test_tensor_parallel.py (TP_TEST=1): every HF fixture at TP 2 (and 4) when the
-#      GPUs allow, and every -ngl split, against transformers and one GPU's greedy tokens,
+#   2. tests/python/test_tensor_parallel.py (TP_TEST=1): every HF fixture (or those of ONLY) at TP 2
+#      (and 4) when the GPUs allow, and every -ngl split, against transformers and one GPU's tokens,
 #   3. BENCH=1: `bench latency` on CONFIG (default Llama-3-8B, dummy weights, bf16) at TP 1 and each
 #      size of SIZES (default: 2, and 4 when 4 GPUs are visible), batch 1 and BATCH2 (default 32),
-#   4. HYBRID=1: `bench latency` on HYBRID_CONFIG (default TinyLlama-1.1B, dummy weights) with the
-#      whole model on the GPU and at each -ngl of NGL (default "16 11 6"); with GGUF=FILE and
+#   4. HYBRID=1: `bench latency` on HYBRID_CONFIG (default TinyLlama-1.1B, dummy weights) at each
+#      -ngl of NGL (default "all 16 11 6"; all: the whole model on the GPU; auto: the engine's
+#      pick), HYBRID_INPUT / HYBRID_OUTPUT tokens (512 / 128); with GGUF=FILE and
 #      LLAMA_BENCH=BIN, on that file with llama.cpp's llama-bench at the same split in each run.
 # Every ratio compares runs of one call on one machine; JSON in $OUT/tp-results. Logs go to $OUT.
 set -uo pipefail
@@ -30,6 +31,7 @@ if [[ ${TP_TEST:-1} == 1 ]]; then
   (( gpus >= 2 )) && sizes=2
   (( gpus >= 4 )) && sizes=2,4
   timeout 900 python3 tests/python/test_tensor_parallel.py --splitflow "$build/splitflow" --sizes "$sizes" --gpu-layers \
+    ${ONLY:+--only "$ONLY"} \
     >"$logs/tp_test.log" 2>&1
   tp_rc=$?
   (( tp_rc != 0 )) && rc=1
@@ -62,7 +64,7 @@ if [[ ${HYBRID:-0} == 1 ]]; then
   else
     model=(--dummy-weights --config "${HYBRID_CONFIG:-bench/configs/tinyllama-1.1b.json}")
   fi
-  for ngl in all ${NGL:-16 11 6}; do
+  for ngl in ${NGL:-all 16 11 6}; do
     split=()
     [[ $ngl != all ]] && split=(-ngl "$ngl")
     latency "ngl-$ngl" "${model[@]}" --input-len "${HYBRID_INPUT:-512}" --output-len "${HYBRID_OUTPUT:-128}" "${split[@]}"

@@ -17,7 +17,7 @@ GPU's logits) is under 5% of max |logit| (bf16 sums in another order may flip a 
 
 Exit status 77 (skipped) without numpy, or with no layout the GPUs allow (tensor parallelism needs
 2 GPUs, the GPU/CPU split 1).
-Usage: test_tensor_parallel.py --splitflow BIN [--fixtures DIR] [--sizes 2,4] [--gpu-layers]
+Usage: test_tensor_parallel.py --splitflow BIN [--fixtures DIR] [--sizes 2,4] [--gpu-layers] [--only a,b]
 """
 import argparse
 import json
@@ -59,6 +59,7 @@ def main():
     parser.add_argument("--fixtures", default=os.path.join(os.path.dirname(__file__), "..", "fixtures", "hf"))
     parser.add_argument("--sizes", default="2,4", help="tensor-parallel sizes ('' for none)")
     parser.add_argument("--gpu-layers", action="store_true", help="also every GPU/CPU split (-ngl k)")
+    parser.add_argument("--only", default="", help="comma-separated fixture names (default: every fixture)")
     args = parser.parse_args()
     gpus = gpu_count()
     sizes = [s for s in map(int, filter(None, args.sizes.split(","))) if s <= gpus]
@@ -69,6 +70,8 @@ def main():
     failures, runs = [], 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in index["fixtures"]:
+            if args.only and name not in args.only.split(","):
+                continue
             fixture = os.path.join(args.fixtures, name)
             config = json.load(open(os.path.join(fixture, "config.json")))
             heads = config.get("num_attention_heads", config.get("n_head"))
