@@ -48,6 +48,9 @@ struct WorkloadFlags {
   uint64_t seed = 1;
   std::string out_dir;
   int threads = 1;
+  std::string decode_model = "auto";
+
+  PerfModel load_perf_model() const { return PerfModel::load_csv(perf_model, parse_decode_model_choice(decode_model)); }
 };
 
 void add_workload_flags(CLI::App& command, WorkloadFlags& flags, double default_duration_s) {
@@ -60,6 +63,10 @@ void add_workload_flags(CLI::App& command, WorkloadFlags& flags, double default_
   command.add_option("--duration", flags.duration_s, "seconds of Poisson arrivals")->capture_default_str();
   command.add_option("--seed", flags.seed, "seed of the Poisson workload")->capture_default_str();
   command.add_option("--out", flags.out_dir, "directory for CSV, JSON and plots (created if missing)");
+  command.add_option("--decode-model", flags.decode_model,
+                     "decode step time: splitwise (SplitwiseSim's, context ignored), context (bilinear in batch and "
+                     "context, needs a splitflow profile CSV) or auto (context when the CSV has a context grid)")
+      ->capture_default_str();
 }
 
 void add_threads_flag(CLI::App& command, WorkloadFlags& flags) {
@@ -107,7 +114,7 @@ struct RunFlags {
 void run_sim_run(const RunFlags& flags) {
   check_workload_flags(flags.workload);
   const ClusterConfig config = load_cluster_config(flags.config);
-  const PerfModel perf_model = PerfModel::load_csv(flags.workload.perf_model);
+  const PerfModel perf_model = flags.workload.load_perf_model();
   const std::vector<Request> trace = load_trace(flags.workload.trace);
   Workload workload;
   if (flags.rate_given) {
@@ -122,11 +129,14 @@ void run_sim_run(const RunFlags& flags) {
     workload = replay_workload(trace, flags.rate_scale, trace_name(flags.workload.trace));
   }
   const Evaluation evaluation = evaluate(config, perf_model, workload);
+  const std::string decode_model = decode_model_name(reference_curves(config, perf_model).decode_model);
+  fmt::print("decode model: {}\n", decode_model);
   fmt::print("{}", format_summary(evaluation.summary, config.slo));
   const std::string dir = prepare_out_dir(flags.workload.out_dir);
   if (dir.empty()) return;
   nlohmann::json summary = summary_json(evaluation.summary, config.slo);
   summary["config"] = flags.config;
+  summary["perf_model"] = {{"path", flags.workload.perf_model}, {"decode_model", decode_model}};
   summary["provenance"] = provenance();
   write_json(out_path(dir, "summary.json"), summary);
   write_requests_csv(out_path(dir, "requests.csv"), evaluation.result.requests, reference_curves(config, perf_model));
@@ -154,7 +164,7 @@ void run_sim_sweep(const SweepFlags& flags) {
   const std::vector<double> rates = parse_rates(flags.rates);
   std::vector<ClusterConfig> configs;
   for (const std::string& path : flags.configs) configs.push_back(load_cluster_config(path));
-  const PerfModel perf_model = PerfModel::load_csv(flags.workload.perf_model);
+  const PerfModel perf_model = flags.workload.load_perf_model();
   const std::vector<Request> trace = load_trace(flags.workload.trace);
   const auto start = std::chrono::steady_clock::now();
   const std::vector<SweepRow> rows =
@@ -236,7 +246,7 @@ void run_sim_search(const SearchFlags& flags) {
   SF_CHECK(flags.iso_cost_of.empty() || !flags.iso_cost_given, "sim search: --iso-cost and --iso-cost-of conflict");
   SF_CHECK(flags.iso_power_of.empty() || !flags.iso_power_given, "sim search: --iso-power and --iso-power-of conflict");
 
-  const PerfModel perf_model = PerfModel::load_csv(flags.workload.perf_model);
+  const PerfModel perf_model = flags.workload.load_perf_model();
   const std::vector<Request> trace = load_trace(flags.workload.trace);
   const std::string dir = prepare_out_dir(flags.workload.out_dir);
   const auto start = std::chrono::steady_clock::now();
@@ -374,7 +384,7 @@ void run_sim_scale(const ScaleFlags& flags) {
     SF_CHECK(size == std::floor(size) && size <= 1e6, "--machines: '{}' is not a whole number of machines", size);
     sizes.push_back(static_cast<int>(size));
   }
-  const PerfModel perf_model = PerfModel::load_csv(flags.workload.perf_model);
+  const PerfModel perf_model = flags.workload.load_perf_model();
   const std::vector<Request> trace = load_trace(flags.workload.trace);
   const double trace_rate = static_cast<double>(trace.size()) / trace.back().arrival_s;
   fmt::print("scale: Poisson for {} s at {}x the trace's rate ({:.3f} req/s) per config-sized cluster, "

@@ -182,7 +182,7 @@ ClusterConfig parse_cluster_config(const std::string& json_text, const std::stri
   if (root.contains("kv_transfer")) {
     const json& link = root["kv_transfer"];
     const std::string where = source + ": kv_transfer";
-    check_fields(link, {"bandwidth_gib_per_s", "mode", "retry_interval_s"}, where);
+    check_fields(link, {"bandwidth_gib_per_s", "mode", "retry_interval_s", "timing"}, where);
     config.kv_transfer.bandwidth_gib_per_s =
         get_or(link, "bandwidth_gib_per_s", config.kv_transfer.bandwidth_gib_per_s, where);
     config.kv_transfer.retry_interval_s =
@@ -194,6 +194,14 @@ ClusterConfig parse_cluster_config(const std::string& json_text, const std::stri
       config.kv_transfer.mode = KvTransferMode::LayerwiseOverlapped;
     } else {
       fail("{}: mode '{}' is not one of serialized, layerwise_overlapped", where, mode);
+    }
+    const std::string timing = get_or<std::string>(link, "timing", "bandwidth", where);
+    if (timing == "bandwidth") {
+      config.kv_transfer.timing = KvTransferTiming::Bandwidth;
+    } else if (timing == "profile") {
+      config.kv_transfer.timing = KvTransferTiming::Profile;
+    } else {
+      fail("{}: timing '{}' is not one of bandwidth, profile", where, timing);
     }
     SF_CHECK(config.kv_transfer.bandwidth_gib_per_s > 0 && config.kv_transfer.retry_interval_s > 0,
              "{}: bandwidth_gib_per_s and retry_interval_s must be positive", where);

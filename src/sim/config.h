@@ -71,8 +71,13 @@ struct SloConfig {
   Percentiles e2e{1.25, 1.5, 5};
 };
 
+// Where a whole cache's transfer time comes from: bytes over the configured bandwidth, or the perf
+// model's profiled kv_transfer times for the prompt's length (the link `splitflow profile` measured).
+enum class KvTransferTiming { Bandwidth, Profile };
+
 struct KvTransferConfig {
   double bandwidth_gib_per_s = 200;  // per flow; flows do not contend (as SplitwiseSim)
+  KvTransferTiming timing = KvTransferTiming::Bandwidth;
   KvTransferMode mode = KvTransferMode::Serialized;
   double retry_interval_s = 1.0;     // when the destination lacks free memory
 };

@@ -26,7 +26,7 @@ Percentiles percentiles(const std::vector<double>& values) {
 RequestSlowdown slowdown(const RequestResult& r, const PerfCurves& reference) {
   const double prompt = static_cast<double>(r.prompt_tokens);
   const double ttft_ref_s = reference.prompt_time_s(prompt);
-  const double tbt_ref_s = reference.token_time_s(prompt);
+  const double tbt_ref_s = reference.reference_tbt_s(r.prompt_tokens, r.output_tokens);
   const double e2e_ref_s = ttft_ref_s + tbt_ref_s * static_cast<double>(r.output_tokens - 1);
   return {r.ttft_s() / ttft_ref_s, r.tbt_s() / tbt_ref_s, r.e2e_s() / e2e_ref_s};
 }

@@ -28,6 +28,10 @@ Simulation::Simulation(ClusterConfig config, const PerfModel& perf_model, std::v
                "cluster config '{}': the perf model has no profile for model '{}' on hardware '{}' at TP{}",
                config_.name, config_.model.name, machine.hardware, pool.tensor_parallel);
       instance.perf = &perf_model_.curves(instance.perf_key);
+      SF_CHECK(config_.kv_transfer.timing != KvTransferTiming::Profile || instance.perf->kv_transfer_time_s,
+               "cluster config '{}': kv_transfer.timing is 'profile' but the perf model has no kv_transfer rows for "
+               "model '{}' on hardware '{}' at TP{}", config_.name, config_.model.name, machine.hardware,
+               pool.tensor_parallel);
       instance.home_pool = instance.pool = pool.role;
       instance.max_memory_bytes = static_cast<int64_t>(pool.tensor_parallel) * machine.gpu_memory_bytes;
       SF_CHECK(instance.max_memory_bytes > config_.model.weights_bytes,
@@ -223,13 +227,33 @@ void Simulation::enqueue_task(int i, int r, double now) {
                      (static_cast<int>(instance.batch.size()) < config_.instance.max_batch_size &&
                       instance.batch_tokens + 1 <= config_.instance.max_batch_tokens);
   if (!joins) return;
-  const double elapsed_iterations = (now - instance.run_start_s) / instance.iteration_s;
-  const int64_t done = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(elapsed_iterations - 1e-9)));
+  const int64_t done = iterations_reached(instance, now - instance.run_start_s);
   if (done >= instance.planned_iterations) return;
   instance.planned_iterations = done;
   ++instance.generation;
-  push(instance.run_start_s + static_cast<double>(done) * instance.iteration_s, EventKind::RunEnd, i,
-       instance.generation);
+  push(instance.run_start_s + run_elapsed_s(instance, done), EventKind::RunEnd, i, instance.generation);
+}
+
+double Simulation::run_elapsed_s(const Instance& instance, int64_t iterations) const {
+  if (!instance.steps_grow_with_context) return static_cast<double>(iterations) * instance.iteration_s;
+  return instance.perf->decode_block_time_s(static_cast<int64_t>(instance.batch.size()), instance.decode_mean_context,
+                                            iterations);
+}
+
+int64_t Simulation::iterations_reached(const Instance& instance, double elapsed_s) const {
+  if (!instance.steps_grow_with_context) {
+    const double elapsed_iterations = elapsed_s / instance.iteration_s;
+    return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(elapsed_iterations - 1e-9)));
+  }
+  // The first n whose end is not before elapsed_s (same tolerance: 1e-9 of an iteration).
+  const double target_s = elapsed_s - 1e-9 * instance.iteration_s;
+  int64_t lo = 1, hi = instance.planned_iterations;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (run_elapsed_s(instance, mid) >= target_s) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
 }
 
 void Simulation::start_run(int i, double now) {
@@ -242,6 +266,8 @@ void Simulation::start_run(int i, double now) {
   }
   int prompt_tasks = 0;
   int64_t batch_tokens = 0;
+  int64_t prompt_tokens = 0;
+  double context_tokens = 0;  // over the decodes: tokens in their caches at this step
   int64_t iterations = std::numeric_limits<int64_t>::max();
   for (int r : instance.batch) {
     RequestState& state = states_[r];
@@ -259,24 +285,30 @@ void Simulation::start_run(int i, double now) {
     if (state.phase == Phase::Prompt) {
       ++prompt_tasks;
       batch_tokens += requests_[r].prompt_tokens;
+      prompt_tokens += requests_[r].prompt_tokens;
     } else {
       batch_tokens += 1;
       iterations = std::min(iterations, state.decode_remaining);
+      // The prompt and every token generated before this step (the first came with the prompt).
+      context_tokens += static_cast<double>(requests_[r].prompt_tokens + requests_[r].output_tokens - 1 -
+                                            state.decode_remaining);
     }
   }
-  const BatchKind kind = prompt_tasks == 0 ? BatchKind::DecodeOnly
-                         : prompt_tasks == static_cast<int>(instance.batch.size()) ? BatchKind::PromptOnly
-                                                                                  : BatchKind::Mixed;
+  const int64_t decodes = static_cast<int64_t>(instance.batch.size()) - prompt_tasks;
+  const double mean_context = decodes > 0 ? context_tokens / static_cast<double>(decodes) : 0.0;
   if (prompt_tasks > 0) iterations = 1;
   instance.busy = true;
   instance.batch_has_prompt = prompt_tasks > 0;
   instance.batch_tokens = batch_tokens;
   instance.run_start_s = now;
-  instance.iteration_s = instance.perf->iteration_time_s(kind, static_cast<double>(batch_tokens),
-                                                        config_.instance.mixed_batch_factor);
+  instance.iteration_s =
+      instance.perf->batch_time_s(prompt_tokens, decodes, mean_context, config_.instance.mixed_batch_factor);
+  instance.steps_grow_with_context =
+      prompt_tasks == 0 && instance.perf->decode_model == DecodeModel::ContextAware;
+  instance.decode_mean_context = mean_context;
   instance.planned_iterations = iterations;
   ++instance.generation;
-  push(now + static_cast<double>(iterations) * instance.iteration_s, EventKind::RunEnd, i, instance.generation);
+  push(now + run_elapsed_s(instance, iterations), EventKind::RunEnd, i, instance.generation);
   if (options_.record_iterations) {
     instance.record_index = iterations_.size();
     iterations_.push_back(IterationRecord{i, now, 0, static_cast<int>(instance.batch.size()), prompt_tasks,
@@ -351,8 +383,7 @@ void Simulation::on_transfer_try(int r, double now) {
   destination.memory_bytes += kv;
   states_[r].kv_tokens_at_token_instance = request.prompt_tokens + 1;
   // The cache of prompt_tokens tokens moves; the first generated token's slot is allocated in place.
-  const double bytes = static_cast<double>(request.prompt_tokens) * static_cast<double>(config_.model.kv_bytes_per_token);
-  const double serialized_s = bytes / (config_.kv_transfer.bandwidth_gib_per_s * kGiB);
+  const double serialized_s = kv_transfer_s(cluster_[results_[r].prompt_instance], request.prompt_tokens);
   double visible_s = serialized_s;
   // A retried transfer starts after the prefill (the destination had no room): nothing was streamed
   // during it, so the whole cache moves now.
@@ -365,6 +396,13 @@ void Simulation::on_transfer_try(int r, double now) {
     visible_s = std::max(serialized_s - hidden_s, serialized_s / layers);
   }
   push(now + visible_s, EventKind::TransferEnd, r);
+}
+
+double Simulation::kv_transfer_s(const Instance& prompt_instance, int64_t prompt_tokens) const {
+  if (config_.kv_transfer.timing == KvTransferTiming::Profile)
+    return (*prompt_instance.perf->kv_transfer_time_s)(static_cast<double>(prompt_tokens));
+  const double bytes = static_cast<double>(prompt_tokens) * static_cast<double>(config_.model.kv_bytes_per_token);
+  return bytes / (config_.kv_transfer.bandwidth_gib_per_s * kGiB);
 }
 
 void Simulation::on_transfer_end(int r, double now) {

@@ -123,7 +123,11 @@ struct Instance {
   bool batch_has_prompt = false;
   int64_t batch_tokens = 0;
   double run_start_s = 0;
-  double iteration_s = 0;
+  double iteration_s = 0;            // the run's first iteration
+  // Context-aware decode blocks: each step's caches are one token longer, so step times grow
+  // (PerfCurves::decode_block_time_s); otherwise every iteration takes iteration_s.
+  bool steps_grow_with_context = false;
+  double decode_mean_context = 0;    // at the block's first step
   int64_t planned_iterations = 0;
   size_t record_index = 0;  // this run's IterationRecord, when recorded
   uint64_t generation = 0;  // invalidates a run-end event when a decode block is cut short
@@ -270,6 +274,11 @@ class Simulation {
   void finish_prompt(int instance, int request, double now);
   void finish_request(int request, double now);
   int64_t kv_bytes(int64_t tokens) const { return tokens * config_.model.kv_bytes_per_token; }
+  // Seconds from a run's start to the end of its first `iterations` iterations.
+  double run_elapsed_s(const Instance& instance, int64_t iterations) const;
+  // Iterations of the run in progress that have ended or are running at `elapsed_s` (at least 1).
+  int64_t iterations_reached(const Instance& instance, double elapsed_s) const;
+  double kv_transfer_s(const Instance& prompt_instance, int64_t prompt_tokens) const;
 
   ClusterConfig config_;
   const PerfModel& perf_model_;
