@@ -22,6 +22,8 @@ void register_serve(CLI::App& app);
 void register_route(CLI::App& app);
 #endif
 void register_sim(CLI::App& app);
+// `splitflow profile` (cli/profile_command.cpp): the simulator's perf-model CSV from this device.
+void register_profile(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_chat(CLI::App& app);

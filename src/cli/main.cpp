@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   splitflow::cli::register_route(app);
 #endif
   splitflow::cli::register_sim(app);
+  splitflow::cli::register_profile(app);
   splitflow::cli::register_perplexity(app);
   splitflow::cli::register_quantize(app);
   splitflow::cli::register_chat(app);
