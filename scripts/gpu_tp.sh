@@ -12,11 +12,26 @@
 #      -ngl of NGL (default "all 16 11 6"; all: the whole model on the GPU; auto: the engine's
 #      pick), HYBRID_INPUT / HYBRID_OUTPUT tokens (512 / 128); with GGUF=FILE and
 #      LLAMA_BENCH=BIN, on that file with llama.cpp's llama-bench at the same split in each run.
+#   PEER_BUILD=1 first builds llama.cpp's llama-bench / llama-quantize with CUDA (bench/build_llama_cpp.sh;
+#   the source carried as .carry/llama.cpp-src.tar.gz, unpacked into .cache/llama.cpp), and
+#   MAKE_GGUF="CONFIG:TYPE ..." writes .cache/gguf/<config>-<type>.gguf with bench/make_gguf.py.
 # Every ratio compares runs of one call on one machine; JSON in $OUT/tp-results. Logs go to $OUT.
 set -uo pipefail
 source "$(dirname "$0")/gpu_common.sh"
 nvidia-smi topo -m 2>/dev/null | head -8
-gpu_build splitflow test_backend_cuda
+gpu_build ${TARGETS:-splitflow test_backend_cuda}
+
+if [[ ${PEER_BUILD:-0} == 1 ]]; then
+  [[ -f .cache/llama.cpp/CMakeLists.txt ]] || { mkdir -p .cache && tar xzf "$carry/llama.cpp-src.tar.gz" -C .cache; }
+  start=$SECONDS
+  CUDA=1 bench/build_llama_cpp.sh >"$logs/llama_cpp_build.log" 2>&1 || { tail -20 "$logs/llama_cpp_build.log"; exit 1; }
+  echo "llama.cpp build: $((SECONDS - start)) s"
+fi
+for item in ${MAKE_GGUF:-}; do
+  out=.cache/gguf/$(basename "${item%%:*}" .json)-${item##*:}.gguf
+  [[ -f $out ]] || python3 bench/make_gguf.py --config "bench/configs/${item%%:*}.json" --type "${item##*:}" --out "$out" \
+    2>&1 | tail -2
+done
 
 rc=0
 filter=${FILTER:-*SamplingRule*:*TokenMask*:*CudaQuant*:CudaKernels.Sample*}
