@@ -9,7 +9,10 @@
 // order 1 (relative to the magnitude), so nothing short of exact decoding passes.
 #include "backend/backend.h"
 #include "backend/backend_test_util.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/q8_activations.h"
+#include "backend/cpu/quant_matmul.h"
 #include "core/error.h"
 #include "quant/quant.h"
 
@@ -28,9 +31,17 @@ namespace {
 
 constexpr double kTolerance = 3e-5;
 
+// The backend with fp32 activations: these tests hold every type to an fp32 reference (the Q8
+// activation path has its own tests below).
+std::unique_ptr<Backend> make_exact_cpu_backend(int threads) {
+  std::unique_ptr<Backend> backend = make_cpu_backend(threads);
+  static_cast<cpu::CpuBackend&>(*backend).set_q8_activations(false);
+  return backend;
+}
+
 class CpuQuantKernels : public ::testing::Test {
  protected:
-  std::unique_ptr<Backend> backend = make_cpu_backend(2);
+  std::unique_ptr<Backend> backend = make_exact_cpu_backend(2);
   std::mt19937_64 rng{4242};
 };
 
@@ -220,6 +231,105 @@ TEST_F(CpuQuantKernels, UploadSharesPackedStorage) {
   EXPECT_EQ(buffer.view().data, w.data);
   EXPECT_EQ(buffer.view().dtype, DType::Q4_0);
   EXPECT_EQ(buffer.view().nbytes(), w.nbytes());
+}
+
+// ---- Q8 activations (backend/cpu/q8_activations.h) -------------------------------------------
+// The test's own Q8_0 quantization of x, written from the contract (not the kernel's code): per
+// 32-element block d = max |x| / 127 and q = x * (1 / d) rounded to nearest, ties to even, in fp32.
+struct Q8Activations {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+};
+Q8Activations quantize_q8(const std::vector<float>& x) {
+  Q8Activations out{std::vector<int8_t>(x.size()), std::vector<float>(x.size() / 32)};
+  for (size_t b = 0; b < out.d.size(); ++b) {
+    float amax = 0.0f;
+    for (size_t p = 0; p < 32; ++p) amax = std::max(amax, std::abs(x[b * 32 + p]));
+    const float d = amax / 127.0f, inverse = d == 0.0f ? 0.0f : 1.0f / d;
+    out.d[b] = d;
+    for (size_t p = 0; p < 32; ++p) {
+      const float scaled = x[b * 32 + p] * inverse;
+      float rounded = std::floor(scaled + 0.5f);
+      if (rounded - scaled == 0.5f && std::fmod(rounded, 2.0f) != 0.0f) rounded -= 1.0f;  // a tie: to even
+      out.q[b * 32 + p] = static_cast<int8_t>(rounded);
+    }
+  }
+  return out;
+}
+
+constexpr DType kQ8ActivationTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
+
+TEST(CpuQ8Activations, QuantizationFollowsTheContract) {
+  std::mt19937_64 rng(7);
+  std::vector<float> x = random_floats(rng, 32 * 9, -3.0f, 3.0f);
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);     // an all-zero block: d = 0, codes 0
+  for (int p = 0; p < 32; ++p) x[96 + p] = 0.5f * static_cast<float>(p - 16);  // ties at d = 16 / 127
+  const Q8Activations want = quantize_q8(x);
+  std::vector<int8_t> q(x.size());
+  std::vector<float> d(x.size() / 32);
+  cpu::quantize_q8_blocks(x.data(), static_cast<int64_t>(x.size()), q.data(), d.data());
+  EXPECT_EQ(q, want.q);
+  EXPECT_EQ(d, want.d);
+  for (size_t p = 0; p < x.size(); ++p)  // nearest: within half a step of x
+    ASSERT_LE(std::abs(want.q[p] * want.d[p / 32] - x[p]), 0.5f * want.d[p / 32] * (1 + 1e-5f)) << p;
+}
+
+// y (+)= x' W^T for x' the Q8 quantization of x: the integer dot products against an fp64 sum over
+// the dequantized weights and q * d, to fp32 accuracy (kTolerance); and against x itself within
+// the quantization's bound sum_b d_b / 2 * sum_{p in b} |w_p|.
+TEST(CpuQ8Activations, GemvIsTheDotProductOverQuantizedX) {
+  std::mt19937_64 rng(99);
+  const int64_t n = 37;  // tiles of 4, 2 and 1 rows, uneven thread shares
+  std::unique_ptr<Backend> backend = make_cpu_backend(2);
+  ASSERT_TRUE(static_cast<cpu::CpuBackend&>(*backend).q8_activations()) << "on by default";
+  for (DType type : kQ8ActivationTypes) {
+    if (!cpu::q8_gemv_supported(type)) GTEST_SKIP() << "no AVX-512 VNNI on this host: the float path runs";
+    for (int64_t k : {int64_t{544}, int64_t{2048}}) {  // 17 blocks (an odd last one) and 64
+      const Tensor w = quant::quantize(random_matrix(rng, n, k), type);
+      const Tensor values = quant::dequantize(w);
+      const float* wv = values.as<float>();
+      for (int64_t m : {1, 2, 3, 4, 5, 9})
+        for (bool accumulate : {false, true}) {
+          const std::vector<float> x = random_floats(rng, m * k, -2.0f, 2.0f);
+          const std::vector<float> y0 = random_floats(rng, m * n);
+          const Q8Activations xq = quantize_q8(x);
+          std::vector<float> y = accumulate ? y0 : std::vector<float>(m * n, -7.0f);
+          cpu::quant_gemv(x.data(), m, k, w.data, type, n, y.data(), n, accumulate, true, 2);
+          // The backend's decode path (m < 10) must take the same kernel.
+          std::vector<float> via_backend;
+          if (m == 1) via_backend = run_matmul(*backend, x, w, m, nullptr, accumulate ? &y0 : nullptr);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double exact = accumulate ? y0[i * n + j] : 0.0, quantized = exact, magnitude = std::abs(exact), bound = 0.0;
+              for (int64_t p = 0; p < k; ++p) {
+                const double wp = wv[j * k + p], xp = xq.q[i * k + p] * static_cast<double>(xq.d[(i * k + p) / 32]);
+                quantized += wp * xp;
+                exact += wp * x[i * k + p];
+                magnitude += std::abs(wp * xp);
+                bound += 0.5 * xq.d[(i * k + p) / 32] * std::abs(wp);
+              }
+              const float got = y[i * n + j];
+              const std::string what = fmt::format("{} k={} m={} acc={} y[{}][{}]", dtype_name(type), k, m, accumulate, i, j);
+              ASSERT_LE(std::abs(got - quantized), kTolerance * magnitude + 1e-6) << what << ": got " << got << ", want " << quantized;
+              ASSERT_LE(std::abs(got - exact), bound * (1 + 1e-3) + kTolerance * magnitude + 1e-6) << what;
+              if (!via_backend.empty()) ASSERT_EQ(via_backend[j], got) << what << " (backend.matmul)";
+            }
+        }
+    }
+  }
+}
+
+// Without Q8 activations the same types stay on the fp32 path, to fp32 accuracy.
+TEST(CpuQ8Activations, TurnedOffTheGemvIsExact) {
+  std::mt19937_64 rng(5);
+  const int64_t n = 19, k = 544;
+  for (DType type : kQ8ActivationTypes) {
+    const Tensor w = quant::quantize(random_matrix(rng, n, k), type);
+    const std::vector<float> x = random_floats(rng, k);
+    std::vector<float> y(n);
+    cpu::quant_gemv(x.data(), 1, k, w.data, type, n, y.data(), n, false, false, 2);
+    expect_matches(y, reference(x, quant::dequantize(w), 1, nullptr, nullptr), std::string(dtype_name(type)));
+  }
 }
 
 }  // namespace

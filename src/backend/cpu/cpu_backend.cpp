@@ -107,6 +107,8 @@ void activate_row(const float* x, const float* up, Activation act, float* out, i
 
 CpuBackend::CpuBackend(int num_threads, CpuJobPlace place)
     : num_threads_(num_threads > 0 ? num_threads : omp_get_max_threads()), place_(std::move(place)) {
+  if (const char* q8 = std::getenv("SPLITFLOW_CPU_Q8_ACTIVATIONS"); q8 != nullptr && *q8 != '\0')
+    q8_activations_ = std::string_view(q8) != "0";
   SF_CHECK(place_.group == nullptr || (place_.group_rank >= 0 && place_.group_rank < place_.group->size()),
            "cpu backend: rank {} outside a group of {}", place_.group_rank, place_.group ? place_.group->size() : 0);
 }
@@ -293,19 +295,14 @@ void CpuBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Devi
   }
   if (m == 0 || n == 0) return;
   float* out = y.as<float>();
-  std::vector<float> residual;
-  if (accumulate) residual.assign(out, out + m * n);
-  // A Mixed matrix: each run into its own output columns.
+  // A Mixed matrix: each run into its own output columns; accumulate adds in the same pass.
   for (const MatrixRun& run : w.runs())
     matmul_strided(x.as<float>(), m, k, run.rows.data, run.rows.dtype, run.rows.dim(0), out + run.first_row, n,
-                   num_threads_);
+                   MatmulMode{accumulate, q8_activations_}, num_threads_);
   if (!bias.empty()) {
     const float* b = bias.as<float>();
     for (int64_t i = 0; i < m; ++i) axpy(1.0f, b, out + i * n, n);
   }
-  if (!accumulate) return;
-#pragma omp parallel for num_threads(num_threads_) if (m * n >= 4 * kMinParallelWork)
-  for (int64_t i = 0; i < m * n; ++i) out[i] += residual[static_cast<size_t>(i)];
 }
 
 void CpuBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,

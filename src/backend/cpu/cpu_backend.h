@@ -4,6 +4,9 @@
 // f32 (the default), f16, bf16 or fp8 e4m3: write_kv converts into it, attention back to f32.
 // Weights may be f32, f16, bf16, any quantized type or Mixed runs of those (backend/cpu/
 // quant_matmul.h): packed matrices stay packed, shared with the host tensor like any other.
+// Decode GEMVs over Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 quantize x to Q8 blocks and run integer dot
+// products, as llama.cpp does (backend/cpu/q8_activations.h; SPLITFLOW_CPU_Q8_ACTIVATIONS=0 keeps
+// x in fp32, the exact path the fp32-reference tests use).
 #pragma once
 
 #include "backend/backend.h"
@@ -22,6 +25,10 @@ class CpuBackend final : public Backend {
   std::span<const DType> kv_cache_dtypes() const override;
   std::span<const DType> weight_dtypes() const override;
   int num_threads() const { return num_threads_; }
+  // Q8 activations for decode GEMVs over Q4_0 .. Q8_0 (on by default; tests against fp32
+  // references turn them off).
+  bool q8_activations() const { return q8_activations_; }
+  void set_q8_activations(bool on) { q8_activations_ = on; }
 
   DeviceBuffer allocate(DType dtype, Shape shape) override;
   DeviceBuffer upload(const Tensor& host) override;
@@ -78,6 +85,7 @@ class CpuBackend final : public Backend {
                        const RelativePositionBias* bias, bool cross, const DeviceTensor& out);
   int num_threads_;
   CpuJobPlace place_;
+  bool q8_activations_ = true;  // SPLITFLOW_CPU_Q8_ACTIVATIONS, read once at construction
   // Bytes of allocate_host areas alive: unwritten pages are not resident, so MemAvailable does not
   // count them yet (a swap area before its first swap). Shared with each area's deleter.
   std::shared_ptr<std::atomic<int64_t>> host_area_bytes_ = std::make_shared<std::atomic<int64_t>>(0);

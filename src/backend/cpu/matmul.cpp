@@ -12,16 +12,67 @@
 #include <type_traits>
 #include <vector>
 
+// GCC 12's AVX-512 headers pass undefined vectors as the unused merge source of masked builtins,
+// which -Wuninitialized reports in every caller (GCC PR 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace splitflow::cpu {
 namespace {
 
-// ---- GEMV: y[i, j] = dot(x[i], w[j]) for a tile of MX rows of x and NW rows of w ----------------
+// ---- GEMV: y[i, j] (+)= dot(x[i], w[j]) for a tile of MX rows of x and NW rows of w -------------
 // Each w element is converted once and used MX times; MX * NW accumulators stay in registers.
+#ifdef SPLITFLOW_CPU_AVX512
+// 16 lanes, 32 elements of each row per step (one 64-byte line of F16/BF16, two of F32). Each step
+// prefetches the same lines of the next tile's rows into L2: a decode matrix's rows are often one
+// 4 KiB page each (k = 2048, f16), and the hardware prefetchers stop at page boundaries, so every
+// row would otherwise start with a stall while NW of them are read side by side.
+template <typename W, int MX, int NW>
+void dot_tile(const float* x, int64_t k, const W* w, float* y, int64_t ldy, bool accumulate) {
+  __m512 acc[MX][NW];
+  for (int i = 0; i < MX; ++i)
+    for (int j = 0; j < NW; ++j) acc[i][j] = _mm512_setzero_ps();
+  const char* next = reinterpret_cast<const char*>(w + NW * k);
+  constexpr int kStepBytes = 32 * sizeof(W);
+  int64_t p = 0;
+  for (; p + 32 <= k; p += 32) {
+    __m512 lo[NW], hi[NW];
+#pragma GCC unroll 8
+    for (int j = 0; j < NW; ++j) {
+#pragma GCC unroll 2
+      for (int line = 0; line < kStepBytes; line += 64)
+        _mm_prefetch(next + static_cast<int64_t>((j * k + p) * sizeof(W)) + line, _MM_HINT_T1);
+      lo[j] = load16(w + j * k + p);
+      hi[j] = load16(w + j * k + p + 16);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < MX; ++i) {
+      const __m512 x_lo = _mm512_loadu_ps(x + i * k + p), x_hi = _mm512_loadu_ps(x + i * k + p + 16);
+#pragma GCC unroll 8
+      for (int j = 0; j < NW; ++j) acc[i][j] = _mm512_fmadd_ps(x_hi, hi[j], _mm512_fmadd_ps(x_lo, lo[j], acc[i][j]));
+    }
+  }
+  for (; p + 16 <= k; p += 16)
+    for (int i = 0; i < MX; ++i)
+      for (int j = 0; j < NW; ++j)
+        acc[i][j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i * k + p), load16(w + j * k + p), acc[i][j]);
+  float sums[MX][NW];
+  for (int i = 0; i < MX; ++i)
+    for (int j = 0; j < NW; ++j) sums[i][j] = _mm512_reduce_add_ps(acc[i][j]);
+  for (; p < k; ++p)
+    for (int j = 0; j < NW; ++j) {
+      const float wj = to_f32(w[j * k + p]);
+      for (int i = 0; i < MX; ++i) sums[i][j] += x[i * k + p] * wj;
+    }
+  for (int i = 0; i < MX; ++i)
+    for (int j = 0; j < NW; ++j) y[i * ldy + j] = accumulate ? y[i * ldy + j] + sums[i][j] : sums[i][j];
+}
+#else
 // BF16 weights are widened 16 at a time by interleaving with zeros (unpacklo/hi_epi16), which
 // yields elements {0-3, 8-11} and {4-7, 12-15} of each 16-chunk: x is permuted to match once per
 // call (permute_for_bf16), saving the uops that limit how far ahead the core streams weights.
 template <typename W, int MX, int NW>
-void dot_tile(const float* x, int64_t k, const W* w, float* y, int64_t n) {
+void dot_tile(const float* x, int64_t k, const W* w, float* y, int64_t ldy, bool accumulate) {
   int64_t p = 0;
   float tail[MX][NW] = {};
 #ifdef SPLITFLOW_CPU_AVX2
@@ -61,15 +112,7 @@ void dot_tile(const float* x, int64_t k, const W* w, float* y, int64_t n) {
       for (int i = 0; i < MX; ++i) tail[i][j] += x[i * k + p] * wj;
     }
   for (int i = 0; i < MX; ++i)
-    for (int j = 0; j < NW; ++j) y[i * n + j] = tail[i][j];
-}
-
-// Rows [j_begin, j_end) of w against MX rows of x.
-template <typename W, int MX, int NW>
-void dot_rows(const float* x, int64_t k, const W* w, float* y, int64_t n, int64_t j_begin, int64_t j_end) {
-  int64_t j = j_begin;
-  for (; j + NW <= j_end; j += NW) dot_tile<W, MX, NW>(x, k, w + j * k, y + j, n);
-  for (; j < j_end; ++j) dot_tile<W, MX, 1>(x, k, w + j * k, y + j, n);
+    for (int j = 0; j < NW; ++j) y[i * ldy + j] = accumulate ? y[i * ldy + j] + tail[i][j] : tail[i][j];
 }
 
 // x [m, k] with each whole 16-chunk reordered {0-3, 8-11, 4-7, 12-15}, the order dot_tile widens
@@ -91,10 +134,21 @@ const float* permute_for_bf16(const float* x, int64_t m, int64_t k) {
   }
   return permuted.data();
 }
+#endif
+
+// Rows [j_begin, j_end) of w against MX rows of x.
+template <typename W, int MX, int NW>
+void dot_rows(const float* x, int64_t k, const W* w, float* y, int64_t ldy, int64_t j_begin, int64_t j_end,
+              bool accumulate) {
+  int64_t j = j_begin;
+  for (; j + NW <= j_end; j += NW) dot_tile<W, MX, NW>(x, k, w + j * k, y + j, ldy, accumulate);
+  for (; j < j_end; ++j) dot_tile<W, MX, 1>(x, k, w + j * k, y + j, ldy, accumulate);
+}
 
 template <typename W>
-void gemv(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int64_t ldy, int num_threads) {
-#ifdef SPLITFLOW_CPU_AVX2
+void gemv(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int64_t ldy, bool accumulate,
+          int num_threads) {
+#if defined(SPLITFLOW_CPU_AVX2) && !defined(SPLITFLOW_CPU_AVX512)
   if constexpr (std::is_same_v<W, BF16Bits>) x = permute_for_bf16(x, m, k);
 #endif
   // Each thread owns a contiguous range of w rows (one pass over its share of the weights per
@@ -111,20 +165,27 @@ void gemv(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y,
       const float* xi = x + i * k;
       float* yi = y + i * ldy;
       switch (rows) {
-        case 1: dot_rows<W, 1, 8>(xi, k, w, yi, ldy, j_begin, j_end); break;
-        case 2: dot_rows<W, 2, 4>(xi, k, w, yi, ldy, j_begin, j_end); break;
-        case 3: dot_rows<W, 3, 4>(xi, k, w, yi, ldy, j_begin, j_end); break;
-        default: dot_rows<W, 4, 3>(xi, k, w, yi, ldy, j_begin, j_end); break;
+        case 1: dot_rows<W, 1, 8>(xi, k, w, yi, ldy, j_begin, j_end, accumulate); break;
+        case 2: dot_rows<W, 2, 4>(xi, k, w, yi, ldy, j_begin, j_end, accumulate); break;
+        case 3: dot_rows<W, 3, 4>(xi, k, w, yi, ldy, j_begin, j_end, accumulate); break;
+        default: dot_rows<W, 4, 3>(xi, k, w, yi, ldy, j_begin, j_end, accumulate); break;
       }
       i += rows;
     }
   }
 }
 
-// ---- GEMM: packed panels of w (fp32, k-major), a 6x16 register-blocked micro-kernel ------------
-constexpr int kMR = 6;     // x rows per micro-tile
-constexpr int kNR = 16;    // w rows (output columns) per micro-tile: two 8-lane vectors
-constexpr int64_t kKC = 256;   // k depth per packed panel (panel of kNR columns: 16 KiB, L1)
+// ---- GEMM: packed panels of w (fp32, k-major), a register-blocked micro-kernel ----------------
+// AVX-512: 8 x rows by 32 columns (16 zmm accumulators: 8 broadcasts and 2 panel loads per 16
+// FMAs); AVX2: 6 x 16 (12 ymm accumulators).
+#ifdef SPLITFLOW_CPU_AVX512
+constexpr int kMR = 8;     // x rows per micro-tile
+constexpr int kNR = 32;    // w rows (output columns) per micro-tile: two 16-lane vectors
+#else
+constexpr int kMR = 6;
+constexpr int kNR = 16;    // two 8-lane vectors
+#endif
+constexpr int64_t kKC = 256;   // k depth per packed panel (panel of kNR columns: 16-32 KiB, L1/L2)
 constexpr int64_t kNC = 128;   // output columns per work item (packed block: 128 KiB, L2)
 
 #ifdef SPLITFLOW_CPU_AVX2
@@ -168,10 +229,47 @@ void pack_panel(const W* w, int64_t k, int64_t n, int64_t j0, int64_t p0, int64_
     for (int c = 0; c < kNR; ++c) packed[p * kNR + c] = j0 + c < n ? to_f32(w[(j0 + c) * k + p0 + p]) : 0.0f;
 }
 
-// out[i][c] = sum_p a[i][p] * packed[p * kNR + c] for 6 rows a[i] and kNR columns. Named
+// out[i][c] = sum_p a[i][p] * packed[p * kNR + c] for kMR rows a[i] and kNR columns. Named
 // accumulators, not an array: GCC otherwise spills the array to the stack every iteration.
 void micro_kernel(const float* const a[kMR], const float* packed, int64_t kc, float out[kMR][kNR]) {
-#ifdef SPLITFLOW_CPU_AVX2
+#if defined(SPLITFLOW_CPU_AVX512)
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+  __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5], *a6 = a[6], *a7 = a[7];
+  for (int64_t p = 0; p < kc; ++p, packed += kNR) {
+    const __m512 b0 = _mm512_load_ps(packed), b1 = _mm512_load_ps(packed + 16);
+    __m512 x = _mm512_set1_ps(a0[p]);
+    c00 = _mm512_fmadd_ps(x, b0, c00);
+    c01 = _mm512_fmadd_ps(x, b1, c01);
+    x = _mm512_set1_ps(a1[p]);
+    c10 = _mm512_fmadd_ps(x, b0, c10);
+    c11 = _mm512_fmadd_ps(x, b1, c11);
+    x = _mm512_set1_ps(a2[p]);
+    c20 = _mm512_fmadd_ps(x, b0, c20);
+    c21 = _mm512_fmadd_ps(x, b1, c21);
+    x = _mm512_set1_ps(a3[p]);
+    c30 = _mm512_fmadd_ps(x, b0, c30);
+    c31 = _mm512_fmadd_ps(x, b1, c31);
+    x = _mm512_set1_ps(a4[p]);
+    c40 = _mm512_fmadd_ps(x, b0, c40);
+    c41 = _mm512_fmadd_ps(x, b1, c41);
+    x = _mm512_set1_ps(a5[p]);
+    c50 = _mm512_fmadd_ps(x, b0, c50);
+    c51 = _mm512_fmadd_ps(x, b1, c51);
+    x = _mm512_set1_ps(a6[p]);
+    c60 = _mm512_fmadd_ps(x, b0, c60);
+    c61 = _mm512_fmadd_ps(x, b1, c61);
+    x = _mm512_set1_ps(a7[p]);
+    c70 = _mm512_fmadd_ps(x, b0, c70);
+    c71 = _mm512_fmadd_ps(x, b1, c71);
+  }
+  const __m512 result[kMR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31},
+                                 {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
+  for (int i = 0; i < kMR; ++i) {
+    _mm512_storeu_ps(out[i], result[i][0]);
+    _mm512_storeu_ps(out[i] + 16, result[i][1]);
+  }
+#elif defined(SPLITFLOW_CPU_AVX2)
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
@@ -228,7 +326,8 @@ struct AlignedFree {
 
 // `pack(j0, p0, kc, packed)` packs one panel of w (pack_panel's contract); y has row stride ldy.
 template <typename Pack>
-void gemm(const float* x, int64_t m, int64_t k, const Pack& pack, int64_t n, float* y, int64_t ldy, int num_threads) {
+void gemm(const float* x, int64_t m, int64_t k, const Pack& pack, int64_t n, float* y, int64_t ldy, bool accumulate,
+          int num_threads) {
   const int64_t blocks = (n + kNC - 1) / kNC;
   // Few column blocks (narrow layers of small models) leave threads idle: split the rows too, at
   // the price of packing a block once per row chunk.
@@ -255,7 +354,7 @@ void gemm(const float* x, int64_t m, int64_t k, const Pack& pack, int64_t n, flo
           for (int64_t panel = 0; panel < panels; ++panel) {
             const int64_t j = j_begin + panel * kNR;
             micro_tile(rows, x + i * k + p0, k, packed.get() + panel * kKC * kNR, kc, y + i * ldy + j, ldy,
-                       std::min<int64_t>(kNR, j_end - j), p0 > 0);
+                       std::min<int64_t>(kNR, j_end - j), accumulate || p0 > 0);
           }
         }
       }
@@ -263,7 +362,7 @@ void gemm(const float* x, int64_t m, int64_t k, const Pack& pack, int64_t n, flo
   }
 }
 
-// A panel of a quantized w: its 16 rows' slices decoded to f32 (quant_matmul.h), then packed
+// A panel of a quantized w: its kNR rows' slices decoded to f32 (quant_matmul.h), then packed
 // like an f32 matrix of row stride kc.
 struct QuantPack {
   DType type;
@@ -278,9 +377,10 @@ struct QuantPack {
 };
 
 template <typename W>
-void gemm_plain(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int64_t ldy, int num_threads) {
+void gemm_plain(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y, int64_t ldy, bool accumulate,
+                int num_threads) {
   const auto pack = [&](int64_t j0, int64_t p0, int64_t kc, float* packed) { pack_panel(w, k, n, j0, p0, kc, packed); };
-  gemm(x, m, k, pack, n, y, ldy, num_threads);
+  gemm(x, m, k, pack, n, y, ldy, accumulate, num_threads);
 }
 
 void add_bias(const float* bias, int64_t m, int64_t n, float* y) {
@@ -290,32 +390,34 @@ void add_bias(const float* bias, int64_t m, int64_t n, float* y) {
 }
 
 void run_gemv(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y, int64_t ldy,
-              int num_threads) {
+              MatmulMode mode, int num_threads) {
+  const bool acc = mode.accumulate;
   switch (w_dtype) {
-    case DType::F32: gemv(x, m, k, static_cast<const float*>(w), n, y, ldy, num_threads); return;
-    case DType::F16: gemv(x, m, k, static_cast<const F16Bits*>(w), n, y, ldy, num_threads); return;
-    case DType::BF16: gemv(x, m, k, static_cast<const BF16Bits*>(w), n, y, ldy, num_threads); return;
+    case DType::F32: gemv(x, m, k, static_cast<const float*>(w), n, y, ldy, acc, num_threads); return;
+    case DType::F16: gemv(x, m, k, static_cast<const F16Bits*>(w), n, y, ldy, acc, num_threads); return;
+    case DType::BF16: gemv(x, m, k, static_cast<const BF16Bits*>(w), n, y, ldy, acc, num_threads); return;
     default:
       SF_CHECK(is_quantized(w_dtype), "cpu matmul: weight dtype {} is not supported (f32, f16, bf16 or quantized)",
                dtype_name(w_dtype));
-      quant_gemv(x, m, k, w, w_dtype, n, y, ldy, num_threads);
+      quant_gemv(x, m, k, w, w_dtype, n, y, ldy, acc, mode.q8_activations, num_threads);
   }
 }
 
 void run_gemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y, int64_t ldy,
-              int num_threads) {
+              bool accumulate, int num_threads) {
   if (k == 0) {  // no depth panel would write y
-    for (int64_t i = 0; i < m; ++i) std::fill(y + i * ldy, y + i * ldy + n, 0.0f);
+    if (!accumulate)
+      for (int64_t i = 0; i < m; ++i) std::fill(y + i * ldy, y + i * ldy + n, 0.0f);
     return;
   }
   switch (w_dtype) {
-    case DType::F32: gemm_plain(x, m, k, static_cast<const float*>(w), n, y, ldy, num_threads); return;
-    case DType::F16: gemm_plain(x, m, k, static_cast<const F16Bits*>(w), n, y, ldy, num_threads); return;
-    case DType::BF16: gemm_plain(x, m, k, static_cast<const BF16Bits*>(w), n, y, ldy, num_threads); return;
+    case DType::F32: gemm_plain(x, m, k, static_cast<const float*>(w), n, y, ldy, accumulate, num_threads); return;
+    case DType::F16: gemm_plain(x, m, k, static_cast<const F16Bits*>(w), n, y, ldy, accumulate, num_threads); return;
+    case DType::BF16: gemm_plain(x, m, k, static_cast<const BF16Bits*>(w), n, y, ldy, accumulate, num_threads); return;
     default:
       SF_CHECK(is_quantized(w_dtype), "cpu matmul: weight dtype {} is not supported (f32, f16, bf16 or quantized)",
                dtype_name(w_dtype));
-      gemm(x, m, k, QuantPack{w_dtype, w, k, n}, n, y, ldy, num_threads);
+      gemm(x, m, k, QuantPack{w_dtype, w, k, n}, n, y, ldy, accumulate, num_threads);
   }
 }
 
@@ -323,28 +425,22 @@ void run_gemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype
 
 void matmul_gemv(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, const float* bias,
                  float* y, int num_threads) {
-  run_gemv(x, m, k, w, w_dtype, n, y, n, num_threads);
+  run_gemv(x, m, k, w, w_dtype, n, y, n, MatmulMode{}, num_threads);
   add_bias(bias, m, n, y);
 }
 
 void matmul_gemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, const float* bias,
                  float* y, int num_threads) {
-  run_gemm(x, m, k, w, w_dtype, n, y, n, num_threads);
+  run_gemm(x, m, k, w, w_dtype, n, y, n, false, num_threads);
   add_bias(bias, m, n, y);
 }
 
 void matmul_strided(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, float* y,
-                    int64_t ldy, int num_threads) {
+                    int64_t ldy, MatmulMode mode, int num_threads) {
   if (m < kGemmMinRows)
-    run_gemv(x, m, k, w, w_dtype, n, y, ldy, num_threads);
+    run_gemv(x, m, k, w, w_dtype, n, y, ldy, mode, num_threads);
   else
-    run_gemm(x, m, k, w, w_dtype, n, y, ldy, num_threads);
-}
-
-void matmul(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n, const float* bias, float* y,
-            int num_threads) {
-  matmul_strided(x, m, k, w, w_dtype, n, y, n, num_threads);
-  add_bias(bias, m, n, y);
+    run_gemm(x, m, k, w, w_dtype, n, y, ldy, mode.accumulate, num_threads);
 }
 
 }  // namespace splitflow::cpu

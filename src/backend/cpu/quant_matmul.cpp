@@ -1,5 +1,6 @@
 #include "backend/cpu/quant_matmul.h"
 
+#include "backend/cpu/q8_activations.h"
 #include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/simd.h"
 
@@ -18,7 +19,7 @@ using quant_blocks::Codec;
 // weights: x . (s q + o) = s (x . q) + o sum(x), with sum(x) per block from x_sums [MX][blocks].
 template <DType T, int MX, int NW>
 void qdot_tile(const float* x, int64_t k, const float* x_sums, const uint8_t* w, size_t row_bytes, float* y,
-               int64_t ldy) {
+               int64_t ldy, bool accumulate) {
   using C = Codec<T>;
   const int64_t blocks = k / C::kElems;
 #ifdef SPLITFLOW_CPU_AVX2
@@ -58,7 +59,10 @@ void qdot_tile(const float* x, int64_t k, const float* x_sums, const uint8_t* w,
     }
   }
   for (int i = 0; i < MX; ++i)
-    for (int j = 0; j < NW; ++j) y[i * ldy + j] = hsum(acc[i][j]) + offsets[i][j];
+    for (int j = 0; j < NW; ++j) {
+      const float sum = hsum(acc[i][j]) + offsets[i][j];
+      y[i * ldy + j] = accumulate ? y[i * ldy + j] + sum : sum;
+    }
 #else
   float acc[MX][NW] = {};
   float buf[C::kElems];
@@ -74,20 +78,22 @@ void qdot_tile(const float* x, int64_t k, const float* x_sums, const uint8_t* w,
     }
   }
   for (int i = 0; i < MX; ++i)
-    for (int j = 0; j < NW; ++j) y[i * ldy + j] = acc[i][j];
+    for (int j = 0; j < NW; ++j) y[i * ldy + j] = accumulate ? y[i * ldy + j] + acc[i][j] : acc[i][j];
 #endif
 }
 
 template <DType T, int MX, int NW>
 void qdot_rows(const float* x, int64_t k, const float* x_sums, const uint8_t* w, size_t row_bytes, float* y,
-               int64_t ldy, int64_t j_begin, int64_t j_end) {
+               int64_t ldy, int64_t j_begin, int64_t j_end, bool accumulate) {
   int64_t j = j_begin;
-  for (; j + NW <= j_end; j += NW) qdot_tile<T, MX, NW>(x, k, x_sums, w + j * row_bytes, row_bytes, y + j, ldy);
-  for (; j < j_end; ++j) qdot_tile<T, MX, 1>(x, k, x_sums, w + j * row_bytes, row_bytes, y + j, ldy);
+  for (; j + NW <= j_end; j += NW)
+    qdot_tile<T, MX, NW>(x, k, x_sums, w + j * row_bytes, row_bytes, y + j, ldy, accumulate);
+  for (; j < j_end; ++j) qdot_tile<T, MX, 1>(x, k, x_sums, w + j * row_bytes, row_bytes, y + j, ldy, accumulate);
 }
 
 template <DType T>
-void gemv(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y, int64_t ldy, int num_threads) {
+void gemv(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y, int64_t ldy, bool accumulate,
+          int num_threads) {
   const size_t row_bytes = dtype_row_bytes(T, k);
   // Per-block sums of each x row, for the codecs' offsets.
   constexpr int64_t kElems = Codec<T>::kElems;
@@ -116,10 +122,10 @@ void gemv(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, flo
       const float* si = sums + i * blocks;
       float* yi = y + i * ldy;
       switch (rows) {
-        case 1: qdot_rows<T, 1, 4>(xi, k, si, w, row_bytes, yi, ldy, j_begin, j_end); break;
-        case 2: qdot_rows<T, 2, 2>(xi, k, si, w, row_bytes, yi, ldy, j_begin, j_end); break;
-        case 3: qdot_rows<T, 3, 2>(xi, k, si, w, row_bytes, yi, ldy, j_begin, j_end); break;
-        default: qdot_rows<T, 4, 2>(xi, k, si, w, row_bytes, yi, ldy, j_begin, j_end); break;
+        case 1: qdot_rows<T, 1, 4>(xi, k, si, w, row_bytes, yi, ldy, j_begin, j_end, accumulate); break;
+        case 2: qdot_rows<T, 2, 2>(xi, k, si, w, row_bytes, yi, ldy, j_begin, j_end, accumulate); break;
+        case 3: qdot_rows<T, 3, 2>(xi, k, si, w, row_bytes, yi, ldy, j_begin, j_end, accumulate); break;
+        default: qdot_rows<T, 4, 2>(xi, k, si, w, row_bytes, yi, ldy, j_begin, j_end, accumulate); break;
       }
       i += rows;
     }
@@ -134,9 +140,12 @@ void check_blocks(DType type, int64_t k) {
 }  // namespace
 
 void quant_gemv(const float* x, int64_t m, int64_t k, const void* w, DType type, int64_t n, float* y, int64_t ldy,
-                int num_threads) {
+                bool accumulate, bool q8_activations, int num_threads) {
   check_blocks(type, k);
-  quant_blocks::visit(type, [&]<DType T>() { gemv<T>(x, m, k, static_cast<const uint8_t*>(w), n, y, ldy, num_threads); });
+  if (q8_activations && q8_gemv_supported(type)) return q8_gemv(x, m, k, w, type, n, y, ldy, accumulate, num_threads);
+  quant_blocks::visit(type, [&]<DType T>() {
+    gemv<T>(x, m, k, static_cast<const uint8_t*>(w), n, y, ldy, accumulate, num_threads);
+  });
 }
 
 void quant_decode_rows(DType type, const void* w, int64_t k, int64_t row_begin, int64_t rows, int64_t p0, int64_t count,

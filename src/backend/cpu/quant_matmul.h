@@ -11,9 +11,12 @@
 
 namespace splitflow::cpu {
 
-// y[i * ldy + j] = x[i] . w[j] for i < m, j < n; w [n, k] packed rows of the quantized `type`.
+// y[i * ldy + j] (+)= x[i] . w[j] for i < m, j < n; w [n, k] packed rows of the quantized `type`.
+// q8_activations: where q8_gemv_supported(type) (backend/cpu/q8_activations.h), x is quantized to
+// Q8 blocks and the dot products are integer ones, as llama.cpp runs these types; otherwise (or
+// false) x stays fp32.
 void quant_gemv(const float* x, int64_t m, int64_t k, const void* w, DType type, int64_t n, float* y, int64_t ldy,
-                int num_threads);
+                bool accumulate, bool q8_activations, int num_threads);
 
 // out[r * count + p] = w[row_begin + r][p0 + p] as f32 for r < rows, p < count (p0 and count
 // multiples of the type's block).

@@ -1,6 +1,8 @@
 // backend/cpu/simd.h — the CPU kernels' vector building blocks: 8-lane fp32 loads from F32, F16
 // (F16C) and BF16 memory, and reductions. AVX2 + FMA when the compiler targets them (-march), a
-// scalar fallback otherwise; kernels are written once over these helpers.
+// scalar fallback otherwise; kernels are written once over these helpers. Where the target also
+// has AVX-512 (F, BW, VL) the weight-streaming and GEMM kernels use 16-lane versions (load16),
+// and with AVX-512 VNNI the integer dot products of quant_matmul.cpp.
 #pragma once
 
 #include "core/dtype.h"
@@ -11,6 +13,12 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define SPLITFLOW_CPU_AVX2 1
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define SPLITFLOW_CPU_AVX512 1
+#endif
+#if defined(SPLITFLOW_CPU_AVX512) && defined(__AVX512VNNI__)
+#define SPLITFLOW_CPU_AVX512_VNNI 1
+#endif
 #endif
 
 namespace splitflow::cpu {
@@ -36,6 +44,17 @@ inline __m256 load8(const BF16Bits* p) {
   const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
+
+#ifdef SPLITFLOW_CPU_AVX512
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const F16Bits* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 load16(const BF16Bits* p) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+#endif
 
 inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v);
