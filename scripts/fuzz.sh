@@ -14,10 +14,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-all_harnesses=(safetensors gguf llama2c llama2c_tokenizer hf_tokenizer chat_template openai_request pickle grammar step_command)
+all_harnesses=(safetensors gguf llama2c llama2c_tokenizer hf_tokenizer chat_template openai_request pickle grammar step_command
+               kv_frames)
 declare -A max_len=([safetensors]=8192 [gguf]=20000 [llama2c]=8192 [llama2c_tokenizer]=8192
                     [hf_tokenizer]=16384 [chat_template]=8192 [openai_request]=4096 [pickle]=16384
-                    [grammar]=4096 [step_command]=4096)
+                    [grammar]=4096 [step_command]=4096 [kv_frames]=4096)
 
 limit=(-max_total_time=60)
 if [[ ${1:-} == --runs ]]; then

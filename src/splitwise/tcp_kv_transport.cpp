@@ -1,6 +1,7 @@
 #include "splitwise/tcp_kv_transport.h"
 
 #include "core/error.h"
+#include "splitwise/kv_frames.h"
 #include "splitwise/kv_rows.h"
 
 #include <boost/asio.hpp>
@@ -11,6 +12,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <thread>
 
 namespace splitflow::splitwise {
@@ -20,82 +22,16 @@ using tcp = asio::ip::tcp;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+using namespace wire;  // the frames (kv_frames.h)
+
 namespace {
 
-constexpr uint32_t kMagic = 0x564B4653;  // "SFKV"
-enum FrameType : uint8_t { kRequest = 1, kRows = 2, kDone = 3, kError = 4, kAck = 5, kWait = 6 };
-constexpr uint64_t kMaxJsonFrame = uint64_t{64} << 20;
-constexpr size_t kRowsHeaderBytes = 16;
 // Wait frames keep a transfer alive for at most this many idle timeouts without a row.
 constexpr int kMaxWaitTimeouts = 10;
 
-struct FrameHeader {
-  uint32_t magic = kMagic;
-  uint8_t type = 0;
-  uint8_t pad[3] = {0, 0, 0};
-  uint64_t length = 0;
-};
-static_assert(sizeof(FrameHeader) == 16);
-
-std::string frame(FrameType type, std::string_view payload) {
-  FrameHeader header;
-  header.type = type;
-  header.length = payload.size();
-  std::string out(sizeof header + payload.size(), '\0');
-  std::memcpy(out.data(), &header, sizeof header);
-  std::memcpy(out.data() + sizeof header, payload.data(), payload.size());
-  return out;
-}
-
 double ms_since(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
 
-json layout_json(const KvLayout& layout) {
-  return {{"num_layers", layout.num_layers}, {"num_kv_heads", layout.num_kv_heads}, {"head_dim", layout.head_dim},
-          {"dtype", std::string(dtype_name(layout.dtype))}};
-}
-
-KvLayout layout_from_json(const json& value) {
-  KvLayout layout;
-  layout.num_layers = value.at("num_layers").get<int32_t>();
-  layout.num_kv_heads = value.at("num_kv_heads").get<int32_t>();
-  layout.head_dim = value.at("head_dim").get<int32_t>();
-  layout.dtype = parse_dtype(value.at("dtype").get<std::string>());
-  SF_CHECK(layout.num_layers > 0 && layout.num_kv_heads > 0 && layout.head_dim > 0, "invalid KV layout {}",
-           value.dump());
-  return layout;
-}
-
-json stats_json(const TransferStats& stats) {
-  return {{"bytes", stats.bytes}, {"first_layer_ms", stats.first_layer_ms}, {"computed_ms", stats.computed_ms},
-          {"sent_ms", stats.sent_ms}};
-}
-
-TransferStats stats_from_json(const json& value) {
-  TransferStats stats;
-  stats.bytes = value.value("bytes", int64_t{0});
-  stats.first_layer_ms = value.value("first_layer_ms", 0.0);
-  stats.computed_ms = value.value("computed_ms", 0.0);
-  stats.sent_ms = value.value("sent_ms", 0.0);
-  return stats;
-}
-
-std::string error_payload(const std::string& message) { return json{{"message", message}}.dump(); }
-
 }  // namespace
-
-std::string_view transfer_mode_name(TransferMode mode) {
-  return mode == TransferMode::LayerWise ? "layerwise" : "serialized";
-}
-
-TransferMode parse_transfer_mode(std::string_view name) {
-  if (name == "layerwise" || name == "layer-wise") return TransferMode::LayerWise;
-  if (name == "serialized") return TransferMode::Serialized;
-  throw Error(fmt::format("unknown KV transfer mode '{}': use layerwise or serialized", name));
-}
-
-std::string KvLayout::describe() const {
-  return fmt::format("{} layers x {} kv heads x {} ({})", num_layers, num_kv_heads, head_dim, dtype_name(dtype));
-}
 
 struct TcpKvTransport::Impl : std::enable_shared_from_this<Impl> {
   Impl(TcpKvConfig config, TransferMetrics& metrics, TransferHandler handler)
@@ -177,8 +113,10 @@ class ServerConnection : public KvSendChannel, public std::enable_shared_from_th
  private:
   void on_request_header(boost::system::error_code ec) {
     if (ec) return close(fmt::format("reading the transfer request: {}", ec.message()));
-    if (header_.magic != kMagic || header_.type != kRequest || header_.length > kMaxJsonFrame) {
-      return refuse("malformed transfer request: expected a Request frame");
+    try {
+      check_request_header(header_);
+    } catch (const std::exception& e) {
+      return refuse(e.what());
     }
     payload_.resize(header_.length);
     asio::async_read(socket_, asio::buffer(payload_), [self = shared_from_this()](boost::system::error_code ec, size_t) {
@@ -191,16 +129,12 @@ class ServerConnection : public KvSendChannel, public std::enable_shared_from_th
     idle_.cancel();
     TransferRequest request;
     try {
-      const json body = json::parse(payload_);
-      request.transfer_id = body.at("transfer_id").get<std::string>();
-      request.token_ids = body.at("token_ids").get<std::vector<int32_t>>();
-      request.mode = parse_transfer_mode(body.at("mode").get<std::string>());
-      request.layout = layout_from_json(body.at("layout"));
+      ParsedRequest parsed = parse_request(payload_);
+      request = std::move(parsed.request);
       // The receiver's patience sets the heartbeat, whatever this side's own timeout is.
-      if (const int64_t ms = body.value("idle_timeout_ms", int64_t{0}); ms > 0) receiver_timeout_ = std::chrono::milliseconds(ms);
-      SF_CHECK(!request.token_ids.empty(), "the transfer request names no tokens");
+      if (parsed.receiver_timeout.count() > 0) receiver_timeout_ = parsed.receiver_timeout;
     } catch (const std::exception& e) {
-      return refuse(fmt::format("malformed transfer request: {}", e.what()));
+      return refuse(e.what());
     }
     payload_.clear();
     spdlog::debug("kv transfer {}: {} tokens requested ({})", request.transfer_id, request.token_ids.size(),
@@ -365,7 +299,7 @@ class FetchConnection : public std::enable_shared_from_this<FetchConnection> {
                   KvTarget target, FetchCallbacks callbacks)
       : impl_(impl), address_(std::move(address)), request_(std::move(request)), cache_(cache),
         target_(std::move(target)), callbacks_(std::move(callbacks)), resolver_(impl.io), socket_(impl.io),
-        idle_(impl.io), next_(static_cast<size_t>(cache.layout.num_layers), 0) {}
+        idle_(impl.io) {}
 
   void start() {
     start_ = last_rows_ = Clock::now();
@@ -375,6 +309,11 @@ class FetchConnection : public std::enable_shared_from_this<FetchConnection> {
     }
     num_tokens_ = static_cast<int32_t>(request_.token_ids.size());
     row_bytes_ = cache_.layout.row_bytes();
+    try {
+      receiver_.emplace(cache_.layout.num_layers, num_tokens_, row_bytes_);
+    } catch (const std::exception& e) {
+      return fail(e.what(), false);
+    }
     staging_ = std::make_shared<Staging>(impl_.metrics, cache_.layout.num_layers, num_tokens_ * row_bytes_);
     arm_idle();
     resolver_.async_resolve(address_.substr(0, colon), address_.substr(colon + 1),
@@ -399,12 +338,7 @@ class FetchConnection : public std::enable_shared_from_this<FetchConnection> {
     if (completed_) return;
     if (ec) return fail(fmt::format("connecting to the prompt instance at {}: {}", address_, ec.message()), false);
     arm_idle();
-    const json body = {{"transfer_id", request_.transfer_id},
-                       {"token_ids", request_.token_ids},
-                       {"mode", std::string(transfer_mode_name(request_.mode))},
-                       {"layout", layout_json(request_.layout)},
-                       {"idle_timeout_ms", impl_.config.idle_timeout.count()}};
-    out_ = frame(kRequest, body.dump());
+    out_ = frame(kRequest, request_payload(request_, impl_.config.idle_timeout));
     asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this()](boost::system::error_code ec, size_t) {
       if (self->completed_) return;
       if (ec) return self->fail(fmt::format("sending the transfer request to {}: {}", self->address_, ec.message()), false);
@@ -422,14 +356,13 @@ class FetchConnection : public std::enable_shared_from_this<FetchConnection> {
     if (completed_) return;
     if (ec) return fail(lost(ec), false);
     arm_idle();
-    uint64_t limit = 0;
-    switch (header_.type) {
-      case kRows: limit = kRowsHeaderBytes + 2 * static_cast<uint64_t>(num_tokens_) * static_cast<uint64_t>(row_bytes_); break;
-      case kDone:
-      case kError: limit = kMaxJsonFrame; break;
-      default: limit = 0;
+    RowsReceiver::Next next;
+    try {
+      next = receiver_->on_header(header_);
+    } catch (const std::exception& e) {
+      return fail(fmt::format("{} from {}", e.what(), address_), false);
     }
-    if (header_.magic == kMagic && header_.type == kWait && header_.length == 0) {
+    if (next == RowsReceiver::Next::Wait) {
       // Alive, but a sender that never gets to the rows (a wedged engine) is not waited on forever.
       if (Clock::now() - last_rows_ > kMaxWaitTimeouts * impl_.config.idle_timeout) {
         return fail(fmt::format("the prompt instance at {} sent no rows for {} ms", address_,
@@ -437,9 +370,6 @@ class FetchConnection : public std::enable_shared_from_this<FetchConnection> {
                     true);
       }
       return read_header();
-    }
-    if (header_.magic != kMagic || limit == 0 || header_.length > limit) {
-      return fail(fmt::format("malformed frame from {} (type {}, {} bytes)", address_, header_.type, header_.length), false);
     }
     payload_.resize(header_.length);
     asio::async_read(socket_, asio::buffer(payload_), [self = shared_from_this()](boost::system::error_code ec, size_t) {
@@ -452,50 +382,25 @@ class FetchConnection : public std::enable_shared_from_this<FetchConnection> {
     if (ec) return fail(lost(ec), false);
     arm_idle();
     if (header_.type == kRows) {
-      if (payload_.size() < kRowsHeaderBytes) return fail("malformed Rows frame: too short", false);
-      int32_t fields[4];
-      std::memcpy(fields, payload_.data(), sizeof fields);
-      const int32_t layer = fields[0], first = fields[1], count = fields[2];
-      if (layer < 0 || layer >= cache_.layout.num_layers || count <= 0 || first != next_[static_cast<size_t>(layer)] ||
-          first > num_tokens_ - count ||
-          payload_.size() != kRowsHeaderBytes + 2 * static_cast<size_t>(count) * static_cast<size_t>(row_bytes_)) {
-        return fail(fmt::format("malformed Rows frame from {}: layer {}, positions [{}, {}) (expected layer < {}, "
-                                "first {}, at most {} tokens)",
-                                address_, layer, first, first + count, cache_.layout.num_layers,
-                                layer >= 0 && layer < cache_.layout.num_layers ? next_[static_cast<size_t>(layer)] : -1,
-                                num_tokens_),
-                    false);
+      try {
+        received_bytes_ += receiver_->on_rows(payload_, staging_->k, staging_->v);
+      } catch (const std::exception& e) {
+        return fail(fmt::format("{} from {}", e.what(), address_), false);
       }
-      const size_t at = static_cast<size_t>(first) * static_cast<size_t>(row_bytes_);
-      const size_t bytes = static_cast<size_t>(count) * static_cast<size_t>(row_bytes_);
-      std::memcpy(staging_->k[static_cast<size_t>(layer)].data() + at, payload_.data() + kRowsHeaderBytes, bytes);
-      std::memcpy(staging_->v[static_cast<size_t>(layer)].data() + at, payload_.data() + kRowsHeaderBytes + bytes, bytes);
-      next_[static_cast<size_t>(layer)] += count;
       last_rows_ = Clock::now();
-      received_bytes_ += 2 * static_cast<int64_t>(bytes);
       return read_header();
     }
     if (header_.type == kError) {
-      std::string message = payload_;
-      try {
-        message = json::parse(payload_).at("message").get<std::string>();
-      } catch (const std::exception&) {
-      }
-      return fail(fmt::format("the prompt instance at {} failed the transfer: {}", address_, message), false);
+      return fail(fmt::format("the prompt instance at {} failed the transfer: {}", address_,
+                              RowsReceiver::error_message(payload_)),
+                  false);
     }
     // Done.
-    for (size_t layer = 0; layer < next_.size(); ++layer) {
-      if (next_[layer] != num_tokens_) {
-        return fail(fmt::format("the prompt instance at {} ended the transfer with layer {} at {} of {} rows", address_,
-                                layer, next_[layer], num_tokens_),
-                    false);
-      }
-    }
     TransferStats stats;
     try {
-      stats = stats_from_json(json::parse(payload_));
+      stats = receiver_->on_done(payload_);
     } catch (const std::exception& e) {
-      return fail(fmt::format("malformed Done frame from {}: {}", address_, e.what()), false);
+      return fail(fmt::format("the prompt instance at {}: {}", address_, e.what()), false);
     }
     completed_ = true;
     idle_.cancel();
@@ -565,7 +470,7 @@ class FetchConnection : public std::enable_shared_from_this<FetchConnection> {
   FrameHeader header_;
   std::string payload_, out_;
   std::shared_ptr<Staging> staging_;
-  std::vector<int32_t> next_;  // (layers) the next position each layer's rows must start at
+  std::optional<RowsReceiver> receiver_;  // checks every frame against the request
   int32_t num_tokens_ = 0;
   int64_t row_bytes_ = 0, received_bytes_ = 0;
   Clock::time_point start_, last_rows_;
