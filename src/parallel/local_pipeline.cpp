@@ -13,17 +13,35 @@
 #include <filesystem>
 #include <future>
 #include <random>
+#include <utility>
 
 namespace splitflow {
 
-LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights, std::vector<LocalStage> stages,
-                             KvCacheConfig kv, RunnerLimits limits) {
-  const int count = static_cast<int>(stages.size());
-  SF_CHECK(count >= 1, "local pipeline: no stages");
-  SF_CHECK(!kv.memory_budget && kv.num_blocks > 0, "local pipeline: the KV cache needs a block count");
-  ParallelLayout layout{1, count, {}};
+namespace {
+
+ParallelLayout stages_layout(const std::vector<LocalStage>& stages) {
+  ParallelLayout layout{1, static_cast<int>(stages.size()), {}};
   for (const LocalStage& stage : stages) layout.stage_layers.push_back(stage.num_layers);
-  stage_layer_ranges(spec.num_layers, layout);  // checks the counts before any thread starts
+  return layout;
+}
+
+}  // namespace
+
+LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights, std::vector<LocalStage> stages,
+                             KvCacheConfig kv, RunnerLimits limits)
+    : LocalPipeline(spec, weights, stages_layout(stages),
+                    [&stages](std::shared_ptr<HostMailboxes> mailboxes, int rank, const PartitionedModel& part) {
+                      return stages[part.stage].backend(std::move(mailboxes), rank);
+                    },
+                    kv, limits) {}
+
+LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights, const ParallelLayout& layout,
+                             const RankBackendFactory& backends, KvCacheConfig kv, RunnerLimits limits) {
+  const int count = layout.world_size();
+  SF_CHECK(layout.tensor_parallel >= 1 && layout.pipeline_parallel >= 1, "local job: {} x {} ranks",
+           layout.pipeline_parallel, layout.tensor_parallel);
+  SF_CHECK(!kv.memory_budget && kv.num_blocks > 0, "local pipeline: the KV cache needs a block count");
+  const std::vector<std::pair<int, int>> ranges = stage_layer_ranges(spec.num_layers, layout);  // checked first
   limits.record_decode = false;
 
   dir_ = (std::filesystem::temp_directory_path() /
@@ -33,17 +51,17 @@ LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights,
   errors_.resize(count);
   std::vector<std::promise<void>> built(count);
   std::vector<std::future<void>> ready;
-  for (int s = 1; s < count; ++s) ready.push_back(built[s].get_future());
-  for (int s = 1; s < count; ++s) {
-    threads_.emplace_back([&, s, promise = std::move(built[s])]() mutable {
+  for (int r = 1; r < count; ++r) ready.push_back(built[r].get_future());
+  for (int r = 1; r < count; ++r) {
+    threads_.emplace_back([&, r, promise = std::move(built[r])]() mutable {
       try {
-        comm::FileStore store(dir_, s, count, std::chrono::minutes(30));
+        comm::FileStore store(dir_, r, count, std::chrono::minutes(30));
         SharedMemoryStepChannel channel(store, "steps");
         std::unique_ptr<Backend> backend;
         std::unique_ptr<ModelRunner> runner;
         try {
-          const PartitionedModel part = partition_model(spec, weights, layout, s);
-          backend = stages[s].backend(mailboxes, s);
+          const PartitionedModel part = partition_model(spec, weights, layout, r);
+          backend = backends(mailboxes, r, part);
           runner = std::make_unique<ModelRunner>(part.spec, part.weights, *backend, kv, limits, part.runner);
         } catch (...) {
           promise.set_exception(std::current_exception());
@@ -53,7 +71,7 @@ LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights,
         promise.set_value();
         runner->follow(channel);
       } catch (const std::exception& e) {
-        errors_[s] = e.what();
+        errors_[r] = e.what();
       }
     });
   }
@@ -61,13 +79,13 @@ LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights,
   channel_ = std::make_unique<SharedMemoryStepChannel>(*store_, "steps");
   try {
     const PartitionedModel part = partition_model(spec, weights, layout, 0);
-    backend_ = stages[0].backend(mailboxes, 0);
+    backend_ = backends(mailboxes, 0, part);
     runner_ = std::make_unique<ModelRunner>(part.spec, part.weights, *backend_, kv, limits, part.runner);
-    for (int s = 1; s < count; ++s) {
+    for (int r = 1; r < count; ++r) {
       try {
-        ready[s - 1].get();
+        ready[r - 1].get();
       } catch (const std::exception& e) {
-        fail("pipeline stage {}: {}", s, e.what());
+        fail("{} {}: {}", layout.tensor_parallel > 1 ? "rank" : "pipeline stage", r, e.what());
       }
     }
   } catch (...) {
@@ -76,11 +94,11 @@ LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights,
     throw;
   }
   runner_->lead(channel_.get());
-  const std::vector<std::pair<int, int>> ranges = stage_layer_ranges(spec.num_layers, layout);
-  for (int s = 0; s < count; ++s) {
+  for (int s = 0; s < layout.pipeline_parallel; ++s) {
     description_ += fmt::format("{}layers {}-{} on stage {}", s ? ", " : "", ranges[s].first,
                                 ranges[s].first + ranges[s].second - 1, s);
   }
+  if (layout.tensor_parallel > 1) description_ += fmt::format(" (x {} tensor-parallel ranks)", layout.tensor_parallel);
 }
 
 void LocalPipeline::stop_followers() {
@@ -98,14 +116,19 @@ void LocalPipeline::stop_followers() {
   std::filesystem::remove_all(dir_);
 }
 
-LocalPipeline::~LocalPipeline() {
+std::vector<std::string> LocalPipeline::finish() {
   if (runner_ != nullptr) runner_->release_followers();
   runner_.reset();
   for (std::thread& thread : threads_) thread.join();
   threads_.clear();
-  for (size_t s = 1; s < errors_.size(); ++s)
-    if (!errors_[s].empty()) spdlog::error("pipeline stage {}: {}", s, errors_[s]);
   std::filesystem::remove_all(dir_);
+  return std::exchange(errors_, {});
+}
+
+LocalPipeline::~LocalPipeline() {
+  const std::vector<std::string> errors = finish();
+  for (size_t r = 1; r < errors.size(); ++r)
+    if (!errors[r].empty()) spdlog::error("local pipeline rank {}: {}", r, errors[r]);
 }
 
 }  // namespace splitflow
