@@ -10,6 +10,10 @@
 #include "backend/cpu/stream_read.h"
 #include "core/dtype.h"
 
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +28,15 @@ int main(int argc, char** argv) {
   const int threads = std::getenv("THREADS") ? std::atoi(std::getenv("THREADS")) : 2;
   const int layers = std::getenv("LAYERS") ? std::atoi(std::getenv("LAYERS")) : 8;
   const bool q8 = std::getenv("Q8") == nullptr || std::atoi(std::getenv("Q8")) != 0;  // Q8 activations
+  if (std::getenv("PIN") && std::atoi(std::getenv("PIN")) != 0) {
+#pragma omp parallel num_threads(threads)
+    {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(omp_get_thread_num(), &set);
+      pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    }
+  }
   const int64_t shapes[4][2] = {{2560, 2048}, {2048, 2048}, {11264, 2048}, {2048, 5632}};
   for (int a = 1; a < argc; ++a) {
     const DType type = parse_dtype(argv[a]);

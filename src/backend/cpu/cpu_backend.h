@@ -6,7 +6,8 @@
 // quant_matmul.h): packed matrices stay packed, shared with the host tensor like any other.
 // Decode GEMVs over Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 quantize x to Q8 blocks and run integer dot
 // products, as llama.cpp does (backend/cpu/q8_activations.h; SPLITFLOW_CPU_Q8_ACTIVATIONS=0 keeps
-// x in fp32, the exact path the fp32-reference tests use).
+// x in fp32, the exact path the fp32-reference tests use). The OpenMP team of each thread that runs
+// kernels is pinned to distinct CPUs at its first matmul (SPLITFLOW_CPU_PIN=0: not).
 #pragma once
 
 #include "backend/backend.h"
@@ -86,6 +87,9 @@ class CpuBackend final : public Backend {
   int num_threads_;
   CpuJobPlace place_;
   bool q8_activations_ = true;  // SPLITFLOW_CPU_Q8_ACTIVATIONS, read once at construction
+  // The calling thread's team pinned to distinct CPUs at its first matmul (not in in-process jobs;
+  // SPLITFLOW_CPU_PIN=0 turns it off).
+  bool pin_threads_ = false;
   // Bytes of allocate_host areas alive: unwritten pages are not resident, so MemAvailable does not
   // count them yet (a swap area before its first swap). Shared with each area's deleter.
   std::shared_ptr<std::atomic<int64_t>> host_area_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
