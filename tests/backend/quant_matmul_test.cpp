@@ -257,7 +257,11 @@ Q8Activations quantize_q8(const std::vector<float>& x) {
   return out;
 }
 
-constexpr DType kQ8ActivationTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
+constexpr DType kQ8ActivationTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                                        DType::Q8_0, DType::Q4_K, DType::Q6_K};
+
+// A row length of an odd number of the type's blocks (the 32-element types' last block is alone).
+int64_t odd_blocks(DType type) { return dtype_block_elems(type) == 256 ? 768 : 544; }
 
 TEST(CpuQ8Activations, QuantizationFollowsTheContract) {
   std::mt19937_64 rng(7);
@@ -284,7 +288,7 @@ TEST(CpuQ8Activations, GemvIsTheDotProductOverQuantizedX) {
   ASSERT_TRUE(static_cast<cpu::CpuBackend&>(*backend).q8_activations()) << "on by default";
   for (DType type : kQ8ActivationTypes) {
     if (!cpu::q8_gemv_supported(type)) GTEST_SKIP() << "no AVX-512 VNNI on this host: the float path runs";
-    for (int64_t k : {int64_t{544}, int64_t{2048}}) {  // 17 blocks (an odd last one) and 64
+    for (int64_t k : {odd_blocks(type), int64_t{2048}}) {
       const Tensor w = quant::quantize(random_matrix(rng, n, k), type);
       const Tensor values = quant::dequantize(w);
       const float* wv = values.as<float>();
@@ -322,8 +326,9 @@ TEST(CpuQ8Activations, GemvIsTheDotProductOverQuantizedX) {
 // Without Q8 activations the same types stay on the fp32 path, to fp32 accuracy.
 TEST(CpuQ8Activations, TurnedOffTheGemvIsExact) {
   std::mt19937_64 rng(5);
-  const int64_t n = 19, k = 544;
+  const int64_t n = 19;
   for (DType type : kQ8ActivationTypes) {
+    const int64_t k = odd_blocks(type);
     const Tensor w = quant::quantize(random_matrix(rng, n, k), type);
     const std::vector<float> x = random_floats(rng, k);
     std::vector<float> y(n);

@@ -207,21 +207,143 @@ void q8_tile(const QuantizedRows& xq, int64_t x_row0, int64_t k, const uint8_t* 
     for (int j = 0; j < NW; ++j) y[i * ldy + j] = accumulate ? y[i * ldy + j] + sums[i][j] : sums[i][j];
 }
 
+// ---- K-quants: 256-element blocks of 16 (Q6_K) or 8 (Q4_K) sub-blocks with their own scales ----
+// Both hand out 64 codes at a time (one VNNI instruction per x row) with, per int32 lane, the
+// weight scale d * sc of its sub-block and (Q4_K) the weight offset -dmin * m.
+struct KGroup {
+  __m512i codes;
+  __m512 scale, offset;
+};
+
+// Q6_K (ggml-common.h: ql[128], qh[64], int8 scales[16], d): element e of a 128-element half h is
+// 4 low bits from ql (e mod 64, low nibble for e < 64) and 2 high bits from qh[e mod 32]
+// (bits 2 * (e / 32)); its sub-block e / 16 has scale scales[8h + e / 16]; codes are q + 32.
+template <typename F>
+inline void q6k_groups(const uint8_t* blk, F&& f) {
+  const __m512 sub_scales = _mm512_mul_ps(
+      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)))),
+      _mm512_set1_ps(_cvtsh_ss(u16_at(blk + 208))));
+  const __m512i low4 = _mm512_set1_epi8(0x0F), high2 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+    // qh for elements 0-31 and 32-63 of the half (bits 0-1 and 2-3), then 64-127 (bits 4-7).
+    const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+    const __m512i lo_codes = _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_slli_epi16(hi, 4), high2));
+    const __m512i hi_codes = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), _mm512_and_si512(hi, high2));
+    const __m512i first = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i sub0 = _mm512_add_epi32(first, _mm512_set1_epi32(8 * h)), sub1 = _mm512_add_epi32(sub0, _mm512_set1_epi32(4));
+    f(128 * h, KGroup{lo_codes, _mm512_permutexvar_ps(sub0, sub_scales), _mm512_setzero_ps()});
+    f(128 * h + 64, KGroup{hi_codes, _mm512_permutexvar_ps(sub1, sub_scales), _mm512_setzero_ps()});
+  }
+}
+
+// Q4_K (d, dmin, 12 bytes of 6-bit scales and mins, qs[128]): elements 64g .. 64g + 31 are the low
+// nibbles of qs[32g ..], 64g + 32 .. 64g + 63 the high ones; sub-block s has d * sc_s and -dmin * m_s.
+template <typename F>
+inline void q4k_groups(const uint8_t* blk, F&& f) {
+  const float d = _cvtsh_ss(u16_at(blk)), dmin = _cvtsh_ss(u16_at(blk + 2));
+  const uint8_t* packed = blk + 4;
+  alignas(64) float table[16];  // d * sc[0..8), -dmin * m[0..8)
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    if (j < 4) {
+      sc = packed[j] & 63;
+      m = packed[j + 4] & 63;
+    } else {
+      sc = (packed[j + 4] & 0xF) | ((packed[j - 4] >> 6) << 4);
+      m = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+    }
+    table[j] = d * static_cast<float>(sc);
+    table[8 + j] = -dmin * static_cast<float>(m);
+  }
+  const __m512 both = _mm512_load_ps(table);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * g));
+    const __m512i codes =
+        _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1), low4);
+    const __m512i sub = _mm512_setr_epi32(2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g + 1, 2 * g + 1,
+                                          2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1);
+    f(64 * g, KGroup{codes, _mm512_permutexvar_ps(sub, both),
+                     _mm512_permutexvar_ps(_mm512_add_epi32(sub, _mm512_set1_epi32(8)), both)});
+  }
+}
+
+template <DType T> struct KLayout;
+template <> struct KLayout<DType::Q6_K> { static constexpr int kBytes = 210, kCorrection = -32; static constexpr bool kOffset = false; };
+template <> struct KLayout<DType::Q4_K> { static constexpr int kBytes = 144, kCorrection = 0; static constexpr bool kOffset = true; };
+
+template <DType T, int MX, int NW>
+void k_tile(const QuantizedRows& xq, int64_t x_row0, int64_t k, const uint8_t* w, size_t row_bytes, float* y,
+            int64_t ldy, bool accumulate) {
+  using L = KLayout<T>;
+  const int64_t blocks = k / 256, lanes_per_row = k / 4;
+  __m512 acc[MX][NW];
+  for (int i = 0; i < MX; ++i)
+    for (int j = 0; j < NW; ++j) acc[i][j] = _mm512_setzero_ps();
+  const uint8_t* next = w + NW * row_bytes;
+  for (int64_t b = 0; b < blocks; ++b) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NW; ++j) {
+      const uint8_t* blk = w + j * row_bytes + b * L::kBytes;
+      for (int line = 0; line < L::kBytes; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next + j * row_bytes + b * L::kBytes + line), _MM_HINT_T1);
+      const auto group = [&](int at, const KGroup& g) {
+        const int64_t e = b * 256 + at;
+#pragma GCC unroll 4
+        for (int i = 0; i < MX; ++i) {
+          const int64_t row = (x_row0 + i) * k + e, lane = (x_row0 + i) * lanes_per_row + e / 4;
+          const __m512i dot = _mm512_dpbusd_epi32(_mm512_loadu_si512(xq.corr.data() + lane), g.codes,
+                                                  _mm512_loadu_si512(xq.q.data() + row));
+          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(g.scale, _mm512_loadu_ps(xq.dx.data() + lane)),
+                                      acc[i][j]);
+          if constexpr (L::kOffset) acc[i][j] = _mm512_fmadd_ps(g.offset, _mm512_loadu_ps(xq.sx.data() + lane), acc[i][j]);
+        }
+      };
+      if constexpr (T == DType::Q6_K) q6k_groups(blk, group);
+      else q4k_groups(blk, group);
+    }
+  }
+  for (int i = 0; i < MX; ++i)
+    for (int j = 0; j < NW; ++j) {
+      const float sum = _mm512_reduce_add_ps(acc[i][j]);
+      y[i * ldy + j] = accumulate ? y[i * ldy + j] + sum : sum;
+    }
+}
+
 template <DType T, int MX, int NW>
 void q8_rows(const QuantizedRows& xq, int64_t x_row0, int64_t k, const uint8_t* w, size_t row_bytes, float* y,
              int64_t ldy, int64_t j_begin, int64_t j_end, bool accumulate) {
+  const auto tile = [&]<int W>(int64_t j) {
+    if constexpr (T == DType::Q6_K || T == DType::Q4_K)
+      k_tile<T, MX, W>(xq, x_row0, k, w + j * row_bytes, row_bytes, y + j, ldy, accumulate);
+    else
+      q8_tile<T, MX, W>(xq, x_row0, k, w + j * row_bytes, row_bytes, y + j, ldy, accumulate);
+  };
   int64_t j = j_begin;
-  for (; j + NW <= j_end; j += NW) q8_tile<T, MX, NW>(xq, x_row0, k, w + j * row_bytes, row_bytes, y + j, ldy, accumulate);
-  for (; j < j_end; ++j) q8_tile<T, MX, 1>(xq, x_row0, k, w + j * row_bytes, row_bytes, y + j, ldy, accumulate);
+  for (; j + NW <= j_end; j += NW) tile.template operator()<NW>(j);
+  for (; j < j_end; ++j) tile.template operator()<1>(j);
 }
 
 template <DType T>
 void gemv(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y, int64_t ldy, bool accumulate,
           int num_threads) {
-  const size_t row_bytes = static_cast<size_t>(k / 32 * Layout<T>::kBytes);
+  constexpr bool kQuantK = T == DType::Q6_K || T == DType::Q4_K;
+  size_t row_bytes;
+  int correction;
+  if constexpr (kQuantK) {
+    row_bytes = static_cast<size_t>(k / 256 * KLayout<T>::kBytes);
+    correction = KLayout<T>::kCorrection;
+  } else {
+    row_bytes = static_cast<size_t>(k / 32 * Layout<T>::kBytes);
+    correction = Layout<T>::kCorrection;
+  }
   // On the calling thread, before the team starts: x is at most a few rows of k.
   thread_local QuantizedRows xq;
-  xq.quantize(x, m, k, Layout<T>::kCorrection);
+  xq.quantize(x, m, k, correction);
   const QuantizedRows& rows_q = xq;
 #pragma omp parallel num_threads(num_threads) if (m * n * k >= 8 * kMinParallelWork)
   {
@@ -248,12 +370,13 @@ void gemv(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, flo
 
 bool q8_gemv_supported(DType type) {
   return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q5_1 ||
-         type == DType::Q8_0;
+         type == DType::Q8_0 || type == DType::Q4_K || type == DType::Q6_K;
 }
 
 void q8_gemv(const float* x, int64_t m, int64_t k, const void* w, DType type, int64_t n, float* y, int64_t ldy,
              bool accumulate, int num_threads) {
-  SF_CHECK(k % 32 == 0, "cpu q8 gemv: rows of {} elements (not whole 32-element blocks)", k);
+  const int64_t block = type == DType::Q4_K || type == DType::Q6_K ? 256 : 32;
+  SF_CHECK(k % block == 0, "cpu q8 gemv: rows of {} elements (not whole {}-element blocks)", k, block);
   const auto* bytes = static_cast<const uint8_t*>(w);
   switch (type) {
     case DType::Q4_0: return gemv<DType::Q4_0>(x, m, k, bytes, n, y, ldy, accumulate, num_threads);
@@ -261,6 +384,8 @@ void q8_gemv(const float* x, int64_t m, int64_t k, const void* w, DType type, in
     case DType::Q5_0: return gemv<DType::Q5_0>(x, m, k, bytes, n, y, ldy, accumulate, num_threads);
     case DType::Q5_1: return gemv<DType::Q5_1>(x, m, k, bytes, n, y, ldy, accumulate, num_threads);
     case DType::Q8_0: return gemv<DType::Q8_0>(x, m, k, bytes, n, y, ldy, accumulate, num_threads);
+    case DType::Q4_K: return gemv<DType::Q4_K>(x, m, k, bytes, n, y, ldy, accumulate, num_threads);
+    case DType::Q6_K: return gemv<DType::Q6_K>(x, m, k, bytes, n, y, ldy, accumulate, num_threads);
     default: SF_CHECK(false, "cpu q8 gemv: {} has no Q8-activation kernel", dtype_name(type));
   }
 }
