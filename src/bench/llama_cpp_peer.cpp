@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <sched.h>
+
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -15,6 +18,19 @@ std::string shell_quote(const std::string& text) {
   std::string quoted = "'";
   for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return quoted + "'";
+}
+
+// llama-bench's --cpu-mask for its threads on the first `threads` CPUs this process may use, as the
+// CPU backend pins its team (backend/cpu/cpu_backend.h); empty where there are fewer CPUs.
+std::string cpu_mask(int threads) {
+  cpu_set_t allowed;
+  if (threads <= 0 || sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < threads) return "";
+  uint64_t mask = 0;
+  for (int c = 0, taken = 0; taken < threads; ++c) {
+    if (c >= 64) return "";  // past one 64-bit word: left unpinned
+    if (CPU_ISSET(c, &allowed)) mask |= uint64_t{1} << c, ++taken;
+  }
+  return fmt::format("0x{:x}", mask);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // bench/llama_cpp_peer.h — llama.cpp's llama-bench run on the same model file, threads and token
 // counts as a splitflow benchmark, in the same run, so results carry their peer (not a number
-// copied from elsewhere). bench/build_llama_cpp.sh builds llama-bench.
+// copied from elsewhere). bench/build_llama_cpp.sh builds llama-bench. On the CPU its threads are
+// pinned to the CPUs splitflow's team is pinned to (-C MASK --cpu-strict 1).
 #pragma once
 
 #include <nlohmann/json.hpp>
