@@ -9,6 +9,7 @@
 #include "embedding/embedding_engine.h"
 #include "engine/engine.h"
 #include "runtime/kv_cache_sizing.h"
+#include "seq2seq/seq2seq_runner.h"
 #include "server/async_embedder.h"
 #include "server/async_engine.h"
 #include "server/http_server.h"
@@ -176,9 +177,17 @@ void run_serve(const ServeFlags& flags) {
   // one, a cache smaller than the model's context shortens the context, as a fixed size does.
   if (sized_from_memory) kv_config.memory_budget = KvCacheMemoryBudget{kv_size.memory_fraction, kDefaultKvReserveBytes,
                                                                        flags.max_model_len};
-  ModelRunner runner(spec, std::move(model.weights), *backend, kv_config,
-                     RunnerLimits{flags.max_batch_tokens, flags.max_seqs}, ranks.runner_partition());
-  ranks.lead(runner);
+  // An encoder-decoder runs on one rank (parallel/ refuses it): its decoder is the engine's runner.
+  const RunnerLimits limits{flags.max_batch_tokens, flags.max_seqs};
+  std::optional<Seq2SeqRunner> seq2seq;
+  std::optional<ModelRunner> own_runner;
+  if (spec.network == NetworkType::EncoderDecoder) {
+    seq2seq.emplace(spec, std::move(model.weights), *backend, kv_config, limits);
+  } else {
+    own_runner.emplace(spec, std::move(model.weights), *backend, kv_config, limits, ranks.runner_partition());
+    ranks.lead(*own_runner);
+  }
+  ModelRunner& runner = seq2seq ? seq2seq->decoder() : *own_runner;
   num_blocks = runner.kv_config().num_blocks;
   // A cache smaller than one full-length sequence shortens the context rather than failing.
   if (flags.max_model_len == 0) max_model_len = std::min<int64_t>(max_model_len, num_blocks * flags.block_size);
@@ -193,17 +202,18 @@ void run_serve(const ServeFlags& flags) {
   scheduler.num_host_blocks = static_cast<int32_t>(num_host_blocks);
   scheduler.swap_min_tokens = flags.swap_min_tokens;
   scheduler.splitfuse = !flags.no_splitfuse;
-  Engine engine(runner, model.tokenizer.get(), scheduler, EngineOptions{.device_sampling = !flags.no_device_sampling});
+  const EngineOptions engine_options{.device_sampling = !flags.no_device_sampling};
+  Engine engine = seq2seq ? Engine(*seq2seq, model.tokenizer.get(), scheduler, engine_options)
+                          : Engine(runner, model.tokenizer.get(), scheduler, engine_options);
   // Before the port opens: the first requests' TTFT must not pay for graph recording and plans.
   if (!flags.no_warmup) engine.warm_up();
   AsyncEngine async_engine(engine, AsyncEngineConfig{flags.max_queue});
 
   // Splitwise roles: a prompt instance serves KV transfers (its prefills exported layer by layer),
   // a token instance imports them; a mixed one does both (the router may borrow it either way).
-  const bool split_capable = ranks.size() == 1 &&
-                             spec.network != NetworkType::EncoderOnly;
+  const bool split_capable = ranks.size() == 1 && spec.network == NetworkType::DecoderOnly;
   SF_CHECK(split_capable || flags.role == "mixed",
-           "--role {} needs one rank (no tensor or pipeline parallelism yet) and a generative model", flags.role);
+           "--role {} needs one rank (no tensor or pipeline parallelism yet) and a decoder-only model", flags.role);
   splitwise::TransferMetrics transfer_metrics;
   std::optional<splitwise::KvExporter> exporter;
   std::optional<splitwise::TcpKvTransport> transport;
@@ -291,6 +301,9 @@ void run_serve(const ServeFlags& flags) {
     fmt::print(stderr, "splitflow serve: an embedding model: POST /v1/embeddings ({} pooling{}, inputs of at most {} tokens)\n",
                spec_to_json(spec)["embedding"]["pooling"].get<std::string>(),
                spec.embedding.normalize ? ", normalized" : "", embedder->max_input_tokens());
+  if (seq2seq)
+    fmt::print(stderr, "splitflow serve: an encoder-decoder model: a prompt of at most {} tokens goes to the encoder, "
+               "the completion gets up to {} decoder tokens\n", engine.max_prompt_tokens(), max_model_len);
 
   fmt::print(stderr,
              "splitflow serve: {} as '{}' on http://{}:{}\n  context {} tokens; KV cache {} blocks of {} tokens in {} "

@@ -12,6 +12,10 @@ namespace splitflow {
 namespace {
 // hash_{-1}: the parent of a sequence's first block.
 constexpr uint64_t kRootHash = 0x9e3779b97f4a7c15ull;
+
+// An encoder-decoder sequence's blocks also hold its encoder's cross K/V, so equal decoder tokens
+// do not mean equal KV: its blocks are never shared through the prefix cache.
+bool prefix_cacheable(const Sequence& seq) { return seq.encoder_token_ids.empty(); }
 }  // namespace
 
 BlockManager::BlockManager(int32_t num_blocks, int32_t block_size, int32_t num_host_blocks)
@@ -49,6 +53,7 @@ int32_t BlockManager::ref_count(int32_t block) const {
 
 std::vector<int32_t> BlockManager::find_cached_prefix(const Sequence& seq) const {
   std::vector<int32_t> hits;
+  if (!prefix_cacheable(seq)) return hits;
   // Blocks lying wholly before the last token: that token is recomputed for its logits.
   const int32_t candidates = (seq.num_tokens() - 1) / block_size_;
   uint64_t parent = kRootHash;
@@ -70,7 +75,7 @@ bool BlockManager::fits(const Sequence& seq, const std::vector<int32_t>& hits) c
   // A hit on a free cached block takes it out of the free pool without needing a fresh block.
   const auto free_hits = std::count_if(hits.begin(), hits.end(),
                                        [&](int32_t b) { return blocks_[static_cast<size_t>(b)].ref_count == 0; });
-  const int64_t fresh = blocks_for_tokens(seq.num_tokens()) - static_cast<int64_t>(hits.size());
+  const int64_t fresh = blocks_for_tokens(seq.num_kv_positions()) - static_cast<int64_t>(hits.size());
   return fresh <= num_free_blocks() - free_hits;
 }
 
@@ -81,8 +86,8 @@ void BlockManager::allocate(Sequence& seq) {
            seq.block_table.size());
   const std::vector<int32_t> hits = find_cached_prefix(seq);
   SF_CHECK(fits(seq, hits), "block manager: sequence {} needs {} blocks for {} tokens but only {} of {} are free",
-           seq.id, blocks_for_tokens(seq.num_tokens()), seq.num_tokens(), num_free_blocks(), num_blocks());
-  stats_.queried_blocks += (seq.num_tokens() - 1) / block_size_;
+           seq.id, blocks_for_tokens(seq.num_kv_positions()), seq.num_kv_positions(), num_free_blocks(), num_blocks());
+  if (prefix_cacheable(seq)) stats_.queried_blocks += (seq.num_tokens() - 1) / block_size_;
   stats_.hit_blocks += static_cast<int64_t>(hits.size());
   for (const int32_t b : hits) {
     Block& block = blocks_[static_cast<size_t>(b)];
@@ -90,20 +95,21 @@ void BlockManager::allocate(Sequence& seq) {
     ++block.ref_count;
     seq.block_table.push_back(b);
   }
-  const int32_t needed = blocks_for_tokens(seq.num_tokens());
+  const int32_t needed = blocks_for_tokens(seq.num_kv_positions());
   while (static_cast<int32_t>(seq.block_table.size()) < needed) seq.block_table.push_back(take_fresh_block());
   seq.num_cached_tokens = static_cast<int32_t>(hits.size()) * block_size_;
   seq.num_computed_tokens = seq.num_cached_tokens;
 }
 
 bool BlockManager::can_append_slot(const Sequence& seq) const {
-  return blocks_for_tokens(seq.num_tokens()) <= static_cast<int32_t>(seq.block_table.size()) || num_free_blocks() > 0;
+  return blocks_for_tokens(seq.num_kv_positions()) <= static_cast<int32_t>(seq.block_table.size()) ||
+         num_free_blocks() > 0;
 }
 
 void BlockManager::append_slot(Sequence& seq) {
   SF_CHECK(!seq.block_table.empty(), "block manager: append_slot on sequence {} which holds no blocks (allocate first)",
            seq.id);
-  while (blocks_for_tokens(seq.num_tokens()) > static_cast<int32_t>(seq.block_table.size())) {
+  while (blocks_for_tokens(seq.num_kv_positions()) > static_cast<int32_t>(seq.block_table.size())) {
     seq.block_table.push_back(take_fresh_block());
   }
 }
@@ -128,6 +134,7 @@ int32_t BlockManager::take_fresh_block() {
 }
 
 void BlockManager::cache_computed_blocks(const Sequence& seq) {
+  if (!prefix_cacheable(seq)) return;
   const int32_t full = std::min(seq.num_computed_tokens / block_size_, static_cast<int32_t>(seq.block_table.size()));
   // Blocks are hashed in order, so the first unhashed one follows the last hashed one.
   int32_t first = full;
@@ -171,19 +178,21 @@ void BlockManager::free(Sequence& seq) {
 int32_t BlockManager::num_recompute_tokens(const Sequence& seq) const {
   const auto shared = std::count_if(seq.block_table.begin(), seq.block_table.end(),
                                     [&](int32_t b) { return blocks_[static_cast<size_t>(b)].ref_count > 1; });
-  // A shared block is a prefix-cache hit: full and computed.
-  return std::max(0, seq.num_computed_tokens - static_cast<int32_t>(shared) * block_size_);
+  // A shared block is a prefix-cache hit: full and computed. An encoder-decoder sequence runs its
+  // encoder again too.
+  return std::max(0, seq.num_computed_tokens - static_cast<int32_t>(shared) * block_size_) +
+         (seq.num_computed_tokens > 0 ? seq.num_encoder_tokens() : 0);
 }
 
 bool BlockManager::can_swap_out(const Sequence& seq) const {
-  return blocks_for_tokens(seq.num_computed_tokens) <= num_free_host_blocks();
+  return blocks_for_tokens(seq.num_computed_kv_positions()) <= num_free_host_blocks();
 }
 
 std::vector<BlockCopy> BlockManager::swap_out(Sequence& seq) {
   SF_CHECK(!seq.block_table.empty() && seq.host_block_table.empty() && seq.num_computed_tokens > 0,
            "block manager: swap_out of sequence {}, which holds {} device and {} host blocks and {} computed tokens",
            seq.id, seq.block_table.size(), seq.host_block_table.size(), seq.num_computed_tokens);
-  const int32_t computed_blocks = blocks_for_tokens(seq.num_computed_tokens);
+  const int32_t computed_blocks = blocks_for_tokens(seq.num_computed_kv_positions());
   SF_CHECK(can_swap_out(seq), "block manager: sequence {} needs {} host blocks for {} computed tokens but {} of {} are free",
            seq.id, computed_blocks, seq.num_computed_tokens, num_free_host_blocks(), num_host_blocks_);
   std::vector<BlockCopy> copies;
@@ -199,16 +208,16 @@ std::vector<BlockCopy> BlockManager::swap_out(Sequence& seq) {
 }
 
 bool BlockManager::can_swap_in(const Sequence& seq, int32_t num_reserved_blocks) const {
-  return blocks_for_tokens(seq.num_tokens()) + num_reserved_blocks <= num_free_blocks();
+  return blocks_for_tokens(seq.num_kv_positions()) + num_reserved_blocks <= num_free_blocks();
 }
 
 std::vector<BlockCopy> BlockManager::swap_in(Sequence& seq) {
   SF_CHECK(seq.block_table.empty() && !seq.host_block_table.empty(),
            "block manager: swap_in of sequence {}, which holds {} device and {} host blocks", seq.id,
            seq.block_table.size(), seq.host_block_table.size());
-  const int32_t needed = blocks_for_tokens(seq.num_tokens());
+  const int32_t needed = blocks_for_tokens(seq.num_kv_positions());
   SF_CHECK(can_swap_in(seq, 0), "block manager: sequence {} needs {} blocks for {} tokens but only {} of {} are free",
-           seq.id, needed, seq.num_tokens(), num_free_blocks(), num_blocks());
+           seq.id, needed, seq.num_kv_positions(), num_free_blocks(), num_blocks());
   std::vector<BlockCopy> copies;
   for (const int32_t host : seq.host_block_table) {
     seq.block_table.push_back(take_fresh_block());

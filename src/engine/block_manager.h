@@ -22,6 +22,9 @@
 // exact; the sequence drops its reference (the others keep the block) and comes back with
 // private blocks. So swapping needs no pinned device blocks and no special case, at the price of
 // copying a shared prefix (recompute would find it in the cache: num_recompute_tokens()).
+//
+// Encoder-decoder sequences (engine/sequence.h): blocks cover num_kv_positions(), a swap copies
+// the encoder's cross K/V with the rest, and they never enter or hit the prefix cache.
 #pragma once
 
 #include "core/block_copy.h"

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "engine/constrained_step.h"
+#include "seq2seq/seq2seq_runner.h"
 
 #include <algorithm>
 #include <limits>
@@ -62,7 +63,15 @@ struct Engine::Request {
 };
 
 Engine::Engine(ModelRunner& runner, const Tokenizer* tokenizer, SchedulerConfig config, EngineOptions options)
+    : Engine(runner, nullptr, tokenizer, std::move(config), options) {}
+
+Engine::Engine(Seq2SeqRunner& runner, const Tokenizer* tokenizer, SchedulerConfig config, EngineOptions options)
+    : Engine(runner.decoder(), &runner, tokenizer, std::move(config), options) {}
+
+Engine::Engine(ModelRunner& runner, Seq2SeqRunner* seq2seq, const Tokenizer* tokenizer, SchedulerConfig config,
+               EngineOptions options)
     : runner_(runner),
+      seq2seq_(seq2seq),
       tokenizer_(tokenizer),
       options_(options),
       scheduler_([&] {
@@ -75,9 +84,9 @@ Engine::Engine(ModelRunner& runner, const Tokenizer* tokenizer, SchedulerConfig 
         }
         return std::move(config);
       }()) {
-  SF_CHECK(!runner.encoder_decoder(),
-           "engine: {} is an encoder_decoder model; continuous batching of its decoder steps is not implemented yet "
-           "(splitflow generate runs it)", runner.spec().name.empty() ? "the model" : runner.spec().name);
+  SF_CHECK(!runner.encoder_decoder() || seq2seq != nullptr,
+           "engine: {} is an encoder_decoder model: build the engine on its Seq2SeqRunner (the encoder and the decoder)",
+           runner.spec().name.empty() ? "the model" : runner.spec().name);
   const SchedulerConfig& c = scheduler_.config();
   SF_CHECK(c.max_batch_tokens <= runner.limits().max_batch_tokens,
            "engine: max_batch_tokens {} exceeds the model runner's {}", c.max_batch_tokens,
@@ -98,6 +107,13 @@ Engine::~Engine() = default;
 
 WarmupReport Engine::warm_up() { return runner_.warm_up(options_.device_sampling); }
 
+int32_t Engine::max_prompt_tokens() const {
+  if (!seq2seq_) return config().max_model_len;
+  const int64_t cache_tokens = int64_t{config().num_blocks} * config().block_size;
+  return static_cast<int32_t>(
+      std::min<int64_t>({seq2seq_->max_prompt_tokens(), config().max_batch_tokens - 1, cache_tokens}));
+}
+
 void Engine::check_request(std::span<const int32_t> prompt_ids, const SamplingParams& params, int32_t n) const {
   const int32_t vocab_size = runner_.spec().vocab_size;
   params.validate();
@@ -107,6 +123,12 @@ void Engine::check_request(std::span<const int32_t> prompt_ids, const SamplingPa
   for (size_t i = 0; i < prompt_ids.size(); ++i) {
     SF_CHECK(prompt_ids[i] >= 0 && prompt_ids[i] < vocab_size,
              "prompt token {} at index {} is outside the vocabulary [0, {})", prompt_ids[i], i, vocab_size);
+  }
+  if (seq2seq_) {
+    SF_CHECK(static_cast<int64_t>(prompt_ids.size()) <= max_prompt_tokens(),
+             "the prompt has {} tokens but the encoder takes at most {} (its context, one step's tokens less the "
+             "decoder's first, the KV cache)", prompt_ids.size(), max_prompt_tokens());
+    return;
   }
   SF_CHECK(static_cast<int64_t>(prompt_ids.size()) <= config().max_model_len,
            "the prompt has {} tokens but the model's context holds {}", prompt_ids.size(), config().max_model_len);
@@ -120,6 +142,8 @@ int64_t Engine::add_request(std::vector<int32_t> prompt_ids, const SamplingParam
                             RequestStart start) {
   check_request(prompt_ids, params, n);
   const std::vector<int32_t>& prior = start.prior_output_ids;
+  SF_CHECK(!seq2seq_ || (prior.empty() && !start.import_kv),
+           "an encoder_decoder model's requests cannot be resumed or import their KV");
   if (!prior.empty() || start.import_kv) {
     SF_CHECK(n == 1, "a resumed or KV-importing request has one choice, not n = {}", n);
     for (size_t i = 0; i < prior.size(); ++i) {
@@ -141,10 +165,14 @@ int64_t Engine::add_request(std::vector<int32_t> prompt_ids, const SamplingParam
   for (int32_t i = 0; i < n; ++i) {
     SamplingParams choice_params = params;
     choice_params.seed = seed + static_cast<uint64_t>(i);
-    request->seqs.push_back(std::make_unique<SequenceState>(next_sequence_id_++, prompt_ids, choice_params,
-                                                            runner_.spec().vocab_size, config().eos_token_ids,
-                                                            tokenizer_, *request, i,
+    // An encoder-decoder's sequence: the decoder's tokens, the prompt for its encoder.
+    std::vector<int32_t> decoder_prompt =
+        seq2seq_ ? std::vector<int32_t>{runner_.spec().decoder_start_token_id} : prompt_ids;
+    request->seqs.push_back(std::make_unique<SequenceState>(next_sequence_id_++, std::move(decoder_prompt),
+                                                            choice_params, runner_.spec().vocab_size,
+                                                            config().eos_token_ids, tokenizer_, *request, i,
                                                             options_.device_sampling && device_samplable(params)));
+    if (seq2seq_) request->seqs.back()->seq.encoder_token_ids = prompt_ids;
     sequences_.emplace(request->seqs.back()->seq.id, request->seqs.back().get());
   }
   request->num_unfinished = n;
@@ -208,6 +236,7 @@ bool Engine::admit_imported(int64_t request_id, const std::function<void()>& wri
 }
 
 void Engine::set_kv_observer(KvStepObserver* observer) {
+  SF_CHECK(!seq2seq_ || observer == nullptr, "an encoder_decoder model's KV is not exported");
   kv_observer_ = observer;
   if (observer) {
     runner_.set_layer_listener([observer](int32_t layer) { observer->layer_done(layer); });
@@ -281,6 +310,18 @@ void Engine::finish_output(SequenceState& state, SequenceOutput& output) {
   output.num_cached_prompt_tokens = std::min(seq.num_cached_tokens, seq.num_prompt_tokens);
 }
 
+void Engine::encode_new_sequences(const StepPlan& plan) {
+  ForwardBatch prompts;
+  for (size_t s = 0; s < plan.seqs.size(); ++s) {
+    const Sequence& seq = *plan.seqs[s];
+    const SequenceSpan& span = plan.batch.spans[s];
+    if (span.start_position != 0 || seq.encoder_token_ids.empty()) continue;
+    prompts.token_ids.insert(prompts.token_ids.end(), seq.encoder_token_ids.begin(), seq.encoder_token_ids.end());
+    prompts.spans.push_back({seq.num_encoder_tokens(), 0, span.block_table, false});
+  }
+  seq2seq_->encode(prompts);
+}
+
 void Engine::forward_and_sample(const StepPlan& plan, const std::vector<SequenceState*>& sampled,
                                 std::vector<SequenceOutput>& outputs) {
   outputs.resize(sampled.size());
@@ -339,6 +380,8 @@ EngineStep Engine::step() {
   if (plan.empty()) return result;
   result.num_prefill_tokens = plan.num_prefill_tokens;
   result.num_decode_tokens = plan.num_decode_tokens;
+  result.num_encoder_tokens = plan.num_encoder_tokens;
+  if (plan.num_encoder_tokens > 0) encode_new_sequences(plan);
 
   std::vector<SequenceState*> sampled;  // in logits row order
   for (size_t s = 0; s < plan.seqs.size(); ++s) {

@@ -21,6 +21,13 @@
 // sampling/sampling_rule.h with the noise of (seed, step, token), so a sequence's tokens depend
 // only on its prompt, parameters and seed: not on logprobs, streaming, n, the batch it lands in or
 // where it is sampled.
+//
+// Encoder-decoder models (built on a Seq2SeqRunner): a request's prompt is its encoder's input and
+// its sequence's tokens are the decoder's, from spec.decoder_start_token_id (engine/sequence.h).
+// A step whose plan starts some decoders at position 0 first runs their encoders in one batch
+// (Seq2SeqRunner::encode, writing the cross K/V into their blocks); the decoder steps of all
+// running requests share the forward as any others do. Penalties see the start token as the
+// prompt, as seq2seq/seq2seq_generator.h's do. No prefix caching, resumption or KV import.
 #pragma once
 
 #include "engine/sampler.h"
@@ -43,6 +50,8 @@
 #include <vector>
 
 namespace splitflow {
+
+class Seq2SeqRunner;
 
 // One sampled token.
 struct TokenOutput {
@@ -67,6 +76,7 @@ struct EngineStep {
   std::vector<SequenceOutput> outputs;  // in span order of the batch
   int32_t num_prefill_tokens = 0;       // prompt chunks and recomputed tokens run this step
   int32_t num_decode_tokens = 0;
+  int32_t num_encoder_tokens = 0;       // encoder inputs run before the forward (encoder-decoders)
   int32_t num_preempted = 0;            // sequences preempted while planning it (recompute or swap)
   int32_t num_swapped_out = 0;          // of those, swapped to host memory
   int32_t num_swapped_in = 0;           // sequences readmitted from host memory
@@ -129,12 +139,15 @@ class Engine {
   // config.max_batch_tokens / max_seqs must not exceed the runner's limits, and num_blocks /
   // block_size / num_host_blocks must be the runner's KV cache and swap area. tokenizer may be null: ids in, ids out, no text.
   Engine(ModelRunner& runner, const Tokenizer* tokenizer, SchedulerConfig config, EngineOptions options = {});
+  // An encoder-decoder model: the decoder is runner.decoder(), whose limits and cache the config
+  // must match as above.
+  Engine(Seq2SeqRunner& runner, const Tokenizer* tokenizer, SchedulerConfig config, EngineOptions options = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // Throws splitflow::Error naming the problem: bad params, n < 1, an empty prompt, a token
-  // outside the vocabulary, a prompt longer than max_model_len. Touches no engine state, so any
+  // outside the vocabulary, a prompt longer than max_prompt_tokens(). Touches no engine state, so any
   // thread may call it while another runs step().
   void check_request(std::span<const int32_t> prompt_ids, const SamplingParams& params, int32_t n) const;
   // Queues a request after check_request(); returns its id (increasing from 0).
@@ -175,12 +188,20 @@ class Engine {
   const Scheduler& scheduler() const { return scheduler_; }
   const SchedulerConfig& config() const { return scheduler_.config(); }
   const ModelRunner& runner() const { return runner_; }
+  bool encoder_decoder() const { return seq2seq_ != nullptr; }
+  // The longest prompt a request may have: max_model_len, or an encoder-decoder's encoder input
+  // (its encoder's context, less than one step's tokens, at most the whole cache).
+  int32_t max_prompt_tokens() const;
   const Tokenizer* tokenizer() const { return tokenizer_; }
 
  private:
   struct SequenceState;
   struct Request;
 
+  Engine(ModelRunner& runner, Seq2SeqRunner* seq2seq, const Tokenizer* tokenizer, SchedulerConfig config,
+         EngineOptions options);
+  // Runs the encoders of the plan's sequences whose decoder starts this step.
+  void encode_new_sequences(const StepPlan& plan);
   void finish_output(SequenceState& state, SequenceOutput& output);
   void add_later_choices(Request& request);
   // A token generated elsewhere (RequestStart::prior_output_ids), fed through the stop checker,
@@ -191,7 +212,8 @@ class Engine {
   void forward_and_sample(const StepPlan& plan, const std::vector<SequenceState*>& sampled,
                           std::vector<SequenceOutput>& outputs);
 
-  ModelRunner& runner_;
+  ModelRunner& runner_;           // the decoder of an encoder-decoder
+  Seq2SeqRunner* seq2seq_;        // an encoder-decoder's runners; null for other models
   const Tokenizer* tokenizer_;
   EngineOptions options_;
   RuleScratch rule_scratch_;  // the rule on the host, for device-sampled rows of mixed steps

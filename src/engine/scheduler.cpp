@@ -32,6 +32,15 @@ void Scheduler::add(Sequence& seq, bool at_front) {
   SF_CHECK(seq.num_tokens() <= config_.max_model_len,
            "scheduler: sequence {} has {} tokens but the model's context holds {}", seq.id, seq.num_tokens(),
            config_.max_model_len);
+  if (seq.num_encoder_tokens() > 0) {
+    // The encoder runs whole in the step that starts the decoder, beside its first token.
+    SF_CHECK(seq.num_encoder_tokens() < config_.max_batch_tokens,
+             "scheduler: sequence {} has {} encoder tokens but a step runs at most {} tokens, one of them the "
+             "decoder's", seq.id, seq.num_encoder_tokens(), config_.max_batch_tokens);
+    SF_CHECK(block_manager_.blocks_for_tokens(seq.num_kv_positions()) <= config_.num_blocks,
+             "scheduler: sequence {} needs {} KV blocks for its {} encoder tokens but the cache has {}", seq.id,
+             block_manager_.blocks_for_tokens(seq.num_kv_positions()), seq.num_encoder_tokens(), config_.num_blocks);
+  }
   if (at_front) {
     waiting_.push_front(&seq);
   } else {
@@ -43,7 +52,7 @@ int32_t Scheduler::decode_block_demand() const {
   int32_t blocks = 0;
   for (const Sequence* seq : running_) {
     if (seq->is_decoding()) {
-      blocks += std::max(0, block_manager_.blocks_for_tokens(seq->num_tokens()) -
+      blocks += std::max(0, block_manager_.blocks_for_tokens(seq->num_kv_positions()) -
                                 static_cast<int32_t>(seq->block_table.size()));
     }
   }
@@ -53,10 +62,12 @@ int32_t Scheduler::decode_block_demand() const {
 bool Scheduler::reserve(Sequence& seq) {
   SF_CHECK(seq.status == SequenceStatus::Waiting && seq.block_table.empty() && seq.host_block_table.empty(),
            "scheduler: sequence {} cannot be reserved: it was already scheduled", seq.id);
+  SF_CHECK(seq.encoder_token_ids.empty(), "scheduler: sequence {} is an encoder-decoder's: its KV is never imported",
+           seq.id);
   SF_CHECK(seq.num_tokens() <= config_.max_model_len,
            "scheduler: sequence {} has {} tokens but the model's context holds {}", seq.id, seq.num_tokens(),
            config_.max_model_len);
-  if (block_manager_.num_free_blocks() < block_manager_.blocks_for_tokens(seq.num_tokens()) + decode_block_demand())
+  if (block_manager_.num_free_blocks() < block_manager_.blocks_for_tokens(seq.num_kv_positions()) + decode_block_demand())
     return false;
   if (!block_manager_.can_allocate(seq)) return false;
   block_manager_.allocate(seq);
@@ -98,8 +109,11 @@ void Scheduler::add_span(StepPlan& plan, Sequence& seq, int32_t num_tokens, bool
   span.num_tokens = num_tokens;
   span.start_position = seq.num_computed_tokens;
   const int32_t end = span.start_position + num_tokens;
-  span.block_table.assign(seq.block_table.begin(), seq.block_table.begin() + block_manager_.blocks_for_tokens(end));
+  span.encoder_tokens = seq.num_encoder_tokens();
+  span.block_table.assign(seq.block_table.begin(),
+                          seq.block_table.begin() + block_manager_.blocks_for_tokens(std::max(end, span.encoder_tokens)));
   span.want_logits = end == seq.num_tokens();
+  if (span.start_position == 0) plan.num_encoder_tokens += span.encoder_tokens;
   plan.batch.token_ids.insert(plan.batch.token_ids.end(), seq.token_ids.begin() + span.start_position,
                               seq.token_ids.begin() + end);
   plan.batch.spans.push_back(std::move(span));
@@ -167,16 +181,19 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget, bool chunk) {
   if (!plan.preempted.empty() || !plan.swapped_out.empty() || !swapped_.empty()) return;
   while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_seqs) {
     Sequence& seq = *waiting_.front();
+    // An encoder-decoder's encoder runs whole in this step, before the decoder's first chunk.
+    const int32_t encoder_tokens = seq.num_encoder_tokens();
+    if (encoder_tokens >= budget) break;
     // Without chunking a prompt runs whole, unless it alone exceeds the budget.
-    if (!chunk && seq.num_tokens() > budget && !plan.seqs.empty()) break;
+    if (!chunk && encoder_tokens + seq.num_tokens() > budget && !plan.seqs.empty()) break;
     if (!block_manager_.can_allocate(seq)) break;
     block_manager_.allocate(seq);
     waiting_.pop_front();
     running_.push_back(&seq);
     seq.status = SequenceStatus::Running;
-    const int32_t n = std::min(seq.num_uncomputed_tokens(), budget);
+    const int32_t n = std::min(seq.num_uncomputed_tokens(), budget - encoder_tokens);
     add_span(plan, seq, n, /*decode=*/false);
-    budget -= n;
+    budget -= encoder_tokens + n;
   }
 }
 

@@ -45,6 +45,11 @@
 // A step's copies run before its forward: swap_in_copies first (a host block freed by a swap-in
 // may be reused by a swap-out of the same step), then swap_out_copies (a device block freed by a
 // swap-out may be written by the forward).
+// Encoder-decoder sequences (engine/sequence.h): the decoder's tokens are scheduled as above; a
+// span that starts the decoder at position 0 (admission, or readmission after a recompute) has the
+// engine run the sequence's encoder whole before the forward, so admission charges the encoder's
+// tokens to the step's budget too (StepPlan::num_encoder_tokens). Every span carries the
+// sequence's encoder length and a block table covering it.
 #pragma once
 
 #include "engine/block_manager.h"
@@ -77,6 +82,7 @@ struct StepPlan {
   ForwardBatch batch;
   int32_t num_decode_tokens = 0;
   int32_t num_prefill_tokens = 0;  // prompt chunks and recomputed tokens
+  int32_t num_encoder_tokens = 0;  // encoder inputs of the spans starting at position 0 (encoder-decoders)
   std::vector<Sequence*> preempted;    // sent back to waiting (recompute) while planning this step
   std::vector<Sequence*> swapped_out;  // moved to the swapped queue while planning this step
   std::vector<Sequence*> swapped_in;   // readmitted from the swapped queue this step
@@ -91,7 +97,8 @@ class Scheduler {
   explicit Scheduler(SchedulerConfig config);
 
   // Queues a sequence (owned by the caller, which keeps it alive until it finishes). Throws when
-  // its prompt is longer than max_model_len or it is not Waiting. at_front: ahead of the queue,
+  // its prompt is longer than max_model_len, its encoder input does not fit one step beside a
+  // decoder token or the whole cache, or it is not Waiting. at_front: ahead of the queue,
   // for the later choices of an n > 1 request whose first sequence has already been admitted.
   void add(Sequence& seq, bool at_front = false);
   StepPlan schedule();

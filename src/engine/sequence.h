@@ -6,11 +6,18 @@
 // Token accounting: positions [0, num_computed_tokens) have KV in the cache (in host memory while
 // Swapped); the rest of [0, num_tokens()) must still be fed to the model (a prompt chunk, or the
 // last sampled token when decoding, or everything again after a preemption by recompute).
+//
+// Encoder-decoder models: token_ids are the decoder's (its start token, then the generated ones)
+// and encoder_token_ids the encoder's input (the request's prompt). The encoder's cross K/V fill
+// positions [0, num_encoder_tokens()) of the same blocks (runtime/batch.h), written in the step
+// whose span starts the decoder at position 0 (again after a preemption by recompute), so the
+// block table covers num_kv_positions().
 #pragma once
 
 #include "engine/sampling_params.h"
 #include "engine/stop_checker.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -30,6 +37,7 @@ struct Sequence {
 
   int64_t id;
   std::vector<int32_t> token_ids;  // (num_tokens) the prompt, then the generated tokens
+  std::vector<int32_t> encoder_token_ids;  // encoder-decoder models: the encoder's input; else empty
   int32_t num_prompt_tokens;
   SequenceStatus status = SequenceStatus::Waiting;
   int32_t num_computed_tokens = 0;  // tokens whose KV is in the cache
@@ -51,6 +59,13 @@ struct Sequence {
   // Only the last sampled token lacks KV: the next step is a one-token decode.
   bool is_decoding() const { return num_uncomputed_tokens() == 1 && num_output_tokens() > 0; }
   bool is_finished() const { return status == SequenceStatus::Finished; }
+  int32_t num_encoder_tokens() const { return static_cast<int32_t>(encoder_token_ids.size()); }
+  // Positions the block table covers: the decoder's tokens and the encoder's cross K/V.
+  int32_t num_kv_positions() const { return std::max(num_tokens(), num_encoder_tokens()); }
+  // Positions whose KV is in the cache: the encoder's arrive with the decoder's first span.
+  int32_t num_computed_kv_positions() const {
+    return num_computed_tokens > 0 ? std::max(num_computed_tokens, num_encoder_tokens()) : 0;
+  }
 };
 
 }  // namespace splitflow

@@ -114,6 +114,10 @@ std::vector<std::shared_ptr<RequestStream>> AsyncEngine::submit_group(std::vecto
   for (size_t i = 0; i < prompts.size(); ++i) {
     try {
       engine_.check_request(prompts[i].prompt_ids, prompts[i].params, n);
+      if (engine_.encoder_decoder() && (prompts[i].start.import_kv || !prompts[i].start.prior_output_ids.empty())) {
+        throw Error("an encoder-decoder model's requests cannot be resumed or import KV: send the request without "
+                    "resume_token_ids and kv_source");
+      }
       if (prompts[i].start.import_kv && !kv_importer_) {
         throw Error("this instance does not import KV (its role is prompt): send the request without kv_source");
       }

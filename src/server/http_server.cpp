@@ -162,7 +162,9 @@ struct HttpServer::Impl {
   Impl(AsyncEngine& engine, const Tokenizer* tokenizer, std::optional<ChatTemplate> chat_template,
        HttpServerConfig config, http::FrontConfig front_config, AsyncEmbedder* embedder)
       : engine(engine), tokenizer(tokenizer), chat_template(std::move(chat_template)), config(std::move(config)),
-        max_model_len(engine.engine().config().max_model_len), front(std::move(front_config)), embedder(embedder),
+        max_model_len(engine.engine().config().max_model_len),
+        max_prompt_tokens(engine.engine().max_prompt_tokens()),
+        encoder_decoder(engine.engine().encoder_decoder()), front(std::move(front_config)), embedder(embedder),
         embedding_frame(embedder != nullptr && tokenizer != nullptr ? special_frame(*tokenizer) : SpecialFrame{}) {
     if (tokenizer) constraints.emplace(*tokenizer, engine.engine().runner().spec().vocab_size);
     if (this->chat_template) tool_format = detect_tool_call_format(this->chat_template->source());
@@ -173,6 +175,8 @@ struct HttpServer::Impl {
   std::optional<ChatTemplate> chat_template;
   HttpServerConfig config;
   const int32_t max_model_len;  // immutable engine configuration, safe to read on any thread
+  const int32_t max_prompt_tokens;
+  const bool encoder_decoder;   // the prompt is the encoder's input; the decoder's context is max_model_len
   http::Front front;
   std::atomic<bool> draining{false};
   AsyncEmbedder* embedder;              // an embedding model's; null for a generative one
@@ -238,10 +242,13 @@ struct HttpServer::Impl {
   }
 
   // OpenAI's rule: prompt and max_tokens together must fit the context. Without max_tokens the
-  // request gets what is left, at most default_max_tokens (and at least one token).
+  // request gets what is left, at most default_max_tokens (and at least one token). An
+  // encoder-decoder's prompt goes to the encoder: it must fit the encoder, and the decoder's
+  // context is all the completion's.
   void fit_context(GenerationRequest& request, size_t prompt_tokens, const char* prompt_field,
                    int32_t default_max_tokens) const {
     const int64_t prompt = static_cast<int64_t>(prompt_tokens);
+    if (encoder_decoder) return fit_encoder_decoder(request, prompt, prompt_field, default_max_tokens);
     if (prompt > max_model_len) {
       throw ApiError(400,
                      fmt::format("This model's maximum context length is {} tokens, but the {} has {} tokens.",
@@ -260,6 +267,23 @@ struct HttpServer::Impl {
       }
     } else {
       request.params.max_tokens = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(default_max_tokens, room)));
+    }
+  }
+  void fit_encoder_decoder(GenerationRequest& request, int64_t prompt, const char* prompt_field,
+                           int32_t default_max_tokens) const {
+    if (prompt > max_prompt_tokens) {
+      throw ApiError(400,
+                     fmt::format("This model's encoder takes at most {} tokens, but the {} has {} tokens.",
+                                 max_prompt_tokens, prompt_field, prompt),
+                     prompt_field, "invalid_request_error", "context_length_exceeded");
+    }
+    if (!request.max_tokens_given) {
+      request.params.max_tokens = std::min(default_max_tokens, max_model_len);
+    } else if (request.params.max_tokens > max_model_len) {
+      throw ApiError(400,
+                     fmt::format("This model's decoder generates at most {} tokens, but {} were requested.",
+                                 max_model_len, request.params.max_tokens),
+                     "max_tokens", "invalid_request_error", "context_length_exceeded");
     }
   }
 

@@ -877,5 +877,86 @@ TEST(SchedulerWithModelRunner, BatchedGreedyOutputsMatchSingleRequestGeneration)
   }
 }
 
+// Encoder-decoder sequences: the decoder's tokens from its start token, the encoder's cross K/V in
+// the same blocks (engine/sequence.h).
+std::unique_ptr<Sequence> make_encdec_seq(int64_t id, int32_t encoder_tokens, int32_t first_id, int32_t max_tokens) {
+  auto seq = make_seq(id, {0}, max_tokens);
+  seq->encoder_token_ids = iota_tokens(encoder_tokens, first_id);
+  return seq;
+}
+
+TEST(Scheduler, EncoderDecoderSpansCoverTheEncoderAndChargeItToTheBudget) {
+  Scheduler scheduler(small_config(32, 16));
+  auto a = make_encdec_seq(0, 10, 100, 20);
+  auto b = make_encdec_seq(1, 10, 200, 20);
+  auto c = make_encdec_seq(2, 20, 300, 20);
+  for (Sequence* seq : {a.get(), b.get(), c.get()}) scheduler.add(*seq);
+  // a and b: 11 tokens each (the encoder's 10, the decoder's start token); c's 21 wait.
+  StepPlan plan = scheduler.schedule();
+  ASSERT_EQ(plan.seqs.size(), 2u);
+  EXPECT_EQ(plan.num_encoder_tokens, 20);
+  EXPECT_EQ(plan.num_prefill_tokens, 2);
+  for (const SequenceSpan& span : plan.batch.spans) {
+    EXPECT_EQ(span.num_tokens, 1);
+    EXPECT_EQ(span.start_position, 0);
+    EXPECT_EQ(span.encoder_tokens, 10);
+    EXPECT_EQ(span.block_table.size(), 3u);  // positions [0, 10) of the cross K/V
+  }
+  EXPECT_EQ(plan.batch.token_ids, (std::vector<int32_t>{0, 0}));
+  // Both decoders produce the same tokens: their blocks still never share (the cross K/V differ).
+  const std::vector<int32_t> same = {7, 7};
+  scheduler.postprocess(plan, same);
+  plan = scheduler.schedule();  // two decodes, then c's encoder and start token
+  ASSERT_EQ(plan.seqs.size(), 3u);
+  EXPECT_EQ(plan.num_decode_tokens, 2);
+  EXPECT_EQ(plan.num_encoder_tokens, 20);
+  EXPECT_EQ(plan.batch.spans[0].encoder_tokens, 10);
+  EXPECT_EQ(plan.batch.spans[0].start_position, 1);
+  EXPECT_EQ(plan.batch.spans[2].block_table.size(), 5u);
+  for (int step = 0; step < 12; ++step) {
+    std::vector<int32_t> tokens(static_cast<size_t>(plan.num_sampled()), 7);
+    scheduler.postprocess(plan, tokens);
+    plan = scheduler.schedule();
+  }
+  // 14 decoder tokens now: four blocks each, all private.
+  EXPECT_EQ(a->block_table.size(), 4u);
+  std::set<int32_t> blocks(a->block_table.begin(), a->block_table.end());
+  blocks.insert(b->block_table.begin(), b->block_table.end());
+  EXPECT_EQ(blocks.size(), 8u);
+  for (const int32_t block : a->block_table) EXPECT_EQ(scheduler.block_manager().ref_count(block), 1);
+  EXPECT_EQ(scheduler.block_manager().stats().queried_blocks, 0);
+}
+
+TEST(Scheduler, EncoderDecoderSwapCopiesTheCrossKv) {
+  BlockManager manager(16, 4, 8);
+  auto seq = make_encdec_seq(0, 10, 100, 20);
+  manager.allocate(*seq);
+  EXPECT_EQ(seq->block_table.size(), 3u);
+  seq->num_computed_tokens = 1;  // the start token ran, and with it the encoder
+  EXPECT_EQ(manager.num_recompute_tokens(*seq), 11);
+  const std::vector<BlockCopy> out = manager.swap_out(*seq);
+  EXPECT_EQ(out.size(), 3u);
+  const std::vector<BlockCopy> in = manager.swap_in(*seq);
+  EXPECT_EQ(in.size(), 3u);
+  EXPECT_EQ(seq->block_table.size(), 3u);
+}
+
+TEST(Scheduler, RefusesAnEncoderInputThatNeverFits) {
+  Scheduler scheduler(small_config(32, 16));
+  auto too_long = make_encdec_seq(0, 32, 100, 4);  // with the decoder's first token, 33 > 32
+  EXPECT_THROW(scheduler.add(*too_long), Error);
+  Scheduler small(small_config(64, 16));
+  auto too_big = make_encdec_seq(1, 63, 100, 4);  // 16 blocks of 4 hold 64 positions: fits
+  EXPECT_NO_THROW(small.add(*too_big));
+  Scheduler tiny([] {
+    SchedulerConfig config = small_config(64, 16);
+    config.max_model_len = 32;
+    config.num_blocks = 8;
+    return config;
+  }());
+  auto over_cache = make_encdec_seq(2, 40, 100, 4);  // needs 10 blocks, the cache has 8
+  EXPECT_THROW(tiny.add(*over_cache), Error);
+}
+
 }  // namespace
 }  // namespace splitflow
