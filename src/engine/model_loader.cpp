@@ -5,6 +5,7 @@
 #include "model/config.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <filesystem>
 #include <map>
@@ -58,7 +59,15 @@ LoadedModel load_model(const ModelLoadOptions& options) {
   model.spec = resolve_source_spec(*source, options.model_path, options.spec_path);
   const DType dtype = options.weight_dtype.value_or(dominant_matrix_dtype(*source));
   model.weights = bind_weights(model.spec, *source, dtype, options.quantization);
-  model.tokenizer = load_tokenizer_for_model(options.model_path, options.tokenizer_path);
+  // A HF directory without tokenizer.json (a test fixture, a bare checkpoint) still runs on token ids.
+  const std::filesystem::path path(options.model_path);
+  if (options.tokenizer_path.empty() && std::filesystem::is_directory(path) &&
+      !std::filesystem::exists(path / "tokenizer.json")) {
+    spdlog::warn("'{}' has no tokenizer.json: prompts must be token ids (--prompt-ids, or ids in requests); pass "
+                 "--tokenizer PATH for text", options.model_path);
+  } else {
+    model.tokenizer = load_tokenizer_for_model(options.model_path, options.tokenizer_path);
+  }
   model.description = fmt::format("{} ({}, {}{})", options.model_path, source->format(), dtype_name(dtype),
                                   quantization_note(options));
   return model;

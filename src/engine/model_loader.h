@@ -33,7 +33,7 @@ struct ModelLoadOptions {
 struct LoadedModel {
   ModelSpec spec;
   ModelWeights weights;
-  std::unique_ptr<Tokenizer> tokenizer;  // null for dummy weights without a tokenizer
+  std::unique_ptr<Tokenizer> tokenizer;  // null for dummy weights or a directory without one (ids only)
   std::string description;              // "stories260K-hf (safetensors, f32)" for logs
 };
 

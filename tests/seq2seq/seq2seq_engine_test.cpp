@@ -6,6 +6,7 @@
 // transformers in seq2seq_test.cpp), and the greedy ones transformers' own. Bad requests are
 // refused with errors naming the problem.
 #include "encdec_fixtures.h"
+#include "splitflow_command.h"
 
 #include <gtest/gtest.h>
 
@@ -232,6 +233,26 @@ TEST(EncDecEngine, TheDecoderAloneIsRefused) {
   test::EncDecEngine fixture("bart");
   SchedulerConfig config = fixture.engine->config();
   expect_error([&] { Engine(fixture.runner->decoder(), nullptr, config); }, "build the engine on its Seq2SeqRunner");
+}
+
+// The fixtures have no tokenizer: `splitflow generate` runs them on --prompt-ids (printing ids) and
+// names the missing tokenizer when given text.
+TEST(EncDecCommand, GenerateRunsAFixtureWithoutATokenizerOnIds) {
+  const test::EncDecModel model = test::load_encdec("t5_v1_1");
+  const std::vector<int32_t> prompt = test::expected_ids(*model.expected, "prompt1.encoder_tokens");
+  const std::vector<int32_t> want = test::expected_ids(*model.expected, "prompt1.greedy");
+  std::string ids;
+  for (const int32_t id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  const std::string dir = test::fixture_path("encdec/t5_v1_1");
+  const test::CommandResult result = test::run_splitflow({"generate", "--model", dir, "--prompt-ids", ids, "-n",
+                                                          std::to_string(want.size()), "--temp", "0", "--ignore-eos"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  std::string expected;
+  for (const int32_t id : want) expected += std::to_string(id) + " ";
+  EXPECT_EQ(result.out, expected + "\n");
+  EXPECT_NE(result.err.find("has no tokenizer.json: prompts must be token ids"), std::string::npos) << result.err;
+  test::expect_command_error(test::run_splitflow({"generate", "--model", dir, "--prompt", "hello"}),
+                             "this model has no tokenizer: pass --tokenizer or --prompt-ids");
 }
 
 }  // namespace
