@@ -176,4 +176,16 @@ size_t checked_block_copy_bytes(const DeviceTensor& cache, const DeviceTensor& h
   return static_cast<size_t>(cache.dim(2) * cache.dim(3) * cache.dim(4)) * dtype_size(cache.dtype);
 }
 
+int64_t check_gather_columns_args(const char* backend, const DeviceTensor& parts, const DeviceTensor& full,
+                                  int group_size) {
+  SF_CHECK(parts.dtype == DType::F32 && full.dtype == DType::F32 && parts.shape.size() == 2 && full.shape.size() == 2,
+           "{} gather_columns: parts {} {} and full {} {} must be 2-D f32", backend, dtype_name(parts.dtype),
+           shape_str(parts.shape), dtype_name(full.dtype), shape_str(full.shape));
+  SF_CHECK(group_size >= 1 && parts.shape[0] % group_size == 0 &&
+               full.shape[0] == parts.shape[0] / group_size && full.shape[1] == parts.shape[1] * group_size,
+           "{} gather_columns: parts {} and full {} do not match a group of {} ranks ([{} x R, S] and [R, {} x S])",
+           backend, shape_str(parts.shape), shape_str(full.shape), group_size, group_size, group_size);
+  return full.shape[0];
+}
+
 }  // namespace splitflow

@@ -26,6 +26,11 @@ void check_rope_write_kv_args(const char* backend, const char* op, DType activat
                               const AttentionParams& attention_params, const DeviceTensor& k_cache,
                               const DeviceTensor& v_cache);
 
+// gather_columns' arguments for a group of `group_size` ranks: parts [group_size x R, S] and full
+// [R, group_size x S], both F32. Returns R (rows).
+int64_t check_gather_columns_args(const char* backend, const DeviceTensor& parts, const DeviceTensor& full,
+                                  int group_size);
+
 // Returns the number of sequences.
 int64_t check_attention_args(const char* backend, DType activation, std::span<const DType> cache_dtypes,
                              const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,

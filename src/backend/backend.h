@@ -385,6 +385,13 @@ class Backend {
   virtual void allreduce(const DeviceTensor& partial, const DeviceTensor& residual) {
     fail("allreduce: the {} backend belongs to no tensor-parallel group", name());
   }
+  // Vocab-parallel heads: rank r of the group computed logits for the vocabulary columns
+  // [r S, (r+1) S) into rows [r R, (r+1) R) of parts [group size x R, S] (F32); every rank's full
+  // [R, group size x S] (F32) gets every rank's columns, the same on every rank. Collective, like
+  // allreduce. parts may be overwritten.
+  virtual void gather_columns(const DeviceTensor& parts, const DeviceTensor& full) {
+    fail("gather_columns: the {} backend belongs to no tensor-parallel group", name());
+  }
   // Pipeline parallelism (parallel/): x's bytes to the job's rank `peer`, which receives them
   // into a tensor of the same shape and dtype with recv(). In issue order with the kernels; the
   // pair must issue matching calls in the same order.

@@ -179,6 +179,12 @@ TensorParallelShard plan_tensor_parallel_shard(const ModelSpec& spec, int rank, 
   }
   shard.mlp_columns = inter / size;
   shard.mlp_begin = rank * shard.mlp_columns;
+  // The head's vocabulary rows split evenly, or not at all (a ragged split would need padded rows,
+  // in every packed type); encoders have no head.
+  if (size > 1 && spec.network != NetworkType::EncoderOnly && spec.vocab_size % size == 0) {
+    shard.vocab_rows = spec.vocab_size / size;
+    shard.vocab_begin = rank * shard.vocab_rows;
+  }
   return shard;
 }
 
@@ -204,7 +210,9 @@ ModelWeights shard_weights(const ModelSpec& spec, const ModelWeights& weights, c
   std::vector<RowRange> up_rows = {{shard.mlp_begin, shard.mlp_columns}};
   if (spec.mlp.gated) up_rows.push_back({inter + shard.mlp_begin, shard.mlp_columns});
 
-  ModelWeights out = weights;  // embeddings, norms, q/k norms, post norms and the head replicated
+  ModelWeights out = weights;  // embeddings, norms, q/k norms and post norms replicated
+  if (shard.vocab_rows > 0 && !weights.lm_head.empty())
+    out.lm_head = take_rows(weights.lm_head, {{shard.vocab_begin, shard.vocab_rows}}, shard, uint64_t{1} << 40);
   for (size_t l = 0; l < weights.layers.size(); ++l) {
     const LayerWeights& in = weights.layers[l];
     LayerWeights& w = out.layers[l];

@@ -9,7 +9,9 @@
 //   kv heads        [r KV/T, (r+1) KV/T) when KV >= T;       wqkv k and v rows
 //                   else the one head of r's query group (replicated: T/KV ranks hold each)
 //   MLP columns     [r I/T, (r+1) I/T)                       w_gate_up gate and up rows, w_down columns
-//   everything else (embeddings, norms, lm_head, q/k norms)  replicated (views, no copy)
+//   vocabulary      [r V/T, (r+1) V/T) when T divides V      lm_head rows (each rank's logits columns,
+//                                                            gathered by the backend's gather_columns)
+//   everything else (embeddings, norms, q/k norms; lm_head when V % T != 0)  replicated (views, no copy)
 // Row-parallel biases (bo, b_down) stay on rank 0 (zeros elsewhere) so the sum adds them once.
 // Shards are views of the source where they are one contiguous range of rows; otherwise only
 // the shard's bytes are copied (a packed type stays packed: quant/row_slice.h). Generated (dummy)
@@ -35,6 +37,7 @@ struct TensorParallelShard {
   int head_begin = 0, num_heads = 0;        // query heads
   int kv_head_begin = 0, num_kv_heads = 0;  // key/value heads (replicated when the model has fewer than size)
   int64_t mlp_begin = 0, mlp_columns = 0;   // intermediate columns
+  int64_t vocab_begin = 0, vocab_rows = 0;  // LM head rows (0 rows: the head is replicated)
 };
 
 // The shard of `rank` among `size`. Throws splitflow::Error naming the count that does not divide:

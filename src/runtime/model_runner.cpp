@@ -87,6 +87,7 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
     : spec_(spec),
       plan_(partition.plan ? std::move(*partition.plan) : build_layer_plan(spec)),
       pipeline_(partition.pipeline),
+      vocab_shard_(partition.vocab),
       backend_(backend),
       kv_config_(kv_config),
       limits_(limits) {
@@ -179,6 +180,13 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
       selected_normed_ = backend.allocate(act, {logit_rows_capacity_, hidden});
     }
     if (pipeline_.has_output()) logits_ = backend.allocate(DType::F32, {logit_rows_capacity_, spec.vocab_size});
+    if (pipeline_.last() && vocab_shard_.rows > 0) {
+      SF_CHECK(vocab_shard_.rows * vocab_shard_.size == spec.vocab_size && vocab_shard_.rank >= 0 &&
+                   vocab_shard_.rank < vocab_shard_.size,
+               "a vocab-parallel head of {} x {} rows (rank {}) for a vocabulary of {}", vocab_shard_.size,
+               vocab_shard_.rows, vocab_shard_.rank, spec.vocab_size);
+      vocab_parts_ = backend.allocate(DType::F32, {vocab_shard_.size * logit_rows_capacity_, vocab_shard_.rows});
+    }
   }
   d_sampled_ = backend.allocate(DType::I32, {max_tokens});
 
@@ -302,8 +310,9 @@ void ModelRunner::upload_weights(ModelWeights& weights) {
   }
   if (!encoder() && pipeline_.last()) {
     // A tied head shares the embedding's buffer rather than uploading the matrix twice.
-    const Tensor lm_head = checked(weights.lm_head, "lm_head", {vocab, hidden}, true, true);
-    const bool tied = !embed_.empty() && lm_head.dtype == weights.embed.dtype &&
+    const int64_t head_rows = vocab_shard_.rows > 0 ? vocab_shard_.rows : vocab;
+    const Tensor lm_head = checked(weights.lm_head, "lm_head", {head_rows, hidden}, true, true);
+    const bool tied = !embed_.empty() && lm_head.dtype == weights.embed.dtype && lm_head.shape == weights.embed.shape &&
                       (lm_head.generated ? weights.embed.generated && lm_head.generated->key == weights.embed.generated->key
                                          : lm_head.data == weights.embed.data);
     lm_head_ = tied ? embed_ : backend_.upload(lm_head);
@@ -710,11 +719,15 @@ void ModelRunner::issue_head(int64_t begin, int64_t count, bool sample, bool row
     selected = selected_.view().rows(0, count);
     backend_.gather_rows(slot(Slot::Hidden), step_view(kLogitRows, begin + count).rows(begin, count), selected);
   }
-  if (final_norm_.empty()) {  // post-norm layers end normed (BART)
-    backend_.matmul(selected, lm_head_.view(), {}, logits, false);
-  } else {
+  const DeviceTensor head_input = final_norm_.empty() ? selected : normed;  // post-norm layers end normed (BART)
+  if (!final_norm_.empty())
     backend_.add_norm(selected, {}, final_norm_.view(), final_norm_bias_.view(), norm_params_, normed);
-    backend_.matmul(normed, lm_head_.view(), {}, logits, false);
+  if (vocab_shard_.rows > 0) {  // this rank's vocabulary columns, then every rank's
+    const DeviceTensor parts = vocab_parts_.view().rows(0, vocab_shard_.size * count);
+    backend_.matmul(head_input, lm_head_.view(), {}, parts.rows(vocab_shard_.rank * count, count), false);
+    backend_.gather_columns(parts, logits);
+  } else {
+    backend_.matmul(head_input, lm_head_.view(), {}, logits, false);
   }
   if (spec_.final_logit_softcap > 0.0) backend_.softcap(logits, static_cast<float>(spec_.final_logit_softcap));
   if (sample) {

@@ -97,9 +97,18 @@ struct PipelineLinks {
 };
 
 // How a runner's model was partitioned (parallel/): tensor parallelism's plan, the pipeline stage.
+// A vocab-parallel head (parallel/tensor_parallel.h): this rank's lm_head holds `rows` rows of the
+// vocabulary, rank `rank`'s of `size` equal slices; its logits columns are gathered with the
+// backend's gather_columns. rows 0: the head holds the whole vocabulary.
+struct VocabShard {
+  int rank = 0, size = 1;
+  int64_t rows = 0;
+};
+
 struct RunnerPartition {
   std::optional<LayerPlan> plan;  // nullopt: build_layer_plan(spec)
   PipelineLinks pipeline;
+  VocabShard vocab;
 };
 
 struct RunnerLimits {
@@ -266,6 +275,7 @@ class ModelRunner {
   ModelSpec spec_;
   LayerPlan plan_;
   PipelineLinks pipeline_;
+  VocabShard vocab_shard_;
   StepChannel* leader_channel_ = nullptr;
   Backend& backend_;
   KvCacheConfig kv_config_;
@@ -296,6 +306,7 @@ class ModelRunner {
   std::vector<DeviceBuffer> slots_;
   // [logit_rows_capacity_, hidden / vocab]; logits_ F32, the others in the activation dtype.
   DeviceBuffer selected_, selected_normed_, logits_;
+  DeviceBuffer vocab_parts_;  // [group x logit rows, vocab shard] F32: a vocab-parallel head's parts
   int64_t logit_rows_capacity_ = 0;
 
   // RoPE: rows [0, static_rope_rows_) hold positions 0.. of the length-independent table; the

@@ -157,6 +157,15 @@ void CpuBackend::allreduce(const DeviceTensor& partial, const DeviceTensor& resi
                           partial.numel());
 }
 
+void CpuBackend::gather_columns(const DeviceTensor& parts, const DeviceTensor& full) {
+  SF_CHECK(place_.group != nullptr, "gather_columns: the cpu backend belongs to no tensor-parallel group");
+  const int size = place_.group->size();
+  const int64_t rows = check_gather_columns_args("cpu", parts, full, size);
+  const int64_t shard = parts.shape[1];
+  place_.group->gather_columns(place_.group_rank, parts.as<float>() + place_.group_rank * rows * shard, full.as<float>(),
+                               rows, shard);
+}
+
 void CpuBackend::send(const DeviceTensor& x, int peer) {
   SF_CHECK(place_.mailboxes != nullptr, "send: the cpu backend belongs to no job");
   place_.mailboxes->send(place_.job_rank, peer, x.data, x.nbytes());

@@ -8,7 +8,8 @@
 namespace splitflow {
 
 CpuRankGroup::CpuRankGroup(int size)
-    : size_(size), partials_(static_cast<size_t>(std::max(size, 1))), arrive_(size), summed_(size), copied_(size) {
+    : size_(size), partials_(static_cast<size_t>(std::max(size, 1))), parts_(static_cast<size_t>(std::max(size, 1))),
+      arrive_(size), summed_(size), copied_(size) {
   SF_CHECK(size >= 1, "cpu rank group: size must be >= 1, got {}", size);
 }
 
@@ -30,6 +31,18 @@ void CpuRankGroup::allreduce(int rank, float* partial, float* residual, int64_t 
     std::copy(sum_.begin(), sum_.begin() + count, partial);
   }
   copied_.arrive_and_wait();  // sum_ is rewritten by the next call only after every rank copied it
+}
+
+void CpuRankGroup::gather_columns(int rank, const float* part, float* full, int64_t rows, int64_t shard) {
+  SF_CHECK(rank >= 0 && rank < size_, "cpu rank group: rank {} outside a group of {}", rank, size_);
+  parts_[static_cast<size_t>(rank)] = part;
+  arrive_.arrive_and_wait();
+  const int64_t width = shard * size_;
+  for (int r = 0; r < size_; ++r) {
+    const float* from = parts_[static_cast<size_t>(r)];
+    for (int64_t i = 0; i < rows; ++i) std::memcpy(full + i * width + r * shard, from + i * shard, shard * sizeof(float));
+  }
+  copied_.arrive_and_wait();  // a part is rewritten only after every rank copied it
 }
 
 }  // namespace splitflow

@@ -20,10 +20,14 @@ class CpuRankGroup {
   // rank's partial, in rank order (so each rank gets the same bits), or, with residual null,
   // partial = that sum. Blocks until every rank has read every partial.
   void allreduce(int rank, float* partial, float* residual, int64_t count);
+  // Called by every rank with its own part [rows, shard] f32: full [rows, size x shard] gets rank
+  // r's part in columns [r shard, (r+1) shard) on every rank. Blocks until every rank has copied.
+  void gather_columns(int rank, const float* part, float* full, int64_t rows, int64_t shard);
 
  private:
   int size_;
   std::vector<float*> partials_;
+  std::vector<const float*> parts_;
   std::vector<float> sum_;  // rank 0 sums, every rank copies out (in place: partials are read first)
   std::barrier<> arrive_, summed_, copied_;
 };

@@ -312,6 +312,24 @@ void CudaBackend::allreduce(const DeviceTensor& partial, const DeviceTensor& res
   }
 }
 
+void CudaBackend::gather_columns(const DeviceTensor& parts, const DeviceTensor& full) {
+  SF_CHECK(group_ != nullptr, "gather_columns: the cuda backend belongs to no tensor-parallel group");
+  const int size = group_->world_size();
+  const int64_t rows = check_gather_columns_args("cuda", parts, full, size);
+  const int64_t shard = parts.shape[1];
+  const size_t part_count = static_cast<size_t>(rows * shard);
+  float* base = parts.as<float>();
+  // In place: this rank's part already sits at its offset of the gathered buffer.
+  group_->allgather(base + static_cast<size_t>(group_->rank()) * part_count, base, part_count, DType::F32, stream_);
+  const size_t width = static_cast<size_t>(shard) * sizeof(float);
+  for (int r = 0; r < size; ++r) {
+    SF_CUDA_CHECK(cudaMemcpy2DAsync(full.as<float>() + static_cast<size_t>(r) * shard, static_cast<size_t>(size) * width,
+                                    base + static_cast<size_t>(r) * part_count, width, width, static_cast<size_t>(rows),
+                                    cudaMemcpyDeviceToDevice, stream_),
+                  "place a rank's logits columns");
+  }
+}
+
 void CudaBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier,
                         const DeviceTensor& pos_table, const DeviceTensor& positions, const DeviceTensor& out) {
   if (is_quant_matrix(table)) {

@@ -104,6 +104,8 @@ class CudaBackend final : public Backend {
   // (every rank records the same steps at the same time: the runners mirror each other).
   int tensor_parallel_size() const override;
   void allreduce(const DeviceTensor& partial, const DeviceTensor& residual) override;
+  // NCCL all-gather of the parts in place, then each rank's columns copied into full (2-D copies).
+  void gather_columns(const DeviceTensor& parts, const DeviceTensor& full) override;
   // Pipeline stages: NCCL send / recv of the bytes over the group's communicator (the job's
   // ranks; a hybrid grid's tensor-parallel sub-groups are not built yet), or, with mailboxes,
   // through host memory to a stage in this process (waiting for the device: not recordable).
