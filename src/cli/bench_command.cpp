@@ -77,6 +77,16 @@ void run_bench_latency(const LatencyFlags& flags) {
     bench::LlamaBenchRequest request{flags.llama_bench, flags.model.load.model_path, threads, options.input_len,
                                      options.output_len, 3, peer_gpu_layers};
     nlohmann::json peer = bench::run_llama_bench(request);
+    // The peer's fractions of the same rooflines, from its speeds and this run's bytes per step
+    // and FLOPs per prompt token (same file, same lengths).
+    const double bytes_per_step = result["achieved_gbps"].get<double>() * result["tpot_ms"].get<double>() * 1e6;
+    peer["achieved_gbps"] = peer["decode_tokens_per_s"].get<double>() / options.batch * bytes_per_step / 1e9;
+    peer["fraction_of_bandwidth"] = peer["achieved_gbps"].get<double>() / result["bandwidth_gbps"].get<double>();
+    if (result.contains("gemm_tflops")) {
+      const double gflop_per_token = result["prefill_gflops"].get<double>() / result["prefill_tokens_per_s"].get<double>();
+      peer["prefill_fraction_of_gemm"] =
+          peer["prefill_tokens_per_s"].get<double>() * gflop_per_token / 1e3 / result["gemm_tflops"].get<double>();
+    }
     result["decode_vs_peer"] = result["decode_tokens_per_s"].get<double>() / peer["decode_tokens_per_s"].get<double>();
     result["prefill_vs_peer"] = result["prefill_tokens_per_s"].get<double>() / peer["prefill_tokens_per_s"].get<double>();
     result["peer"] = std::move(peer);
@@ -97,9 +107,9 @@ void run_bench_latency(const LatencyFlags& flags) {
   row("measured bandwidth (GB/s)", "bandwidth_gbps", "{:.2f}");
   row("fraction of bandwidth", "fraction_of_bandwidth", "{:.3f}");
   if (result.contains("gemm_tflops")) {
-    row("prefill TFLOP/s", "prefill_tflops", "{:.1f}");
-    row("measured bf16 GEMM (TFLOP/s)", "gemm_tflops", "{:.1f}");
-    row("fraction of GEMM rate", "prefill_fraction_of_gemm", "{:.3f}");
+    row("prefill TFLOP/s", "prefill_tflops", on_cpu ? "{:.3f}" : "{:.1f}");
+    row(on_cpu ? "measured FMA peak (TFLOP/s)" : "measured bf16 GEMM (TFLOP/s)", "gemm_tflops", on_cpu ? "{:.3f}" : "{:.1f}");
+    row(on_cpu ? "fraction of FMA peak" : "fraction of GEMM rate", "prefill_fraction_of_gemm", "{:.3f}");
   }
   if (result.contains("peer")) {
     fmt::print("| {:<28} | {:>14.1f} |\n", "llama.cpp prefill tokens/s", result["peer"]["prefill_tokens_per_s"].get<double>());
