@@ -52,6 +52,11 @@ if [[ ${TP_TEST:-1} == 1 ]]; then
   (( tp_rc != 0 )) && rc=1
   echo "test_tensor_parallel.py exit $tp_rc: $(tail -1 "$logs/tp_test.log")"
   grep -E "FAIL|rror" "$logs/tp_test.log" | head -20
+  timeout 600 python3 tests/python/test_gpu_cpu_serve.py --splitflow "$build/splitflow" \
+    --shared "${SPLITFLOW_SHARED_DIR:-$root/../shared}" >"$logs/gpu_cpu_serve.log" 2>&1
+  serve_rc=$?
+  (( serve_rc != 0 && serve_rc != 77 )) && rc=1
+  echo "test_gpu_cpu_serve.py exit $serve_rc: $(tail -3 "$logs/gpu_cpu_serve.log" | tr '\n' ' ')"
 fi
 
 results=$logs/tp-results

@@ -7,7 +7,11 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "embedding/embedding_engine.h"
+#include "backend/cpu/host_memory.h"
+#include "backend/upload_bytes.h"
 #include "engine/engine.h"
+#include "engine/generator.h"
+#include "parallel/gpu_layer_fit.h"
 #include "runtime/kv_cache_sizing.h"
 #include "seq2seq/seq2seq_runner.h"
 #include "server/async_embedder.h"
@@ -120,7 +124,9 @@ void run_serve(const ServeFlags& flags) {
   ParallelRank ranks = flags.model.join_ranks();
   std::unique_ptr<Backend> backend = flags.model.make_backend(&ranks);
   LoadedModel model = load_model(flags.model.options());
-  flags.model.check_gpu_layers(model, *backend, flags.max_model_len > 0 ? flags.max_model_len : model.spec.max_position);
+  // -ngl with tensor or pipeline parallelism: every rank refuses a split alike (rank 0 splits below).
+  if (ranks.size() > 1)
+    flags.model.check_gpu_layers(model, *backend, flags.max_model_len > 0 ? flags.max_model_len : model.spec.max_position);
   ranks.partition(model);
   if (!ranks.leader()) {
     // Rank 0 serves HTTP and schedules; this rank makes its runner's calls until rank 0 stops.
@@ -138,6 +144,17 @@ void run_serve(const ServeFlags& flags) {
   const DType kv_cache_dtype = resolve_kv_cache_dtype(*backend, requested_kv_dtype);
   const int64_t kv_bytes_per_block = kv_cache_bytes_per_token(spec, kv_cache_dtype) * flags.block_size;
   int64_t max_model_len = flags.max_model_len > 0 ? flags.max_model_len : spec.max_position;
+  const RunnerLimits limits{flags.max_batch_tokens, flags.max_seqs};
+  // -ngl N / auto on a decoder-only model: the first layers on the CPU, the last ones on the GPU
+  // (parallel/local_pipeline.h), auto sized for one sequence of max_model_len.
+  std::optional<int> gpu_layers;
+  if (spec.network == NetworkType::DecoderOnly && ranks.size() == 1) {
+    gpu_layers = flags.model.gpu_layer_split(
+        model, *backend, KvCacheConfig{blocks_for_tokens(max_model_len, flags.block_size), flags.block_size, 0, kv_cache_dtype},
+        limits);
+  } else {
+    flags.model.check_gpu_layers(model, *backend, max_model_len);
+  }
   const bool sized_from_memory = kv_size.mode == KvCacheSizeRequest::Mode::Memory;
   int64_t num_blocks = 0;  // sized from memory: the runner picks
   std::string kv_size_reason;  // why the default size, for the log and the startup line
@@ -159,14 +176,23 @@ void run_serve(const ServeFlags& flags) {
                    kv_size_reason);
       break;
     }
-    case KvCacheSizeRequest::Mode::Memory: break;
+    case KvCacheSizeRequest::Mode::Memory:
+      if (gpu_layers) {  // the stages need one block count up front: the GPU's share and half the host's memory
+        const GpuLayerFitRequest per_token =
+            gpu_layer_fit_request(spec, model.weights, cuda_upload_bytes, 1, kv_cache_dtype, limits,
+                                  backend->memory_info(), KvCacheMemoryBudget{kv_size.memory_fraction});
+        num_blocks = split_kv_blocks(per_token, *gpu_layers, flags.block_size, cpu::read_host_memory().free_bytes / 2);
+        spdlog::info("kv cache: {} blocks of {} tokens for the GPU/CPU split ({} of {} layers on the GPU)", num_blocks,
+                     flags.block_size, *gpu_layers, spec.num_layers);
+      }
+      break;
   }
   // An embedding model keeps no KV after a step: the cache is one step's worth, no swap space.
   const bool embedding_model = spec.network == NetworkType::EncoderOnly;
   const EmbeddingEngineConfig embedding_config{flags.max_batch_tokens, flags.max_seqs};
   if (embedding_model && kv_size.mode == KvCacheSizeRequest::Mode::Default)
     num_blocks = embedding_cache_blocks(embedding_config, flags.block_size);
-  SF_CHECK(sized_from_memory || (num_blocks > 0 && num_blocks <= INT32_MAX),
+  SF_CHECK((sized_from_memory && !gpu_layers) || (num_blocks > 0 && num_blocks <= INT32_MAX),
            "the KV cache would have {} blocks: give --num-blocks or --kv-cache-gb", num_blocks);
   const int64_t num_host_blocks = embedding_model ? 0 : std::min<int64_t>(
       static_cast<int64_t>(flags.swap_space_gb * double(1 << 30) / static_cast<double>(kv_bytes_per_block)), INT32_MAX);
@@ -175,19 +201,21 @@ void run_serve(const ServeFlags& flags) {
                           kv_cache_dtype};
   // Sized from memory, the cache must hold one sequence of an explicit --max-model-len; without
   // one, a cache smaller than the model's context shortens the context, as a fixed size does.
-  if (sized_from_memory) kv_config.memory_budget = KvCacheMemoryBudget{kv_size.memory_fraction, kDefaultKvReserveBytes,
-                                                                       flags.max_model_len};
+  if (sized_from_memory && !gpu_layers)
+    kv_config.memory_budget = KvCacheMemoryBudget{kv_size.memory_fraction, kDefaultKvReserveBytes, flags.max_model_len};
   // An encoder-decoder runs on one rank (parallel/ refuses it): its decoder is the engine's runner.
-  const RunnerLimits limits{flags.max_batch_tokens, flags.max_seqs};
   std::optional<Seq2SeqRunner> seq2seq;
   std::optional<ModelRunner> own_runner;
+  std::unique_ptr<LocalPipeline> gpu_cpu;  // -ngl: the engine drives stage 0's runner
   if (spec.network == NetworkType::EncoderDecoder) {
     seq2seq.emplace(spec, std::move(model.weights), *backend, kv_config, limits);
+  } else if (gpu_layers) {
+    gpu_cpu = flags.model.make_gpu_cpu_pipeline(model, *gpu_layers, kv_config, limits);
   } else {
     own_runner.emplace(spec, std::move(model.weights), *backend, kv_config, limits, ranks.runner_partition());
     ranks.lead(*own_runner);
   }
-  ModelRunner& runner = seq2seq ? seq2seq->decoder() : *own_runner;
+  ModelRunner& runner = seq2seq ? seq2seq->decoder() : gpu_cpu ? gpu_cpu->leader() : *own_runner;
   num_blocks = runner.kv_config().num_blocks;
   // A cache smaller than one full-length sequence shortens the context rather than failing.
   if (flags.max_model_len == 0) max_model_len = std::min<int64_t>(max_model_len, num_blocks * flags.block_size);
@@ -211,9 +239,11 @@ void run_serve(const ServeFlags& flags) {
 
   // Splitwise roles: a prompt instance serves KV transfers (its prefills exported layer by layer),
   // a token instance imports them; a mixed one does both (the router may borrow it either way).
-  const bool split_capable = ranks.size() == 1 && spec.network == NetworkType::DecoderOnly;
+  // (A GPU/CPU split's leader holds only the CPU layers' KV: no transfers either.)
+  const bool split_capable = ranks.size() == 1 && spec.network == NetworkType::DecoderOnly && !gpu_cpu;
   SF_CHECK(split_capable || flags.role == "mixed",
-           "--role {} needs one rank (no tensor or pipeline parallelism yet) and a decoder-only model", flags.role);
+           "--role {} needs one rank (no tensor or pipeline parallelism yet, no GPU/CPU split) and a decoder-only model",
+           flags.role);
   splitwise::TransferMetrics transfer_metrics;
   std::optional<splitwise::KvExporter> exporter;
   std::optional<splitwise::TcpKvTransport> transport;

@@ -82,6 +82,33 @@ GpuLayerFit fit_gpu_layers(const GpuLayerFitRequest& request) {
   return fit;
 }
 
+int64_t split_kv_blocks(const GpuLayerFitRequest& per_token, int gpu_layers, int block_size, int64_t host_bytes) {
+  const int layers = static_cast<int>(per_token.layer_bytes.size());
+  SF_CHECK(gpu_layers > 0 && gpu_layers <= layers && block_size > 0 &&
+               per_token.layer_kv_bytes.size() == per_token.layer_bytes.size(),
+           "split kv blocks: {} GPU layers of {}, blocks of {} tokens", gpu_layers, layers, block_size);
+  const DeviceMemoryInfo& memory = per_token.memory;
+  const auto outside_share = static_cast<int64_t>(
+      std::ceil((1.0 - per_token.budget.memory_fraction) * static_cast<double>(memory.total_bytes)));
+  const int64_t usable = memory.free_bytes - outside_share - per_token.budget.reserve_bytes;
+  int64_t gpu_weights = per_token.head_bytes + per_token.step_bytes, gpu_block = 0, cpu_block = 0;
+  for (int layer = 0; layer < layers; ++layer) {
+    const bool on_gpu = layer >= layers - gpu_layers;
+    if (on_gpu) gpu_weights += per_token.layer_bytes[layer];
+    (on_gpu ? gpu_block : cpu_block) += per_token.layer_kv_bytes[layer] * block_size;
+  }
+  int64_t blocks = gpu_block > 0 ? std::max<int64_t>(usable - gpu_weights, 0) / gpu_block : INT32_MAX;
+  if (cpu_block > 0) blocks = std::min(blocks, std::max<int64_t>(host_bytes, 0) / cpu_block);
+  blocks = std::min<int64_t>(blocks, INT32_MAX);
+  SF_CHECK(blocks >= 1,
+           "GPU/CPU split: no KV cache block fits: {:.2f} GiB usable on the GPU against {:.2f} GiB of its layers, head and "
+           "step buffers ({:.2f} MiB a block there), {:.2f} GiB of host memory ({:.2f} MiB a block of the CPU's layers); "
+           "give fewer GPU layers or --num-blocks / --kv-cache-gb",
+           gib(usable), gib(gpu_weights), static_cast<double>(gpu_block) / double(1 << 20), gib(host_bytes),
+           static_cast<double>(cpu_block) / double(1 << 20));
+  return blocks;
+}
+
 GpuLayerFitRequest gpu_layer_fit_request(const ModelSpec& spec, const ModelWeights& weights,
                                          const std::function<int64_t(const Tensor&)>& stored_bytes,
                                          int64_t context_tokens, DType cache_dtype, const RunnerLimits& limits,

@@ -127,3 +127,25 @@ TEST(GpuLayerFit, CountsEveryCheckpointTensorAsTheGpuStoresIt) {
   for (int64_t bytes : request.layer_kv_bytes) EXPECT_EQ(bytes, kv);
   EXPECT_GT(request.step_bytes, int64_t{2} * config["vocab_size"].get<int64_t>() * 4);  // at least the logits
 }
+
+TEST(GpuLayerFit, SplitKvBlocksFromBothSidesMemory) {
+  // Per token: 1 KV byte a layer; 4 layers of 100 bytes, head 50, steps 20; 1000 bytes usable.
+  GpuLayerFitRequest per_token = four_layers(1000);
+  per_token.layer_kv_bytes = {1, 1, 1, 1};
+  per_token.budget.memory_fraction = 1.0;
+  per_token.budget.reserve_bytes = 0;
+  // Two GPU layers: 1000 - (70 + 200) = 730 bytes over 2 x 16 per block -> 22; the host's 320 bytes
+  // over the CPU's 2 x 16 per block -> 10.
+  EXPECT_EQ(split_kv_blocks(per_token, 2, 16, 320), 10);
+  EXPECT_EQ(split_kv_blocks(per_token, 2, 16, 10000), 22);
+  // Three GPU layers: 1000 - 370 = 630 over 48 -> 13; one CPU layer: 320 over 16 -> 20.
+  EXPECT_EQ(split_kv_blocks(per_token, 3, 16, 320), 13);
+  try {
+    split_kv_blocks(per_token, 2, 16, 31);  // not one block of the CPU's layers
+    FAIL() << "no block fits";
+  } catch (const std::exception& error) {
+    EXPECT_NE(std::string(error.what()).find("no KV cache block fits"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(split_kv_blocks(per_token, 5, 16, 320), std::exception);  // more GPU layers than the model
+  EXPECT_THROW(split_kv_blocks(per_token, 0, 16, 320), std::exception);
+}
