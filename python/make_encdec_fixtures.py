@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tiny random-weight encoder-decoder checkpoints (T5 v1.0 and v1.1, BART) and transformers' fp32
+"""Tiny random-weight encoder-decoder checkpoints (T5 v1.0 and v1.1, BART, Marian) and transformers' fp32
 outputs on them: the oracle for splitflow's encoder-decoder path (issue 28 item 4).
 
     python3 python/make_encdec_fixtures.py --out tests/fixtures/encdec [--only NAME ...]
@@ -20,6 +20,10 @@ unties it after construction (a separate random lm_head, as google/t5-v1_1-* che
 so its reference is T5ForConditionalGeneration's forward with an untied head and without the
 d_model**-0.5 rescale (config `tie_word_embeddings: false`, which transformers reads as
 `scale_decoder_outputs = False`).
+
+Marian's sinusoidal position tables are left out of its checkpoint (hub checkpoints do not store
+them: the model computes them), and its final_logits_bias gets random values (hub checkpoints may
+carry zeros) so the logits bias is exercised.
 """
 
 import argparse
@@ -30,7 +34,8 @@ from pathlib import Path
 import safetensors.torch
 import torch
 import transformers
-from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
+from transformers import (BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel, T5Config,
+                          T5ForConditionalGeneration)
 
 PROMPT_LENGTHS = (7, 23)
 DECODE_STEPS = 10
@@ -74,10 +79,29 @@ FIXTURES = {
                     is_encoder_decoder=True),
         untied_head=False,
     ),
+    # Marian (MarianMTModel, as the opus-mt checkpoints): post-norm like BART but without an embedding
+    # LayerNorm, sinusoidal positions (sines in the first half of each row, cosines in the second, no
+    # offset), embeddings scaled by sqrt(d_model), swish, tied head plus final_logits_bias, decoding
+    # from the pad token.
+    "marian": dict(
+        description="Marian: post-norm, sinusoidal positions (halves), embeddings x sqrt(d_model), swish, tied head "
+                    "with a random final_logits_bias, 2 encoder and 3 decoder layers, decoder_start_token_id = pad 127",
+        family="marian",
+        config=dict(vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
+                    decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=48, max_position_embeddings=64,
+                    activation_function="swish", scale_embedding=True, pad_token_id=127, eos_token_id=0,
+                    decoder_start_token_id=127, forced_eos_token_id=None, share_encoder_decoder_embeddings=True,
+                    is_encoder_decoder=True),
+        untied_head=False,
+    ),
 }
 
-ARCHITECTURES = {"t5": "T5ForConditionalGeneration", "bart": "BartForConditionalGeneration"}
-CLASSES = {"t5": (T5Config, T5ForConditionalGeneration), "bart": (BartConfig, BartForConditionalGeneration)}
+ARCHITECTURES = {"t5": "T5ForConditionalGeneration", "bart": "BartForConditionalGeneration",
+                 "marian": "MarianMTModel"}
+CLASSES = {"t5": (T5Config, T5ForConditionalGeneration), "bart": (BartConfig, BartForConditionalGeneration),
+           "marian": (MarianConfig, MarianMTModel)}
+# Computed by the model, absent from hub checkpoints.
+COMPUTED = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
 # Copies of the shared embedding that save_pretrained leaves out.
 TIED_COPIES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "model.encoder.embed_tokens.weight",
                "model.decoder.embed_tokens.weight")
@@ -96,12 +120,16 @@ def build(name: str, spec: dict, seed: int):
     with torch.no_grad():
         # Wider weights than T5's init so the tiny model's logits are not all near-ties.
         for param_name, param in model.named_parameters():
+            if "embed_positions" in param_name and spec.get("family") == "marian":
+                continue  # the sinusoidal table, not a weight
             if param.dim() == 2:
                 param.normal_(0.0, 0.5 if "relative_attention_bias" in param_name else 0.3)
             elif "norm" in param_name and param_name.endswith("weight"):
                 param.uniform_(0.5, 1.5)
             else:
                 param.normal_(0.0, 0.1)  # biases
+        if hasattr(model, "final_logits_bias") and spec.get("family") == "marian":
+            model.final_logits_bias.normal_(0.0, 0.5)
         if spec["untied_head"]:
             model.lm_head.weight = torch.nn.Parameter(torch.randn(config.vocab_size, config.d_model) * 0.3)
     if spec.get("family", "t5") == "t5":
@@ -136,7 +164,7 @@ def save_checkpoint(model, spec, directory: Path):
     state = model.state_dict()
     tensors = {}
     for key, value in state.items():
-        if key in TIED_COPIES:
+        if key in TIED_COPIES or key in COMPUTED:
             continue  # tied to the shared embedding, stored once as save_pretrained does
         if key == "lm_head.weight" and not spec["untied_head"]:
             continue

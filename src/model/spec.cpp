@@ -57,6 +57,13 @@ const std::vector<EnumName<PositionType>>& position_names() {
   };
   return names;
 }
+const std::vector<EnumName<SinusoidLayout>>& sinusoid_layout_names() {
+  static const std::vector<EnumName<SinusoidLayout>> names = {
+      {SinusoidLayout::Interleaved, {"interleaved"}},
+      {SinusoidLayout::Halves, {"halves"}},
+  };
+  return names;
+}
 const std::vector<EnumName<RopeStyle>>& rope_style_names() {
   static const std::vector<EnumName<RopeStyle>> names = {
       {RopeStyle::Half, {"half"}},
@@ -298,7 +305,8 @@ json encoder_json(const json& object) {
   if (!base.contains("attention") || !base["attention"].is_object()) base["attention"] = json::object();
   base["attention"]["causal"] = false;
   if (base.contains("tensors") && base["tensors"].is_object())
-    for (const char* key : {"lm_head", "lm_head_optional", "cross_attn_norm", "cross_q", "cross_k", "cross_v", "cross_o"})
+    for (const char* key : {"lm_head", "lm_head_optional", "logits_bias", "cross_attn_norm", "cross_q", "cross_k",
+                            "cross_v", "cross_o"})
       base["tensors"].erase(key);
   base.merge_patch(object.at("encoder"));
   return base;
@@ -412,6 +420,7 @@ void parse_tensors(const json& object, TensorNames& tensors) {
       {"token_type_embed", &tensors.token_type_embed}, {"relative_bias", &tensors.relative_bias},
       {"cross_attn_norm", &tensors.cross_attn_norm}, {"cross_q", &tensors.cross_q},
       {"cross_k", &tensors.cross_k}, {"cross_v", &tensors.cross_v}, {"cross_o", &tensors.cross_o},
+      {"logits_bias", &tensors.logits_bias},
   };
   for (const auto& [key, target] : names) reader.read_string(key, *target);
   reader.finish();
@@ -563,6 +572,7 @@ ModelSpec spec_from_json(const json& object) {
   parse_attention(*reader.find("attention"), spec.attention);
   parse_mlp(*reader.find("mlp"), spec.mlp);
   reader.read_enum("position", position_names(), spec.position);
+  reader.read_enum("sinusoid_layout", sinusoid_layout_names(), spec.sinusoid_layout);
   if (const json* rope = reader.find("rope")) parse_rope(*rope, spec.rope);
   reader.read_bool("parallel_residual", spec.parallel_residual);
   reader.read_bool("shared_layer_norm", spec.shared_layer_norm);
@@ -735,10 +745,10 @@ void validate_spec(const ModelSpec& spec) {
     SF_CHECK(spec.final_logit_softcap == 0.0, "final_logit_softcap: an encoder_only model has no logits");
   }
 
-  SF_CHECK(spec.position == PositionType::Rope || spec.position == PositionType::Learned ||
-               spec.position == PositionType::None || spec.position == PositionType::Relative,
-           "position: {} is not supported yet (rope, learned, relative or none)",
-           enum_name(position_names(), spec.position));
+  SF_CHECK(spec.position != PositionType::ALiBi, "position: alibi is not supported yet (rope, learned, sinusoidal, "
+           "relative or none)");
+  SF_CHECK(spec.position != PositionType::Sinusoidal || spec.hidden_size % 2 == 0,
+           "position: sinusoidal needs an even hidden_size (sine and cosine pairs), got {}", spec.hidden_size);
   if (spec.position == PositionType::Relative) {
     const RelativeAttentionSpec& relative = spec.relative_attention;
     const int exact = relative.num_buckets / (attention.causal ? 2 : 4);
@@ -817,6 +827,8 @@ void validate_spec(const ModelSpec& spec) {
   require_name("down", tensors.down, "the MLP has a down projection");
   if (encoder) forbid_name("lm_head", tensors.lm_head, "an encoder_only model returns its states, not logits");
   else if (!spec.tie_embeddings) require_name("lm_head", tensors.lm_head, "tie_embeddings is false");
+  if (encoder) forbid_name("logits_bias", tensors.logits_bias, "an encoder_only model returns its states, not logits");
+  check_tensor_name("logits_bias", tensors.logits_bias, false);
   if (spec.position == PositionType::Learned)
     require_name("pos_embed", tensors.pos_embed, "position is learned");
   else
@@ -891,6 +903,7 @@ json spec_to_json(const ModelSpec& spec) {
                 {"up_bias", mlp.up_bias},
                 {"down_bias", mlp.down_bias}};
   out["position"] = enum_name(position_names(), spec.position);
+  out["sinusoid_layout"] = enum_name(sinusoid_layout_names(), spec.sinusoid_layout);
 
   const auto scaling_to_json = [](const RopeScaling& scaling) {
   json scaling_json = nullptr;
@@ -972,7 +985,8 @@ json spec_to_json(const ModelSpec& spec) {
                     {"cross_q", tensors.cross_q},
                     {"cross_k", tensors.cross_k},
                     {"cross_v", tensors.cross_v},
-                    {"cross_o", tensors.cross_o}};
+                    {"cross_o", tensors.cross_o},
+                    {"logits_bias", tensors.logits_bias}};
   out["bos_token_id"] = spec.bos_token_id;
   out["eos_token_ids"] = spec.eos_token_ids;
   if (!spec.encoder.empty()) out["encoder"] = spec_to_json(spec.encoder.front());

@@ -20,6 +20,10 @@ enum class Activation { SiLU, GELU, GELUTanh, ReLU };
 // Relative: no absolute positions; each attention score gets a learned bias per head and bucket of
 // the key's distance from the query (T5, relative_attention).
 enum class PositionType { Rope, Learned, Sinusoidal, ALiBi, None, Relative };
+// Where position sinusoidal puts the sine and cosine of frequency i = 10000^(-2i/d):
+// interleaved ("Attention is all you need": PE[p, 2i] = sin, PE[p, 2i+1] = cos) or halves
+// (HF Marian: sin in columns [0, d/2), cos in [d/2, d)).
+enum class SinusoidLayout { Interleaved, Halves };
 // Which elements RoPE rotates together: Half pairs x[i] with x[i + rot/2] (GPT-NeoX, HF Llama),
 // Interleaved pairs x[2i] with x[2i+1] (GPT-J, Meta/llama2.c/GGUF Llama layout).
 enum class RopeStyle { Half, Interleaved };
@@ -141,6 +145,9 @@ struct TensorNames {
   std::string embed_norm;                    // embedding_norm
   std::string token_type_embed;              // token_types > 0
   std::string relative_bias;                 // position relative: [num_buckets, num_heads], shared by the layers
+  // A full tensor name (no suffix appended): (vocab) or (1, vocab) added to the logits (Marian's
+  // final_logits_bias).
+  std::string logits_bias;
   // encoder_decoder: each decoder layer's cross-attention over the encoder's states, between its
   // self-attention and its MLP: norm, query, key and value (of the encoder states) and output.
   std::string cross_attn_norm, cross_q, cross_k, cross_v, cross_o;
@@ -182,6 +189,7 @@ struct ModelSpec {
   AttentionSpec attention;
   MlpSpec mlp;
   PositionType position = PositionType::Rope;
+  SinusoidLayout sinusoid_layout = SinusoidLayout::Interleaved;  // position sinusoidal
   RopeSpec rope;
   bool parallel_residual = false;      // x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX, Falcon)
   bool shared_layer_norm = false;      // parallel residual with one norm feeding both (Falcon-7B)

@@ -185,6 +185,16 @@ class Binder {
       weights.relative_bias = Tensor::zeros(DType::F32, shape);
       write_rows(info.tensor, false, weights.relative_bias, 0);
     }
+    if (!names_.logits_bias.empty()) {
+      // Stored as (1, vocab) by transformers (final_logits_bias), or flat.
+      const TensorInfo& info = require("logits_bias", names_.logits_bias, -1, "");
+      const Shape& stored = info.tensor.shape;
+      SF_CHECK((stored.size() == 1 && stored[0] == vocab) || (stored.size() == 2 && stored[0] == 1 && stored[1] == vocab),
+               "tensor '{}' (from {}) has shape {}, expected [{}] or [1, {}]", info.name,
+               describe("logits_bias", names_.logits_bias, -1), shape_str(stored), vocab, vocab);
+      weights.logits_bias = Tensor::zeros(DType::F32, {vocab});
+      write_rows(info.tensor, false, weights.logits_bias, 0);  // vocab values either way
+    }
     if (spec_.network == NetworkType::EncoderDecoder) {
       Binder encoder(spec_.encoder_spec(), source_, matrix_dtype_, quantization_);
       weights.encoder = std::make_shared<ModelWeights>(encoder.bind(/*warn=*/false));
@@ -624,6 +634,8 @@ ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint6
       if (attention.o_bias) layer.b_cross_o = fill.bias(hidden);
     }
   }
+  if (!spec.tensors.logits_bias.empty())
+    weights.logits_bias = materialize(fill.normal({spec.vocab_size}, 0.02f, DType::F32));
   if (spec.position == PositionType::Relative)
     weights.relative_bias = materialize(fill.normal({spec.relative_attention.num_buckets, attention.num_heads}, 0.02f,
                                                     DType::F32));

@@ -43,6 +43,7 @@ struct ModelWeights {
   Tensor final_norm, final_norm_bias; // (hidden); absent in encoders without a final norm
   Tensor lm_head;                     // (vocab, hidden); shares embed's storage when tied; absent in encoders
   Tensor relative_bias;               // (num_buckets, num_heads) F32, position relative
+  Tensor logits_bias;                 // (vocab) F32, added to the logits (tensors.logits_bias); usually absent
   std::vector<LayerWeights> layers;
   // encoder_decoder: the encoder stack's weights (its spec: ModelSpec::encoder_spec()).
   std::shared_ptr<ModelWeights> encoder;

@@ -52,15 +52,18 @@ DeviceBuffer upload_or_empty(Backend& backend, const Tensor& tensor) {
   return tensor.empty() ? DeviceBuffer() : backend.upload(tensor);
 }
 
-// "Attention is all you need": PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same).
-Tensor sinusoidal_table(int64_t positions, int64_t hidden) {
+// "Attention is all you need": PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same);
+// SinusoidLayout::Halves (HF Marian) puts the sines in columns [0, d/2) and the cosines after.
+Tensor sinusoidal_table(int64_t positions, int64_t hidden, SinusoidLayout layout) {
   Tensor table = Tensor::zeros(DType::F32, {positions, hidden});
   float* out = table.as<float>();
+  const bool halves = layout == SinusoidLayout::Halves;
   for (int64_t p = 0; p < positions; ++p)
     for (int64_t i = 0; i < hidden; i += 2) {
       const double angle = static_cast<double>(p) / std::pow(10000.0, static_cast<double>(i) / hidden);
-      out[p * hidden + i] = static_cast<float>(std::sin(angle));
-      if (i + 1 < hidden) out[p * hidden + i + 1] = static_cast<float>(std::cos(angle));
+      const int64_t sin_column = halves ? i / 2 : i, cos_column = halves ? hidden / 2 + i / 2 : i + 1;
+      out[p * hidden + sin_column] = static_cast<float>(std::sin(angle));
+      if (i + 1 < hidden) out[p * hidden + cos_column] = static_cast<float>(std::cos(angle));
     }
   return table;
 }
@@ -316,6 +319,10 @@ void ModelRunner::upload_weights(ModelWeights& weights) {
                       (lm_head.generated ? weights.embed.generated && lm_head.generated->key == weights.embed.generated->key
                                          : lm_head.data == weights.embed.data);
     lm_head_ = tied ? embed_ : backend_.upload(lm_head);
+    SF_CHECK(weights.logits_bias.empty() || vocab_shard_.rows == 0,
+             "logits_bias: not supported with the vocabulary split over tensor-parallel ranks");
+    logits_bias_ = upload_or_empty(backend_, checked(weights.logits_bias, "logits_bias", {vocab},
+                                                     !spec.tensors.logits_bias.empty(), false));
   }
 
   SF_CHECK(static_cast<int>(weights.layers.size()) == spec.num_layers, "weights: {} layers, the spec has num_layers {}",
@@ -386,7 +393,7 @@ void ModelRunner::fold_norm_weights() {
 
 void ModelRunner::build_position_tables(int64_t max_positions) {
   if (spec_.position == PositionType::Sinusoidal)
-    pos_embed_ = backend_.upload(sinusoidal_table(spec_.max_position, spec_.hidden_size));
+    pos_embed_ = backend_.upload(sinusoidal_table(spec_.max_position, spec_.hidden_size, spec_.sinusoid_layout));
   if (spec_.position != PositionType::Rope) return;
   // Positions a sequence can reach (bounded by the context and the cache's capacity); past
   // rope_static_length length-specific frequencies take over, and the table stops there.
@@ -727,7 +734,7 @@ void ModelRunner::issue_head(int64_t begin, int64_t count, bool sample, bool row
     backend_.matmul(head_input, lm_head_.view(), {}, parts.rows(vocab_shard_.rank * count, count), false);
     backend_.gather_columns(parts, logits);
   } else {
-    backend_.matmul(head_input, lm_head_.view(), {}, logits, false);
+    backend_.matmul(head_input, lm_head_.view(), logits_bias_.view(), logits, false);
   }
   if (spec_.final_logit_softcap > 0.0) backend_.softcap(logits, static_cast<float>(spec_.final_logit_softcap));
   if (sample) {

@@ -290,6 +290,7 @@ class ModelRunner {
 
   // Weights.
   DeviceBuffer embed_, pos_embed_, final_norm_, final_norm_bias_, lm_head_;
+  DeviceBuffer logits_bias_;  // (vocab) f32, tensors.logits_bias; empty: none
   DeviceBuffer embed_norm_, embed_norm_bias_;  // embedding_norm
   DeviceBuffer unit_norm_weight_;  // ones [hidden] when norm weights are folded, else empty
   DeviceBuffer relative_bias_;     // [num_buckets, num_heads] F32, position relative

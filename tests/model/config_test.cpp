@@ -542,7 +542,7 @@ TEST(BadInput, UnknownArchitectureSaysWhatToDo) {
   expect_error([&] { resolve_hf_spec(dir.path()); },
                {"config.json '", "no built-in template serves architectures [FalconForCausalLM]",
                 "known: BartForConditionalGeneration, BertForMaskedLM, ",
-                "GPT2LMHeadModel, GPTNeoXForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, LlamaForCausalLM, "
+                "GPT2LMHeadModel, GPTNeoXForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, LlamaForCausalLM, MarianMTModel, "
                 "MistralForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, RobertaForMaskedLM",
                 "hidden_size, num_layers, vocab_size, max_position, norm, attention, mlp", "--spec",
                 "\"template\": \"<name>\""});

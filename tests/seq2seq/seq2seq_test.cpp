@@ -1,9 +1,9 @@
-// Encoder-decoder models against HF transformers on the tiny random-weight T5 and BART checkpoints in
+// Encoder-decoder models against HF transformers on the tiny random-weight T5, BART and Marian checkpoints in
 // tests/fixtures/encdec (python/make_encdec_fixtures.py): the decoder's logits for transformers'
 // greedy tokens, one forward (teacher forcing) and one cached step at a time with both prompts
 // batched, within 1e-3 x max|logit| per row; and generate_seq2seq's greedy continuation equal to
 // transformers' generate. Loaded as `splitflow generate` loads them (spec from config.json through
-// models/t5.json and models/bart.json, weights bound in f32).
+// models/t5.json, models/bart.json and models/marian.json, weights bound in f32).
 #include "seq2seq/seq2seq_generator.h"
 #include "seq2seq/seq2seq_runner.h"
 
@@ -221,6 +221,37 @@ TEST(EncDecSpec, BartTemplateIsPostNormWithOffsetPositions) {
                       "norm cross_attn_norm+bias: hidden\n"),
             std::string::npos)
       << plan;
+}
+
+TEST(EncDecSpec, MarianTemplateHasSinusoidalHalvesScaledEmbeddingsAndALogitsBias) {
+  const Loaded marian = load("marian");
+  EXPECT_EQ(marian.spec.position, PositionType::Sinusoidal);
+  EXPECT_EQ(marian.spec.sinusoid_layout, SinusoidLayout::Halves);
+  EXPECT_EQ(marian.spec.encoder_spec().position, PositionType::Sinusoidal);
+  EXPECT_EQ(marian.spec.encoder_spec().sinusoid_layout, SinusoidLayout::Halves);
+  EXPECT_NEAR(marian.spec.embedding_multiplier, std::sqrt(32.0), 1e-12);
+  EXPECT_FALSE(marian.spec.embedding_norm);
+  EXPECT_EQ(marian.spec.mlp.activation, Activation::SiLU);
+  EXPECT_EQ(marian.spec.decoder_start_token_id, 127);
+  EXPECT_EQ(marian.spec.eos_token_ids, std::vector<int>{0});
+  EXPECT_EQ(marian.spec.tensors.logits_bias, "final_logits_bias");
+  EXPECT_TRUE(marian.spec.encoder_spec().tensors.logits_bias.empty());
+  ASSERT_EQ(marian.weights.logits_bias.shape, (Shape{128}));
+  EXPECT_TRUE(marian.weights.pos_embed.empty());  // computed, not read
+  EXPECT_EQ(spec_from_json(spec_to_json(marian.spec)), marian.spec);
+  // A decoder vocabulary of its own is refused, naming the key.
+  json config = json::parse(read_text_file(test::fixture_path("encdec/marian/config.json")));
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "splitflow_marian_vocab_test";
+  std::filesystem::create_directories(dir);
+  config["decoder_vocab_size"] = 100;
+  std::ofstream(dir / "config.json") << config.dump();
+  try {
+    resolve_hf_spec(dir.string());
+    ADD_FAILURE() << "a separate decoder vocabulary was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("decoder_vocab_size"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(EncDecSpec, RefusesWhatItCannotRun) {
