@@ -42,15 +42,6 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
   const int32_t block_size = runner_.kv_config().block_size;
   BlockAllocator allocator(runner_.kv_config().num_blocks);
   std::vector<int32_t> block_table;
-  Sampler sampler(params, spec.vocab_size);
-  StopChecker stop(params, tokenizer_ ? tokenizer_->eos_ids() : std::vector<int32_t>(spec.eos_token_ids.begin(),
-                                                                                        spec.eos_token_ids.end()));
-  std::optional<StreamDecoder> decoder;
-  if (tokenizer_) decoder.emplace(*tokenizer_, /*skip_special=*/true);
-
-  GenerationResult result;
-  result.prompt_tokens = prompt_len;
-  size_t streamed_bytes = 0;
 
   // Prefill in chunks of the runner's token budget; only the last chunk asks for logits.
   const auto prefill_start = std::chrono::steady_clock::now();
@@ -65,13 +56,38 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
                            start + count == prompt_len});
     logits = runner_.forward(batch);
   }
+  const auto feed = [&](int32_t token, int64_t position) {
+    ForwardBatch batch;
+    batch.token_ids = {token};
+    allocator.grow_table(block_table, position + 1, block_size);
+    batch.spans.push_back({1, static_cast<int32_t>(position), block_table, true});
+    return runner_.forward(batch);
+  };
+  GenerationResult result = decode_sequence(spec, tokenizer_, params, prompt_ids, std::move(logits), prompt_len,
+                                            context, feed, prefill_start, on_text, on_logits);
+  result.prompt_tokens = prompt_len;
+  return result;
+}
 
+GenerationResult decode_sequence(const ModelSpec& spec, const Tokenizer* tokenizer, const SamplingParams& params,
+                                 std::span<const int32_t> penalty_prompt, Tensor logits, int64_t position,
+                                 int64_t context, const std::function<Tensor(int32_t token, int64_t position)>& feed,
+                                 std::chrono::steady_clock::time_point prefill_start,
+                                 const std::function<void(std::string_view)>& on_text,
+                                 const std::function<void(std::span<const float>)>& on_logits) {
+  Sampler sampler(params, spec.vocab_size);
+  StopChecker stop(params, tokenizer ? tokenizer->eos_ids() : std::vector<int32_t>(spec.eos_token_ids.begin(),
+                                                                                      spec.eos_token_ids.end()));
+  std::optional<StreamDecoder> decoder;
+  if (tokenizer) decoder.emplace(*tokenizer, /*skip_special=*/true);
+
+  GenerationResult result;
+  size_t streamed_bytes = 0;
   auto decode_start = std::chrono::steady_clock::now();
-  int64_t position = prompt_len;
   while (true) {
     const auto row = std::span<const float>(logits.as<float>(), static_cast<size_t>(spec.vocab_size));
     if (on_logits) on_logits(row);
-    const int32_t token = sampler.sample(row, prompt_ids, result.output_ids).token_id;
+    const int32_t token = sampler.sample(row, penalty_prompt, result.output_ids).token_id;
     result.output_ids.push_back(token);
     if (result.output_ids.size() == 1) {
       result.prefill_seconds = seconds_since(prefill_start);
@@ -87,12 +103,7 @@ GenerationResult Generator::generate(const std::vector<int32_t>& prompt_ids, con
       on_text(std::string_view(stop.text()).substr(streamed_bytes, stop.safe_bytes() - streamed_bytes));
       streamed_bytes = stop.safe_bytes();
     }
-
-    ForwardBatch batch;
-    batch.token_ids = {token};
-    allocator.grow_table(block_table, position + 1, block_size);
-    batch.spans.push_back({1, static_cast<int32_t>(position), block_table, true});
-    logits = runner_.forward(batch);
+    logits = feed(token, position);
     ++position;
   }
   if (stop.finished()) {

@@ -11,6 +11,7 @@
 #include "runtime/model_runner.h"
 #include "tokenizer/tokenizer.h"
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -47,6 +48,19 @@ class Generator {
   ModelRunner& runner_;
   const Tokenizer* tokenizer_;
 };
+
+// The decode loop of the single-request generators (Generator, seq2seq's generate_seq2seq): from
+// `logits`, the row of the step that consumed the prompt, samples a token (penalties see
+// `penalty_prompt` as the prompt), detokenizes and checks stops, and feeds the token back at
+// `position` (then position + 1, ...) through `feed`, which returns the next step's logits row,
+// until a stop, max_tokens, or `context` positions ("length"). Fills everything but prompt_tokens;
+// prefill_seconds runs from `prefill_start` to the first token.
+GenerationResult decode_sequence(const ModelSpec& spec, const Tokenizer* tokenizer, const SamplingParams& params,
+                                 std::span<const int32_t> penalty_prompt, Tensor logits, int64_t position,
+                                 int64_t context, const std::function<Tensor(int32_t token, int64_t position)>& feed,
+                                 std::chrono::steady_clock::time_point prefill_start,
+                                 const std::function<void(std::string_view)>& on_text,
+                                 const std::function<void(std::span<const float>)>& on_logits);
 
 // The number of KV blocks one sequence of up to `max_tokens` tokens needs.
 int32_t blocks_for_tokens(int64_t max_tokens, int32_t block_size);
