@@ -8,6 +8,7 @@
 #include "backend/argument_checks.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd.h"
+#include "backend/cpu/thread_team.h"
 #include "core/error.h"
 
 #include <algorithm>
@@ -190,8 +191,8 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
   const int64_t block_size = params.block_size;
   const int64_t padded = (block_size + 7) / 8 * 8;  // key columns of a block, rounded to whole vectors
   const float scale = params.scale;
-#pragma omp parallel num_threads(num_threads_) if (items > 1 && work >= kMinParallelWork)
-  {
+  // Items are the team's chunks (backend/cpu/thread_team.h), each thread with its own scratch.
+  parallel_chunks(items > 1 && work >= kMinParallelWork ? num_threads_ : 1, items, [&](int64_t item) {
     thread_local AttentionScratch scratch;
     scratch.keys_t.resize(head_dim * padded);
     scratch.scores.resize(padded);
@@ -200,8 +201,7 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
     scratch.max.resize(kQueryTile * group);
     scratch.sum.resize(kQueryTile * group);
     scratch.acc.resize(kQueryTile * group * int64_t{head_dim});
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) {
+    {
       const int64_t tile = item / kv_heads;
       const int kv_head = static_cast<int>(item % kv_heads);
       const int64_t s = std::upper_bound(tile_start, tile_start + seqs + 1, tile) - tile_start - 1;
@@ -265,7 +265,7 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
         for (int d = 0; d < head_dim; ++d) o[d] = acc[d] * inv;
       }
     }
-  }
+  });
 }
 
 }  // namespace splitflow::cpu

@@ -7,6 +7,7 @@
 #include "backend/cpu/rank_group.h"
 #include "backend/host_mailboxes.h"
 #include "backend/cpu/simd.h"
+#include "backend/cpu/thread_team.h"
 #include "core/error.h"
 #include "sampling/host_rule.h"
 
@@ -139,6 +140,7 @@ CpuBackend::CpuBackend(int num_threads, CpuJobPlace place)
   const char* pin = std::getenv("SPLITFLOW_CPU_PIN");
   pin_threads_ = place_.group == nullptr && place_.mailboxes == nullptr && num_threads_ > 1 &&
                  (pin == nullptr || std::string_view(pin) != "0");
+  if (place_.group != nullptr || place_.mailboxes != nullptr) set_team_pinning(false);
   SF_CHECK(place_.group == nullptr || (place_.group_rank >= 0 && place_.group_rank < place_.group->size()),
            "cpu backend: rank {} outside a group of {}", place_.group_rank, place_.group ? place_.group->size() : 0);
 }

@@ -2,9 +2,8 @@
 
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/simd.h"
+#include "backend/cpu/thread_team.h"
 #include "core/error.h"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -19,6 +18,9 @@
 
 namespace splitflow::cpu {
 namespace {
+
+// Rows of w per chunk of the decode GEMV's work (a multiple of the 8-row tiles).
+constexpr int64_t kGemvChunkRows = 32;
 
 // ---- GEMV: y[i, j] (+)= dot(x[i], w[j]) for a tile of MX rows of x and NW rows of w -------------
 // Each w element is converted once and used MX times; MX * NW accumulators stay in registers.
@@ -151,15 +153,12 @@ void gemv(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y,
 #if defined(SPLITFLOW_CPU_AVX2) && !defined(SPLITFLOW_CPU_AVX512)
   if constexpr (std::is_same_v<W, BF16Bits>) x = permute_for_bf16(x, m, k);
 #endif
-  // Each thread owns a contiguous range of w rows (one pass over its share of the weights per
-  // group of up to 4 x rows); ranges are multiples of 8 rows so tiles stay whole.
-#pragma omp parallel num_threads(num_threads) if (m * n * k >= 8 * kMinParallelWork)
-  {
-    const int threads = omp_get_num_threads(), thread = omp_get_thread_num();
-    const int64_t per_thread = (n + threads - 1) / threads;
-    const int64_t aligned = (per_thread + 7) / 8 * 8;
-    const int64_t j_begin = std::min<int64_t>(n, aligned * thread);
-    const int64_t j_end = std::min<int64_t>(n, j_begin + aligned);
+  // Chunks of kGemvChunkRows rows of w, taken by the team's threads one at a time (a descheduled
+  // thread delays its chunk only); each chunk is one pass over its rows per group of up to 4 x
+  // rows, whole 8-row tiles except at the end of w.
+  const int64_t chunks = (n + kGemvChunkRows - 1) / kGemvChunkRows;
+  parallel_chunks(m * n * k >= 8 * kMinParallelWork ? num_threads : 1, chunks, [&](int64_t chunk) {
+    const int64_t j_begin = chunk * kGemvChunkRows, j_end = std::min(n, j_begin + kGemvChunkRows);
     for (int64_t i = 0; i < m;) {
       const int64_t rows = std::min<int64_t>(4, m - i);
       const float* xi = x + i * k;
@@ -172,7 +171,7 @@ void gemv(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y,
       }
       i += rows;
     }
-  }
+  });
 }
 
 // ---- GEMM: packed panels of w (fp32, k-major), a register-blocked micro-kernel ----------------
@@ -335,31 +334,27 @@ void gemm(const float* x, int64_t m, int64_t k, const Pack& pack, int64_t n, flo
   const int64_t row_chunks = blocks >= wanted_items ? 1 : std::min((wanted_items + blocks - 1) / blocks, (m + kMR - 1) / kMR);
   const int64_t chunk_rows = ((m + row_chunks - 1) / row_chunks + kMR - 1) / kMR * kMR;
   const int64_t items = blocks * ((m + chunk_rows - 1) / chunk_rows);
-#pragma omp parallel num_threads(num_threads) if (m * n * k >= 8 * kMinParallelWork)
-  {
+  parallel_chunks(m * n * k >= 8 * kMinParallelWork ? num_threads : 1, items, [&](int64_t item) {
     // Per-thread packing buffer, one block of kNC columns x kKC depth, allocated once per thread.
     thread_local std::unique_ptr<float, AlignedFree> packed(
         static_cast<float*>(std::aligned_alloc(64, kKC * kNC * sizeof(float))));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) {
-      const int64_t block = item % blocks, i_begin = item / blocks * chunk_rows, i_end = std::min(m, i_begin + chunk_rows);
-      const int64_t j_begin = block * kNC, j_end = std::min(n, j_begin + kNC);
-      const int64_t panels = (j_end - j_begin + kNR - 1) / kNR;
-      for (int64_t p0 = 0; p0 < k; p0 += kKC) {
-        const int64_t kc = std::min(kKC, k - p0);
-        for (int64_t panel = 0; panel < panels; ++panel)
-          pack(j_begin + panel * kNR, p0, kc, packed.get() + panel * kKC * kNR);
-        for (int64_t i = i_begin; i < i_end; i += kMR) {
-          const int64_t rows = std::min<int64_t>(kMR, i_end - i);
-          for (int64_t panel = 0; panel < panels; ++panel) {
-            const int64_t j = j_begin + panel * kNR;
-            micro_tile(rows, x + i * k + p0, k, packed.get() + panel * kKC * kNR, kc, y + i * ldy + j, ldy,
-                       std::min<int64_t>(kNR, j_end - j), accumulate || p0 > 0);
-          }
+    const int64_t block = item % blocks, i_begin = item / blocks * chunk_rows, i_end = std::min(m, i_begin + chunk_rows);
+    const int64_t j_begin = block * kNC, j_end = std::min(n, j_begin + kNC);
+    const int64_t panels = (j_end - j_begin + kNR - 1) / kNR;
+    for (int64_t p0 = 0; p0 < k; p0 += kKC) {
+      const int64_t kc = std::min(kKC, k - p0);
+      for (int64_t panel = 0; panel < panels; ++panel)
+        pack(j_begin + panel * kNR, p0, kc, packed.get() + panel * kKC * kNR);
+      for (int64_t i = i_begin; i < i_end; i += kMR) {
+        const int64_t rows = std::min<int64_t>(kMR, i_end - i);
+        for (int64_t panel = 0; panel < panels; ++panel) {
+          const int64_t j = j_begin + panel * kNR;
+          micro_tile(rows, x + i * k + p0, k, packed.get() + panel * kKC * kNR, kc, y + i * ldy + j, ldy,
+                     std::min<int64_t>(kNR, j_end - j), accumulate || p0 > 0);
         }
       }
     }
-  }
+  });
 }
 
 // A panel of a quantized w: its kNR rows' slices decoded to f32 (quant_matmul.h), then packed

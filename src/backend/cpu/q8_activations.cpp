@@ -1,9 +1,8 @@
 #include "backend/cpu/q8_activations.h"
 
 #include "backend/cpu/simd.h"
+#include "backend/cpu/thread_team.h"
 #include "core/error.h"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -345,13 +344,11 @@ void gemv(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, flo
   thread_local QuantizedRows xq;
   xq.quantize(x, m, k, correction);
   const QuantizedRows& rows_q = xq;
-#pragma omp parallel num_threads(num_threads) if (m * n * k >= 8 * kMinParallelWork)
-  {
-    const int threads = omp_get_num_threads(), thread = omp_get_thread_num();
-    const int64_t per_thread = (n + threads - 1) / threads;
-    const int64_t aligned = (per_thread + 7) / 8 * 8;
-    const int64_t j_begin = std::min<int64_t>(n, aligned * thread);
-    const int64_t j_end = std::min<int64_t>(n, j_begin + aligned);
+  // Chunks of 32 rows of w taken one at a time by the team (backend/cpu/thread_team.h).
+  constexpr int64_t kChunkRows = 32;
+  parallel_chunks(m * n * k >= 8 * kMinParallelWork ? num_threads : 1, (n + kChunkRows - 1) / kChunkRows,
+                  [&](int64_t chunk) {
+    const int64_t j_begin = chunk * kChunkRows, j_end = std::min(n, j_begin + kChunkRows);
     for (int64_t i = 0; i < m;) {
       const int64_t rows = std::min<int64_t>(4, m - i);
       float* yi = y + i * ldy;
@@ -363,7 +360,7 @@ void gemv(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, flo
       }
       i += rows;
     }
-  }
+  });
 }
 
 }  // namespace

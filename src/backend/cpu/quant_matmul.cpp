@@ -3,8 +3,7 @@
 #include "backend/cpu/q8_activations.h"
 #include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/simd.h"
-
-#include <omp.h>
+#include "backend/cpu/thread_team.h"
 
 #include <algorithm>
 #include <vector>
@@ -107,15 +106,11 @@ void gemv(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, flo
       x_sums[static_cast<size_t>(i * blocks + b)] = sum;
     }
   const float* sums = x_sums.data();
-  // As the plain GEMV: each thread owns a contiguous range of w rows (multiples of 8), one pass
-  // over it per group of up to 4 x rows.
-#pragma omp parallel num_threads(num_threads) if (m * n * k >= 8 * kMinParallelWork)
-  {
-    const int threads = omp_get_num_threads(), thread = omp_get_thread_num();
-    const int64_t per_thread = (n + threads - 1) / threads;
-    const int64_t aligned = (per_thread + 7) / 8 * 8;
-    const int64_t j_begin = std::min<int64_t>(n, aligned * thread);
-    const int64_t j_end = std::min<int64_t>(n, j_begin + aligned);
+  // Chunks of 32 rows of w taken one at a time by the team (backend/cpu/thread_team.h).
+  constexpr int64_t kChunkRows = 32;
+  parallel_chunks(m * n * k >= 8 * kMinParallelWork ? num_threads : 1, (n + kChunkRows - 1) / kChunkRows,
+                  [&](int64_t chunk) {
+    const int64_t j_begin = chunk * kChunkRows, j_end = std::min(n, j_begin + kChunkRows);
     for (int64_t i = 0; i < m;) {
       const int64_t rows = std::min<int64_t>(4, m - i);
       const float* xi = x + i * k;
@@ -129,7 +124,7 @@ void gemv(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, flo
       }
       i += rows;
     }
-  }
+  });
 }
 
 void check_blocks(DType type, int64_t k) {
