@@ -85,7 +85,8 @@ Engine::Engine(ModelRunner& runner, Seq2SeqRunner* seq2seq, const Tokenizer* tok
         return std::move(config);
       }()) {
   SF_CHECK(!runner.encoder_decoder() || seq2seq != nullptr,
-           "engine: {} is an encoder_decoder model: build the engine on its Seq2SeqRunner (the encoder and the decoder)",
+           "engine: {} is an encoder_decoder model: the engine needs its encoder too (a Seq2SeqRunner; splitflow "
+           "generate and serve run such models)",
            runner.spec().name.empty() ? "the model" : runner.spec().name);
   const SchedulerConfig& c = scheduler_.config();
   SF_CHECK(c.max_batch_tokens <= runner.limits().max_batch_tokens,

@@ -232,7 +232,7 @@ TEST(EncDecEngine, RefusesBadRequests) {
 TEST(EncDecEngine, TheDecoderAloneIsRefused) {
   test::EncDecEngine fixture("bart");
   SchedulerConfig config = fixture.engine->config();
-  expect_error([&] { Engine(fixture.runner->decoder(), nullptr, config); }, "build the engine on its Seq2SeqRunner");
+  expect_error([&] { Engine(fixture.runner->decoder(), nullptr, config); }, "the engine needs its encoder too");
 }
 
 // The fixtures have no tokenizer: `splitflow generate` runs them on --prompt-ids (printing ids) and
