@@ -49,7 +49,10 @@ void run_bench_latency(const LatencyFlags& flags) {
   fmt::print(stderr, "model: {} (loaded in {:.1f} s)\n", model.description, load_seconds);
   // The other ranks wait in their first step while rank 0 measures its GPU's ceilings.
   const Roofline roofline = measure_roofline(flags.model, threads);
-  options.warmup = !on_cpu;
+  // One prefill and one decode step before the timed ones, on the CPU too: the first touch of a
+  // memory-mapped checkpoint's pages would otherwise be timed as prefill (llama-bench warms up
+  // likewise).
+  options.warmup = true;
   options.parallel = &ranks;
   nlohmann::json result = bench::run_latency(std::move(model), *backend, options, roofline.bandwidth_gbps, roofline.gemm_tflops);
   if (on_cpu) {
