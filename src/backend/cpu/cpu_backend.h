@@ -1,8 +1,9 @@
 // backend/cpu/cpu_backend.h — the CPU Backend: fp32 math on host memory; GEMV, GEMM and attention
 // on a pinned team of spinning workers (backend/cpu/thread_team.h), the rest on OpenMP; AVX2/FMA
 // (AVX-512 where targeted) inner loops (backend/cpu/simd.h). Device memory is host memory, so
-// upload() shares a host tensor's storage (mmapped checkpoints are not copied) and copies are memcpy. The KV cache may be
-// f32 (the default), f16, bf16 or fp8 e4m3: write_kv converts into it, attention back to f32.
+// upload() shares a host tensor's storage (mmapped checkpoints are not copied) and copies are memcpy.
+// The KV cache may be f32 (the default), f16, bf16 or fp8 e4m3: write_kv converts into it,
+// attention back to f32.
 // Weights may be f32, f16, bf16, any quantized type or Mixed runs of those (backend/cpu/
 // quant_matmul.h): packed matrices stay packed, shared with the host tensor like any other.
 // Decode GEMVs over Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 quantize x to Q8 blocks and run integer dot
