@@ -54,9 +54,7 @@ inline ModelSpec named(ModelSpec spec) {
 // N(0,1), embeddings 0.5 N(0,1), norms 1 + 0.1 N(0,1), biases 0.1 N(0,1); matrices stored in
 // `dtype`.
 inline ModelWeights random_weights(const ModelSpec& spec, DType dtype, uint64_t seed) {
-  // The spec parser knows no sinusoidal positions yet; its weights have the shapes of "none".
-  ModelSpec shapes = named(spec);
-  if (shapes.position == PositionType::Sinusoidal) shapes.position = PositionType::None;
+  const ModelSpec shapes = named(spec);
   ModelWeights weights = make_dummy_weights(shapes, DType::F32, seed);
   std::mt19937_64 rng(seed * 7 + 1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
