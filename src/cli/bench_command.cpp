@@ -1,5 +1,6 @@
 // `splitflow bench ...`: benchmarks that print a table and write JSON under bench/results/ with
 // the device, date, commit and the roofline measured in the same run.
+#include "backend/cpu/fma_peak.h"
 #include "bench/latency.h"
 #include "bench/llama_cpp_peer.h"
 #include "bench/report.h"
@@ -48,7 +49,9 @@ void run_bench_latency(const LatencyFlags& flags) {
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   fmt::print(stderr, "model: {} (loaded in {:.1f} s)\n", model.description, load_seconds);
   // The other ranks wait in their first step while rank 0 measures its GPU's ceilings.
-  const Roofline roofline = measure_roofline(flags.model, threads);
+  Roofline roofline = measure_roofline(flags.model, threads);
+  // On the CPU prefill is measured against the fp32 FMA peak (backend/cpu/fma_peak.h).
+  if (on_cpu) roofline.gemm_tflops = cpu::measure_fma_peak_gflops(threads) / 1e3;
   // One prefill and one decode step before the timed ones, on the CPU too: the first touch of a
   // memory-mapped checkpoint's pages would otherwise be timed as prefill (llama-bench warms up
   // likewise).

@@ -11,7 +11,7 @@ namespace splitflow::cli {
 struct Roofline {
   std::string device;
   double bandwidth_gbps = 0;  // streaming read (CPU) or device-to-device copy (GPU)
-  double gemm_tflops = 0;     // bf16 GEMM on a GPU; fp32 FMA peak on the CPU (backend/cpu/fma_peak.h)
+  double gemm_tflops = 0;     // bf16 GEMM on a GPU; 0 on the CPU (bench latency adds its FMA peak)
 };
 
 // --backend cuda: GPU 0 (fails naming the flag when none is visible); cpu: `threads` threads.
