@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <limits>
 
 namespace splitflow::splitwise {
 
@@ -26,6 +27,23 @@ namespace wire {
 
 using nlohmann::json;
 
+namespace {
+
+// A JSON integer that fits T; anything else (a float, a string, out of range) is refused by name,
+// never converted (nlohmann's conversion of an out-of-range float is undefined behaviour).
+template <typename T>
+T integer(const json& value, const char* what) {
+  const bool fits = value.is_number_unsigned()  ? value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                    : value.is_number_integer() ? value.get<int64_t>() >= std::numeric_limits<T>::min() &&
+                                                      value.get<int64_t>() <= std::numeric_limits<T>::max()
+                                                : false;
+  SF_CHECK(fits, "{} must be an integer in [{}, {}], not {}", what, std::numeric_limits<T>::min(),
+           std::numeric_limits<T>::max(), value.dump().substr(0, 40));
+  return static_cast<T>(value.is_number_unsigned() ? static_cast<int64_t>(value.get<uint64_t>()) : value.get<int64_t>());
+}
+
+}  // namespace
+
 std::string frame(FrameType type, std::string_view payload) {
   FrameHeader header;
   header.type = type;
@@ -43,9 +61,9 @@ json layout_json(const KvLayout& layout) {
 
 KvLayout layout_from_json(const json& value) {
   KvLayout layout;
-  layout.num_layers = value.at("num_layers").get<int32_t>();
-  layout.num_kv_heads = value.at("num_kv_heads").get<int32_t>();
-  layout.head_dim = value.at("head_dim").get<int32_t>();
+  layout.num_layers = integer<int32_t>(value.at("num_layers"), "layout.num_layers");
+  layout.num_kv_heads = integer<int32_t>(value.at("num_kv_heads"), "layout.num_kv_heads");
+  layout.head_dim = integer<int32_t>(value.at("head_dim"), "layout.head_dim");
   layout.dtype = parse_dtype(value.at("dtype").get<std::string>());
   SF_CHECK(layout.num_layers > 0 && layout.num_kv_heads > 0 && layout.head_dim > 0, "invalid KV layout {}",
            value.dump());
@@ -59,7 +77,7 @@ json stats_json(const TransferStats& stats) {
 
 TransferStats stats_from_json(const json& value) {
   TransferStats stats;
-  stats.bytes = value.value("bytes", int64_t{0});
+  stats.bytes = value.contains("bytes") ? integer<int64_t>(value["bytes"], "bytes") : 0;
   stats.first_layer_ms = value.value("first_layer_ms", 0.0);
   stats.computed_ms = value.value("computed_ms", 0.0);
   stats.sent_ms = value.value("sent_ms", 0.0);
@@ -89,11 +107,14 @@ ParsedRequest parse_request(std::string_view payload) {
     const json body = json::parse(payload);
     TransferRequest& request = parsed.request;
     request.transfer_id = body.at("transfer_id").get<std::string>();
-    request.token_ids = body.at("token_ids").get<std::vector<int32_t>>();
+    const json& token_ids = body.at("token_ids");
+    SF_CHECK(token_ids.is_array(), "token_ids must be an array");
+    request.token_ids.reserve(token_ids.size());
+    for (const json& id : token_ids) request.token_ids.push_back(integer<int32_t>(id, "a token id"));
     request.mode = parse_transfer_mode(body.at("mode").get<std::string>());
     request.layout = layout_from_json(body.at("layout"));
-    if (const int64_t ms = body.value("idle_timeout_ms", int64_t{0}); ms > 0)
-      parsed.receiver_timeout = std::chrono::milliseconds(ms);
+    const int64_t ms = body.contains("idle_timeout_ms") ? integer<int64_t>(body["idle_timeout_ms"], "idle_timeout_ms") : 0;
+    if (ms > 0) parsed.receiver_timeout = std::chrono::milliseconds(ms);
     SF_CHECK(!request.token_ids.empty(), "the transfer request names no tokens");
   } catch (const std::exception& e) {
     throw Error(fmt::format("malformed transfer request: {}", e.what()));

@@ -110,6 +110,15 @@ TEST(KvFrames, HeadersAndEndingsAreChecked) {
   expect_refused([&] { receiver.on_header(header_of(9, 0)); }, "type 9");
   expect_refused([&] { receiver.on_header(header_of(kDone, kMaxJsonFrame + 1)); }, "malformed frame");
   expect_refused([&] { receiver.on_done("{}"); }, "layer 0 at 0 of 3 rows");
+  {
+    RowsReceiver one(1, 1, 1);
+    std::vector<std::vector<char>> k{std::vector<char>(1)}, v = k;
+    std::string rows(16, '\0');
+    const int32_t fields[4] = {0, 0, 1, 0};
+    std::memcpy(rows.data(), fields, 16);
+    one.on_rows(rows + "kv", k, v);
+    expect_refused([&] { one.on_done(R"({"bytes": 1e300})"); }, "bytes must be an integer");
+  }
   EXPECT_EQ(RowsReceiver::error_message(R"({"message": "prefill failed"})"), "prefill failed");
   EXPECT_EQ(RowsReceiver::error_message("not json"), "not json");
   EXPECT_THROW(RowsReceiver(0, 3, 4), splitflow::Error);
@@ -140,6 +149,23 @@ TEST(KvFrames, RequestsRoundTripAndBadOnesAreNamed) {
       },
       "invalid KV layout");
   expect_refused([&] { parse_request("{not json"); }, "malformed transfer request");
+  // Numbers that are not int32 are refused, never converted (fuzz/crashes/kv_frames: 29e92 as a token id).
+  expect_refused([&] { parse_request(R"({"transfer_id": "a", "token_ids": [1, 29e92], "mode": "layerwise", )" + layout + "}"); },
+                 "a token id must be an integer");
+  expect_refused([&] { parse_request(R"({"transfer_id": "a", "token_ids": [4294967296], "mode": "layerwise", )" + layout + "}"); },
+                 "a token id must be an integer");
+  expect_refused(
+      [&] {
+        parse_request(R"({"transfer_id": "a", "token_ids": [1], "mode": "layerwise", "layout": {"num_layers": 2.5,
+                         "num_kv_heads": 1, "head_dim": 2, "dtype": "f32"}})");
+      },
+      "layout.num_layers must be an integer");
+  expect_refused(
+      [&] {
+        parse_request(R"({"transfer_id": "a", "token_ids": [1], "mode": "layerwise", )" + layout +
+                      R"(, "idle_timeout_ms": 1e300})");
+      },
+      "idle_timeout_ms must be an integer");
   expect_refused([&] { check_request_header(header_of(kRows, 10)); }, "expected a Request frame");
   expect_refused([&] { check_request_header(header_of(kRequest, kMaxJsonFrame + 1)); }, "expected a Request frame");
 }
