@@ -113,13 +113,14 @@ void ModelFlags::check_gpu_layers(const LoadedModel& model, const Backend& devic
   const int64_t num_layers = model.spec.num_layers;
   // llama.cpp's -ngl 99 / -1: every layer on the GPU, which is what --device cuda does.
   if (n_gpu_layers && backend == "cuda" && *n_gpu_layers > 0 && *n_gpu_layers < num_layers)
-    fail("-ngl/--n-gpu-layers {} of {} layers: this command runs the whole model on one device; generate and bench "
-         "latency split it between the GPU and the CPU", *n_gpu_layers, num_layers);
+    fail("-ngl/--n-gpu-layers {} of {} layers: this command runs the whole model on one device here; generate, serve "
+         "and bench latency split a decoder-only model on one rank between the GPU and the CPU", *n_gpu_layers, num_layers);
   if (gpu_layers_auto && backend == "cuda") {
     const GpuLayerFit fit = fit_on_gpu(model, device, context_tokens, std::nullopt, RunnerLimits{});
     SF_CHECK(fit.gpu_layers == fit.num_layers,
-             "-ngl auto: the model does not fit the GPU ({}); this command runs the whole model on one device: generate "
-             "and bench latency split it between the GPU and the CPU, or give a shorter --max-model-len / --ctx-size",
+             "-ngl auto: the model does not fit the GPU ({}); this command runs the whole model on one device here: "
+             "generate, serve and bench latency split a decoder-only model on one rank between the GPU and the CPU, or "
+             "give a shorter --max-model-len / --ctx-size",
              fit.summary);
   }
 }
@@ -198,7 +199,7 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
             flags.n_gpu_layers = layers;
           },
           "layers on the GPU (llama.cpp's -ngl) with --device cuda: N keeps the last N layers and the head on the GPU "
-          "and runs the first ones on the CPU (generate, bench latency); auto: as many as fit the GPU's free memory; "
+          "and runs the first ones on the CPU (generate, serve, bench latency); auto: as many as fit the GPU's free memory; "
           "99 or -1: every layer (the default); 0 only with --device cpu")
       ->type_name("N|auto");
 }

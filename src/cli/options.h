@@ -42,7 +42,8 @@ struct ModelFlags {
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
   std::string pipeline_layers;  // "12,20": each stage's layer count (empty: balanced)
-  // -ngl N / auto, for the commands that run the whole model on one device (serve, chat): fails
+  // -ngl N / auto where the whole model runs on one device (chat; serve with tensor or pipeline
+  // parallelism or an encoder-decoder model): fails
   // naming the split when N is below the layer count, or when auto finds the model (with a KV
   // cache of context_tokens) does not fit the GPU of `backend`.
   void check_gpu_layers(const LoadedModel& model, const Backend& backend, int64_t context_tokens) const;
