@@ -355,15 +355,23 @@ std::string percent_format(const std::string& format, const Value& values) {
     std::string flags;
     while (i < format.size() && std::string_view("-+ #0").find(format[i]) != std::string_view::npos) flags += format[i++];
     int64_t width = -1, precision = -1;
+    // Widths and precisions past this are refused (a template cannot ask for a gigabyte of padding,
+    // and the digits cannot overflow).
+    constexpr int64_t kMaxFormatWidth = 100000;
     auto read_number = [&](int64_t& target) {
       if (i < format.size() && format[i] == '*') {
         target = require_int(take(), "* width");
+        if (target > kMaxFormatWidth || target < -kMaxFormatWidth)
+          throw RuntimeError(fmt::format("format width {} is beyond {}", target, kMaxFormatWidth));
         ++i;
         return;
       }
       if (i < format.size() && isdigit(static_cast<unsigned char>(format[i]))) {
         target = 0;
-        while (i < format.size() && isdigit(static_cast<unsigned char>(format[i]))) target = target * 10 + (format[i++] - '0');
+        while (i < format.size() && isdigit(static_cast<unsigned char>(format[i]))) {
+          target = target * 10 + (format[i++] - '0');
+          if (target > kMaxFormatWidth) throw RuntimeError(fmt::format("format width beyond {}", kMaxFormatWidth));
+        }
       }
     };
     read_number(width);
@@ -397,21 +405,24 @@ std::string percent_format(const std::string& format, const Value& values) {
         }
         std::string spec = "%" + flags + (width >= 0 ? std::to_string(width) : "") +
                            (precision >= 0 ? "." + std::to_string(precision) : "");
-        char buffer[512];
+        // Sized for the widest field (kMaxFormatWidth) plus any double's digits.
+        std::vector<char> buffer(static_cast<size_t>(std::max<int64_t>(width, 0) + std::max<int64_t>(precision, 0)) + 512);
         if (type == 'c') {
           std::string ch;
           unicode::append_utf8(ch, static_cast<char32_t>(v.to_int()));
           out += pad(ch, width, left);
         } else if (std::string_view("diuxXo").find(type) != std::string_view::npos) {
+          if (v.is_float() && !(std::fabs(v.as_float()) < 9.2e18))  // NaN too: no int64 holds it
+            throw RuntimeError(fmt::format("%{} format: {} does not fit a 64-bit integer", type, v.as_float()));
           int64_t n = v.is_float() ? static_cast<int64_t>(v.as_float()) : v.to_int();
           spec += "ll";
           spec += type == 'i' || type == 'u' ? 'd' : type;
-          std::snprintf(buffer, sizeof(buffer), spec.c_str(), static_cast<long long>(n));
-          out += buffer;
+          std::snprintf(buffer.data(), buffer.size(), spec.c_str(), static_cast<long long>(n));
+          append_checked(out, buffer.data());
         } else {
           spec += type;
-          std::snprintf(buffer, sizeof(buffer), spec.c_str(), v.to_double());
-          out += buffer;
+          std::snprintf(buffer.data(), buffer.size(), spec.c_str(), v.to_double());
+          append_checked(out, buffer.data());
         }
         break;
       }

@@ -275,5 +275,27 @@ TEST(TemplateLimits, LimitErrorsAreErrorsNamingTheLocation) {
   }
 }
 
+// printf-style formats: Python's results where they fit, a named error where a width or a value
+// does not (fuzz/crashes/chat_template: a width of 22 digits overflowed int64).
+TEST(TemplateLimits, FormatWidthsAndValuesAreBounded) {
+  const auto render = [](const std::string& source) {
+    return ChatTemplate(source, "", "").render(kOneUserMessage, false);
+  };
+  EXPECT_EQ(render("{{ '%5d|%-4s|%.3f|%x' % (42, 'ab', 3.14159, 255) }}"), "   42|ab  |3.142|ff");  // as CPython
+  EXPECT_EQ(render("{{ '%*d' % (6, 7) }}"), "     7");
+  EXPECT_EQ(render("{{ ('%2000d' % 1)|length }}"), "2000");
+  const auto error_of = [&](const std::string& source) {
+    try {
+      render(source);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("(rendered)");
+  };
+  EXPECT_NE(error_of("{{ '%1113333333333333333333d' % 1 }}").find("format width beyond 100000"), std::string::npos);
+  EXPECT_NE(error_of("{{ '%*d' % (1000001, 1) }}").find("format width 1000001 is beyond 100000"), std::string::npos);
+  EXPECT_NE(error_of("{{ '%d' % 1e300 }}").find("does not fit a 64-bit integer"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace splitflow
