@@ -355,23 +355,19 @@ std::string percent_format(const std::string& format, const Value& values) {
     std::string flags;
     while (i < format.size() && std::string_view("-+ #0").find(format[i]) != std::string_view::npos) flags += format[i++];
     int64_t width = -1, precision = -1;
-    // Widths and precisions past this are refused (a template cannot ask for a gigabyte of padding,
-    // and the digits cannot overflow).
-    constexpr int64_t kMaxFormatWidth = 100000;
+    // Digits saturate rather than overflow: a field that wide is then refused by the value-size
+    // limit (pad, or the check before a numeric field's buffer), naming it.
+    constexpr int64_t kSaturatedWidth = int64_t{1} << 50;
     auto read_number = [&](int64_t& target) {
       if (i < format.size() && format[i] == '*') {
         target = require_int(take(), "* width");
-        if (target > kMaxFormatWidth || target < -kMaxFormatWidth)
-          throw RuntimeError(fmt::format("format width {} is beyond {}", target, kMaxFormatWidth));
         ++i;
         return;
       }
       if (i < format.size() && isdigit(static_cast<unsigned char>(format[i]))) {
         target = 0;
-        while (i < format.size() && isdigit(static_cast<unsigned char>(format[i]))) {
-          target = target * 10 + (format[i++] - '0');
-          if (target > kMaxFormatWidth) throw RuntimeError(fmt::format("format width beyond {}", kMaxFormatWidth));
-        }
+        while (i < format.size() && isdigit(static_cast<unsigned char>(format[i])))
+          target = std::min(target * 10 + (format[i++] - '0'), kSaturatedWidth);
       }
     };
     read_number(width);
@@ -405,8 +401,10 @@ std::string percent_format(const std::string& format, const Value& values) {
         }
         std::string spec = "%" + flags + (width >= 0 ? std::to_string(width) : "") +
                            (precision >= 0 ? "." + std::to_string(precision) : "");
-        // Sized for the widest field (kMaxFormatWidth) plus any double's digits.
-        std::vector<char> buffer(static_cast<size_t>(std::max<int64_t>(width, 0) + std::max<int64_t>(precision, 0)) + 512);
+        // Sized for the field plus any double's digits, within the value-size limit.
+        const size_t field = static_cast<size_t>(std::max<int64_t>(width, 0) + std::max<int64_t>(precision, 0)) + 512;
+        check_string_size(field);
+        std::vector<char> buffer(field);
         if (type == 'c') {
           std::string ch;
           unicode::append_utf8(ch, static_cast<char32_t>(v.to_int()));
