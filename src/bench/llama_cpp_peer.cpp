@@ -20,14 +20,39 @@ std::string shell_quote(const std::string& text) {
   return quoted + "'";
 }
 
-// llama-bench's --cpu-mask for its threads on the first `threads` CPUs this process may use, as the
-// CPU backend pins its team (backend/cpu/cpu_backend.h); empty where there are fewer CPUs.
+// The calling thread's CPU mask, opened to every CPU of the machine while this object lives: the CPU
+// backend pins its team's master thread (usually this one) to one CPU, and a child inherits the
+// calling thread's mask, so llama-bench would run all its threads on that one CPU. The kernel keeps
+// the result inside the process's cpuset.
+class WholeMachineAffinity {
+ public:
+  WholeMachineAffinity() {
+    saved_ok_ = sched_getaffinity(0, sizeof saved_, &saved_) == 0;
+    cpu_set_t every;
+    CPU_ZERO(&every);
+    for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &every);
+    sched_setaffinity(0, sizeof every, &every);  // a failure leaves the mask as it was
+  }
+  ~WholeMachineAffinity() {
+    if (saved_ok_) sched_setaffinity(0, sizeof saved_, &saved_);
+  }
+  WholeMachineAffinity(const WholeMachineAffinity&) = delete;
+  WholeMachineAffinity& operator=(const WholeMachineAffinity&) = delete;
+
+ private:
+  cpu_set_t saved_{};
+  bool saved_ok_ = false;
+};
+
+// llama-bench's --cpu-mask for its threads on the first `threads` CPUs of the calling thread's mask,
+// as the CPU backend pins its team (thread t on the t-th allowed CPU; backend/cpu/cpu_backend.cpp);
+// empty where there are fewer CPUs or they lie past the first 64.
 std::string cpu_mask(int threads) {
   cpu_set_t allowed;
   if (threads <= 0 || sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < threads) return "";
   uint64_t mask = 0;
   for (int c = 0, taken = 0; taken < threads; ++c) {
-    if (c >= 64) return "";  // past one 64-bit word: left unpinned
+    if (c >= 64) return "";
     if (CPU_ISSET(c, &allowed)) mask |= uint64_t{1} << c, ++taken;
   }
   return fmt::format("0x{:x}", mask);
@@ -38,10 +63,12 @@ std::string cpu_mask(int threads) {
 nlohmann::json run_llama_bench(const LlamaBenchRequest& request) {
   SF_CHECK(std::filesystem::exists(request.llama_bench), "llama-bench '{}' does not exist (bench/build_llama_cpp.sh builds it)",
            request.llama_bench);
+  WholeMachineAffinity whole_machine;
+  const std::string mask = cpu_mask(request.threads);
   const std::string command = fmt::format(
-      "{} -m {} -t {} -p {} -n {} -r {} -ngl {} -o json 2>/dev/null", shell_quote(request.llama_bench),
+      "{} -m {} -t {} -p {} -n {} -r {} -ngl {}{} -o json 2>/dev/null", shell_quote(request.llama_bench),
       shell_quote(request.model_path), request.threads, request.prompt_tokens, request.generated_tokens,
-      request.repetitions, request.gpu_layers);
+      request.repetitions, request.gpu_layers, mask.empty() ? "" : fmt::format(" -C {} --cpu-strict 1", mask));
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
   SF_CHECK(pipe != nullptr, "cannot run '{}'", command);
   std::string output;

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# bench/cpu_vs_llama.sh — issue 31's CPU table in one invocation: `splitflow bench latency` with
+# llama.cpp's llama-bench as the peer (same GGUF, threads, prompt and output lengths, minutes apart)
+# for each model and thread count, then a markdown table of both engines' speeds, their ratio and
+# the bandwidth / FMA-peak fractions measured in the same run. The load average is printed before
+# each pair: ratios taken while other jobs run are not the engines' (docs/cpu.md, "Load").
+#   bench/cpu_vs_llama.sh [MODEL.gguf ...]
+# Environment: SPLITFLOW (build-cpu/splitflow), LLAMA_BENCH (.cache/llama.cpp/build/bin/llama-bench,
+# built by bench/build_llama_cpp.sh), THREADS ("2 1"), INPUT / OUTPUT (64 / 64),
+# RESULTS (bench/results/cpu). Default models: the TinyLlama-shape GGUFs of bench/make_gguf.py and
+# the two real GGUFs of scripts/fetch_models.py, those present.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+splitflow=${SPLITFLOW:-build-cpu/splitflow}
+llama_bench=${LLAMA_BENCH:-.cache/llama.cpp/build/bin/llama-bench}
+results=${RESULTS:-bench/results/cpu}
+[[ -x $splitflow ]] || { echo "no splitflow binary at $splitflow (set SPLITFLOW)" >&2; exit 2; }
+[[ -x $llama_bench ]] || { echo "no llama-bench at $llama_bench: run bench/build_llama_cpp.sh (or set LLAMA_BENCH)" >&2; exit 2; }
+
+models=("$@")
+if (( ${#models[@]} == 0 )); then
+  for file in .cache/gguf/tinyllama-f16.gguf .cache/gguf/tinyllama-q8_0.gguf .cache/gguf/tinyllama-q4_0.gguf \
+              .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf .cache/models/gemma-3-270m-q4_k_m.gguf; do
+    [[ -f $file ]] && models+=("$file")
+  done
+fi
+(( ${#models[@]} > 0 )) || { echo "no GGUF found: run bench/make_gguf.py and scripts/fetch_models.py" >&2; exit 2; }
+
+mkdir -p "$results"
+written=()
+for threads in ${THREADS:-2 1}; do
+  for model in "${models[@]}"; do
+    echo "== $(basename "$model"), $threads thread(s), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    log=$("$splitflow" bench latency --model "$model" -t "$threads" --input-len "${INPUT:-64}" \
+          --output-len "${OUTPUT:-64}" --llama-bench "$llama_bench" --results-dir "$results" 2>&1)
+    file=$(sed -n 's/^result: //p' <<<"$log")
+    [[ -n $file ]] || { echo "$log" | tail -5 >&2; continue; }
+    written+=("$file")
+  done
+done
+
+python3 - "${written[@]}" <<'EOF'
+import json, os, sys
+rows = [json.load(open(path)) for path in sys.argv[1:]]
+print("| model | threads | prefill tok/s sf / llama | ratio | decode tok/s sf / llama | ratio "
+      "| bw GB/s | decode bw fraction sf / llama | peak GFLOP/s | prefill peak fraction sf / llama |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for r in rows:
+    p = r.get("peer") or {}
+    name = os.path.basename(r["model"].split(" ")[0])
+    print(f"| {name} | {p.get('threads', '?')} "
+          f"| {r['prefill_tokens_per_s']:.1f} / {p.get('prefill_tokens_per_s', float('nan')):.1f} "
+          f"| {r.get('prefill_vs_peer', float('nan')):.2f} "
+          f"| {r['decode_tokens_per_s']:.2f} / {p.get('decode_tokens_per_s', float('nan')):.2f} "
+          f"| {r.get('decode_vs_peer', float('nan')):.2f} | {r['bandwidth_gbps']:.1f} "
+          f"| {r['fraction_of_bandwidth']:.2f} / {p.get('fraction_of_bandwidth', float('nan')):.2f} "
+          f"| {r['gemm_tflops'] * 1000:.0f} "
+          f"| {r['prefill_fraction_of_gemm']:.2f} / {p.get('prefill_fraction_of_gemm', float('nan')):.2f} |")
+print("\nresults: " + " ".join(sys.argv[1:]))
+EOF
