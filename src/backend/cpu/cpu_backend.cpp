@@ -264,19 +264,17 @@ void CpuBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids,
                pos_table.dim(0));
   }
   float* y = out.as<float>();
-#pragma omp parallel num_threads(num_threads_) if (tokens * hidden >= kMinParallelWork)
-  {
+  parallel_ranges(num_threads_, tokens, tokens * hidden >= kMinParallelWork, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> row;
     row.resize(hidden);
-#pragma omp for
-    for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t t = begin; t < end; ++t) {
       row_to_f32(table.data, table.dtype, ids[t], hidden, multiplier, y + t * hidden);
       if (add_positions) {
         row_to_f32(pos_table.data, pos_table.dtype, positions.as<int32_t>()[t], hidden, 1.0f, row.data());
         axpy(1.0f, row.data(), y + t * hidden, hidden);
       }
     }
-  }
+  });
 }
 
 void CpuBackend::add_norm(const DeviceTensor& residual, const DeviceTensor& delta, const DeviceTensor& weight,
@@ -299,25 +297,26 @@ void CpuBackend::add_norm(const DeviceTensor& residual, const DeviceTensor& delt
   }
   const float* w = weight.as<float>();
   const float* b = bias.empty() ? nullptr : bias.as<float>();
-#pragma omp parallel for num_threads(num_threads_) if (tokens * hidden >= kMinParallelWork)
-  for (int64_t t = 0; t < tokens; ++t) {
-    float* x = residual.as<float>() + t * hidden;
-    float* y = out.as<float>() + t * hidden;
-    if (!delta.empty()) axpy(1.0f, delta.as<float>() + t * hidden, x, hidden);
-    float mean = 0.0f;
-    if (params.type == NormType::LayerNorm) {
-      double sum = 0.0;
-      for (int64_t i = 0; i < hidden; ++i) sum += x[i];
-      mean = static_cast<float>(sum / hidden);
+  parallel_ranges(num_threads_, tokens, tokens * hidden >= kMinParallelWork, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* x = residual.as<float>() + t * hidden;
+      float* y = out.as<float>() + t * hidden;
+      if (!delta.empty()) axpy(1.0f, delta.as<float>() + t * hidden, x, hidden);
+      float mean = 0.0f;
+      if (params.type == NormType::LayerNorm) {
+        double sum = 0.0;
+        for (int64_t i = 0; i < hidden; ++i) sum += x[i];
+        mean = static_cast<float>(sum / hidden);
+      }
+      double squares = 0.0;
+      for (int64_t i = 0; i < hidden; ++i) squares += static_cast<double>(x[i] - mean) * (x[i] - mean);
+      const float inv = static_cast<float>(1.0 / std::sqrt(squares / hidden + params.eps));
+      for (int64_t i = 0; i < hidden; ++i) {
+        const float normalized = (x[i] - mean) * inv * (params.weight_offset + w[i]);
+        y[i] = b != nullptr ? normalized + b[i] : normalized;
+      }
     }
-    double squares = 0.0;
-    for (int64_t i = 0; i < hidden; ++i) squares += static_cast<double>(x[i] - mean) * (x[i] - mean);
-    const float inv = static_cast<float>(1.0 / std::sqrt(squares / hidden + params.eps));
-    for (int64_t i = 0; i < hidden; ++i) {
-      const float normalized = (x[i] - mean) * inv * (params.weight_offset + w[i]);
-      y[i] = b != nullptr ? normalized + b[i] : normalized;
-    }
-  }
+  });
 }
 
 void CpuBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
@@ -357,27 +356,28 @@ void CpuBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, cons
     SF_CHECK(rows[t] >= 0 && rows[t] < cos_sin.dim(0), "cpu rope: table row {} of token {} is outside [0, {})", rows[t],
              t, cos_sin.dim(0));
   const int rotated_heads = params.num_heads + params.num_kv_heads;
-#pragma omp parallel for num_threads(num_threads_) if (tokens * rotated_heads * half >= kMinParallelWork)
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float* cos = cos_sin.as<float>() + static_cast<int64_t>(rows[t]) * 2 * half;
-    const float* sin = cos + half;
-    for (int head = 0; head < rotated_heads; ++head) {
-      float* x = qkv.as<float>() + t * width + static_cast<int64_t>(head) * head_dim;
-      if (params.style == RopeStyle::Half) {
-        for (int i = 0; i < half; ++i) {
-          const float x1 = x[i], x2 = x[i + half];
-          x[i] = x1 * cos[i] - x2 * sin[i];
-          x[i + half] = x2 * cos[i] + x1 * sin[i];
-        }
-      } else {
-        for (int i = 0; i < half; ++i) {
-          const float x1 = x[2 * i], x2 = x[2 * i + 1];
-          x[2 * i] = x1 * cos[i] - x2 * sin[i];
-          x[2 * i + 1] = x2 * cos[i] + x1 * sin[i];
+  parallel_ranges(num_threads_, tokens, tokens * rotated_heads * half >= kMinParallelWork, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* cos = cos_sin.as<float>() + static_cast<int64_t>(rows[t]) * 2 * half;
+      const float* sin = cos + half;
+      for (int head = 0; head < rotated_heads; ++head) {
+        float* x = qkv.as<float>() + t * width + static_cast<int64_t>(head) * head_dim;
+        if (params.style == RopeStyle::Half) {
+          for (int i = 0; i < half; ++i) {
+            const float x1 = x[i], x2 = x[i + half];
+            x[i] = x1 * cos[i] - x2 * sin[i];
+            x[i + half] = x2 * cos[i] + x1 * sin[i];
+          }
+        } else {
+          for (int i = 0; i < half; ++i) {
+            const float x1 = x[2 * i], x2 = x[2 * i + 1];
+            x[2 * i] = x1 * cos[i] - x2 * sin[i];
+            x[2 * i + 1] = x2 * cos[i] + x1 * sin[i];
+          }
         }
       }
     }
-  }
+  });
 }
 
 void CpuBackend::write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
@@ -406,13 +406,13 @@ void CpuBackend::activation(const DeviceTensor& x, Activation act, bool gated, c
   const int64_t stride = x.dim(1);
   // Split each row's columns too: decode has one row and the MLP is wide.
   const int64_t chunk = 512, chunks = (inner + chunk - 1) / chunk;
-#pragma omp parallel for num_threads(num_threads_) collapse(2) if (tokens * inner >= kMinParallelWork)
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t begin = c * chunk, count = std::min(chunk, inner - begin);
+  parallel_ranges(num_threads_, tokens * chunks, tokens * inner >= kMinParallelWork, [&](int64_t first, int64_t last) {
+    for (int64_t item = first; item < last; ++item) {
+      const int64_t t = item / chunks, begin = item % chunks * chunk, count = std::min(chunk, inner - begin);
       const float* row = x.as<float>() + t * stride;
       activate_row(row + begin, gated ? row + inner + begin : nullptr, act, out.as<float>() + t * inner + begin, count);
     }
+  });
 }
 
 void CpuBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {
@@ -454,12 +454,13 @@ void CpuBackend::sample(const DeviceTensor& logits, const DeviceTensor& rows, co
   check_shape(rows, {count, kSamplingRowWords}, "sample", "rows");
   check_shape(tokens, {count}, "sample", "tokens");
   const auto* params = reinterpret_cast<const SamplingRow*>(rows.data);
-#pragma omp parallel for num_threads(num_threads_) if (count > 1)
-  for (int64_t r = 0; r < count; ++r) {
+  parallel_ranges(num_threads_, count, count > 1, [&](int64_t begin, int64_t end) {
     thread_local RuleScratch scratch;
-    const std::span<const float> row(logits.as<float>() + r * vocab, static_cast<size_t>(vocab));
-    tokens.as<int32_t>()[r] = sample_by_rule(row, params[r], scratch);
-  }
+    for (int64_t r = begin; r < end; ++r) {
+      const std::span<const float> row(logits.as<float>() + r * vocab, static_cast<size_t>(vocab));
+      tokens.as<int32_t>()[r] = sample_by_rule(row, params[r], scratch);
+    }
+  });
 }
 
 }  // namespace cpu

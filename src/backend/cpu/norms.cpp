@@ -2,6 +2,7 @@
 // the per-head RMSNorm of q and k (QK-norm), and logit soft-capping. fp32, one row per thread.
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd.h"
+#include "backend/cpu/thread_team.h"
 #include "core/error.h"
 
 #include <cmath>
@@ -40,14 +41,15 @@ void CpuBackend::norm_add(const DeviceTensor& x, const DeviceTensor& weight, con
            "cpu norm_add: x {}, weight {} and residual {} must be [T, H], [H] and [T, H]", shape_str(x.shape),
            shape_str(weight.shape), shape_str(residual.shape));
   const int64_t tokens = x.dim(0), hidden = x.dim(1);
-#pragma omp parallel for num_threads(num_threads_) if (tokens * hidden >= kMinParallelWork)
-  for (int64_t t = 0; t < tokens; ++t) {
+  parallel_ranges(num_threads_, tokens, tokens * hidden >= kMinParallelWork, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> row;
     row.resize(static_cast<size_t>(hidden));
-    normalize_row(x.as<float>() + t * hidden, hidden, weight.as<float>(), params, row.data());
-    float* r = residual.as<float>() + t * hidden;
-    for (int64_t i = 0; i < hidden; ++i) r[i] += row[i];
-  }
+    for (int64_t t = begin; t < end; ++t) {
+      normalize_row(x.as<float>() + t * hidden, hidden, weight.as<float>(), params, row.data());
+      float* r = residual.as<float>() + t * hidden;
+      for (int64_t i = 0; i < hidden; ++i) r[i] += row[i];
+    }
+  });
 }
 
 void CpuBackend::qk_norm(const DeviceTensor& qkv, const DeviceTensor& q_weight, const DeviceTensor& k_weight,
@@ -63,12 +65,13 @@ void CpuBackend::qk_norm(const DeviceTensor& qkv, const DeviceTensor& q_weight, 
            "cpu qk_norm: q_weight {} and k_weight {} must be [{}]", shape_str(q_weight.shape),
            shape_str(k_weight.shape), head_dim);
   const int64_t tokens = qkv.dim(0), normed_heads = heads + kv_heads;
-#pragma omp parallel for num_threads(num_threads_) if (tokens * width >= kMinParallelWork)
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int64_t h = 0; h < normed_heads; ++h) {
-      float* head = qkv.as<float>() + t * width + h * head_dim;
-      normalize_row(head, head_dim, (h < heads ? q_weight : k_weight).as<float>(), norm, head);
-    }
+  parallel_ranges(num_threads_, tokens, tokens * width >= kMinParallelWork, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      for (int64_t h = 0; h < normed_heads; ++h) {
+        float* head = qkv.as<float>() + t * width + h * head_dim;
+        normalize_row(head, head_dim, (h < heads ? q_weight : k_weight).as<float>(), norm, head);
+      }
+  });
 }
 
 void CpuBackend::softcap(const DeviceTensor& x, float cap) {
@@ -76,8 +79,9 @@ void CpuBackend::softcap(const DeviceTensor& x, float cap) {
   SF_CHECK(cap > 0.0f, "cpu softcap: cap must be > 0, got {}", cap);
   float* v = x.as<float>();
   const int64_t n = x.numel();
-#pragma omp parallel for num_threads(num_threads_) if (n >= kMinParallelWork)
-  for (int64_t i = 0; i < n; ++i) v[i] = cap * std::tanh(v[i] / cap);
+  parallel_ranges(num_threads_, n, n >= kMinParallelWork, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) v[i] = cap * std::tanh(v[i] / cap);
+  });
 }
 
 }  // namespace splitflow::cpu

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -136,6 +137,14 @@ void parallel_chunks(int num_threads, int64_t chunks, const std::function<void(i
     team_size = num_threads;
   }
   team->run(chunks, body);
+}
+
+void parallel_ranges(int num_threads, int64_t count, bool parallel,
+                     const std::function<void(int64_t begin, int64_t end)>& body) {
+  if (count <= 0) return;
+  if (!parallel || num_threads <= 1) return body(0, count);
+  const int64_t ranges = std::min<int64_t>(count, int64_t{num_threads} * 4);
+  parallel_chunks(num_threads, ranges, [&](int64_t r) { body(count * r / ranges, count * (r + 1) / ranges); });
 }
 
 }  // namespace splitflow::cpu

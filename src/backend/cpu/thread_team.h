@@ -19,6 +19,14 @@ namespace splitflow::cpu {
 // run on any team thread, so per-thread scratch must be thread_local.
 void parallel_chunks(int num_threads, int64_t chunks, const std::function<void(int64_t)>& body);
 
+// Calls body(begin, end) over contiguous ranges covering [0, count) on the team: about four ranges
+// per thread (the counter balances them; each call covers many items), one range inline when
+// `parallel` is false (work too small to be worth waking the team for). The row-wise kernels
+// (norms, RoPE, activations) use it so that the whole step runs on one set of threads: an OpenMP
+// team beside this one spins on the same CPUs the team's workers need.
+void parallel_ranges(int num_threads, int64_t count, bool parallel,
+                     const std::function<void(int64_t begin, int64_t end)>& body);
+
 // Whether teams pin their threads (set once, before the first parallel_chunks of a thread; in-process
 // parallel jobs turn it off so their teams do not stack on the same CPUs).
 void set_team_pinning(bool on);

@@ -1,5 +1,6 @@
 // CpuBackend::apply_token_mask: structured outputs' vocabulary masks (backend/backend.h).
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/thread_team.h"
 #include "core/error.h"
 
 #include <limits>
@@ -16,12 +17,11 @@ void CpuBackend::apply_token_mask(const DeviceTensor& logits, const DeviceTensor
   float* out = logits.as<float>();
   const auto* bits = static_cast<const uint32_t*>(mask.data);
   constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
-#pragma omp parallel for num_threads(num_threads_) if (rows > 1)
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t t = 0; t < vocab; ++t) {
-      if (!((bits[r * words + t / 32] >> (t % 32)) & 1u)) out[r * vocab + t] = kMinusInf;
-    }
-  }
+  parallel_ranges(num_threads_, rows, rows > 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t t = 0; t < vocab; ++t)
+        if (!((bits[r * words + t / 32] >> (t % 32)) & 1u)) out[r * vocab + t] = kMinusInf;
+  });
 }
 
 }  // namespace splitflow::cpu
