@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/q8_activations.h"
+#include "backend/cpu/q8_gemm.h"
 #include "backend/cpu/quant_matmul.h"
 #include "core/error.h"
 #include "quant/quant.h"
@@ -278,9 +279,33 @@ TEST(CpuQ8Activations, QuantizationFollowsTheContract) {
     ASSERT_LE(std::abs(want.q[p] * want.d[p / 32] - x[p]), 0.5f * want.d[p / 32] * (1 + 1e-5f)) << p;
 }
 
-// y (+)= x' W^T for x' the Q8 quantization of x: the integer dot products against an fp64 sum over
-// the dequantized weights and q * d, to fp32 accuracy (kTolerance); and against x itself within
-// the quantization's bound sum_b d_b / 2 * sum_{p in b} |w_p|.
+// Checks y (+)= x' W^T for x' the Q8 quantization of x: against an fp64 sum over the dequantized
+// weights and q * d, to fp32 accuracy (kTolerance); and against x itself within the quantization's
+// bound sum_b d_b / 2 * sum_{p in b} |w_p|. y0: y before the call when it accumulated.
+void expect_q8_product(const std::vector<float>& y, const std::vector<float>& x, const Tensor& w, int64_t m,
+                       const std::vector<float>* y0, const std::string& what) {
+  const Tensor values = quant::dequantize(w);
+  const float* wv = values.as<float>();
+  const int64_t n = w.shape[0], k = w.shape[1];
+  const Q8Activations xq = quantize_q8(x);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = y0 ? (*y0)[i * n + j] : 0.0, quantized = exact, magnitude = std::abs(exact), bound = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double wp = wv[j * k + p], xp = xq.q[i * k + p] * static_cast<double>(xq.d[(i * k + p) / 32]);
+        quantized += wp * xp;
+        exact += wp * x[i * k + p];
+        magnitude += std::abs(wp * xp);
+        bound += 0.5 * xq.d[(i * k + p) / 32] * std::abs(wp);
+      }
+      const float got = y[i * n + j];
+      ASSERT_LE(std::abs(got - quantized), kTolerance * magnitude + 1e-6)
+          << what << " y[" << i << "][" << j << "]: got " << got << ", want " << quantized;
+      ASSERT_LE(std::abs(got - exact), bound * (1 + 1e-3) + kTolerance * magnitude + 1e-6)
+          << what << " y[" << i << "][" << j << "]";
+    }
+}
+
 TEST(CpuQ8Activations, GemvIsTheDotProductOverQuantizedX) {
   std::mt19937_64 rng(99);
   const int64_t n = 37;  // tiles of 4, 2 and 1 rows, uneven thread shares
@@ -290,36 +315,43 @@ TEST(CpuQ8Activations, GemvIsTheDotProductOverQuantizedX) {
     if (!cpu::q8_gemv_supported(type)) GTEST_SKIP() << "no AVX-512 VNNI on this host: the float path runs";
     for (int64_t k : {odd_blocks(type), int64_t{2048}}) {
       const Tensor w = quant::quantize(random_matrix(rng, n, k), type);
-      const Tensor values = quant::dequantize(w);
-      const float* wv = values.as<float>();
       for (int64_t m : {1, 2, 3, 4, 5, 9})
         for (bool accumulate : {false, true}) {
           const std::vector<float> x = random_floats(rng, m * k, -2.0f, 2.0f);
           const std::vector<float> y0 = random_floats(rng, m * n);
-          const Q8Activations xq = quantize_q8(x);
           std::vector<float> y = accumulate ? y0 : std::vector<float>(m * n, -7.0f);
           cpu::quant_gemv(x.data(), m, k, w.data, type, n, y.data(), n, accumulate, true, 2);
+          const std::string what = fmt::format("{} k={} m={} acc={}", dtype_name(type), k, m, accumulate);
+          expect_q8_product(y, x, w, m, accumulate ? &y0 : nullptr, what);
           // The backend's decode path (m < 10) must take the same kernel.
-          std::vector<float> via_backend;
-          if (m == 1) via_backend = run_matmul(*backend, x, w, m, nullptr, accumulate ? &y0 : nullptr);
-          for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j) {
-              double exact = accumulate ? y0[i * n + j] : 0.0, quantized = exact, magnitude = std::abs(exact), bound = 0.0;
-              for (int64_t p = 0; p < k; ++p) {
-                const double wp = wv[j * k + p], xp = xq.q[i * k + p] * static_cast<double>(xq.d[(i * k + p) / 32]);
-                quantized += wp * xp;
-                exact += wp * x[i * k + p];
-                magnitude += std::abs(wp * xp);
-                bound += 0.5 * xq.d[(i * k + p) / 32] * std::abs(wp);
-              }
-              const float got = y[i * n + j];
-              const std::string what = fmt::format("{} k={} m={} acc={} y[{}][{}]", dtype_name(type), k, m, accumulate, i, j);
-              ASSERT_LE(std::abs(got - quantized), kTolerance * magnitude + 1e-6) << what << ": got " << got << ", want " << quantized;
-              ASSERT_LE(std::abs(got - exact), bound * (1 + 1e-3) + kTolerance * magnitude + 1e-6) << what;
-              if (!via_backend.empty()) ASSERT_EQ(via_backend[j], got) << what << " (backend.matmul)";
-            }
+          if (m == 1) EXPECT_EQ(run_matmul(*backend, x, w, m, nullptr, accumulate ? &y0 : nullptr), y) << what;
         }
     }
+  }
+}
+
+// The prefill GEMM (m >= kGemmMinRows) over the same x': the same contract, for row counts that fill
+// 16-row tiles partly, exactly and over several kernel calls and work items, and columns that
+// leave a single-column tail; the backend's matmul takes it.
+TEST(CpuQ8Activations, GemmIsTheDotProductOverQuantizedX) {
+  std::mt19937_64 rng(123);
+  const int64_t n = 35;  // 16-column chunks and an odd last column
+  std::unique_ptr<Backend> backend = make_cpu_backend(2);
+  for (DType type : kQ8ActivationTypes) {
+    if (!cpu::q8_gemm_supported(type) || !cpu::q8_gemv_supported(type))
+      GTEST_SKIP() << "no AVX-512 VNNI on this host: the float path runs";
+    const int64_t k = odd_blocks(type);
+    const Tensor w = quant::quantize(random_matrix(rng, n, k), type);
+    for (int64_t m : {10, 16, 37, 64, 300})
+      for (bool accumulate : {false, true}) {
+        const std::vector<float> x = random_floats(rng, m * k, -2.0f, 2.0f);
+        const std::vector<float> y0 = random_floats(rng, m * n);
+        std::vector<float> y = accumulate ? y0 : std::vector<float>(m * n, -7.0f);
+        cpu::q8_gemm(x.data(), m, k, w.data, type, n, y.data(), n, accumulate, 2);
+        const std::string what = fmt::format("{} k={} m={} acc={}", dtype_name(type), k, m, accumulate);
+        expect_q8_product(y, x, w, m, accumulate ? &y0 : nullptr, what);
+        if (m == 37) EXPECT_EQ(run_matmul(*backend, x, w, m, nullptr, accumulate ? &y0 : nullptr), y) << what;
+      }
   }
 }
 
@@ -359,6 +391,31 @@ TEST_F(CpuQuantKernels, DecodeGemvSpeedIsPrinted) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / reps;
     std::printf("gemv %-10s %7.3f ms  %6.2f GB/s of weights  %6.2f GMAC/s\n", std::string(dtype_name(type)).c_str(),
                 seconds * 1e3, w.nbytes() / seconds / 1e9, n * k / seconds / 1e9);
+  }
+}
+
+// Not a check: the prefill GEMM's speed on a TinyLlama MLP shape (64 rows, n 5632, k 2048, the
+// backend's threads) for the Q8-activation types, integer kernel against the fp32 GEMM.
+TEST_F(CpuQuantKernels, PrefillGemmSpeedIsPrinted) {
+  const int64_t m = 64, n = 5632, k = 2048;
+  const Tensor floats = random_matrix(rng, n, k);
+  const std::vector<float> x = random_floats(rng, m * k);
+  std::vector<float> y(m * n);
+  for (DType type : kQ8ActivationTypes) {
+    if (!cpu::q8_gemm_supported(type)) GTEST_SKIP() << "no AVX-512 VNNI on this host";
+    const Tensor w = quant::quantize(floats, type);
+    for (bool q8 : {false, true}) {
+      const auto run = [&] {
+        cpu::matmul_strided(x.data(), m, k, w.data, type, n, y.data(), n, cpu::MatmulMode{false, q8}, 2);
+      };
+      run();
+      const int reps = 5;
+      const auto start = std::chrono::steady_clock::now();
+      for (int r = 0; r < reps; ++r) run();
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / reps;
+      std::printf("gemm %-6s %-5s %7.3f ms  %7.1f GFLOP/s\n", std::string(dtype_name(type)).c_str(), q8 ? "q8" : "fp32",
+                  seconds * 1e3, 2.0 * m * n * k / seconds / 1e9);
+    }
   }
 }
 

@@ -1,4 +1,5 @@
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/q8_gemm.h"
 
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/simd.h"
@@ -434,6 +435,8 @@ void matmul_strided(const float* x, int64_t m, int64_t k, const void* w, DType w
                     int64_t ldy, MatmulMode mode, int num_threads) {
   if (m < kGemmMinRows)
     run_gemv(x, m, k, w, w_dtype, n, y, ldy, mode, num_threads);
+  else if (mode.q8_activations && q8_gemm_supported(w_dtype))
+    q8_gemm(x, m, k, w, w_dtype, n, y, ldy, mode.accumulate, num_threads);
   else
     run_gemm(x, m, k, w, w_dtype, n, y, ldy, mode.accumulate, num_threads);
 }
