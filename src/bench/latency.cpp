@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <numeric>
 #include <random>
 
 namespace splitflow::bench {
@@ -93,38 +95,65 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
 
   // Prefill: every sequence's prompt, in chunks of the token budget (one sequence at a time).
   std::vector<int32_t> next(options.batch);
-  if (options.profile_prefill) backend.profile_region(true);
-  const auto prefill_start = Clock::now();
-  for (int32_t s = 0; s < options.batch; ++s) {
-    for (int32_t start = 0; start < options.input_len; start += prefill_chunk) {
-      const int32_t count = std::min(prefill_chunk, options.input_len - start);
-      ForwardBatch batch;
-      for (int32_t i = 0; i < count; ++i) batch.token_ids.push_back(token(rng));
-      batch.spans.push_back({count, start, tables[s], start + count == options.input_len});
-      const bool last = start + count == options.input_len;
-      const std::vector<int32_t> sampled = runner.forward_sample(batch, std::vector<SamplingRow>(last ? 1 : 0));
-      if (last) next[s] = sampled[0];
-    }
-  }
-  const double ttft_seconds = seconds_since(prefill_start);
-  if (options.profile_prefill) backend.profile_region(false);
-
-  // Decode: one token of every sequence per step, greedy on the device (only the tokens come back).
-  // The decode steps are the profiled region by default (free without a profiler).
-  const std::vector<SamplingRow> greedy(options.batch);
-  if (!options.profile_prefill) backend.profile_region(true);
-  const auto decode_start = Clock::now();
-  for (int32_t step = 0; step + 1 < options.output_len; ++step) {
-    ForwardBatch batch;
+  const auto run_prefill = [&] {
+    rng.seed(options.seed);
+    const auto prefill_start = Clock::now();
     for (int32_t s = 0; s < options.batch; ++s) {
-      batch.token_ids.push_back(next[s]);
-      batch.spans.push_back({1, options.input_len + step, tables[s], true});
+      for (int32_t start = 0; start < options.input_len; start += prefill_chunk) {
+        const int32_t count = std::min(prefill_chunk, options.input_len - start);
+        ForwardBatch batch;
+        for (int32_t i = 0; i < count; ++i) batch.token_ids.push_back(token(rng));
+        batch.spans.push_back({count, start, tables[s], start + count == options.input_len});
+        const bool last = start + count == options.input_len;
+        const std::vector<int32_t> sampled = runner.forward_sample(batch, std::vector<SamplingRow>(last ? 1 : 0));
+        if (last) next[s] = sampled[0];
+      }
     }
-    next = runner.forward_sample(batch, greedy);
-  }
-  if (!options.profile_prefill) backend.profile_region(false);
+    return seconds_since(prefill_start);
+  };
+  // Decode: one token of every sequence per step, greedy on the device (only the tokens come back).
+  const std::vector<SamplingRow> greedy(options.batch);
+  std::vector<int32_t> first;  // the prompts' sampled tokens, each decode run's start
   const int32_t decode_steps = options.output_len - 1;
-  const double tpot_seconds = decode_steps > 0 ? seconds_since(decode_start) / decode_steps : 0.0;
+  const auto run_decode = [&] {
+    next = first;
+    const auto decode_start = Clock::now();
+    for (int32_t step = 0; step < decode_steps; ++step) {
+      ForwardBatch batch;
+      for (int32_t s = 0; s < options.batch; ++s) {
+        batch.token_ids.push_back(next[s]);
+        batch.spans.push_back({1, options.input_len + step, tables[s], true});
+      }
+      next = runner.forward_sample(batch, greedy);
+    }
+    return decode_steps > 0 ? seconds_since(decode_start) / decode_steps : 0.0;
+  };
+  const int32_t repetitions = std::max(options.repetitions, 1);
+  std::vector<double> ttft_runs, tpot_runs;
+  // The region marked for a profiler is the first run's prefill, or its decode steps by default.
+  for (int32_t rep = 0; rep < repetitions; ++rep) {
+    if (rep == 0 && options.profile_prefill) backend.profile_region(true);
+    ttft_runs.push_back(run_prefill());
+    if (rep == 0 && options.profile_prefill) backend.profile_region(false);
+  }
+  first = next;
+  for (int32_t rep = 0; rep < repetitions; ++rep) {
+    if (rep == 0 && !options.profile_prefill) backend.profile_region(true);
+    tpot_runs.push_back(run_decode());
+    if (rep == 0 && !options.profile_prefill) backend.profile_region(false);
+  }
+  // Means of the runs' times (ttft_ms, tpot_ms and the rates from them); deviations of their rates.
+  const auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / v.size(); };
+  const auto stddev_of_rate = [&](const std::vector<double>& seconds, double work) {
+    std::vector<double> rates;
+    for (double s : seconds) rates.push_back(s > 0 ? work / s : 0.0);
+    const double m = mean(rates);
+    double squares = 0.0;
+    for (double r : rates) squares += (r - m) * (r - m);
+    return rates.size() > 1 ? std::sqrt(squares / (rates.size() - 1)) : 0.0;
+  };
+  const double ttft_seconds = mean(ttft_runs);
+  const double tpot_seconds = mean(tpot_runs);
 
   // KV bytes read per step, averaged over the decode steps: K and V of every cached position, in
   // the cache dtype.
@@ -145,9 +174,12 @@ nlohmann::json run_latency(LoadedModel model, Backend& backend, const LatencyOpt
       {"runner_setup_s", setup_seconds},
       {"ttft_ms", ttft_seconds * 1e3},
       {"prefill_tokens_per_s", options.input_len * options.batch / ttft_seconds},
+      {"prefill_stddev", stddev_of_rate(ttft_runs, double{options.input_len} * options.batch)},
+      {"repetitions", repetitions},
       {"prefill_gflops", prefill_gflops},
       {"tpot_ms", tpot_seconds * 1e3},
       {"decode_tokens_per_s", tpot_seconds > 0 ? options.batch / tpot_seconds : 0.0},
+      {"decode_stddev", stddev_of_rate(tpot_runs, options.batch)},
       {"achieved_gbps", achieved_gbps},
       {"bandwidth_gbps", bandwidth_gbps},
       {"fraction_of_bandwidth", achieved_gbps / bandwidth_gbps},

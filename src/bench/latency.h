@@ -28,6 +28,9 @@ struct LatencyOptions {
   // One untimed prefill chunk and decode step first, so one-time costs (GEMM plan selection,
   // module load) stay out of the numbers; the timed run overwrites the same KV slots.
   bool warmup = false;
+  // Timed runs of the whole prefill and of the decode steps (each run overwrites the same KV
+  // slots); the report gives their means and standard deviations, as llama-bench's -r does.
+  int32_t repetitions = 3;
   // The region marked for a profiler started with profiling off (scripts/gpu_profile.sh): the
   // prefill when set, else the decode steps.
   bool profile_prefill = false;

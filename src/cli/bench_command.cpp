@@ -81,7 +81,7 @@ void run_bench_latency(const LatencyFlags& flags) {
     // The same split as this run: -ngl N, every layer (99) on the GPU, or none on the CPU.
     const int peer_gpu_layers = on_cpu ? 0 : gpu_layers.value_or(99);
     bench::LlamaBenchRequest request{flags.llama_bench, flags.model.load.model_path, threads, options.input_len,
-                                     options.output_len, 3, peer_gpu_layers};
+                                     options.output_len, options.repetitions, peer_gpu_layers};
     nlohmann::json peer = bench::run_llama_bench(request);
     // The peer's fractions of the same rooflines, from its speeds and this run's bytes per step
     // and FLOPs per prompt token (same file, same lengths).
@@ -138,6 +138,11 @@ void register_bench(CLI::App& app) {
   latency->add_option("--input-len", flags->options.input_len, "prompt tokens per request")->capture_default_str();
   latency->add_option("--output-len", flags->options.output_len, "generated tokens per request")->capture_default_str();
   latency->add_option("--batch", flags->options.batch, "requests decoded together")->capture_default_str();
+  latency->add_option("-r,--repetitions", flags->options.repetitions,
+                      "timed runs of the prefill and of the decode steps (the report gives means and deviations; the "
+                      "llama.cpp peer runs as many)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   latency->add_option("--max-batch-tokens", flags->options.max_batch_tokens, "prefill chunk in tokens")->capture_default_str();
   add_kv_cache_dtype_flag(*latency, flags->kv_cache_dtype);
   latency->add_flag("--profile-prefill", flags->options.profile_prefill,
