@@ -2,6 +2,7 @@
 
 #include "backend/argument_checks.h"
 #include "backend/cpu/host_memory.h"
+#include "backend/cpu/interleaved_rows.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/rank_group.h"
@@ -30,6 +31,11 @@ std::unique_ptr<Backend> make_cpu_backend(int num_threads, CpuJobPlace place) {
 
 namespace cpu {
 namespace {
+
+void add_bias(const DeviceTensor& bias, int64_t m, int64_t n, float* out) {
+  if (bias.empty()) return;
+  for (int64_t i = 0; i < m; ++i) axpy(1.0f, bias.as<float>(), out + i * n, n);
+}
 
 void check_f32(const DeviceTensor& t, const char* kernel, const char* arg) {
   SF_CHECK(t.dtype == DType::F32, "cpu {}: {} has dtype {}, expected f32", kernel, arg, dtype_name(t.dtype));
@@ -132,7 +138,9 @@ void pin_team(int num_threads) {
 }  // namespace
 
 CpuBackend::CpuBackend(int num_threads, CpuJobPlace place)
-    : num_threads_(num_threads > 0 ? num_threads : omp_get_max_threads()), place_(std::move(place)) {
+    : num_threads_(num_threads > 0 ? num_threads : omp_get_max_threads()),
+      place_(std::move(place)),
+      interleaved_(std::make_shared<InterleavedCopies>()) {
   if (const char* q8 = std::getenv("SPLITFLOW_CPU_Q8_ACTIVATIONS"); q8 != nullptr && *q8 != '\0')
     q8_activations_ = std::string_view(q8) != "0";
   // Ranks or stages of an in-process job each run a team: pinning them would stack the teams on
@@ -203,11 +211,24 @@ DeviceBuffer CpuBackend::allocate(DType dtype, Shape shape) {
 DeviceBuffer CpuBackend::upload(const Tensor& tensor) {
   SF_CHECK(!tensor.empty(), "cpu upload: tensor {} has no data", shape_str(tensor.shape));
   const Tensor host = materialize(tensor);
-  if (host.storage) return DeviceBuffer(DeviceTensor{host.data, host.dtype, host.shape, host.row_runs}, host.storage);
-  // A view without a keepalive may die with its caller: keep a copy (packed tensors as bytes).
-  Tensor copy = Tensor::zeros(DType::U8, {static_cast<int64_t>(host.nbytes())});
-  std::memcpy(copy.data, host.data, host.nbytes());
-  return DeviceBuffer(DeviceTensor{copy.data, host.dtype, host.shape, host.row_runs}, copy.storage);
+  DeviceTensor view{host.data, host.dtype, host.shape, host.row_runs};
+  std::shared_ptr<void> owner = host.storage;
+  if (!owner) {
+    // A view without a keepalive may die with its caller: keep a copy (packed tensors as bytes).
+    Tensor copy = Tensor::zeros(DType::U8, {static_cast<int64_t>(host.nbytes())});
+    std::memcpy(copy.data, host.data, host.nbytes());
+    view.data = copy.data;
+    owner = copy.storage;
+  }
+  // A matrix the decode GEMV reads faster repacked: the copy lives as long as this buffer.
+  if (q8_activations_ && view.shape.size() == 2 && view.dim(0) >= 16 && interleaved_rows_supported(view.dtype)) {
+    // (Written whole here, so host memory's available bytes already count it.)
+    interleaved_->add(view.data, std::make_shared<const InterleavedRows>(
+                                     interleave_rows(view.data, view.dtype, view.dim(0), view.dim(1))));
+    owner = std::shared_ptr<void>(owner.get(),
+                                  [owner, copies = interleaved_, key = view.data](void*) { copies->remove(key); });
+  }
+  return DeviceBuffer(std::move(view), std::move(owner));
 }
 
 void CpuBackend::copy_to_device(const void* host, const DeviceTensor& dst) {
@@ -336,14 +357,23 @@ void CpuBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Devi
   if (m == 0 || n == 0) return;
   if (pin_threads_) pin_team(num_threads_);
   float* out = y.as<float>();
+  // Decode over a repacked Q4_0 / Q8_0 matrix: its whole 16-row groups, then the rest as stored.
+  if (m < kGemmMinRows && q8_activations_ && interleaved_rows_supported(w.dtype)) {
+    if (const std::shared_ptr<const InterleavedRows> rows = interleaved_->find(w.data); rows && rows->k == k) {
+      const int64_t done = std::min(n, rows->groups * 16);
+      interleaved_gemv(x.as<float>(), m, *rows, out, n, accumulate, num_threads_);
+      if (done < n)
+        matmul_strided(x.as<float>(), m, k, w.rows(done, n - done).data, w.dtype, n - done, out + done, n,
+                       MatmulMode{accumulate, true}, num_threads_);
+      add_bias(bias, m, n, out);
+      return;
+    }
+  }
   // A Mixed matrix: each run into its own output columns; accumulate adds in the same pass.
   for (const MatrixRun& run : w.runs())
     matmul_strided(x.as<float>(), m, k, run.rows.data, run.rows.dtype, run.rows.dim(0), out + run.first_row, n,
                    MatmulMode{accumulate, q8_activations_}, num_threads_);
-  if (!bias.empty()) {
-    const float* b = bias.as<float>();
-    for (int64_t i = 0; i < m; ++i) axpy(1.0f, b, out + i * n, n);
-  }
+  add_bias(bias, m, n, out);
 }
 
 void CpuBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,

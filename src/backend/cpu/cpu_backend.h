@@ -8,7 +8,9 @@
 // quant_matmul.h): packed matrices stay packed, shared with the host tensor like any other.
 // Decode GEMVs over Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 quantize x to Q8 blocks and run integer dot
 // products, as llama.cpp does (backend/cpu/q8_activations.h; SPLITFLOW_CPU_Q8_ACTIVATIONS=0 keeps
-// x in fp32, the exact path the fp32-reference tests use). The OpenMP team of each thread that runs
+// x in fp32, the exact path the fp32-reference tests use); uploaded Q4_0 / Q8_0 matrices get a
+// repacked copy for those GEMVs (backend/cpu/interleaved_rows.h), prefill runs integer GEMMs
+// (backend/cpu/q8_gemm.h). The OpenMP team of each thread that runs
 // kernels is pinned to distinct CPUs at its first matmul (SPLITFLOW_CPU_PIN=0: not).
 #pragma once
 
@@ -16,6 +18,10 @@
 
 #include <atomic>
 #include <memory>
+
+namespace splitflow::cpu {
+class InterleavedCopies;
+}
 
 namespace splitflow::cpu {
 
@@ -96,6 +102,9 @@ class CpuBackend final : public Backend {
   // Bytes of allocate_host areas alive: unwritten pages are not resident, so MemAvailable does not
   // count them yet (a swap area before its first swap). Shared with each area's deleter.
   std::shared_ptr<std::atomic<int64_t>> host_area_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
+  // Uploaded Q4_0 / Q8_0 matrices repacked for the decode GEMV (backend/cpu/interleaved_rows.h),
+  // made at upload when Q8 activations are on.
+  std::shared_ptr<InterleavedCopies> interleaved_;
 };
 
 }  // namespace splitflow::cpu

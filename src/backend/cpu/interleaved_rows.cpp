@@ -1,0 +1,202 @@
+#include "backend/cpu/interleaved_rows.h"
+
+#include "backend/cpu/simd.h"
+#include "backend/cpu/thread_team.h"
+#include "core/error.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+// GCC 12's AVX-512 headers pass undefined vectors as the unused merge source of masked builtins,
+// which -Wuninitialized reports in every caller (GCC PR 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace splitflow::cpu {
+
+namespace {
+
+constexpr int64_t kGroupRows = 16;
+
+// Bytes of one block of one group: the 16 scales, then the codes.
+int64_t group_block_bytes(DType type) { return 32 + (type == DType::Q4_0 ? 4 * 64 : 8 * 64); }
+int64_t stored_block_bytes(DType type) { return type == DType::Q4_0 ? 18 : 34; }
+
+}  // namespace
+
+bool interleaved_rows_supported(DType type) {
+#ifdef SPLITFLOW_CPU_AVX512_VNNI
+  return type == DType::Q4_0 || type == DType::Q8_0;
+#else
+  (void)type;
+  return false;
+#endif
+}
+
+InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k) {
+  SF_CHECK(type == DType::Q4_0 || type == DType::Q8_0, "interleave_rows: {} has no interleaved layout", dtype_name(type));
+  SF_CHECK(k % 32 == 0, "interleave_rows: rows of {} elements (not whole 32-element blocks)", k);
+  InterleavedRows out;
+  out.type = type;
+  out.groups = n / kGroupRows;
+  out.k = k;
+  const int64_t blocks = k / 32, block_bytes = group_block_bytes(type), stored = stored_block_bytes(type);
+  out.nbytes = static_cast<size_t>(out.groups * blocks * block_bytes);
+  if (out.nbytes == 0) return out;
+  auto* memory = static_cast<uint8_t*>(std::aligned_alloc(64, (out.nbytes + 63) / 64 * 64));
+  SF_CHECK(memory != nullptr, "interleave_rows: out of memory for {} bytes", out.nbytes);
+  out.bytes = std::shared_ptr<uint8_t>(memory, [](uint8_t* p) { std::free(p); });
+  const auto* rows = static_cast<const uint8_t*>(w);
+  const int64_t row_bytes = blocks * stored;
+  for (int64_t g = 0; g < out.groups; ++g)
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* dst = memory + (g * blocks + b) * block_bytes;
+      for (int64_t r = 0; r < kGroupRows; ++r) {
+        const uint8_t* src = rows + (g * kGroupRows + r) * row_bytes + b * stored;
+        std::memcpy(dst + 2 * r, src, 2);  // the f16 scale
+        if (type == DType::Q4_0) {
+          for (int i = 0; i < 4; ++i) std::memcpy(dst + 32 + 64 * i + 4 * r, src + 2 + 4 * i, 4);
+        } else {
+          for (int u = 0; u < 8; ++u)
+            for (int p = 0; p < 4; ++p) dst[32 + 64 * u + 4 * r + p] = static_cast<uint8_t>(src[2 + 4 * u + p] ^ 0x80);
+        }
+      }
+    }
+  return out;
+}
+
+#ifdef SPLITFLOW_CPU_AVX512_VNNI
+namespace {
+
+// acc + the dot products of a's unsigned and b's signed bytes, four per int32 lane (see q8_gemm.cpp
+// for why this is asm).
+inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
+
+inline __m512i broadcast4(const int8_t* p) {
+  int32_t value;
+  std::memcpy(&value, p, sizeof value);
+  return _mm512_set1_epi32(value);
+}
+
+// x quantized per row and 32-element block: codes, the block's scale, and the weights' correction
+// (-8 for Q4_0's nibbles, -128 for Q8_0's biased bytes) times the block's code sum.
+struct XBlocks {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> corr;
+  void quantize(const float* x, int64_t m, int64_t k, int correction) {
+    q.resize(static_cast<size_t>(m * k));
+    d.resize(static_cast<size_t>(m * k / 32));
+    corr.resize(d.size());
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int64_t e = 0, b = 0; e < m * k; e += 32, ++b) {
+      const __m512 v0 = _mm512_loadu_ps(x + e), v1 = _mm512_loadu_ps(x + e + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+      const float scale = amax / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+      const __m512 inv = _mm512_set1_ps(inverse);
+      const __m128i q0 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)));
+      const __m128i q1 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, inv)));
+      const __m256i codes = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q.data() + e), codes);
+      alignas(32) int32_t sums[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sums),
+                         _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), codes));
+      int32_t sum = 0;
+      for (int32_t s : sums) sum += s;
+      d[b] = scale;
+      corr[b] = correction * sum;
+    }
+  }
+};
+
+// y[(x_row0 + r) * ldy + l] (+)= x'[x_row0 + r] . w[row l of the group] for MX rows of x.
+template <DType T, int MX>
+void group_gemv(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* group, float* y, int64_t ldy,
+                bool accumulate) {
+  const int64_t blocks = k / 32, block_bytes = group_block_bytes(T);
+  __m512 acc[MX];
+  for (int r = 0; r < MX; ++r) acc[r] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = group + b * block_bytes;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    constexpr int kQuads = 8;
+    __m512i codes[kQuads];  // quad u: elements 4u .. 4u + 3 of the 16 rows
+    if constexpr (T == DType::Q4_0) {
+      for (int i = 0; i < 4; ++i) {
+        const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * i);
+        codes[i] = _mm512_and_si512(packed, low4);
+        codes[i + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+      }
+    } else {
+      for (int u = 0; u < kQuads; ++u) codes[u] = _mm512_loadu_si512(blk + 32 + 64 * u);
+    }
+    for (int r = 0; r < MX; ++r) {
+      const int64_t xb = (x_row0 + r) * blocks + b;
+      const int8_t* xcodes = xq.q.data() + xb * 32;
+      // Two chains, so consecutive VNNI instructions do not wait on each other.
+      __m512i s0 = _mm512_set1_epi32(xq.corr[xb]), s1 = _mm512_setzero_si512();
+      for (int u = 0; u < kQuads; u += 2) {
+        s0 = dpbusd(s0, codes[u], broadcast4(xcodes + 4 * u));
+        s1 = dpbusd(s1, codes[u + 1], broadcast4(xcodes + 4 * u + 4));
+      }
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(dw, _mm512_set1_ps(xq.d[xb])),
+                               acc[r]);
+    }
+  }
+  for (int r = 0; r < MX; ++r) {
+    float* out = y + (x_row0 + r) * ldy;
+    _mm512_storeu_ps(out, accumulate ? _mm512_add_ps(_mm512_loadu_ps(out), acc[r]) : acc[r]);
+  }
+}
+
+template <DType T>
+void gemv(const float* x, int64_t m, const InterleavedRows& w, float* y, int64_t ldy, bool accumulate, int num_threads) {
+  thread_local XBlocks xq;  // on the calling thread, before the team starts
+  xq.quantize(x, m, w.k, T == DType::Q4_0 ? -8 : -128);
+  const XBlocks& rows_q = xq;
+  const int64_t group_bytes = w.k / 32 * group_block_bytes(T);
+  constexpr int64_t kChunkGroups = 2;
+  parallel_chunks(m * w.groups * kGroupRows * w.k >= 8 * kMinParallelWork ? num_threads : 1,
+                  (w.groups + kChunkGroups - 1) / kChunkGroups, [&](int64_t chunk) {
+    const int64_t g_end = std::min(w.groups, (chunk + 1) * kChunkGroups);
+    for (int64_t g = chunk * kChunkGroups; g < g_end; ++g) {
+      const uint8_t* group = w.bytes.get() + g * group_bytes;
+      float* yg = y + g * kGroupRows;
+      for (int64_t i = 0; i < m;) {
+        const int64_t rows = std::min<int64_t>(4, m - i);
+        switch (rows) {
+          case 1: group_gemv<T, 1>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+          case 2: group_gemv<T, 2>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+          case 3: group_gemv<T, 3>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+          default: group_gemv<T, 4>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+        }
+        i += rows;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void interleaved_gemv(const float* x, int64_t m, const InterleavedRows& w, float* y, int64_t ldy, bool accumulate,
+                      int num_threads) {
+  if (m <= 0 || w.groups == 0) return;
+  if (w.type == DType::Q4_0) return gemv<DType::Q4_0>(x, m, w, y, ldy, accumulate, num_threads);
+  return gemv<DType::Q8_0>(x, m, w, y, ldy, accumulate, num_threads);
+}
+
+#else
+
+void interleaved_gemv(const float*, int64_t, const InterleavedRows& w, float*, int64_t, bool, int) {
+  SF_CHECK(false, "cpu interleaved gemv: {} needs AVX-512 VNNI, which this build does not target", dtype_name(w.type));
+}
+
+#endif
+
+}  // namespace splitflow::cpu

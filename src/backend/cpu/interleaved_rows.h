@@ -1,0 +1,68 @@
+// backend/cpu/interleaved_rows.h — Q4_0 and Q8_0 matrices repacked for the decode GEMV, as
+// llama.cpp repacks them at load for the same reason: rows in groups of 16, each group's blocks
+// contiguous, a block holding the 16 rows' f16 scales and then their codes four bytes at a time
+// (Q4_0: bytes 4i .. 4i + 3 of each row's 16 code bytes, whose low nibbles are elements 4i .. 4i + 3
+// and high nibbles 4i + 16 ..; Q8_0: codes 4u .. 4u + 3, biased by 128). One 64-byte load then
+// holds four codes of 16 rows and one vector their scales, and the GEMV broadcasts four codes of x
+// (Q8 activations, q8_activations.h) against them: about 30 instructions per 512 weights, where
+// the rows as stored take about 17 per 64, and each group is one sequential stream.
+// The CPU backend keeps one repacked copy per uploaded Q4_0 / Q8_0 matrix of at least 16 rows
+// (the original stays for the embedding gather, the GEMM and the fp32 path).
+// Must never: be used without AVX-512 VNNI (interleaved_rows_supported() is false there), or
+// allocate per call beyond its thread-local x buffer.
+#pragma once
+
+#include "core/dtype.h"
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+namespace splitflow::cpu {
+
+// The rows of whole groups of a matrix, repacked.
+struct InterleavedRows {
+  DType type = DType::Q4_0;
+  int64_t groups = 0;  // rows 0 .. 16 * groups - 1 of the matrix
+  int64_t k = 0;
+  std::shared_ptr<uint8_t> bytes;
+  size_t nbytes = 0;
+};
+
+// Whether `type` has the layout here (Q4_0 or Q8_0, and the target has AVX-512 VNNI).
+bool interleaved_rows_supported(DType type);
+
+// The first n / 16 * 16 rows of w [n, k] (packed rows of `type`, k a multiple of 32) repacked.
+InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k);
+
+// y[i * ldy + j] (+)= x'[i] . w[j] for i < m and j < 16 * w.groups, x' being x quantized per
+// 32-element block as q8_gemv does.
+void interleaved_gemv(const float* x, int64_t m, const InterleavedRows& w, float* y, int64_t ldy, bool accumulate,
+                      int num_threads);
+
+// One backend's repacked copies, by the address of the matrix they copy. An entry lives as long as
+// the upload that made it (its buffer's owner removes it), so an address is never matched to a
+// later tensor's. Thread-safe: the ranks of an in-process job may share nothing else.
+class InterleavedCopies {
+ public:
+  std::shared_ptr<const InterleavedRows> find(const void* data) const {
+    std::lock_guard lock(mutex_);
+    const auto it = copies_.find(data);
+    return it == copies_.end() ? nullptr : it->second;
+  }
+  void add(const void* data, std::shared_ptr<const InterleavedRows> rows) {
+    std::lock_guard lock(mutex_);
+    copies_[data] = std::move(rows);
+  }
+  void remove(const void* data) {
+    std::lock_guard lock(mutex_);
+    copies_.erase(data);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<const void*, std::shared_ptr<const InterleavedRows>> copies_;
+};
+
+}  // namespace splitflow::cpu
