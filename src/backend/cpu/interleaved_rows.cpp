@@ -161,11 +161,11 @@ void gemv(const float* x, int64_t m, const InterleavedRows& w, float* y, int64_t
   xq.quantize(x, m, w.k, T == DType::Q4_0 ? -8 : -128);
   const XBlocks& rows_q = xq;
   const int64_t group_bytes = w.k / 32 * group_block_bytes(T);
-  constexpr int64_t kChunkGroups = 2;
-  parallel_chunks(m * w.groups * kGroupRows * w.k >= 8 * kMinParallelWork ? num_threads : 1,
-                  (w.groups + kChunkGroups - 1) / kChunkGroups, [&](int64_t chunk) {
-    const int64_t g_end = std::min(w.groups, (chunk + 1) * kChunkGroups);
-    for (int64_t g = chunk * kChunkGroups; g < g_end; ++g) {
+  // Runs of contiguous groups, about four per thread: long sequential streams for the prefetchers
+  // (runs of 2 groups taken in turn ran at 0.6x on 2 threads), still balanced when a thread is late.
+  parallel_ranges(num_threads, w.groups, m * w.groups * kGroupRows * w.k >= 8 * kMinParallelWork,
+                  [&](int64_t g_begin, int64_t g_end) {
+    for (int64_t g = g_begin; g < g_end; ++g) {
       const uint8_t* group = w.bytes.get() + g * group_bytes;
       float* yg = y + g * kGroupRows;
       for (int64_t i = 0; i < m;) {

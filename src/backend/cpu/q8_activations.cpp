@@ -309,11 +309,8 @@ void gemv(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, flo
   thread_local QuantizedRows xq;
   xq.quantize(x, m, k, correction);
   const QuantizedRows& rows_q = xq;
-  // Chunks of 32 rows of w taken one at a time by the team (backend/cpu/thread_team.h).
-  constexpr int64_t kChunkRows = 32;
-  parallel_chunks(m * n * k >= 8 * kMinParallelWork ? num_threads : 1, (n + kChunkRows - 1) / kChunkRows,
-                  [&](int64_t chunk) {
-    const int64_t j_begin = chunk * kChunkRows, j_end = std::min(n, j_begin + kChunkRows);
+  // Runs of contiguous rows of w, about four per thread (matmul.cpp's gemv says why).
+  parallel_ranges(num_threads, n, m * n * k >= 8 * kMinParallelWork, [&](int64_t j_begin, int64_t j_end) {
     for (int64_t i = 0; i < m;) {
       const int64_t rows = std::min<int64_t>(4, m - i);
       float* yi = y + i * ldy;
