@@ -226,8 +226,17 @@ void pack_panel(const W* w, int64_t k, int64_t n, int64_t j0, int64_t p0, int64_
   for (; p + 8 <= kc; p += 8)
     for (int c0 = 0; c0 < kNR; c0 += 8) {
       __m256 block[8];
-      for (int r = 0; r < 8; ++r)
-        block[r] = j0 + c0 + r < n ? load8(w + (j0 + c0 + r) * k + p0 + p) : _mm256_setzero_ps();
+      for (int r = 0; r < 8; ++r) {
+        if (j0 + c0 + r >= n) {
+          block[r] = _mm256_setzero_ps();
+          continue;
+        }
+        const W* row = w + (j0 + c0 + r) * k + p0 + p;
+        // Rows are read 16-32 bytes at a time, 8 to 32 side by side, a page apart: ask for the
+        // next lines early.
+        if (p % 32 == 0) _mm_prefetch(reinterpret_cast<const char*>(row + 64), _MM_HINT_T0);
+        block[r] = load8(row);
+      }
       transpose8(block);
       for (int i = 0; i < 8; ++i) _mm256_store_ps(packed + (p + i) * kNR + c0, block[i]);
     }
