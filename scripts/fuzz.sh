@@ -48,7 +48,10 @@ for harness in "${harnesses[@]}"; do
   work=fuzz/work/corpus/$harness artifacts=fuzz/work/artifacts/$harness
   mkdir -p "$work" "$artifacts"
   dict=() && [[ -f fuzz/dict/$harness.dict ]] && dict=(-dict="fuzz/dict/$harness.dict")
-  before=$(ls "$artifacts" | wc -l)
+  # Failures only: crash-, oom-, timeout- and leak- files (a slow-unit- file is a unit past 10 s,
+  # reported, not a failure; a fuzzer paused with SIGSTOP leaves one).
+  failures() { ls "$artifacts" | grep -cE '^(crash|oom|timeout|leak)-'; }
+  before=$(failures)
   log=$log_dir/$harness.log
   # One process, one core: libFuzzer's main loop is single-threaded.
   nice -n "${NICE:-19}" "$build_dir/fuzz/fuzz_$harness" "${limit[@]}" -max_len="${max_len[$harness]}" \
@@ -60,7 +63,7 @@ for harness in "${harnesses[@]}"; do
     executions=$(grep -o '^#[0-9]*' "$log" | tail -1 | tr -d '#')
     rate=$(grep -o 'exec/s: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
   fi
-  crashes=$(( $(ls "$artifacts" | wc -l) - before ))
+  crashes=$(( $(failures) - before ))
   row=$(printf '%-18s %14s %9s %8s' "$harness" "${executions:-?}" "${rate:-?}" "$crashes")
   echo "$row"
   [[ -n ${SUMMARY:-} ]] && echo "$row  $(date -u +%FT%TZ) ${limit[*]}" >>"$SUMMARY"
