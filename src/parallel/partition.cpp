@@ -103,7 +103,9 @@ PartitionedModel partition_model(const ModelSpec& spec, const ModelWeights& weig
   model.spec = std::move(sharded.spec);
   model.weights = std::move(sharded.weights);
   if (layout.tensor_parallel > 1) model.runner.plan = std::move(sharded.plan);
-  if (model.shard.vocab_rows > 0) model.runner.vocab = {model.tp_rank, layout.tensor_parallel, model.shard.vocab_rows};
+  if (model.shard.vocab_rows > 0)
+    model.runner.vocab = {model.tp_rank, layout.tensor_parallel, model.shard.vocab_rows,
+                          first && layout.tensor_parallel > 1 && splits_embedding(stage_weights.embed)};
 
   PipelineLinks& links = model.runner.pipeline;
   const int last_stage = layout.pipeline_parallel - 1;

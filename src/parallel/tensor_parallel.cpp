@@ -75,6 +75,19 @@ Tensor finish_mixed(Tensor out, std::vector<RowRun> runs) {
   return out;
 }
 
+// Rows [begin, begin + count) of t and then a row of zeros (a packed type's zero bytes are a zero
+// scale: zeros too), copied.
+Tensor rows_and_a_zero_row(const Tensor& t, int64_t begin, int64_t count) {
+  const RowLayout layout = row_layout(t);
+  const size_t bytes_per_row = row_bytes(t.dtype, cols_of(t));
+  Tensor out = Tensor::zeros(DType::U8, {static_cast<int64_t>((count + 1) * bytes_per_row)});
+  std::memcpy(out.data, static_cast<const char*>(t.data) + layout.offset[begin], count * bytes_per_row);
+  out.dtype = t.dtype;
+  out.shape = t.shape;
+  out.shape[0] = count + 1;
+  return out;
+}
+
 // Rows `ranges` of t (dim 0), in order, as one tensor.
 Tensor take_rows(const Tensor& t, const std::vector<RowRange>& ranges, const TensorParallelShard& shard, uint64_t part) {
   if (t.empty()) return t;
@@ -188,6 +201,10 @@ TensorParallelShard plan_tensor_parallel_shard(const ModelSpec& spec, int rank, 
   return shard;
 }
 
+bool splits_embedding(const Tensor& embed) {
+  return !embed.empty() && !embed.generated && embed.dtype != DType::Mixed && embed.shape.size() == 2;
+}
+
 ModelSpec shard_spec(const ModelSpec& spec, const TensorParallelShard& shard) {
   ModelSpec out = spec;
   out.attention.num_heads = shard.num_heads;
@@ -213,6 +230,8 @@ ModelWeights shard_weights(const ModelSpec& spec, const ModelWeights& weights, c
   ModelWeights out = weights;  // embeddings, norms, q/k norms and post norms replicated
   if (shard.vocab_rows > 0 && !weights.lm_head.empty())
     out.lm_head = take_rows(weights.lm_head, {{shard.vocab_begin, shard.vocab_rows}}, shard, uint64_t{1} << 40);
+  if (shard.vocab_rows > 0 && splits_embedding(weights.embed))
+    out.embed = rows_and_a_zero_row(weights.embed, shard.vocab_begin, shard.vocab_rows);
   for (size_t l = 0; l < weights.layers.size(); ++l) {
     const LayerWeights& in = weights.layers[l];
     LayerWeights& w = out.layers[l];

@@ -10,8 +10,11 @@
 //                   else the one head of r's query group (replicated: T/KV ranks hold each)
 //   MLP columns     [r I/T, (r+1) I/T)                       w_gate_up gate and up rows, w_down columns
 //   vocabulary      [r V/T, (r+1) V/T) when T divides V      lm_head rows (each rank's logits columns,
-//                                                            gathered by the backend's gather_columns)
-//   everything else (embeddings, norms, q/k norms; lm_head when V % T != 0)  replicated (views, no copy)
+//                                                            gathered by the backend's gather_columns);
+//                                                            embed rows plus a zero row (copied), the
+//                                                            ranks' lookups summed (runtime VocabShard)
+//   everything else (norms, q/k norms, position embeddings; lm_head and embed when V % T != 0; a
+//   generated (dummy) or Mixed embed)                        replicated (views, no copy)
 // Row-parallel biases (bo, b_down) stay on rank 0 (zeros elsewhere) so the sum adds them once.
 // Shards are views of the source where they are one contiguous range of rows; otherwise only
 // the shard's bytes are copied (a packed type stays packed: quant/row_slice.h). Generated (dummy)
@@ -44,6 +47,10 @@ struct TensorParallelShard {
 // num_heads % size, num_kv_heads vs size (one must divide the other), intermediate_size % size
 // (and, for packed matrices, the block size of the columns a row-parallel shard cuts).
 TensorParallelShard plan_tensor_parallel_shard(const ModelSpec& spec, int rank, int size);
+
+// Whether shard_weights splits this embedding table with the vocabulary (not a generated or Mixed
+// one: those stay replicated).
+bool splits_embedding(const Tensor& embed);
 
 // The spec a rank runs: its head and kv-head counts, its intermediate size, head_dim explicit.
 ModelSpec shard_spec(const ModelSpec& spec, const TensorParallelShard& shard);

@@ -275,7 +275,9 @@ void ModelRunner::upload_weights(ModelWeights& weights) {
 
   // A pipeline stage holds the embeddings only when it is the first, the head only when the last.
   if (pipeline_.first()) {
-    embed_ = backend_.upload(checked(weights.embed, "embed", {vocab, hidden}, true, true));
+    SF_CHECK(!vocab_shard_.embed || vocab_shard_.rows > 0, "a vocab-parallel embedding needs the vocabulary's split");
+    const int64_t embed_rows = vocab_shard_.embed ? vocab_shard_.rows + 1 : vocab;
+    embed_ = backend_.upload(checked(weights.embed, "embed", {embed_rows, hidden}, true, true));
     if (spec.position == PositionType::Learned)
       pos_embed_ = backend_.upload(checked(weights.pos_embed, "pos_embed", {spec.max_position, hidden}, true, true));
     embed_norm_ =
@@ -515,7 +517,11 @@ int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const Samp
       SF_CHECK(token >= 0 && token < spec_.vocab_size,
                "forward batch: token id {} (span {}, token {}) is outside the vocabulary [0, {})", token, s, i,
                spec_.vocab_size);
-      token_ids[t] = token;
+      // With the embedding split, the row in this rank's part (its last row, zeros, for the others').
+      const int64_t local = int64_t{token} - vocab_shard_.rank * vocab_shard_.rows;
+      token_ids[t] = !vocab_shard_.embed ? token
+                                         : static_cast<int32_t>(local >= 0 && local < vocab_shard_.rows ? local
+                                                                                                       : vocab_shard_.rows);
       positions[t] = position;
       slot_ids[t] = write_kv ? span.block_table[position / block_size] * block_size + position % block_size : -1;
       if (length_specific_rope) {
@@ -698,8 +704,10 @@ void ModelRunner::run_layer(int layer, int64_t tokens) {
 void ModelRunner::issue_layers(int64_t tokens) {
   const DeviceTensor hidden = slot_rows(Slot::Hidden, tokens);
   if (pipeline_.first()) {
+    const bool adds_positions = !vocab_shard_.embed || vocab_shard_.rank == 0;
     backend_.embed(embed_.view(), step_view(kTokenIds, tokens), static_cast<float>(spec_.embedding_multiplier),
-                   pos_embed_.view(), step_view(kPositions, tokens), hidden);
+                   adds_positions ? pos_embed_.view() : DeviceTensor{}, step_view(kPositions, tokens), hidden);
+    if (vocab_shard_.embed) backend_.allreduce(hidden, {});  // every token's row is on one rank
     if (!embed_norm_.empty())  // in place: the norm of the summed embeddings is the residual stream
       backend_.add_norm(hidden, {}, embed_norm_.view(), embed_norm_bias_.view(), norm_params_, hidden);
   } else {

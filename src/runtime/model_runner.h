@@ -100,9 +100,13 @@ struct PipelineLinks {
 // A vocab-parallel head (parallel/tensor_parallel.h): this rank's lm_head holds `rows` rows of the
 // vocabulary, rank `rank`'s of `size` equal slices; its logits columns are gathered with the
 // backend's gather_columns. rows 0: the head holds the whole vocabulary.
+// embed: the embedding table is split the same way and holds rows + 1 rows, the last zeros: a
+// token of another rank's rows looks up the zero row, and the embeddings are summed over the ranks
+// (an in-place allreduce) before anything reads them; positions are added on rank 0 only.
 struct VocabShard {
   int rank = 0, size = 1;
   int64_t rows = 0;
+  bool embed = false;
 };
 
 struct RunnerPartition {

@@ -347,3 +347,35 @@ TEST(ParallelLayout, StageRangesAndSpecs) {
   EXPECT_FALSE(partition_model(spec, weights, grid, 5).runner.pipeline.sends_output());
   EXPECT_TRUE(partition_model(spec, weights, grid, 0).runner.pipeline.receives_output());
 }
+
+// The vocabulary-parallel embedding: each first-stage rank holds its vocabulary rows of the table
+// (copied from the source) and a zero row after them; the runner is told; a generated table, a
+// vocabulary the ranks do not divide, and later stages keep the embedding as it was.
+TEST(TensorParallelShard, EmbeddingRowsSplitWithAZeroRow) {
+  const LoadedFixture fixture = load_fixture("llama_gqa_tied");
+  const int64_t vocab = fixture.spec.vocab_size, hidden = fixture.spec.hidden_size;
+  ASSERT_EQ(vocab % 2, 0);
+  const Tensor source = to_dtype(fixture.weights.embed, DType::F32);
+  for (int rank = 0; rank < 2; ++rank) {
+    const PartitionedModel part = partition_model(fixture.spec, fixture.weights, ParallelLayout{2, 1}, rank);
+    EXPECT_TRUE(part.runner.vocab.embed);
+    EXPECT_EQ(part.runner.vocab.rows, vocab / 2);
+    ASSERT_EQ(part.weights.embed.shape, (Shape{vocab / 2 + 1, hidden}));
+    const Tensor got = to_dtype(part.weights.embed, DType::F32);
+    for (int64_t r = 0; r < vocab / 2; ++r)
+      for (int64_t c = 0; c < hidden; ++c)
+        ASSERT_EQ(got.as<float>()[r * hidden + c], source.as<float>()[(rank * vocab / 2 + r) * hidden + c]) << r;
+    for (int64_t c = 0; c < hidden; ++c) ASSERT_EQ(got.as<float>()[vocab / 2 * hidden + c], 0.0f);
+    // The head's rows stay a slice of the head, untouched by the padding.
+    EXPECT_EQ(part.weights.lm_head.shape, (Shape{vocab / 2, hidden}));
+  }
+  // A later stage has no embedding; the grid's first stage splits it.
+  EXPECT_FALSE(partition_model(fixture.spec, fixture.weights, ParallelLayout{2, 2}, 2).runner.vocab.embed);
+  EXPECT_TRUE(partition_model(fixture.spec, fixture.weights, ParallelLayout{2, 2}, 1).runner.vocab.embed);
+  // Generated (dummy) tables stay replicated.
+  ModelWeights generated = fixture.weights;
+  generated.embed = Tensor::generated_normal(DType::F32, {vocab, hidden}, {7, 0.02f});
+  const PartitionedModel dummy = partition_model(fixture.spec, generated, ParallelLayout{2, 1}, 1);
+  EXPECT_FALSE(dummy.runner.vocab.embed);
+  EXPECT_EQ(dummy.weights.embed.shape, (Shape{vocab, hidden}));
+}
