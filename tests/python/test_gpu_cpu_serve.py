@@ -14,12 +14,10 @@ import argparse
 import concurrent.futures
 import json
 import os
-import re
 import subprocess
 import sys
-import threading
-import time
-import urllib.request
+
+from serve_process import ServeProcess
 
 PROMPTS = ["Once upon a time", "The little dog", "Lily and Ben went to the park", "One day"]
 MAX_TOKENS = 24
@@ -33,37 +31,12 @@ def gpu_count():
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
-class Server:
-    def __init__(self, command):
-        self.proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-        self.log = []
-        deadline = time.time() + 180
-        self.port = None
-        while self.port is None:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError("serve exited before listening:\n" + "".join(self.log[-40:]))
-            self.log.append(line)
-            match = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
-            if match:
-                self.port = int(match.group(1))
-            if time.time() > deadline:
-                raise RuntimeError("serve did not start within 180 s")
-        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
-
-    def complete(self, prompt):
-        body = json.dumps({"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return json.loads(response.read())["choices"][0]["text"]
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+def complete(server, prompt):
+    status, text = server.post_json("/v1/completions", {"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
+                                                         "ignore_eos": True})
+    if status != 200:
+        raise RuntimeError(f"status {status}: {text[:400]}")
+    return json.loads(text)["choices"][0]["text"]
 
 
 def main():
@@ -92,7 +65,7 @@ def main():
             want[prompt] = result.stdout.rstrip("\n")
         if len(want) != len(PROMPTS):
             continue
-        server = Server([args.splitflow, "serve", "--model", model, "--port", "0", "--max-seqs", "8"] + split)
+        server = ServeProcess([args.splitflow, "serve", "--model", model, "--port", "0", "--max-seqs", "8"] + split)
         try:
             with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
                 got = dict(zip(PROMPTS, pool.map(server.complete, PROMPTS)))

@@ -14,15 +14,11 @@ import argparse
 import concurrent.futures
 import json
 import os
-import re
-import signal
-import subprocess
 import sys
-import threading
 import time
 import traceback
-import urllib.error
-import urllib.request
+
+from serve_process import ServeProcess
 
 
 def parse_args():
@@ -32,56 +28,11 @@ def parse_args():
     return parser.parse_args()
 
 
-class Server:
-    """`splitflow serve --port 0`; the port is read from its startup line on stderr."""
-
-    def __init__(self, binary, model_dir, chat_template):
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--model", model_dir, "--port", "0", "--chat-template", chat_template,
-             "--threads", "1", "--max-seqs", "8", "--max-batch-tokens", "64", "--num-blocks", "128",
-             "--max-queue", "64", "--http-threads", "32"],
-            stderr=subprocess.PIPE, text=True)
-        self.log = []
-        deadline = time.time() + 120
-        self.port = None
-        while self.port is None:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError("splitflow serve exited before listening:\n" + "".join(self.log))
-            self.log.append(line)
-            match = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
-            if match:
-                self.port = int(match.group(1))
-            if time.time() > deadline:
-                raise RuntimeError("splitflow serve did not start within 120 s")
-        self.reader = threading.Thread(target=self._drain_stderr, daemon=True)
-        self.reader.start()
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def _drain_stderr(self):
-        for line in self.proc.stderr:
-            self.log.append(line)
-
-    def get(self, path):
-        with urllib.request.urlopen(self.url + path, timeout=30) as response:
-            return response.status, response.read().decode()
-
-    def post_raw(self, path, body):
-        request = urllib.request.Request(self.url + path, data=body, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-
-    def metric(self, name):
-        _, text = self.get("/metrics")
-        match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
-        return float(match.group(1)) if match else None
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=60)
+def start_server(binary, model_dir, chat_template):
+    return ServeProcess(
+        [binary, "serve", "--model", model_dir, "--port", "0", "--chat-template", chat_template,
+         "--threads", "1", "--max-seqs", "8", "--max-batch-tokens", "64", "--num-blocks", "128",
+         "--max-queue", "64", "--http-threads", "32"])
 
 
 def main():
@@ -116,7 +67,7 @@ def main():
             logits = model(torch.tensor([ids])).logits[0].double()
         return torch.log_softmax(logits, dim=-1)
 
-    server = Server(args.splitflow, model_dir, template_config)
+    server = start_server(args.splitflow, model_dir, template_config)
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
     model_name = "stories260K-hf"
     results = []

@@ -13,15 +13,11 @@ Exit status 77 (skipped) when torch, transformers or safetensors is missing.
 import argparse
 import concurrent.futures
 import json
-import re
-import signal
-import subprocess
 import sys
-import threading
-import time
-import urllib.error
-import urllib.request
+
 from pathlib import Path
+
+from serve_process import ServeProcess
 
 try:
     import torch
@@ -36,42 +32,10 @@ STEPS = 10
 MAX_BATCH_TOKENS = 48
 
 
-class Server:
-    """`splitflow serve --port 0`; the port is read from its startup line on stderr."""
-
-    def __init__(self, binary, model_dir):
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--model", str(model_dir), "--port", "0", "--no-warmup", "--threads", "1",
-             "--max-seqs", "8", "--max-batch-tokens", str(MAX_BATCH_TOKENS), "--num-blocks", "64",
-             "--block-size", "4"],
-            stderr=subprocess.PIPE, text=True)
-        self.log = []
-        deadline = time.time() + 120
-        self.port = None
-        while self.port is None:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError("splitflow serve exited before listening:\n" + "".join(self.log))
-            self.log.append(line)
-            match = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
-            if match:
-                self.port = int(match.group(1))
-            if time.time() > deadline:
-                raise RuntimeError("splitflow serve did not start within 120 s")
-        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
-
-    def post(self, body):
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions", json.dumps(body).encode(),
-                                         {"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=120) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=60)
+def start_server(binary, model_dir):
+    return ServeProcess(
+        [binary, "serve", "--model", str(model_dir), "--port", "0", "--no-warmup", "--threads", "1",
+         "--max-seqs", "8", "--max-batch-tokens", str(MAX_BATCH_TOKENS), "--num-blocks", "64", "--block-size", "4"])
 
 
 def transformers_greedy(model, prompt, steps):
@@ -119,21 +83,21 @@ def check_fixture(binary, fixture_dir):
         (body(prompts[0], stream=True), True, {0: want[0]}),
         (body(prompts[1], max_tokens=4, stream=True), True, {0: want[1][:4]}),
     ]
-    server = Server(binary, fixture_dir)
+    server = start_server(binary, fixture_dir)
     failures = []
     try:
         with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
-            replies = list(pool.map(lambda case: server.post(case[0]), cases))
+            replies = list(pool.map(lambda case: server.post_json("/v1/completions", case[0]), cases))
         for (request, stream, tokens), (status, text) in zip(cases, replies):
             got = choice_tokens(status, text, stream)
             if got != tokens:
                 failures.append(f"{json.dumps(request)}: got {got}, transformers {tokens}")
         too_long = list(range(2, 2 + MAX_BATCH_TOKENS))
-        status, text = server.post(body(too_long))
+        status, text = server.post_json("/v1/completions", body(too_long))
         limit = f"This model's encoder takes at most {MAX_BATCH_TOKENS - 1} tokens, but the prompt has {MAX_BATCH_TOKENS} tokens."
         if status != 400 or limit not in text:
             failures.append(f"an oversized prompt got {status} {text}")
-        status, text = server.post(body(prompts[0]))
+        status, text = server.post_json("/v1/completions", body(prompts[0]))
         if choice_tokens(status, text, False) != {0: want[0]}:
             failures.append(f"after the refusal: {status} {text}")
     finally:

@@ -13,11 +13,10 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import threading
-import time
+
+from serve_process import ServeProcess
 
 try:
     import jsonschema
@@ -30,35 +29,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "..", "fixtures", "chat", "templates")
 
 
-class Server:
-    def __init__(self, binary, model_dir, chat_template, spec):
-        # spec: a 2048-token context (stories260K's is 512, less than a prompt announcing tools).
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--model", model_dir, "--port", "0", "--chat-template", chat_template, "--spec", spec,
-             "--threads", "1", "--max-seqs", "8", "--max-batch-tokens", "256", "--num-blocks", "512"],
-            stderr=subprocess.PIPE, text=True)
-        self.log = []
-        deadline = time.time() + 120
-        self.port = None
-        while self.port is None:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError("splitflow serve exited before listening:\n" + "".join(self.log))
-            self.log.append(line)
-            match = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
-            if match:
-                self.port = int(match.group(1))
-            if time.time() > deadline:
-                raise RuntimeError("splitflow serve did not start within 120 s")
-        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
-        self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="none", max_retries=0)
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+def start_server(binary, model_dir, chat_template, spec):
+    """With an OpenAI client on it (`client`). spec: a 2048-token context (stories260K's is 512, less
+    than a prompt announcing tools)."""
+    server = ServeProcess(
+        [binary, "serve", "--model", model_dir, "--port", "0", "--chat-template", chat_template, "--spec", spec,
+         "--threads", "1", "--max-seqs", "8", "--max-batch-tokens", "256", "--num-blocks", "512"])
+    server.client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
+    return server
 
 
 MESSAGES = [{"role": "user", "content": "Tell me about a cat."}]
@@ -302,7 +280,7 @@ def main():
     spec = os.path.join(tempfile.mkdtemp(), "context.json")
     with open(spec, "w") as f:
         json.dump({"max_position": 2048}, f)
-    server = Server(args.splitflow, model, qwen, spec)
+    server = start_server(args.splitflow, model, qwen, spec)
     try:
         test_json_schema(server.client)
         test_json_schema_completions_n_and_stream(server.client)
@@ -316,7 +294,7 @@ def main():
     finally:
         server.stop()
     for label, template in [("llama 3.2 JSON", "llama32_style.jinja"), ("mistral", "mistral_style.jinja")]:
-        server = Server(args.splitflow, model, os.path.join(FIXTURES, template), spec)
+        server = start_server(args.splitflow, model, os.path.join(FIXTURES, template), spec)
         try:
             test_tools(server.client, label)
         except Exception:
