@@ -13,14 +13,6 @@ namespace {
 
 double gib(int64_t bytes) { return static_cast<double>(bytes) / double(int64_t{1} << 30); }
 
-// The rule of runtime/kv_cache_sizing.h: free memory less the rest of the device past the share
-// (rounded up) and the reserve.
-int64_t usable_bytes(const DeviceMemoryInfo& memory, const KvCacheMemoryBudget& budget) {
-  const auto outside_share =
-      static_cast<int64_t>(std::ceil((1.0 - budget.memory_fraction) * static_cast<double>(memory.total_bytes)));
-  return memory.free_bytes - outside_share - budget.reserve_bytes;
-}
-
 int64_t layer_stored_bytes(const LayerWeights& layer, const std::function<int64_t(const Tensor&)>& stored_bytes) {
   int64_t bytes = 0;
   for (const Tensor* tensor :
@@ -55,7 +47,7 @@ GpuLayerFit fit_gpu_layers(const GpuLayerFitRequest& request) {
 
   GpuLayerFit fit;
   fit.num_layers = layers;
-  fit.usable_bytes = usable_bytes(memory, request.budget);
+  fit.usable_bytes = usable_memory_bytes(memory, request.budget);
 
   // Trailing layers, one at a time from the last: what n layers on the GPU cost.
   int64_t used = request.head_bytes + request.step_bytes;
@@ -92,7 +84,7 @@ int64_t split_kv_blocks(const GpuLayerFitRequest& per_token, int gpu_layers, int
   SF_CHECK(gpu_layers > 0 && gpu_layers <= layers && block_size > 0 &&
                per_token.layer_kv_bytes.size() == per_token.layer_bytes.size(),
            "split kv blocks: {} GPU layers of {}, blocks of {} tokens", gpu_layers, layers, block_size);
-  const int64_t usable = usable_bytes(per_token.memory, per_token.budget);
+  const int64_t usable = usable_memory_bytes(per_token.memory, per_token.budget);
   int64_t gpu_weights = per_token.head_bytes + per_token.step_bytes, gpu_block = 0, cpu_block = 0;
   for (int layer = 0; layer < layers; ++layer) {
     const bool on_gpu = layer >= layers - gpu_layers;

@@ -14,6 +14,13 @@ double gib(int64_t bytes) { return static_cast<double>(bytes) / double(int64_t{1
 
 }  // namespace
 
+int64_t usable_memory_bytes(const DeviceMemoryInfo& memory, const KvCacheMemoryBudget& budget) {
+  // What the process may not take: the rest of the device past its share, rounded up to a byte.
+  const auto outside_share =
+      static_cast<int64_t>(std::ceil((1.0 - budget.memory_fraction) * static_cast<double>(memory.total_bytes)));
+  return memory.free_bytes - outside_share - budget.reserve_bytes;
+}
+
 KvCacheSizing size_kv_cache(const DeviceMemoryInfo& memory, const KvCacheMemoryBudget& budget, int64_t bytes_per_block,
                             int32_t block_size) {
   const double fraction = budget.memory_fraction;
@@ -30,10 +37,8 @@ KvCacheSizing size_kv_cache(const DeviceMemoryInfo& memory, const KvCacheMemoryB
   KvCacheSizing sizing;
   sizing.memory = memory;
   sizing.bytes_per_block = bytes_per_block;
-  // What the process may not take: the rest of the device past its share, rounded up to a byte.
-  const auto outside_share =
-      static_cast<int64_t>(std::ceil((1.0 - fraction) * static_cast<double>(memory.total_bytes)));
-  sizing.usable_bytes = memory.free_bytes - outside_share - budget.reserve_bytes;
+  sizing.usable_bytes = usable_memory_bytes(memory, budget);
+  const int64_t outside_share = memory.free_bytes - budget.reserve_bytes - sizing.usable_bytes;
   sizing.num_blocks = std::min<int64_t>(std::max<int64_t>(sizing.usable_bytes, 0) / bytes_per_block, INT32_MAX);
 
   const int64_t min_blocks = std::max<int64_t>((budget.min_tokens + block_size - 1) / block_size, 1);

@@ -45,6 +45,10 @@ struct KvCacheSizing {
   int64_t num_blocks = 0;        // floor(usable / bytes_per_block), at most INT32_MAX
 };
 
+// usable_bytes of the rule above (no checks): what the cache, or anything sized the same way (the
+// GPU's layers of a GPU/CPU split, parallel/gpu_layer_fit.h), may take.
+int64_t usable_memory_bytes(const DeviceMemoryInfo& memory, const KvCacheMemoryBudget& budget);
+
 // The rule above. Throws naming every number (free, total, fraction, reserve, the share left, the
 // bytes per block, and the blocks one sequence of min_tokens needs) when fewer blocks fit than
 // that sequence needs; throws on a fraction outside (0, 1], a negative reserve, or memory figures
