@@ -9,29 +9,14 @@
 # (default /tmp/splitflow-gpu-logs).
 # TESTS=1: also build test_backend_cuda and run `ctest -L backend_cuda` first (log ctest.log).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-build=${BUILD_DIR:-build-gpu}
-carry=${CARRY_DIR:-.carry}
+LOGS=${LOGS:-/tmp/splitflow-gpu-logs}  # kept out of $OUT: the device tool returns few files
+source "$(dirname "$0")/gpu_common.sh"
 results=${OUT:-$root/bench/results}
-logs=${LOGS:-/tmp/splitflow-gpu-logs}  # kept out of $OUT: the device tool returns few files
 configs=${CONFIGS:-"llama-2-7b llama-3-8b"}
-mkdir -p "$results" "$logs"
-
-args=(-DSPLITFLOW_CUDA=ON)
-[[ -d $carry/include ]] && args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
-[[ -d $carry/shared ]] && { export SPLITFLOW_SHARED_DIR=$root/$carry/shared; args+=("-DSPLITFLOW_SHARED_DIR=$SPLITFLOW_SHARED_DIR"); }
+mkdir -p "$results"
 targets=(splitflow)
 [[ ${TESTS:-0} == 1 ]] && targets+=(test_backend_cuda)
-
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: no GPU visible"
-start=$SECONDS
-cmake -S . -B "$build" -G Ninja "${args[@]}" >"$logs/configure.log" 2>&1 || { tail -40 "$logs/configure.log"; exit 1; }
-if ! cmake --build "$build" -j16 --target "${targets[@]}" >"$logs/build.log" 2>&1; then
-  grep -E "error|Error" "$logs/build.log" | head -40
-  exit 1
-fi
-echo "configure + build: $((SECONDS - start)) s"
+gpu_build "${targets[@]}"
 
 rc=0
 if [[ ${TESTS:-0} == 1 ]]; then

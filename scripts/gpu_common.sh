@@ -6,13 +6,13 @@
 # folder (CARRY_DIR overrides it):
 #   .carry/include/{pcre2,xxhash}.h  (cp /usr/include/...)  -> -DSPLITFLOW_EXTRA_INCLUDE
 #   .carry/shared/models/<name>  (small models tests read)  -> SPLITFLOW_SHARED_DIR
-# Environment: BUILD_DIR (build-gpu), CARRY_DIR, OUT (logs go there when set: the device tool
-# brings them back; else to the build dir), SPLITFLOW_COMMIT (else .source-commit, else git).
+# Environment: BUILD_DIR (build-gpu), CARRY_DIR, LOGS (where logs go; else OUT when set: the device
+# tool brings it back; else the build dir), SPLITFLOW_COMMIT (else .source-commit, else git).
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
 build=${BUILD_DIR:-build-gpu}
 carry=${CARRY_DIR:-.carry}
-logs=${OUT:-$root/$build}
+logs=${LOGS:-${OUT:-$root/$build}}
 mkdir -p "$logs"
 export SPLITFLOW_COMMIT=${SPLITFLOW_COMMIT:-$(cat .source-commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)}
 cmake_args=(-DSPLITFLOW_CUDA=ON)

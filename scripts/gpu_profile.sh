@@ -11,23 +11,13 @@
 # the graph replay's step time; the shares are what to read. DETAIL=regex adds ncu's sections
 # (throughput, occupancy, scheduler, warp stalls) for the first matching kernel.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-build=${BUILD_DIR:-build-gpu}
-carry=${CARRY_DIR:-.carry}
-logs=${LOGS:-/tmp/splitflow-gpu-logs}
+LOGS=${LOGS:-/tmp/splitflow-gpu-logs}
+source "$(dirname "$0")/gpu_common.sh"
 cases=${CASES:-"llama-3-8b:1:512 llama-3-8b:64:512"}
 steps=${STEPS:-2}
-mkdir -p "$logs"
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [[ -x $ncu ]] || { echo "ncu not found"; exit 1; }
-
-args=(-DSPLITFLOW_CUDA=ON)
-[[ -d $carry/include ]] && args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
-start=$SECONDS
-cmake -S . -B "$build" -G Ninja "${args[@]}" >"$logs/configure.log" 2>&1 || { tail -40 "$logs/configure.log"; exit 1; }
-cmake --build "$build" -j16 --target splitflow >"$logs/build.log" 2>&1 || { grep -E "error" "$logs/build.log" | head -40; exit 1; }
-echo "configure + build: $((SECONDS - start)) s"
+gpu_build splitflow
 
 rc=0
 for c in $cases; do
