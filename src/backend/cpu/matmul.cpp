@@ -31,11 +31,15 @@ namespace {
 // row would otherwise start with a stall while NW of them are read side by side.
 template <typename W, int MX, int NW>
 void dot_tile(const float* x, int64_t k, const W* w, float* y, int64_t ldy, bool accumulate) {
-  // Two accumulators per pair (the step's low and high 16 elements): two FMA chains, so one row
-  // (NW = 1) is not bound by the FMA latency.
-  __m512 acc[MX][NW], acc_hi[MX][NW];
+  // A small tile keeps two accumulators per pair (the step's low and high 16 elements): two FMA
+  // chains, so one row (NW = 1) is not bound by the FMA latency; larger tiles have chains enough.
+  constexpr bool kTwoChains = MX * NW < 4;
+  __m512 acc[MX][NW], acc_hi[MX][kTwoChains ? NW : 1];
   for (int i = 0; i < MX; ++i)
-    for (int j = 0; j < NW; ++j) acc[i][j] = acc_hi[i][j] = _mm512_setzero_ps();
+    for (int j = 0; j < NW; ++j) acc[i][j] = _mm512_setzero_ps();
+  if constexpr (kTwoChains)
+    for (int i = 0; i < MX; ++i)
+      for (int j = 0; j < NW; ++j) acc_hi[i][j] = _mm512_setzero_ps();
   const char* next = reinterpret_cast<const char*>(w + NW * k);
   constexpr int kStepBytes = 32 * sizeof(W);
   int64_t p = 0;
@@ -54,13 +58,18 @@ void dot_tile(const float* x, int64_t k, const W* w, float* y, int64_t ldy, bool
       const __m512 x_lo = _mm512_loadu_ps(x + i * k + p), x_hi = _mm512_loadu_ps(x + i * k + p + 16);
 #pragma GCC unroll 8
       for (int j = 0; j < NW; ++j) {
-        acc[i][j] = _mm512_fmadd_ps(x_lo, lo[j], acc[i][j]);
-        acc_hi[i][j] = _mm512_fmadd_ps(x_hi, hi[j], acc_hi[i][j]);
+        if constexpr (kTwoChains) {
+          acc[i][j] = _mm512_fmadd_ps(x_lo, lo[j], acc[i][j]);
+          acc_hi[i][j] = _mm512_fmadd_ps(x_hi, hi[j], acc_hi[i][j]);
+        } else {
+          acc[i][j] = _mm512_fmadd_ps(x_hi, hi[j], _mm512_fmadd_ps(x_lo, lo[j], acc[i][j]));
+        }
       }
     }
   }
-  for (int i = 0; i < MX; ++i)
-    for (int j = 0; j < NW; ++j) acc[i][j] = _mm512_add_ps(acc[i][j], acc_hi[i][j]);
+  if constexpr (kTwoChains)
+    for (int i = 0; i < MX; ++i)
+      for (int j = 0; j < NW; ++j) acc[i][j] = _mm512_add_ps(acc[i][j], acc_hi[i][j]);
   for (; p + 16 <= k; p += 16)
     for (int i = 0; i < MX; ++i)
       for (int j = 0; j < NW; ++j)
