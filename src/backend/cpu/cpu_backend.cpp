@@ -224,7 +224,7 @@ DeviceBuffer CpuBackend::upload(const Tensor& tensor) {
   if (q8_activations_ && view.shape.size() == 2 && view.dim(0) >= 16 && interleaved_rows_supported(view.dtype)) {
     // (Written whole here, so host memory's available bytes already count it.)
     interleaved_->add(view.data, std::make_shared<const InterleavedRows>(
-                                     interleave_rows(view.data, view.dtype, view.dim(0), view.dim(1))));
+                                     interleave_rows(view.data, view.dtype, view.dim(0), view.dim(1), num_threads_)));
     owner = std::shared_ptr<void>(owner.get(),
                                   [owner, copies = interleaved_, key = view.data](void*) { copies->remove(key); });
   }

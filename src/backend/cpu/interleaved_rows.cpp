@@ -35,7 +35,7 @@ bool interleaved_rows_supported(DType type) {
 #endif
 }
 
-InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k) {
+InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k, int num_threads) {
   SF_CHECK(type == DType::Q4_0 || type == DType::Q8_0, "interleave_rows: {} has no interleaved layout", dtype_name(type));
   SF_CHECK(k % 32 == 0, "interleave_rows: rows of {} elements (not whole 32-element blocks)", k);
   InterleavedRows out;
@@ -50,20 +50,25 @@ InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k)
   out.bytes = std::shared_ptr<uint8_t>(memory, [](uint8_t* p) { std::free(p); });
   const auto* rows = static_cast<const uint8_t*>(w);
   const int64_t row_bytes = blocks * stored;
-  for (int64_t g = 0; g < out.groups; ++g)
-    for (int64_t b = 0; b < blocks; ++b) {
-      uint8_t* dst = memory + (g * blocks + b) * block_bytes;
-      for (int64_t r = 0; r < kGroupRows; ++r) {
-        const uint8_t* src = rows + (g * kGroupRows + r) * row_bytes + b * stored;
-        std::memcpy(dst + 2 * r, src, 2);  // the f16 scale
-        if (type == DType::Q4_0) {
-          for (int i = 0; i < 4; ++i) std::memcpy(dst + 32 + 64 * i + 4 * r, src + 2 + 4 * i, 4);
-        } else {
-          for (int u = 0; u < 8; ++u)
-            for (int p = 0; p < 4; ++p) dst[32 + 64 * u + 4 * r + p] = static_cast<uint8_t>(src[2 + 4 * u + p] ^ 0x80);
+  // Four code bytes at a time; Q8_0's biased by 128 each.
+  const uint32_t bias = type == DType::Q8_0 ? 0x80808080u : 0u;
+  const int quads = type == DType::Q4_0 ? 4 : 8;
+  parallel_ranges(num_threads, out.groups, out.groups > 1, [&](int64_t g_begin, int64_t g_end) {
+    for (int64_t g = g_begin; g < g_end; ++g)
+      for (int64_t b = 0; b < blocks; ++b) {
+        uint8_t* dst = memory + (g * blocks + b) * block_bytes;
+        for (int64_t r = 0; r < kGroupRows; ++r) {
+          const uint8_t* src = rows + (g * kGroupRows + r) * row_bytes + b * stored;
+          std::memcpy(dst + 2 * r, src, 2);  // the f16 scale
+          for (int u = 0; u < quads; ++u) {
+            uint32_t codes;
+            std::memcpy(&codes, src + 2 + 4 * u, 4);
+            codes ^= bias;
+            std::memcpy(dst + 32 + 64 * u + 4 * r, &codes, 4);
+          }
         }
       }
-    }
+  });
   return out;
 }
 

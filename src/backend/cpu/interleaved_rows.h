@@ -33,8 +33,9 @@ struct InterleavedRows {
 // Whether `type` has the layout here (Q4_0 or Q8_0, and the target has AVX-512 VNNI).
 bool interleaved_rows_supported(DType type);
 
-// The first n / 16 * 16 rows of w [n, k] (packed rows of `type`, k a multiple of 32) repacked.
-InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k);
+// The first n / 16 * 16 rows of w [n, k] (packed rows of `type`, k a multiple of 32) repacked, on
+// the calling thread's team of num_threads.
+InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k, int num_threads);
 
 // y[i * ldy + j] (+)= x'[i] . w[j] for i < m and j < 16 * w.groups, x' being x quantized per
 // 32-element block as q8_gemv does.
