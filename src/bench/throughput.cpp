@@ -156,7 +156,9 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
   config.num_host_blocks = static_cast<int32_t>(num_host_blocks);
   config.swap_min_tokens = options.swap_min_tokens;
   config.splitfuse = options.splitfuse;
-  Engine engine(runner, model.tokenizer.get(), config);
+  const int32_t stages = options.parallel ? options.parallel->layout().pipeline_parallel : 1;
+  const int32_t steps_in_flight = options.steps_in_flight > 0 ? options.steps_in_flight : stages;
+  Engine engine(runner, model.tokenizer.get(), config, EngineOptions{.max_steps_in_flight = steps_in_flight});
   const WarmupReport warmup = engine.warm_up();
 
   SamplingParams params;
@@ -324,6 +326,7 @@ nlohmann::json run_throughput(LoadedModel model, Backend& backend, const Through
       // With tensor parallelism the bytes, FLOPs and bound are one rank's (its shard), on one GPU.
       {"tensor_parallel_size", options.parallel ? options.parallel->layout().tensor_parallel : 1},
       {"pipeline_parallel_size", options.parallel ? options.parallel->layout().pipeline_parallel : 1},
+      {"steps_in_flight", steps_in_flight},
   };
 }
 

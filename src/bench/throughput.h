@@ -28,6 +28,7 @@ struct ThroughputOptions {
   int32_t max_batch_tokens = 2048;  // the SplitFuse token budget of one step
   int32_t max_seqs = 256;
   bool splitfuse = true;            // false: prefill-first
+  int32_t steps_in_flight = 0;      // EngineOptions::max_steps_in_flight; 0: the job's pipeline stages
   double kv_cache_gb = 0;           // > 0: a cache of this many GiB
   // Set (with kv_cache_gb 0): the cache is what device memory leaves at this fraction of the
   // device's total (KvCacheMemoryBudget, runtime/kv_cache_sizing.h), holding one request at least.

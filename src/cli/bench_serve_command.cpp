@@ -324,6 +324,11 @@ void register_bench_serving(CLI::App& bench) {
       ->capture_default_str();
   throughput->add_option("--max-seqs", t.options.max_seqs, "sequences running at once")->capture_default_str();
   throughput->add_flag("--no-splitfuse", t.no_splitfuse, "prefill-first scheduling");
+  throughput->add_option("--steps-in-flight", t.options.steps_in_flight,
+                         "steps submitted before the oldest one's tokens come back (micro-batches through pipeline "
+                         "stages); 0: one per pipeline stage")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   throughput->add_option("--kv-cache-gb", t.kv_cache_gb,
                          "KV cache in GiB, or auto: what the device's memory leaves once the weights and step "
                          "buffers are allocated (default on cuda; on cpu: room for min(N, max-seqs) whole requests)");

@@ -58,6 +58,7 @@ struct ServeFlags {
   std::string kv_cache_dtype = "auto";
   bool no_splitfuse = false;
   bool no_device_sampling = false;
+  int32_t steps_in_flight = 0;  // EngineOptions::max_steps_in_flight; 0: the pipeline's stages
   bool no_warmup = false;
   std::string chat_template;
   std::string served_model_name;
@@ -230,7 +231,10 @@ void run_serve(const ServeFlags& flags) {
   scheduler.num_host_blocks = static_cast<int32_t>(num_host_blocks);
   scheduler.swap_min_tokens = flags.swap_min_tokens;
   scheduler.splitfuse = !flags.no_splitfuse;
-  const EngineOptions engine_options{.device_sampling = !flags.no_device_sampling};
+  // Micro-batches: one step in flight per pipeline stage (a GPU/CPU split has two), unless set.
+  const int32_t stages = gpu_cpu ? 2 : ranks.layout().pipeline_parallel;
+  const EngineOptions engine_options{.device_sampling = !flags.no_device_sampling,
+                                     .max_steps_in_flight = flags.steps_in_flight > 0 ? flags.steps_in_flight : stages};
   Engine engine = seq2seq ? Engine(*seq2seq, model.tokenizer.get(), scheduler, engine_options)
                           : Engine(runner, model.tokenizer.get(), scheduler, engine_options);
   // Before the port opens: the first requests' TTFT must not pay for graph recording and plans.
@@ -406,6 +410,11 @@ void register_serve(CLI::App& app) {
   add_kv_cache_dtype_flag(*command, flags->kv_cache_dtype);
   command->add_flag("--no-splitfuse", flags->no_splitfuse, "prefill-first scheduling (decode pauses while prompts run)");
   command->add_flag("--no-device-sampling", flags->no_device_sampling, "sample every token on the host");
+  command->add_option("--steps-in-flight", flags->steps_in_flight,
+                      "steps submitted before the oldest one's tokens come back (micro-batches through pipeline "
+                      "stages, or the two sides of a GPU/CPU split); 0: one per stage")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   command->add_flag("--no-warmup", flags->no_warmup,
                     "skip the start-up warm-up (decode graphs recorded, kernels loaded at the first requests instead)");
   command->add_option("--chat-template", flags->chat_template,

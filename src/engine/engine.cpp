@@ -84,6 +84,7 @@ Engine::Engine(ModelRunner& runner, Seq2SeqRunner* seq2seq, const Tokenizer* tok
         }
         return std::move(config);
       }()) {
+  scheduler_.set_micro_batches(options.max_steps_in_flight);
   SF_CHECK(!runner.encoder_decoder() || seq2seq != nullptr,
            "engine: {} is an encoder_decoder model: the engine needs its encoder too (a Seq2SeqRunner; splitflow "
            "generate and serve run such models)",
@@ -237,6 +238,8 @@ bool Engine::admit_imported(int64_t request_id, const std::function<void()>& wri
 }
 
 void Engine::set_kv_observer(KvStepObserver* observer) {
+  SF_CHECK(observer == nullptr || options_.max_steps_in_flight == 1,
+           "engine: a KV observer (Splitwise roles) needs one step at a time, not {} in flight", options_.max_steps_in_flight);
   SF_CHECK(!seq2seq_ || observer == nullptr, "an encoder_decoder model's KV is not exported");
   kv_observer_ = observer;
   if (observer) {
@@ -269,8 +272,20 @@ void Engine::add_later_choices(Request& request) {
 }
 
 bool Engine::abort(int64_t request_id) {
-  const auto it = requests_.find(request_id);
+  auto it = requests_.find(request_id);
   if (it == requests_.end()) return false;
+  // A step in flight still writes this request's KV and holds its sequences: let it finish first,
+  // and drop what it produced for the request (no output comes after an abort).
+  if (std::any_of(it->second->seqs.begin(), it->second->seqs.end(),
+                  [](const auto& state) { return state->seq.in_flight; })) {
+    drain_in_flight();
+    for (EngineStep& step : ready_) {
+      std::erase_if(step.outputs, [&](const SequenceOutput& output) { return output.request_id == request_id; });
+      std::erase(step.finished_requests, request_id);
+    }
+    it = requests_.find(request_id);
+    if (it == requests_.end()) return true;  // it finished in the step that was in flight
+  }
   Request& request = *it->second;
   for (const auto& state : request.seqs) {
     if (state->seq.is_finished()) continue;
@@ -368,7 +383,21 @@ void Engine::forward_and_sample(const StepPlan& plan, const std::vector<Sequence
   }
 }
 
+std::vector<Engine::SequenceState*> Engine::sampled_states(const StepPlan& plan) const {
+  std::vector<SequenceState*> sampled;  // in logits row order
+  for (size_t s = 0; s < plan.seqs.size(); ++s) {
+    if (plan.batch.spans[s].want_logits) sampled.push_back(sequences_.at(plan.seqs[s]->id));
+  }
+  return sampled;
+}
+
 EngineStep Engine::step() {
+  if (!ready_.empty()) {
+    EngineStep result = std::move(ready_.front());
+    ready_.pop_front();
+    return result;
+  }
+  if (options_.max_steps_in_flight > 1) return step_pipelined();
   EngineStep result;
   const StepPlan plan = scheduler_.schedule();
   // In this order (scheduler.h): a swap-out may reuse a host block a swap-in frees, and the
@@ -384,13 +413,14 @@ EngineStep Engine::step() {
   result.num_encoder_tokens = plan.num_encoder_tokens;
   if (plan.num_encoder_tokens > 0) encode_new_sequences(plan);
 
-  std::vector<SequenceState*> sampled;  // in logits row order
-  for (size_t s = 0; s < plan.seqs.size(); ++s) {
-    if (plan.batch.spans[s].want_logits) sampled.push_back(sequences_.at(plan.seqs[s]->id));
-  }
+  const std::vector<SequenceState*> sampled = sampled_states(plan);
   if (kv_observer_) kv_observer_->step_begin(kv_step_spans(plan));
   forward_and_sample(plan, sampled, result.outputs);
   if (kv_observer_) kv_observer_->step_end();
+  return finish_step(plan, sampled, std::move(result));
+}
+
+EngineStep Engine::finish_step(const StepPlan& plan, const std::vector<SequenceState*>& sampled, EngineStep result) {
   std::vector<int32_t> tokens;
   for (const SequenceOutput& output : result.outputs) tokens.push_back(output.token.token_id);
   scheduler_.postprocess(plan, tokens);
@@ -414,6 +444,75 @@ EngineStep Engine::step() {
   }
   for (const int64_t id : result.finished_requests) requests_.erase(id);
   return result;
+}
+
+EngineStep Engine::step_pipelined() {
+  SF_CHECK(kv_observer_ == nullptr, "engine: a KV observer (Splitwise) needs one step at a time, not {} in flight",
+           options_.max_steps_in_flight);
+  EngineStep planning;  // what a schedule() without a plan did (preemptions, swaps): counted in the step returned
+  while (static_cast<int32_t>(in_flight_.size()) < options_.max_steps_in_flight) {
+    StepPlan plan = scheduler_.schedule();
+    runner_.swap_blocks(plan.swap_in_copies, CopyDirection::HostToDevice);
+    runner_.swap_blocks(plan.swap_out_copies, CopyDirection::DeviceToHost);
+    EngineStep result;
+    result.num_swapped_out = static_cast<int32_t>(plan.swapped_out.size());
+    result.num_swapped_in = static_cast<int32_t>(plan.swapped_in.size());
+    result.num_preempted = static_cast<int32_t>(plan.preempted.size()) + result.num_swapped_out;
+    if (plan.empty()) {
+      planning.num_swapped_out += result.num_swapped_out;
+      planning.num_swapped_in += result.num_swapped_in;
+      planning.num_preempted += result.num_preempted;
+      break;
+    }
+    result.num_prefill_tokens = plan.num_prefill_tokens;
+    result.num_decode_tokens = plan.num_decode_tokens;
+    result.num_encoder_tokens = plan.num_encoder_tokens;
+    std::vector<SequenceState*> sampled = sampled_states(plan);
+    const bool alone = plan.num_encoder_tokens > 0 ||
+                       std::any_of(sampled.begin(), sampled.end(), [](const SequenceState* state) {
+                         return !state->device_sampled || state->constraint != nullptr;
+                       });
+    if (alone) {  // the host needs this step's logits: the steps before it finish first
+      drain_in_flight();
+      if (plan.num_encoder_tokens > 0) encode_new_sequences(plan);
+      forward_and_sample(plan, sampled, result.outputs);
+      ready_.push_back(finish_step(plan, sampled, std::move(result)));
+      break;
+    }
+    std::vector<SamplingRow> rows;
+    result.outputs.resize(sampled.size());
+    for (size_t i = 0; i < sampled.size(); ++i) {
+      rows.push_back(sampled[i]->sampling_row());
+      result.outputs[i].request_id = sampled[i]->request.id;
+      result.outputs[i].index = sampled[i]->index;
+      result.outputs[i].token.logprob = std::numeric_limits<float>::quiet_NaN();
+    }
+    for (Sequence* seq : plan.seqs) seq->in_flight = true;
+    std::function<std::vector<int32_t>()> collect = runner_.submit_sample(plan.batch, rows);
+    in_flight_.push_back({std::move(plan), std::move(sampled), std::move(result), std::move(collect)});
+  }
+  if (!in_flight_.empty() && ready_.empty()) ready_.push_back(collect_oldest());
+  if (ready_.empty()) return planning;
+  EngineStep result = std::move(ready_.front());
+  ready_.pop_front();
+  result.num_swapped_out += planning.num_swapped_out;
+  result.num_swapped_in += planning.num_swapped_in;
+  result.num_preempted += planning.num_preempted;
+  return result;
+}
+
+EngineStep Engine::collect_oldest() {
+  InFlightStep step = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  const std::vector<int32_t> tokens = step.collect();
+  SF_CHECK(tokens.size() == step.sampled.size(), "engine: a step in flight returned {} tokens for {} sampled rows",
+           tokens.size(), step.sampled.size());
+  for (size_t i = 0; i < tokens.size(); ++i) step.result.outputs[i].token.token_id = tokens[i];
+  return finish_step(step.plan, step.sampled, std::move(step.result));
+}
+
+void Engine::drain_in_flight() {
+  while (!in_flight_.empty()) ready_.push_back(collect_oldest());
 }
 
 }  // namespace splitflow

@@ -40,6 +40,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -86,6 +87,13 @@ struct EngineStep {
 struct EngineOptions {
   // Sample on the device when the parameters allow (see above); false: always the host Sampler.
   bool device_sampling = true;
+  // Steps in flight at once, for a runner that leads pipeline stages (parallel/local_pipeline.h,
+  // multi-process pipeline jobs): up to this many plans are submitted (ModelRunner::submit_sample)
+  // before the oldest one's tokens are collected, so each stage works on a micro-batch of its own
+  // (reference 000's pipeline with SplitFuse). Consecutive plans hold disjoint sequences
+  // (Sequence::in_flight). A plan needing the host (logits for the host sampler, structured
+  // outputs, an encoder) first waits for the steps in flight and runs alone. 1: one step at a time.
+  int32_t max_steps_in_flight = 1;
 };
 
 // How a request starts (Splitwise and failover; splitwise/, router/). Default: a fresh request.
@@ -177,7 +185,7 @@ class Engine {
 
   bool has_unfinished() const { return !requests_.empty(); }
   // Whether step() has anything to run (requests waiting for imported KV do not count).
-  bool has_work() const { return scheduler_.has_unfinished(); }
+  bool has_work() const { return scheduler_.has_unfinished() || !in_flight_.empty() || !ready_.empty(); }
   int32_t num_importing_requests() const { return static_cast<int32_t>(importing_.size()); }
   int32_t num_unfinished_requests() const { return static_cast<int32_t>(requests_.size()); }
   // Sequences the scheduler holds, plus the later choices of n > 1 requests not queued yet and
@@ -185,6 +193,8 @@ class Engine {
   int32_t num_waiting_sequences() const;
   int32_t num_running_sequences() const { return static_cast<int32_t>(scheduler_.running().size()); }
   int32_t num_swapped_sequences() const { return static_cast<int32_t>(scheduler_.swapped().size()); }
+  // Steps submitted whose tokens have not been collected (EngineOptions::max_steps_in_flight).
+  int32_t num_steps_in_flight() const { return static_cast<int32_t>(in_flight_.size()); }
   const Scheduler& scheduler() const { return scheduler_; }
   const SchedulerConfig& config() const { return scheduler_.config(); }
   const ModelRunner& runner() const { return runner_; }
@@ -211,6 +221,26 @@ class Engine {
   // One token per sampled sequence of the plan (in logits row order), outputs filled.
   void forward_and_sample(const StepPlan& plan, const std::vector<SequenceState*>& sampled,
                           std::vector<SequenceOutput>& outputs);
+  // The plan's sampled sequences, in logits row order.
+  std::vector<SequenceState*> sampled_states(const StepPlan& plan) const;
+  // After the forward: the tokens (in result.outputs) appended, stop checks, text, finishes.
+  EngineStep finish_step(const StepPlan& plan, const std::vector<SequenceState*>& sampled, EngineStep result);
+  // step() with several steps in flight (EngineOptions::max_steps_in_flight).
+  EngineStep step_pipelined();
+  // The oldest step in flight, collected and finished.
+  EngineStep collect_oldest();
+  // Every step in flight collected and finished, into ready_ (before a step that must run alone,
+  // or an abort of a request in flight).
+  void drain_in_flight();
+
+  struct InFlightStep {
+    StepPlan plan;
+    std::vector<SequenceState*> sampled;
+    EngineStep result;  // its counts, and outputs waiting for their tokens
+    std::function<std::vector<int32_t>()> collect;
+  };
+  std::deque<InFlightStep> in_flight_;
+  std::deque<EngineStep> ready_;  // finished ahead of their turn: step() returns these first
 
   ModelRunner& runner_;           // the decoder of an encoder-decoder
   Seq2SeqRunner* seq2seq_;        // an encoder-decoder's runners; null for other models

@@ -155,14 +155,23 @@ void Scheduler::preempt(Sequence& seq, StepPlan& plan) {
   plan.preempted.push_back(&seq);
 }
 
+Sequence& Scheduler::newest_preemptible() {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+    if (!(*it)->in_flight) return **it;
+  SF_CHECK(false, "scheduler: every running sequence is in flight: nothing to preempt");
+  return *running_.back();
+}
+
 void Scheduler::schedule_decodes(StepPlan& plan) {
-  // Oldest first; victims come from the back, so those already scheduled are never preempted.
-  for (size_t i = 0; i < running_.size(); ++i) {
+  // Oldest first; victims come from the back (the newest not in flight), so those already
+  // scheduled are never preempted: the sequence being scheduled is itself a candidate, behind them.
+  const auto cap = static_cast<int32_t>((running_.size() + micro_batches_ - 1) / micro_batches_);
+  for (size_t i = 0; i < running_.size() && plan.num_decode_tokens < cap; ++i) {
     Sequence& seq = *running_[i];
-    if (!seq.is_decoding()) continue;
+    if (!seq.is_decoding() || seq.in_flight) continue;
     bool preempted_self = false;
     while (!block_manager_.can_append_slot(seq)) {
-      Sequence& victim = *running_.back();
+      Sequence& victim = newest_preemptible();
       preempt(victim, plan);
       if (&victim == &seq) {
         preempted_self = true;
@@ -200,7 +209,7 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget, bool chunk) {
 void Scheduler::continue_prompts(StepPlan& plan, int32_t& budget) {
   for (Sequence* seq : running_) {
     if (budget == 0) break;
-    if (seq->is_decoding()) continue;
+    if (seq->is_decoding() || seq->in_flight) continue;
     const int32_t n = std::min(seq->num_uncomputed_tokens(), budget);
     add_span(plan, *seq, n, /*decode=*/false);
     budget -= n;
@@ -240,6 +249,7 @@ std::vector<Sequence*> Scheduler::postprocess(const StepPlan& plan, std::span<co
     const SequenceSpan& span = plan.batch.spans[s];
     SF_CHECK(seq.status == SequenceStatus::Running && seq.num_computed_tokens == span.start_position,
              "scheduler: sequence {} changed between schedule() and postprocess()", seq.id);
+    seq.in_flight = false;
     seq.num_computed_tokens += span.num_tokens;
     block_manager_.cache_computed_blocks(seq);
     if (!span.want_logits) continue;

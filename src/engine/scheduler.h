@@ -45,6 +45,10 @@
 // A step's copies run before its forward: swap_in_copies first (a host block freed by a swap-in
 // may be reused by a swap-out of the same step), then swap_out_copies (a device block freed by a
 // swap-out may be written by the forward).
+// Steps in flight (an engine pipelining micro-batches through pipeline stages): a sequence whose
+// step has not been postprocessed yet (Sequence::in_flight, set by the engine) is skipped by
+// schedule() and never chosen as a victim; the others are planned as usual, so consecutive plans
+// hold disjoint sequences. postprocess() clears the mark.
 // Encoder-decoder sequences (engine/sequence.h): the decoder's tokens are scheduled as above; a
 // span that starts the decoder at position 0 (admission, or readmission after a recompute) has the
 // engine run the sequence's encoder whole before the forward, so admission charges the encoder's
@@ -56,6 +60,7 @@
 #include "engine/sequence.h"
 #include "runtime/batch.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <span>
@@ -119,6 +124,11 @@ class Scheduler {
   // removes it from the queues and releases its blocks (device and host).
   void finish(Sequence& seq, FinishReason reason);
 
+  // Micro-batches (an engine with this many steps in flight): each plan decodes at most
+  // ceil(running / micro_batches) sequences, so the running ones spread over the steps in flight
+  // instead of all landing in the first. 1 (the default): no cap.
+  void set_micro_batches(int32_t micro_batches) { micro_batches_ = std::max(micro_batches, 1); }
+
   // Work for the next schedule(): reserved sequences whose KV is still being written are not.
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty() || !admitted_.empty(); }
   const std::deque<Sequence*>& waiting() const { return waiting_; }
@@ -132,6 +142,8 @@ class Scheduler {
  private:
   void schedule_splitfuse(StepPlan& plan);
   void schedule_prefill_first(StepPlan& plan);
+  // The newest running sequence that is not in flight (Sequence::in_flight).
+  Sequence& newest_preemptible();
   // Gives every decoding sequence one token, preempting the newest ones when blocks run out.
   void schedule_decodes(StepPlan& plan);
   // Admits waiting sequences FCFS and schedules their chunks; whole prompts only unless chunking.
@@ -157,6 +169,7 @@ class Scheduler {
   std::deque<Sequence*> running_;  // in admission order: the newest is preempted first
   std::deque<Sequence*> swapped_;  // in admission order: the oldest is readmitted first
   std::deque<Sequence*> admitted_;  // reserved, KV written, waiting for room among the running ones
+  int32_t micro_batches_ = 1;
   int64_t num_preemptions_ = 0;
   int64_t num_swap_outs_ = 0;
 };

@@ -47,6 +47,9 @@ struct Sequence {
   SamplingParams params;
   double arrival_time_s;
   FinishReason finish_reason = FinishReason::None;
+  // In a step whose tokens have not come back yet (an engine with several steps in flight, for
+  // pipeline parallelism): schedule() neither plans it again nor preempts it until postprocess().
+  bool in_flight = false;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -1004,6 +1004,34 @@ std::vector<int32_t> ModelRunner::forward_sample(const ForwardBatch& batch, std:
   return tokens;
 }
 
+std::function<std::vector<int32_t>()> ModelRunner::submit_sample(const ForwardBatch& batch,
+                                                                  std::span<const SamplingRow> rows) {
+  if (!pipeline_.receives_output()) {
+    std::vector<int32_t> tokens = forward_sample(batch, rows);
+    return [tokens = std::move(tokens)] { return tokens; };
+  }
+  SF_CHECK(!encoder(), "forward_sample: an encoder_only model has no logits to sample");
+  check_encoder_tokens(spec_, batch);
+  if (leader_channel_) publish_call(encode_step_call(forward_call(StepCallKind::ForwardSample, batch, rows)));
+  const int32_t bucket = stage_batch(batch, rows);
+  const int64_t count = static_cast<int64_t>(logit_rows_.size());
+  if (bucket > 0) {  // a recorded step runs whole (its receive is inside the recording)
+    replay_decode(bucket, true);
+    std::vector<int32_t> tokens(count);
+    backend_.copy_to_host(d_sampled_.view().rows(0, count), tokens.data());
+    return [tokens = std::move(tokens)] { return tokens; };
+  }
+  issue_layers(batch.num_tokens());
+  // The later stages send this batch's tokens in order, behind those of batches submitted before.
+  return [this, count] {
+    for (int64_t begin = 0; begin < count; begin += logit_rows_capacity_)
+      issue_head(begin, std::min(logit_rows_capacity_, count - begin), true);
+    std::vector<int32_t> tokens(count);
+    backend_.copy_to_host(d_sampled_.view().rows(0, count), tokens.data());
+    return tokens;
+  };
+}
+
 ModelRunner::~ModelRunner() {
   try {
     release_followers();

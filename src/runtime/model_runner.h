@@ -168,6 +168,13 @@ class ModelRunner {
   // sampling rule, sampling/sampling_rule.h): only the tokens come back to the host. rows: one per
   // logits row. Throws when the counts differ.
   std::vector<int32_t> forward_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows);
+  // forward_sample() in two halves, for micro-batches in flight through pipeline stages: on a
+  // leader whose stage is not the last, publishes the call, runs this stage's layers and sends
+  // their output on, and returns at once; the returned function receives the last stage's tokens.
+  // Elsewhere the whole forward runs here and the function returns its tokens. Batches may be
+  // submitted before earlier ones are collected; each function must be called once, in
+  // submission order.
+  std::function<std::vector<int32_t>()> submit_sample(const ForwardBatch& batch, std::span<const SamplingRow> rows);
   // forward_sample() under vocabulary masks (structured outputs): once the forward is issued,
   // `masks()` gives one row of ceil(vocab / 32) words per logits row (bit t: token t allowed),
   // so a caller computes them while the device runs; disallowed logits become -inf on the device
