@@ -6,7 +6,9 @@
 #include "server/openai_api.h"
 
 #include <fmt/format.h>
+#ifdef SPLITFLOW_HAS_HTTPLIB
 #include <httplib.h>
+#endif
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -18,6 +20,8 @@
 #include <thread>
 
 namespace splitflow::router {
+
+#ifdef SPLITFLOW_HAS_HTTPLIB
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -710,5 +714,20 @@ void Router::shutdown(std::chrono::milliseconds drain_timeout) {
   impl_->health_wake.notify_all();
   impl_->front.stop();
 }
+
+#else
+
+// Without cpp-httplib (its client reaches the instances) the router is refused when made.
+struct Router::Impl {};
+Router::Router(RouterConfig) {
+  SF_CHECK(false, "splitflow route: this build has no cpp-httplib, the router's HTTP client (install libcpp-httplib-dev, "
+                  "or put a header-only httplib.h in SPLITFLOW_EXTRA_INCLUDE, and rebuild)");
+}
+Router::~Router() = default;
+int Router::bind() { return 0; }
+void Router::serve() {}
+void Router::shutdown(std::chrono::milliseconds) {}
+
+#endif
 
 }  // namespace splitflow::router
