@@ -183,7 +183,8 @@ class Engine {
   // decode recordings too). Call before the first request: no sequence or cache state changes.
   WarmupReport warm_up();
 
-  bool has_unfinished() const { return !requests_.empty(); }
+  // Requests not finished, or finished in steps whose outputs step() has not returned yet.
+  bool has_unfinished() const { return !requests_.empty() || !ready_.empty(); }
   // Whether step() has anything to run (requests waiting for imported KV do not count).
   bool has_work() const { return scheduler_.has_unfinished() || !in_flight_.empty() || !ready_.empty(); }
   int32_t num_importing_requests() const { return static_cast<int32_t>(importing_.size()); }
