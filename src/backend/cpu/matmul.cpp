@@ -201,8 +201,8 @@ constexpr int kNR = 32;    // w rows (output columns) per micro-tile: two 16-lan
 constexpr int kMR = 6;
 constexpr int kNR = 16;    // two 8-lane vectors
 #endif
-constexpr int64_t kKC = 256;   // k depth per packed panel (panel of kNR columns: 16-32 KiB, L1/L2)
-constexpr int64_t kNC = 128;   // output columns per work item (packed block: 128 KiB, L2)
+constexpr int64_t kKC = 512;   // k depth per packed panel (panel of kNR columns: 32-64 KiB, L2): rows are read 1-2 KiB at a time
+constexpr int64_t kNC = 128;   // output columns per work item (packed block: 256 KiB, L2)
 
 #ifdef SPLITFLOW_CPU_AVX2
 // In place: rows[i] becomes column i of the 8x8 matrix whose rows were rows[0..8).
