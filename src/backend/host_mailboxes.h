@@ -9,22 +9,27 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace splitflow {
 
 // One FIFO of byte messages per (sender, receiver) pair of the job's ranks: send() never waits,
-// recv() waits for the pair's next message and checks its size.
+// recv() waits for the pair's next message and checks its size. A rank that stops (its thread
+// failed) says so with fail(): a recv() that waits on it, now or later, throws naming the rank and
+// its error, so a stage never waits forever on a stage that is gone.
 class HostMailboxes {
  public:
   void send(int from, int to, const void* data, size_t bytes);
   void recv(int from, int to, void* data, size_t bytes);
+  void fail(int rank, const std::string& reason);
 
  private:
   std::mutex mutex_;
   std::condition_variable arrived_;
   std::map<std::pair<int, int>, std::deque<std::vector<unsigned char>>> boxes_;
+  std::map<int, std::string> failed_;  // rank -> its error
 };
 
 }  // namespace splitflow

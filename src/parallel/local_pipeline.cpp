@@ -72,6 +72,10 @@ LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights,
         runner->follow(channel);
       } catch (const std::exception& e) {
         errors_[r] = e.what();
+        // A stage that waits on this one (the next stage, or the leader waiting for the output)
+        // gets the error instead of waiting forever.
+        spdlog::error("local pipeline rank {} stopped: {}", r, e.what());
+        mailboxes->fail(r, e.what());
       }
     });
   }

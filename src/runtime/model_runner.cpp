@@ -588,6 +588,7 @@ int32_t ModelRunner::stage_batch(const ForwardBatch& batch, std::span<const Samp
                       max_query_len, bound_context ? context_bound : max_context_len};
   cross_batch_ = {attention_batch_.query_start, step_view(kCrossContextLens, staged_seqs), tables, max_query_len,
                   max_encoder_tokens};
+  staged_ = true;
   return bucket;
 }
 
@@ -1054,6 +1055,7 @@ void ModelRunner::follow(StepChannel& channel) {
   for (;;) {
     const std::vector<int32_t> message = channel.receive();
     const StepCall call = decode_step_call(message);
+    staged_ = false;
     try {
       switch (call.kind) {
         case StepCallKind::Stop: return;
@@ -1070,7 +1072,14 @@ void ModelRunner::follow(StepChannel& channel) {
         case StepCallKind::WarmUp: warm_up(call.device_sampling); break;
       }
     } catch (const Error& e) {
-      // The leader made the same checks on the same input and reports the failure to its caller.
+      // The batch's checks (stage_batch) are the leader's too: a batch that fails them fails there,
+      // before anything is sent, and the leader reports it to its caller. A later pipeline stage
+      // that fails past them (its own layers, on its own backend) fails alone, and the stages
+      // waiting on it must hear of it: it stops (its job reports the error).
+      if (pipeline_.prev >= 0 && staged_) {
+        spdlog::error("pipeline stage (rank {}): a step failed: {}", pipeline_.self, e.what());
+        throw;
+      }
       spdlog::debug("tensor parallelism: a replayed call failed as on the leader: {}", e.what());
     }
   }

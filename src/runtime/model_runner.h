@@ -288,6 +288,7 @@ class ModelRunner {
   PipelineLinks pipeline_;
   VocabShard vocab_shard_;
   StepChannel* leader_channel_ = nullptr;
+  bool staged_ = false;  // follow(): the current call's batch passed stage_batch's checks
   Backend& backend_;
   KvCacheConfig kv_config_;
   std::optional<KvCacheSizing> kv_cache_sizing_;

@@ -12,6 +12,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 using namespace splitflow;
 
 namespace {
@@ -78,3 +81,38 @@ TEST(LocalPipeline, AStageThatCannotBeBuiltIsNamedAndNothingHangs) {
     EXPECT_NE(std::string(e.what()).find("add up to 6, the model has 5"), std::string::npos) << e.what();
   }
 }
+
+namespace {
+
+// A stage that stops (HostMailboxes::fail) does not leave the stages waiting on it waiting forever:
+// a recv on it, waiting already or made later, throws naming the rank and its error; messages it
+// sent before stopping are still delivered, and other pairs are untouched.
+TEST(HostMailboxes, ARecvOnAStoppedRankThrowsNamingIt) {
+  HostMailboxes boxes;
+  const int32_t sent = 7;
+  boxes.send(1, 0, &sent, sizeof sent);
+  std::string waiting_error;
+  std::thread waiter([&] {
+    int32_t value = 0;
+    try {
+      boxes.recv(2, 0, &value, sizeof value);  // rank 2 never sends
+    } catch (const Error& e) {
+      waiting_error = e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  boxes.fail(2, "cuda matmul: out of memory");
+  waiter.join();
+  EXPECT_NE(waiting_error.find("rank 2"), std::string::npos) << waiting_error;
+  EXPECT_NE(waiting_error.find("out of memory"), std::string::npos) << waiting_error;
+  int32_t value = 0;
+  EXPECT_THROW(boxes.recv(2, 0, &value, sizeof value), Error);  // later ones too
+  boxes.recv(1, 0, &value, sizeof value);                       // another pair, sent before
+  EXPECT_EQ(value, 7);
+  boxes.fail(1, "stopped");
+  boxes.send(1, 0, &sent, sizeof sent);  // queued before a recv: still delivered
+  boxes.recv(1, 0, &value, sizeof value);
+  EXPECT_EQ(value, 7);
+}
+
+}  // namespace
