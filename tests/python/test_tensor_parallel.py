@@ -46,7 +46,12 @@ def generate(binary, fixture_dir, prompt, steps, layout_flags, logits_path):
     command = [binary, "generate", "--device", "cuda", "--model", fixture_dir, "--prompt-ids",
                ",".join(map(str, prompt)), "--max-tokens", str(steps), "--temperature", "0",
                "--block-size", "4", "--logits-out", logits_path] + layout_flags
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    # The fixtures are tiny (seconds): a run past 90 s hangs, and must not take the whole call's time.
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired as hung:
+        stderr = hung.stderr.decode(errors="replace") if isinstance(hung.stderr, bytes) else (hung.stderr or "")
+        raise RuntimeError(f"{' '.join(command)} hung (no exit in 90 s):\n{stderr[-3000:]}")
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {result.returncode}:\n{result.stderr[-3000:]}")
     tokens = [int(t) for t in result.stdout.split()]
