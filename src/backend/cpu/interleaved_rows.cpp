@@ -1,5 +1,6 @@
 #include "backend/cpu/interleaved_rows.h"
 
+#include "backend/cpu/q8_block_codes.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/thread_team.h"
 #include "core/error.h"
@@ -75,6 +76,8 @@ InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k,
 #ifdef SPLITFLOW_CPU_AVX512_VNNI
 namespace {
 
+using namespace q8_blocks;
+
 // acc + the dot products of a's unsigned and b's signed bytes, four per int32 lane (see q8_gemm.cpp
 // for why this is asm).
 inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
@@ -98,19 +101,12 @@ struct XBlocks {
     q.resize(static_cast<size_t>(m * k));
     d.resize(static_cast<size_t>(m * k / 32));
     corr.resize(d.size());
-    const __m512 sign = _mm512_set1_ps(-0.0f);
     for (int64_t e = 0, b = 0; e < m * k; e += 32, ++b) {
-      const __m512 v0 = _mm512_loadu_ps(x + e), v1 = _mm512_loadu_ps(x + e + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
-      const float scale = amax / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-      const __m512 inv = _mm512_set1_ps(inverse);
-      const __m128i q0 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)));
-      const __m128i q1 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, inv)));
-      const __m256i codes = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q.data() + e), codes);
+      const Q8Block block = quantize_block32(x + e);
+      const float scale = block.d;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q.data() + e), block.codes);
       alignas(32) int32_t sums[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sums),
-                         _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), codes));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sums), quad_sums(block.codes));
       int32_t sum = 0;
       for (int32_t s : sums) sum += s;
       d[b] = scale;

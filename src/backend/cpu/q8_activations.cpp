@@ -81,19 +81,13 @@ struct QuantizedRows {
     corr.resize(static_cast<size_t>(m * k / 4));
     dx.resize(corr.size());
     sx.resize(corr.size());
-    const __m256i ones = _mm256_set1_epi8(1), factor = _mm256_set1_epi32(correction);
-    const __m512 sign = _mm512_set1_ps(-0.0f);
+    const __m256i factor = _mm256_set1_epi32(correction);
     for (int64_t e = 0; e < m * k; e += 32) {
-      const __m512 v0 = _mm512_loadu_ps(x + e), v1 = _mm512_loadu_ps(x + e + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
-      const float scale = amax / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-      const __m512 inv = _mm512_set1_ps(inverse);
-      // cvtps rounds to nearest even (MXCSR default), as nearbyint does in quantize_q8_blocks.
-      const __m128i q0 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)));
-      const __m128i q1 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, inv)));
-      const __m256i codes = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+      const Q8Block block = quantize_block32(x + e);
+      const __m256i codes = block.codes;
+      const float scale = block.d;
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q.data() + e), codes);
-      const __m256i lane_sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, codes);
+      const __m256i lane_sums = quad_sums(codes);
       const __m256 d = _mm256_set1_ps(scale);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(corr.data() + e / 4), _mm256_mullo_epi32(lane_sums, factor));
       _mm256_storeu_ps(dx.data() + e / 4, d);

@@ -26,6 +26,30 @@ inline uint32_t u32_at(const uint8_t* p) {
   return value;
 }
 
+// One 32-element block of x as Q8 activations (q8_activations.h's rule: d = max |x| / 127, codes
+// rounded to nearest even, as nearbyint in quantize_q8_blocks): its codes in element order and
+// its scale d.
+struct Q8Block {
+  __m256i codes;
+  float d;
+};
+inline Q8Block quantize_block32(const float* x) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+  const float d = amax / 127.0f, inverse = d != 0.0f ? 1.0f / d : 0.0f;
+  const __m512 inv = _mm512_set1_ps(inverse);
+  // cvtps rounds to nearest even (the MXCSR default).
+  const __m128i q0 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)));
+  const __m128i q1 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, inv)));
+  return {_mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1), d};
+}
+
+// The sums of each 4 consecutive codes (8 int32 lanes), by VNNI against ones.
+inline __m256i quad_sums(__m256i codes) {
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), codes);
+}
+
 // Block layouts (ggml-common.h): scale d (f16) first; Q4_1/Q5_1 then the minimum m (f16); Q5 a
 // 32-bit mask of fifth bits; then the codes. kCorrection: the code's zero point, times -1.
 template <DType T>

@@ -80,22 +80,15 @@ struct XTiles {
   void quantize_row(const float* xr, int64_t r, int64_t k, int group, int correction) {
     int8_t* row_codes = codes.data() + code_at(r);
     const int64_t row_groups = group_at(r);
-    const __m512 sign = _mm512_set1_ps(-0.0f);
     for (int64_t e = 0; e < k; e += 32) {
-      const __m512 v0 = _mm512_loadu_ps(xr + e), v1 = _mm512_loadu_ps(xr + e + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
-      const float scale = amax / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-      const __m512 inv = _mm512_set1_ps(inverse);
+      const Q8Block block = quantize_block32(xr + e);
+      const float scale = block.d;
       alignas(32) int8_t q[32];
-      _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, inv))));
-      _mm_store_si128(reinterpret_cast<__m128i*>(q + 16),
-                      _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, inv))));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(q), block.codes);
       for (int u = 0; u < 8; ++u) std::memcpy(row_codes + (e / 4 + u) * 64, q + 4 * u, 4);
-      // Sums of 4 codes per lane (1 x code, VNNI), then of each group's 8 or 4 lanes.
+      // Sums of 4 codes per lane, then of each group's 8 or 4 lanes.
       alignas(32) int32_t quads_sum[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(quads_sum),
-                         _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
-                                             _mm256_load_si256(reinterpret_cast<const __m256i*>(q))));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(quads_sum), quad_sums(block.codes));
       for (int h = 0; h < 32 / group; ++h) {
         int sum = 0;
         for (int p = 0; p < group / 4; ++p) sum += quads_sum[h * group / 4 + p];
