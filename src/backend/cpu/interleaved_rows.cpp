@@ -21,15 +21,33 @@ namespace {
 
 constexpr int64_t kGroupRows = 16;
 
-// Bytes of one block of one group: the 16 scales, then the codes.
-int64_t group_block_bytes(DType type) { return 32 + (type == DType::Q4_0 ? 4 * 64 : 8 * 64); }
-int64_t stored_block_bytes(DType type) { return type == DType::Q4_0 ? 18 : 34; }
+// A type's block as stored and as repacked: a group's block holds the 16 f16 scales, then (Q4_1)
+// the 16 f16 minima, then `loads` runs of 64 code bytes (4 bytes of each row).
+struct RepackLayout {
+  int64_t stored_bytes;  // one row's block as stored
+  int codes_at;          // where its code bytes start
+  bool min;              // an f16 minimum after the scale
+  int loads;             // 64-byte code loads per group block (nibbles: 4, bytes: 8)
+  uint32_t bias;         // XORed into every code byte (Q8_0: signed to unsigned)
+  int correction;        // the codes' zero point, times -1
+  int64_t group_bytes() const { return (min ? 64 : 32) + 64 * loads; }
+};
+
+RepackLayout repack_layout(DType type) {
+  switch (type) {
+    case DType::Q4_0: return {18, 2, false, 4, 0, -8};
+    case DType::Q4_1: return {20, 4, true, 4, 0, 0};
+    default: return {34, 2, false, 8, 0x80808080u, -128};  // Q8_0
+  }
+}
+
+bool repackable(DType type) { return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0; }
 
 }  // namespace
 
 bool interleaved_rows_supported(DType type) {
 #ifdef SPLITFLOW_CPU_AVX512_VNNI
-  return type == DType::Q4_0 || type == DType::Q8_0;
+  return repackable(type);
 #else
   (void)type;
   return false;
@@ -37,35 +55,35 @@ bool interleaved_rows_supported(DType type) {
 }
 
 InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k, int num_threads) {
-  SF_CHECK(type == DType::Q4_0 || type == DType::Q8_0, "interleave_rows: {} has no interleaved layout", dtype_name(type));
+  SF_CHECK(repackable(type), "interleave_rows: {} has no interleaved layout", dtype_name(type));
   SF_CHECK(k % 32 == 0, "interleave_rows: rows of {} elements (not whole 32-element blocks)", k);
+  const RepackLayout layout = repack_layout(type);
   InterleavedRows out;
   out.type = type;
   out.groups = n / kGroupRows;
   out.k = k;
-  const int64_t blocks = k / 32, block_bytes = group_block_bytes(type), stored = stored_block_bytes(type);
+  const int64_t blocks = k / 32, block_bytes = layout.group_bytes();
   out.nbytes = static_cast<size_t>(out.groups * blocks * block_bytes);
   if (out.nbytes == 0) return out;
   auto* memory = static_cast<uint8_t*>(std::aligned_alloc(64, (out.nbytes + 63) / 64 * 64));
   SF_CHECK(memory != nullptr, "interleave_rows: out of memory for {} bytes", out.nbytes);
   out.bytes = std::shared_ptr<uint8_t>(memory, [](uint8_t* p) { std::free(p); });
   const auto* rows = static_cast<const uint8_t*>(w);
-  const int64_t row_bytes = blocks * stored;
-  // Four code bytes at a time; Q8_0's biased by 128 each.
-  const uint32_t bias = type == DType::Q8_0 ? 0x80808080u : 0u;
-  const int quads = type == DType::Q4_0 ? 4 : 8;
+  const int64_t row_bytes = blocks * layout.stored_bytes;
+  const int codes_at = layout.min ? 64 : 32;
   parallel_ranges(num_threads, out.groups, out.groups > 1, [&](int64_t g_begin, int64_t g_end) {
     for (int64_t g = g_begin; g < g_end; ++g)
       for (int64_t b = 0; b < blocks; ++b) {
         uint8_t* dst = memory + (g * blocks + b) * block_bytes;
         for (int64_t r = 0; r < kGroupRows; ++r) {
-          const uint8_t* src = rows + (g * kGroupRows + r) * row_bytes + b * stored;
-          std::memcpy(dst + 2 * r, src, 2);  // the f16 scale
-          for (int u = 0; u < quads; ++u) {
+          const uint8_t* src = rows + (g * kGroupRows + r) * row_bytes + b * layout.stored_bytes;
+          std::memcpy(dst + 2 * r, src, 2);                      // the f16 scale
+          if (layout.min) std::memcpy(dst + 32 + 2 * r, src + 2, 2);  // the f16 minimum
+          for (int u = 0; u < layout.loads; ++u) {  // four code bytes at a time
             uint32_t codes;
-            std::memcpy(&codes, src + 2 + 4 * u, 4);
-            codes ^= bias;
-            std::memcpy(dst + 32 + 64 * u + 4 * r, &codes, 4);
+            std::memcpy(&codes, src + layout.codes_at + 4 * u, 4);
+            codes ^= layout.bias;
+            std::memcpy(dst + codes_at + 64 * u + 4 * r, &codes, 4);
           }
         }
       }
@@ -91,16 +109,18 @@ inline __m512i broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(value);
 }
 
-// x quantized per row and 32-element block: codes, the block's scale, and the weights' correction
-// (-8 for Q4_0's nibbles, -128 for Q8_0's biased bytes) times the block's code sum.
+// x quantized per row and 32-element block: codes, the block's scale, the weights' correction
+// (-8 for Q4_0's nibbles, -128 for Q8_0's biased bytes, 0 for Q4_1) times the block's code sum, and
+// the scale times that sum (for Q4_1's minimum).
 struct XBlocks {
   std::vector<int8_t> q;
-  std::vector<float> d;
+  std::vector<float> d, sx;
   std::vector<int32_t> corr;
   void quantize(const float* x, int64_t m, int64_t k, int correction) {
     q.resize(static_cast<size_t>(m * k));
     d.resize(static_cast<size_t>(m * k / 32));
     corr.resize(d.size());
+    sx.resize(d.size());
     for (int64_t e = 0, b = 0; e < m * k; e += 32, ++b) {
       const Q8Block block = quantize_block32(x + e);
       const float scale = block.d;
@@ -111,6 +131,7 @@ struct XBlocks {
       for (int32_t s : sums) sum += s;
       d[b] = scale;
       corr[b] = correction * sum;
+      sx[b] = scale * static_cast<float>(sum);
     }
   }
 };
@@ -119,23 +140,27 @@ struct XBlocks {
 template <DType T, int MX>
 void group_gemv(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* group, float* y, int64_t ldy,
                 bool accumulate) {
-  const int64_t blocks = k / 32, block_bytes = group_block_bytes(T);
+  constexpr bool kMin = T == DType::Q4_1;
+  const int64_t blocks = k / 32, block_bytes = repack_layout(T).group_bytes();
+  const int codes_at = kMin ? 64 : 32;
   __m512 acc[MX];
   for (int r = 0; r < MX; ++r) acc[r] = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* blk = group + b * block_bytes;
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    [[maybe_unused]] __m512 mw;
+    if constexpr (kMin) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
     constexpr int kQuads = 8;
     __m512i codes[kQuads];  // quad u: elements 4u .. 4u + 3 of the 16 rows
-    if constexpr (T == DType::Q4_0) {
+    if constexpr (T == DType::Q8_0) {
+      for (int u = 0; u < kQuads; ++u) codes[u] = _mm512_loadu_si512(blk + codes_at + 64 * u);
+    } else {  // nibbles: low ones are elements 4i .., high ones 4i + 16 ..
       for (int i = 0; i < 4; ++i) {
-        const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * i);
+        const __m512i packed = _mm512_loadu_si512(blk + codes_at + 64 * i);
         codes[i] = _mm512_and_si512(packed, low4);
         codes[i + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
       }
-    } else {
-      for (int u = 0; u < kQuads; ++u) codes[u] = _mm512_loadu_si512(blk + 32 + 64 * u);
     }
     for (int r = 0; r < MX; ++r) {
       const int64_t xb = (x_row0 + r) * blocks + b;
@@ -148,6 +173,7 @@ void group_gemv(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* gro
       }
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(dw, _mm512_set1_ps(xq.d[xb])),
                                acc[r]);
+      if constexpr (kMin) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xq.sx[xb]), acc[r]);
     }
   }
   for (int r = 0; r < MX; ++r) {
@@ -159,9 +185,9 @@ void group_gemv(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* gro
 template <DType T>
 void gemv(const float* x, int64_t m, const InterleavedRows& w, float* y, int64_t ldy, bool accumulate, int num_threads) {
   thread_local XBlocks xq;  // on the calling thread, before the team starts
-  xq.quantize(x, m, w.k, T == DType::Q4_0 ? -8 : -128);
+  xq.quantize(x, m, w.k, repack_layout(T).correction);
   const XBlocks& rows_q = xq;
-  const int64_t group_bytes = w.k / 32 * group_block_bytes(T);
+  const int64_t group_bytes = w.k / 32 * repack_layout(T).group_bytes();
   // Runs of contiguous groups, about four per thread: long sequential streams for the prefetchers
   // (runs of 2 groups taken in turn ran at 0.6x on 2 threads), still balanced when a thread is late.
   parallel_ranges(num_threads, w.groups, m * w.groups * kGroupRows * w.k >= 8 * kMinParallelWork,
@@ -189,6 +215,7 @@ void interleaved_gemv(const float* x, int64_t m, const InterleavedRows& w, float
                       int num_threads) {
   if (m <= 0 || w.groups == 0) return;
   if (w.type == DType::Q4_0) return gemv<DType::Q4_0>(x, m, w, y, ldy, accumulate, num_threads);
+  if (w.type == DType::Q4_1) return gemv<DType::Q4_1>(x, m, w, y, ldy, accumulate, num_threads);
   return gemv<DType::Q8_0>(x, m, w, y, ldy, accumulate, num_threads);
 }
 
