@@ -6,25 +6,17 @@
 // Must never: be included without SPLITFLOW_CPU_AVX512_VNNI (simd.h), or allocate.
 #pragma once
 
+#include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/simd.h"
 #include "core/dtype.h"
 
 #include <cstdint>
-#include <cstring>
 
 #ifdef SPLITFLOW_CPU_AVX512_VNNI
 namespace splitflow::cpu::q8_blocks {
 
-inline uint16_t u16_at(const uint8_t* p) {
-  uint16_t value;
-  std::memcpy(&value, p, sizeof value);
-  return value;
-}
-inline uint32_t u32_at(const uint8_t* p) {
-  uint32_t value;
-  std::memcpy(&value, p, sizeof value);
-  return value;
-}
+using quant_blocks::u16_at;
+using quant_blocks::u32_at;
 
 // One 32-element block of x as Q8 activations (q8_activations.h's rule: d = max |x| / 127, codes
 // rounded to nearest even, as nearbyint in quantize_q8_blocks): its codes in element order and

@@ -32,6 +32,11 @@ inline float f32_at(const uint8_t* p) {
   std::memcpy(&value, p, sizeof value);
   return value;
 }
+inline uint16_t u16_at(const uint8_t* p) {
+  uint16_t value;
+  std::memcpy(&value, p, sizeof value);
+  return value;
+}
 inline uint32_t u32_at(const uint8_t* p) {
   uint32_t value;
   std::memcpy(&value, p, sizeof value);
