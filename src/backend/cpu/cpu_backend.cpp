@@ -4,6 +4,7 @@
 #include "backend/cpu/host_memory.h"
 #include "backend/cpu/interleaved_rows.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/norm_row.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/rank_group.h"
 #include "backend/host_mailboxes.h"
@@ -323,19 +324,9 @@ void CpuBackend::add_norm(const DeviceTensor& residual, const DeviceTensor& delt
       float* x = residual.as<float>() + t * hidden;
       float* y = out.as<float>() + t * hidden;
       if (!delta.empty()) axpy(1.0f, delta.as<float>() + t * hidden, x, hidden);
-      float mean = 0.0f;
-      if (params.type == NormType::LayerNorm) {
-        double sum = 0.0;
-        for (int64_t i = 0; i < hidden; ++i) sum += x[i];
-        mean = static_cast<float>(sum / hidden);
-      }
-      double squares = 0.0;
-      for (int64_t i = 0; i < hidden; ++i) squares += static_cast<double>(x[i] - mean) * (x[i] - mean);
-      const float inv = static_cast<float>(1.0 / std::sqrt(squares / hidden + params.eps));
-      for (int64_t i = 0; i < hidden; ++i) {
-        const float normalized = (x[i] - mean) * inv * (params.weight_offset + w[i]);
-        y[i] = b != nullptr ? normalized + b[i] : normalized;
-      }
+      normalize_row(x, hidden, w, params, y);
+      if (b != nullptr)
+        for (int64_t i = 0; i < hidden; ++i) y[i] += b[i];
     }
   });
 }

@@ -1,6 +1,7 @@
 // The norms a pre-norm layer does not have: the post-norm residual add (Gemma's sandwich norms),
 // the per-head RMSNorm of q and k (QK-norm), and logit soft-capping. fp32, one row per thread.
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/norm_row.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/thread_team.h"
 #include "core/error.h"
@@ -13,21 +14,6 @@ namespace {
 
 void check_f32(const DeviceTensor& t, const char* kernel, const char* arg) {
   SF_CHECK(t.dtype == DType::F32, "cpu {}: {} has dtype {}, expected f32", kernel, arg, dtype_name(t.dtype));
-}
-
-// y[i] = norm(x)[i] * (weight_offset + w[i]) over n values (RMSNorm, or LayerNorm without bias);
-// the statistics in double, as add_norm takes them. y may be x.
-void normalize_row(const float* x, int64_t n, const float* w, const NormParams& params, float* y) {
-  float mean = 0.0f;
-  if (params.type == NormType::LayerNorm) {
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += x[i];
-    mean = static_cast<float>(sum / n);
-  }
-  double squares = 0.0;
-  for (int64_t i = 0; i < n; ++i) squares += static_cast<double>(x[i] - mean) * (x[i] - mean);
-  const float inv = static_cast<float>(1.0 / std::sqrt(squares / n + params.eps));
-  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * inv * (params.weight_offset + w[i]);
 }
 
 }  // namespace
