@@ -37,11 +37,14 @@ struct Outputs {
   int32_t most_in_flight = 0;  // steps still in flight when step() returned, at most
 };
 
-// Runs every prompt greedily and seeded-sampled on an Engine over `runner`, to completion, with
-// up to steps_in_flight steps in flight (EngineOptions). host_sampled: the last prompt asks for
-// logprobs, so its steps need the host and run alone.
-Outputs run_engine(ModelRunner& runner, const Tokenizer& tokenizer, int32_t num_host_blocks, int32_t steps_in_flight = 1,
-                   bool host_sampled = false) {
+LoadedModel load_stories() {
+  ModelLoadOptions options;
+  options.model_path = test::shared_path("models/stories260K-hf");
+  return load_model(options);
+}
+
+// An engine's scheduler on `runner`'s limits and cache.
+SchedulerConfig engine_config(const ModelRunner& runner, int32_t num_host_blocks) {
   SchedulerConfig config;
   config.max_batch_tokens = runner.limits().max_batch_tokens;
   config.max_seqs = runner.limits().max_seqs;
@@ -50,8 +53,13 @@ Outputs run_engine(ModelRunner& runner, const Tokenizer& tokenizer, int32_t num_
   config.num_host_blocks = num_host_blocks;
   config.swap_min_tokens = 16;  // swap rather than recompute, so swap_blocks is mirrored too
   config.max_model_len = 256;
-  Engine engine(runner, &tokenizer, config, EngineOptions{.max_steps_in_flight = steps_in_flight});
-  Outputs outputs;
+  return config;
+}
+
+// Every prompt, greedy and seeded-sampled in turn; host_sampled: the last asks for logprobs, so
+// its steps need the host. Returns the request ids in prompt order.
+std::vector<int64_t> add_prompts(Engine& engine, bool host_sampled = false) {
+  std::vector<int64_t> ids;
   for (size_t p = 0; p < kPrompts.size(); ++p) {
     SamplingParams params;
     params.max_tokens = 80;
@@ -59,8 +67,19 @@ Outputs run_engine(ModelRunner& runner, const Tokenizer& tokenizer, int32_t num_
     params.temperature = p % 2 == 0 ? 0.0f : 0.8f;
     params.seed = 1000 + p;
     params.logprobs = host_sampled && p + 1 == kPrompts.size();
-    engine.add_request(kPrompts[p], params);
+    ids.push_back(engine.add_request(kPrompts[p], params));
   }
+  return ids;
+}
+
+// Runs every prompt on an Engine over `runner` to completion, with up to steps_in_flight steps in
+// flight (EngineOptions).
+Outputs run_engine(ModelRunner& runner, const Tokenizer& tokenizer, int32_t num_host_blocks, int32_t steps_in_flight = 1,
+                   bool host_sampled = false) {
+  Engine engine(runner, &tokenizer, engine_config(runner, num_host_blocks),
+                EngineOptions{.max_steps_in_flight = steps_in_flight});
+  Outputs outputs;
+  add_prompts(engine, host_sampled);
   for (int steps = 0; engine.has_unfinished(); ++steps) {
     SF_CHECK(steps < 20000, "the engine made no progress");
     EngineStep step = engine.step();
@@ -76,9 +95,7 @@ class EngineOverParallelJob : public ::testing::TestWithParam<ParallelLayout> {}
 
 TEST_P(EngineOverParallelJob, GivesTheOneRankOutputs) {
   const ParallelLayout layout = GetParam();
-  ModelLoadOptions options;
-  options.model_path = test::shared_path("models/stories260K-hf");
-  LoadedModel model = load_model(options);
+  LoadedModel model = load_stories();
   // A cache too small for every sequence at once: the scheduler preempts, swapping to host blocks.
   const KvCacheConfig kv{24, kBlockSize, 24};
   const RunnerLimits limits{64, 8};
@@ -115,9 +132,7 @@ class EngineWithStepsInFlight : public ::testing::TestWithParam<std::tuple<Paral
 
 TEST_P(EngineWithStepsInFlight, GivesTheOneRankOutputs) {
   const auto& [layout, host_sampled] = GetParam();
-  ModelLoadOptions options;
-  options.model_path = test::shared_path("models/stories260K-hf");
-  LoadedModel model = load_model(options);
+  LoadedModel model = load_stories();
   const KvCacheConfig kv{24, kBlockSize, 24};
   const RunnerLimits limits{64, 8};
   auto backend = make_cpu_backend(1);
@@ -151,9 +166,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, EngineWithStepsInFlight,
 // An abort while the request's step is in flight: the step finishes first, the request gives no
 // output after abort() returns, and the other requests are untouched.
 TEST(EngineWithStepsInFlight, AbortOfARequestInFlight) {
-  ModelLoadOptions options;
-  options.model_path = test::shared_path("models/stories260K-hf");
-  LoadedModel model = load_model(options);
+  LoadedModel model = load_stories();
   const KvCacheConfig kv{64, kBlockSize, 0};
   const RunnerLimits limits{64, 8};
   auto backend = make_cpu_backend(1);
@@ -161,22 +174,8 @@ TEST(EngineWithStepsInFlight, AbortOfARequestInFlight) {
   const Outputs expected = run_engine(one, *model.tokenizer, 0);
 
   test::run_parallel(model.spec, model.weights, ParallelLayout{1, 2}, kv, limits, [&](ModelRunner& runner) {
-    SchedulerConfig config;
-    config.max_batch_tokens = runner.limits().max_batch_tokens;
-    config.max_seqs = runner.limits().max_seqs;
-    config.num_blocks = runner.kv_config().num_blocks;
-    config.block_size = kBlockSize;
-    config.max_model_len = 256;
-    Engine engine(runner, model.tokenizer.get(), config, EngineOptions{.max_steps_in_flight = 2});
-    std::vector<int64_t> ids;
-    for (size_t p = 0; p < kPrompts.size(); ++p) {
-      SamplingParams params;
-      params.max_tokens = 80;
-      params.ignore_eos = true;
-      params.temperature = p % 2 == 0 ? 0.0f : 0.8f;
-      params.seed = 1000 + p;
-      ids.push_back(engine.add_request(kPrompts[p], params));
-    }
+    Engine engine(runner, model.tokenizer.get(), engine_config(runner, 0), EngineOptions{.max_steps_in_flight = 2});
+    const std::vector<int64_t> ids = add_prompts(engine);
     const int64_t victim = ids[2];
     std::map<int64_t, std::vector<int32_t>> tokens;
     bool aborted = false;
