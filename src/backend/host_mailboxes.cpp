@@ -8,6 +8,8 @@ namespace splitflow {
 
 namespace {
 
+bool is_float_activation(DType dtype) { return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16; }
+
 [[noreturn]] void fail_message(int from, int to, const std::string& reason) {
   ::splitflow::fail("recv: rank {} waits on rank {}, which stopped: {}", to, from, reason);
 }
@@ -22,26 +24,37 @@ void HostMailboxes::fail(int rank, const std::string& reason) {
   arrived_.notify_all();
 }
 
-void HostMailboxes::send(int from, int to, const void* data, size_t bytes) {
+void HostMailboxes::send(int from, int to, const void* data, DType dtype, int64_t count) {
   const auto* begin = static_cast<const unsigned char*>(data);
+  const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
   {
     const std::lock_guard lock(mutex_);
-    boxes_[{from, to}].emplace_back(begin, begin + bytes);
+    boxes_[{from, to}].push_back(Message{dtype, count, std::vector<unsigned char>(begin, begin + bytes)});
   }
   arrived_.notify_all();
 }
 
-void HostMailboxes::recv(int from, int to, void* data, size_t bytes) {
+void HostMailboxes::recv(int from, int to, void* data, DType dtype, int64_t count) {
   std::unique_lock lock(mutex_);
-  std::deque<std::vector<unsigned char>>& box = boxes_[{from, to}];
+  std::deque<Message>& box = boxes_[{from, to}];
   arrived_.wait(lock, [&] { return !box.empty() || failed_.count(from) > 0; });
   if (box.empty()) fail_message(from, to, failed_.at(from));
-  std::vector<unsigned char> message = std::move(box.front());
+  Message message = std::move(box.front());
   box.pop_front();
   lock.unlock();
-  SF_CHECK(message.size() == bytes, "recv: rank {} sent {} bytes to rank {}, which expects {}", from,
-           message.size(), to, bytes);
-  std::memcpy(data, message.data(), bytes);
+  SF_CHECK(message.count == count, "recv: rank {} sent {} {} elements to rank {}, which expects {}", from,
+           message.count, dtype_name(message.dtype), to, count);
+  if (message.dtype == dtype) {
+    std::memcpy(data, message.bytes.data(), message.bytes.size());
+    return;
+  }
+  SF_CHECK(is_float_activation(message.dtype) && is_float_activation(dtype),
+           "recv: rank {} sent {} to rank {}, which expects {}", from, dtype_name(message.dtype), to,
+           dtype_name(dtype));
+  // A CPU stage's f32 residual stream into a GPU stage's bf16 one, or back.
+  std::vector<float> values(static_cast<size_t>(count));
+  convert_to_f32(message.dtype, message.bytes.data(), values.data(), values.size());
+  convert_from_f32(values.data(), dtype, data, values.size());
 }
 
 }  // namespace splitflow

@@ -13,7 +13,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <thread>
+#include <vector>
 
 using namespace splitflow;
 
@@ -90,12 +92,12 @@ namespace {
 TEST(HostMailboxes, ARecvOnAStoppedRankThrowsNamingIt) {
   HostMailboxes boxes;
   const int32_t sent = 7;
-  boxes.send(1, 0, &sent, sizeof sent);
+  boxes.send(1, 0, &sent, DType::I32, 1);
   std::string waiting_error;
   std::thread waiter([&] {
     int32_t value = 0;
     try {
-      boxes.recv(2, 0, &value, sizeof value);  // rank 2 never sends
+      boxes.recv(2, 0, &value, DType::I32, 1);  // rank 2 never sends
     } catch (const Error& e) {
       waiting_error = e.what();
     }
@@ -106,13 +108,40 @@ TEST(HostMailboxes, ARecvOnAStoppedRankThrowsNamingIt) {
   EXPECT_NE(waiting_error.find("rank 2"), std::string::npos) << waiting_error;
   EXPECT_NE(waiting_error.find("out of memory"), std::string::npos) << waiting_error;
   int32_t value = 0;
-  EXPECT_THROW(boxes.recv(2, 0, &value, sizeof value), Error);  // later ones too
-  boxes.recv(1, 0, &value, sizeof value);                       // another pair, sent before
+  EXPECT_THROW(boxes.recv(2, 0, &value, DType::I32, 1), Error);  // later ones too
+  boxes.recv(1, 0, &value, DType::I32, 1);                       // another pair, sent before
   EXPECT_EQ(value, 7);
   boxes.fail(1, "stopped");
-  boxes.send(1, 0, &sent, sizeof sent);  // queued before a recv: still delivered
-  boxes.recv(1, 0, &value, sizeof value);
+  boxes.send(1, 0, &sent, DType::I32, 1);  // queued before a recv: still delivered
+  boxes.recv(1, 0, &value, DType::I32, 1);
   EXPECT_EQ(value, 7);
+}
+
+// A CPU stage's f32 residual stream arrives at a GPU stage as the bf16 it holds, and back (the
+// -ngl split: the hop the CPU-only jobs never take); elements that are not floats are not guessed at.
+TEST(HostMailboxes, FloatMessagesArriveInTheReceiversDtype) {
+  HostMailboxes boxes;
+  const std::vector<float> sent = {1.0f, -2.5f, 3.14159f, 65504.0f, 1e-3f};
+  boxes.send(0, 1, sent.data(), DType::F32, static_cast<int64_t>(sent.size()));
+  std::vector<uint16_t> as_bf16(sent.size());
+  boxes.recv(0, 1, as_bf16.data(), DType::BF16, static_cast<int64_t>(as_bf16.size()));
+  for (size_t i = 0; i < sent.size(); ++i) EXPECT_EQ(as_bf16[i], f32_to_bf16(sent[i])) << i;
+
+  boxes.send(1, 0, as_bf16.data(), DType::BF16, static_cast<int64_t>(as_bf16.size()));
+  std::vector<float> back(sent.size());
+  boxes.recv(1, 0, back.data(), DType::F32, static_cast<int64_t>(back.size()));
+  for (size_t i = 0; i < sent.size(); ++i) EXPECT_NEAR(back[i], sent[i], std::abs(sent[i]) / 128) << i;
+
+  boxes.send(0, 1, sent.data(), DType::F32, 4);
+  EXPECT_THROW(boxes.recv(0, 1, back.data(), DType::F32, 5), Error);  // a count that differs
+  const int32_t token = 9;
+  boxes.send(0, 1, &token, DType::I32, 1);
+  try {
+    boxes.recv(0, 1, back.data(), DType::F32, 1);
+    ADD_FAILURE() << "an i32 message was taken as f32";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("i32"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -179,12 +179,12 @@ void CpuBackend::gather_columns(const DeviceTensor& parts, const DeviceTensor& f
 
 void CpuBackend::send(const DeviceTensor& x, int peer) {
   SF_CHECK(place_.mailboxes != nullptr, "send: the cpu backend belongs to no job");
-  place_.mailboxes->send(place_.job_rank, peer, x.data, x.nbytes());
+  place_.mailboxes->send(place_.job_rank, peer, x.data, x.dtype, x.numel());
 }
 
 void CpuBackend::recv(const DeviceTensor& x, int peer) {
   SF_CHECK(place_.mailboxes != nullptr, "recv: the cpu backend belongs to no job");
-  place_.mailboxes->recv(peer, place_.job_rank, x.data, x.nbytes());
+  place_.mailboxes->recv(peer, place_.job_rank, x.data, x.dtype, x.numel());
 }
 
 std::string CpuBackend::name() const { return "cpu"; }

@@ -274,7 +274,7 @@ void CudaBackend::send(const DeviceTensor& x, int peer) {
   if (mailboxes_ != nullptr) {  // a stage in this process: through host memory
     std::vector<unsigned char> bytes(x.nbytes());
     copy_to_host(x, bytes.data());
-    mailboxes_->send(job_rank_, peer, bytes.data(), bytes.size());
+    mailboxes_->send(job_rank_, peer, bytes.data(), x.dtype, x.numel());
     return;
   }
   SF_CHECK(group_ != nullptr, "send: the cuda backend belongs to no job");
@@ -284,7 +284,7 @@ void CudaBackend::send(const DeviceTensor& x, int peer) {
 void CudaBackend::recv(const DeviceTensor& x, int peer) {
   if (mailboxes_ != nullptr) {
     std::vector<unsigned char> bytes(x.nbytes());
-    mailboxes_->recv(peer, job_rank_, bytes.data(), bytes.size());
+    mailboxes_->recv(peer, job_rank_, bytes.data(), x.dtype, x.numel());
     copy_to_device(bytes.data(), x);
     synchronize();  // `bytes` is pageable and goes out of scope
     return;
