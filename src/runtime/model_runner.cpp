@@ -309,9 +309,13 @@ void ModelRunner::upload_weights(ModelWeights& weights) {
   final_norm_bias_ = upload_or_empty(backend_, final_norm_bias);
   if (spec.position == PositionType::Relative) {
     const RelativeAttentionSpec& relative = spec.relative_attention;
-    relative_bias_ = backend_.upload(checked(weights.relative_bias, "relative_bias",
-                                             {relative.num_buckets, attention.num_heads}, true, false));
-    position_bias_ = {relative_bias_.view(), relative.num_buckets, relative.max_distance, !attention.causal};
+    // Uploaded as a vector, which every backend keeps in f32 (a GPU stores float matrices in bf16).
+    Tensor table = checked(weights.relative_bias, "relative_bias", {relative.num_buckets, attention.num_heads}, true,
+                           false);
+    table.shape = {table.numel()};
+    relative_bias_ = backend_.upload(table);
+    position_bias_ = {relative_bias_.view().reshape({relative.num_buckets, attention.num_heads}), relative.num_buckets,
+                      relative.max_distance, !attention.causal};
   }
   if (!encoder() && pipeline_.last()) {
     // A tied head shares the embedding's buffer rather than uploading the matrix twice.

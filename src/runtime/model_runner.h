@@ -34,7 +34,7 @@
 // self-attention K/V in [0, num_layers), the encoder's cross K/V in [num_layers, 2 * num_layers),
 // both through the sequence's one block table (positions [0, encoder_tokens) of the cross layers).
 // No tensor or pipeline parallelism, no recorded decode steps yet; the backend must have
-// has_encoder_decoder_kernels() (the CPU backend).
+// has_encoder_decoder_kernels() (the CPU and CUDA backends).
 //
 // Warm-up: warm_up() pays, before the first request, the one-time costs a device backend charges
 // to the first step of each shape (recording a decode bucket, loading kernels, creating GEMM

@@ -561,7 +561,29 @@ struct AttentionCase {
   std::vector<int> new_tokens, context_lens;
   int max_context_hint = 0;  // > 0: the launch's max_context_len (an upper bound, as a recorded decode passes)
   float logit_softcap = 0;   // > 0: scores capped as cap * tanh(score / cap)
+  bool causal = true;        // false: every query sees its sequence's whole context
+  int bias_buckets = 0;      // > 0: T5's relative position bias (bidirectional when not causal)
+  int bias_max_distance = 0;
+  bool cross = false;        // cross_attention: q of its own, every encoder key visible
 };
+
+// transformers' T5Attention._relative_position_bucket, written from its definition in double
+// precision (the kernel computes in f32 as transformers does; the cases keep off the boundaries).
+int reference_bucket(int relative, int num_buckets, int max_distance, bool bidirectional) {
+  int bucket = 0;
+  if (bidirectional) {
+    num_buckets /= 2;
+    bucket = relative > 0 ? num_buckets : 0;
+    relative = std::abs(relative);
+  } else {
+    relative = std::max(-relative, 0);
+  }
+  const int max_exact = num_buckets / 2;
+  if (relative < max_exact) return bucket + relative;
+  const double large = max_exact + std::log(static_cast<double>(relative) / max_exact) /
+                                       std::log(static_cast<double>(max_distance) / max_exact) * (num_buckets - max_exact);
+  return bucket + std::min(static_cast<int>(large), num_buckets - 1);
+}
 
 void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase& c, DType cache_dtype = DType::BF16,
                      double tolerance = kBf16Compute) {
@@ -598,11 +620,26 @@ void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase
   DeviceBuffer out = backend.allocate(DType::BF16, {tokens, q_dim});
   poison_bf16(backend, out.view());
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  const AttentionParams params{c.heads, c.kv_heads, c.head_dim, c.block_size, scale, c.sliding_window, c.logit_softcap};
-  backend.attention(d_qkv.view(), d_k.view(), d_v.view(),
-                    {d_start.view(), d_lens.view(), d_tables.view(), max_query,
-                     c.max_context_hint > 0 ? c.max_context_hint : max_context},
-                    params, out.view());
+  AttentionParams params{c.heads, c.kv_heads, c.head_dim, c.block_size, scale, c.sliding_window, c.logit_softcap};
+  params.causal = c.causal && !c.cross;
+  const AttentionBatch batch{d_start.view(), d_lens.view(), d_tables.view(), max_query,
+                             c.max_context_hint > 0 ? c.max_context_hint : max_context};
+  // Cross-attention reads q from a tensor of its own: the q columns of qkv, copied out.
+  std::vector<float> q_only;
+  for (int64_t t = 0; c.cross && t < tokens; ++t)
+    q_only.insert(q_only.end(), qkv.begin() + t * width, qkv.begin() + t * width + q_dim);
+  std::vector<float> bias_table = random_values(rng, static_cast<size_t>(c.bias_buckets) * c.heads, -2.0f, 2.0f);
+  if (c.cross) {
+    DeviceBuffer d_q = to_device_bf16(backend, q_only, {tokens, q_dim});
+    backend.cross_attention(d_q.view(), d_k.view(), d_v.view(), batch, params, out.view());
+  } else if (c.bias_buckets > 0) {
+    DeviceBuffer d_bias = backend.allocate(DType::F32, {c.bias_buckets, c.heads});
+    backend.copy_to_device(bias_table.data(), d_bias.view());
+    const RelativePositionBias bias{d_bias.view(), c.bias_buckets, c.bias_max_distance, !c.causal};
+    backend.attention_with_position_bias(d_qkv.view(), d_k.view(), d_v.view(), batch, params, bias, out.view());
+  } else {
+    backend.attention(d_qkv.view(), d_k.view(), d_v.view(), batch, params, out.view());
+  }
 
   std::vector<double> ref(tokens * q_dim);
   const int group = c.heads / c.kv_heads;
@@ -611,15 +648,18 @@ void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase
       const int64_t t = query_start[s] + i;
       const int pos = c.context_lens[s] - c.new_tokens[s] + i;
       const int first = c.sliding_window > 0 ? std::max(0, pos - c.sliding_window + 1) : 0;
+      const int last = params.causal ? pos : c.context_lens[s] - 1;
       for (int h = 0; h < c.heads; ++h) {
         const int kvh = h / group;
         std::vector<double> scores;
-        for (int p = first; p <= pos; ++p) {
+        for (int p = first; p <= last; ++p) {
           const int64_t slot = int64_t{tables[s * max_blocks + p / c.block_size]} * c.block_size + p % c.block_size;
           double dot = 0;
           for (int d = 0; d < c.head_dim; ++d)
             dot += static_cast<double>(qkv[t * width + h * c.head_dim + d]) * k_cache[slot * kv_dim + kvh * c.head_dim + d];
-          const double score = dot * scale;
+          double score = dot * scale;
+          if (c.bias_buckets > 0)
+            score += bias_table[reference_bucket(p - pos, c.bias_buckets, c.bias_max_distance, !c.causal) * c.heads + h];
           scores.push_back(c.logit_softcap > 0 ? c.logit_softcap * std::tanh(score / c.logit_softcap) : score);
         }
         const double top = *std::max_element(scores.begin(), scores.end());
@@ -627,7 +667,7 @@ void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase
         for (double& sc : scores) sum += (sc = std::exp(sc - top));
         for (int d = 0; d < c.head_dim; ++d) {
           double acc = 0;
-          for (int p = first; p <= pos; ++p) {
+          for (int p = first; p <= last; ++p) {
             const int64_t slot = int64_t{tables[s * max_blocks + p / c.block_size]} * c.block_size + p % c.block_size;
             acc += scores[p - first] * v_cache[slot * kv_dim + kvh * c.head_dim + d];
           }
@@ -661,6 +701,31 @@ TEST_F(CudaKernels, AttentionLogitSoftcap) {
     c.logit_softcap = 0.5f;  // well below the scores' spread: the cap changes every row
     check_attention(*backend, rng, c);
     c.sliding_window = 7;
+    check_attention(*backend, rng, c);
+  }
+}
+
+// T5's relative position bias (encoder: bidirectional; decoder: causal buckets) on the split-KV
+// kernel: prompts, a chunk over a cached prefix, decode rows, distances past max_distance.
+TEST_F(CudaKernels, AttentionWithRelativePositionBias) {
+  for (int head_dim : {8, 64}) {
+    AttentionCase encoder{4, 4, head_dim, 4, 0, {11, 30}, {11, 30}};
+    encoder.causal = false;
+    encoder.bias_buckets = 32;
+    encoder.bias_max_distance = 20;
+    check_attention(*backend, rng, encoder);
+    AttentionCase decoder{4, 4, head_dim, 4, 0, {1, 17, 1}, {9, 40, 300}};
+    decoder.bias_buckets = 32;
+    decoder.bias_max_distance = 128;
+    check_attention(*backend, rng, decoder);
+  }
+}
+// Decoder queries over each sequence's encoder K/V: more or fewer queries than keys, every key
+// visible to every query, a long encoder output split over partitions.
+TEST_F(CudaKernels, CrossAttentionSeesEveryEncoderKey) {
+  for (int head_dim : {8, 64}) {
+    AttentionCase c{4, 4, head_dim, 4, 0, {1, 9, 3}, {13, 5, 2000}};
+    c.cross = true;
     check_attention(*backend, rng, c);
   }
 }

@@ -635,13 +635,13 @@ void CudaBackend::matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor
   SF_CUDA_CHECK(launch_gemv_qkv_rope(launch, stream_), "matmul_rope_write_kv (gemv)");
 }
 
-void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
-                            const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
-  const int64_t seqs =
-      check_attention_args("cuda", DType::BF16, kv_cache_dtypes(), qkv, k_cache, v_cache, batch, params, out);
-  const int heads = params.num_heads, kv_heads = params.num_kv_heads, head_dim = params.head_dim;
-  SF_CHECK(head_dim <= kMaxHeadDim, "cuda attention: head_dim {} is above {}", head_dim, kMaxHeadDim);
-  AttentionLaunch launch{bf16_ptr(qkv),
+namespace {
+
+AttentionLaunch attention_launch(const DeviceTensor& q, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                                 const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out,
+                                 int64_t seqs, int sm_count, float* partials, int32_t* partition_counters) {
+  SF_CHECK(params.head_dim <= kMaxHeadDim, "cuda attention: head_dim {} is above {}", params.head_dim, kMaxHeadDim);
+  AttentionLaunch launch{bf16_ptr(q),
                          k_cache.data,
                          v_cache.data,
                          is_fp8(k_cache),
@@ -652,21 +652,61 @@ void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache
                          static_cast<int>(seqs),
                          static_cast<int>(batch.block_tables.dim(1)),
                          batch.max_query_len,
-                         heads,
-                         kv_heads,
-                         head_dim,
+                         params.num_heads,
+                         params.num_kv_heads,
+                         params.head_dim,
                          params.block_size,
                          params.sliding_window,
                          params.scale,
-                         static_cast<int>(qkv.dim(0)),
+                         static_cast<int>(q.dim(0)),
                          batch.max_context_len,
-                         sm_count_,
-                         attention_partials_,
-                         attention_partials_floats(sm_count_),
-                         partition_counters_};
+                         sm_count,
+                         partials,
+                         attention_partials_floats(sm_count),
+                         partition_counters};
   launch.logit_softcap = params.logit_softcap;
   launch.causal = params.causal;
+  return launch;
+}
+
+}  // namespace
+
+void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                            const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
+  const int64_t seqs =
+      check_attention_args("cuda", DType::BF16, kv_cache_dtypes(), qkv, k_cache, v_cache, batch, params, out);
+  AttentionLaunch launch = attention_launch(qkv, k_cache, v_cache, batch, params, out, seqs, sm_count_,
+                                            attention_partials_, partition_counters_);
   SF_CUDA_CHECK(launch_attention(launch, stream_), "attention");
+}
+
+void CudaBackend::attention_with_position_bias(const DeviceTensor& qkv, const DeviceTensor& k_cache,
+                                               const DeviceTensor& v_cache, const AttentionBatch& batch,
+                                               const AttentionParams& params, const RelativePositionBias& bias,
+                                               const DeviceTensor& out) {
+  const int64_t seqs = check_biased_attention_args("cuda", DType::BF16, kv_cache_dtypes(), qkv, k_cache, v_cache,
+                                                   batch, params, bias, out);
+  AttentionLaunch launch = attention_launch(qkv, k_cache, v_cache, batch, params, out, seqs, sm_count_,
+                                            attention_partials_, partition_counters_);
+  launch.position_bias = bias.table.as<float>();
+  launch.bias_buckets = bias.num_buckets;
+  launch.bias_max_distance = bias.max_distance;
+  launch.bias_bidirectional = bias.bidirectional;
+  SF_CUDA_CHECK(launch_attention(launch, stream_), "attention with position bias");
+}
+
+void CudaBackend::cross_attention(const DeviceTensor& q, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                                  const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) {
+  const int64_t seqs =
+      check_cross_attention_args("cuda", DType::BF16, kv_cache_dtypes(), q, k_cache, v_cache, batch, params, out);
+  AttentionParams all_keys = params;  // every decoder token sees its sequence's whole encoder output
+  all_keys.causal = false;
+  all_keys.sliding_window = 0;
+  all_keys.logit_softcap = 0;
+  AttentionLaunch launch = attention_launch(q, k_cache, v_cache, batch, all_keys, out, seqs, sm_count_,
+                                            attention_partials_, partition_counters_);
+  launch.q_stride = q.dim(1);
+  SF_CUDA_CHECK(launch_attention(launch, stream_), "cross attention");
 }
 
 namespace {

@@ -86,6 +86,14 @@ class CudaBackend final : public Backend {
                      const DeviceTensor& k_cache, const DeviceTensor& v_cache) override;
   void attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
                  const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override;
+  // T5 and BART: the split-KV attention kernel with a relative position bias, or with the decoder's
+  // own q over the encoder's K/V (no tensor-core path: these models are small).
+  bool has_encoder_decoder_kernels() const override { return true; }
+  void attention_with_position_bias(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                                    const AttentionBatch& batch, const AttentionParams& params,
+                                    const RelativePositionBias& bias, const DeviceTensor& out) override;
+  void cross_attention(const DeviceTensor& q, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                       const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override;
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override;
   bool fold_norm_weight(const DeviceTensor& w, const DeviceTensor& norm_weight, float weight_offset) override;
   void matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w,

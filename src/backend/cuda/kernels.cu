@@ -413,6 +413,25 @@ size_t attention_smem_bytes(int head_dim) {
          sizeof(bf16_bits) * kKeyChunk * head_dim;
 }
 
+// transformers' T5Attention._relative_position_bucket for relative = key - query position, in its
+// f32 arithmetic (as backend/cpu/attention.cpp's relative_bucket).
+__device__ int relative_bucket(int relative, int num_buckets, int max_distance, bool bidirectional) {
+  int bucket = 0, distance;
+  if (bidirectional) {
+    num_buckets /= 2;
+    if (relative > 0) bucket += num_buckets;
+    distance = abs(relative);
+  } else {
+    distance = relative < 0 ? -relative : 0;
+  }
+  const int max_exact = num_buckets / 2;
+  if (distance < max_exact) return bucket + distance;
+  const float ratio = logf(static_cast<float>(distance) / static_cast<float>(max_exact));
+  const float scaled = ratio / static_cast<float>(log(static_cast<double>(max_distance) / max_exact)) *
+                       static_cast<float>(num_buckets - max_exact);
+  return bucket + min(max_exact + static_cast<int>(scaled), num_buckets - 1);
+}
+
 // vector_kv: head_dim % 8 == 0 and both caches aligned to 8-element words, so a head row is whole
 // words (KvWord). Cache elements are widened to bf16 on their way into shared memory.
 // partials: [tokens, heads, partitions] rows of (m, l, acc[head_dim]) floats.
@@ -454,9 +473,10 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
   const Cache* k_cache = static_cast<const Cache*>(a.k_cache);
   const Cache* v_cache = static_cast<const Cache*>(a.v_cache);
 
+  const int64_t q_width = a.q_stride > 0 ? a.q_stride : width;
   for (int i = threadIdx.x; i < t_count * hd; i += blockDim.x) {
     const int r = i / hd, d = i % hd;
-    q_s[r * hd + d] = load(a.qkv, (q0 + t_begin + r) * width + static_cast<int64_t>(head) * hd + d) * a.scale;
+    q_s[r * hd + d] = load(a.qkv, (q0 + t_begin + r) * q_width + static_cast<int64_t>(head) * hd + d) * a.scale;
   }
   float m = -INFINITY, l = 0.0f, acc[kDimsPerLane];
 #pragma unroll
@@ -514,6 +534,9 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
       const float* q = q_s + warp * hd;
       float dot = 0.0f;
       for (int d = 0; d < hd; ++d) dot += q[d] * load(k_s, lane * key_stride + d);
+      if (a.position_bias != nullptr)
+        dot += a.position_bias[static_cast<int64_t>(relative_bucket(p - my_pos, a.bias_buckets, a.bias_max_distance,
+                                                                    a.bias_bidirectional)) * a.heads + head];
       score = a.logit_softcap > 0.0f ? a.logit_softcap * tanhf(dot / a.logit_softcap) : dot;
     }
     const float chunk_max = warp_max(score);
@@ -745,7 +768,8 @@ cudaError_t launch_write_kv(const bf16_bits* qkv, const int32_t* slots, void* k_
 
 cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream) {
   if (a.seqs == 0 || a.max_query_len == 0) return cudaSuccess;
-  const bool tensor_core_paths = a.logit_softcap == 0.0f;  // they do not soft-cap
+  // They do not soft-cap, add a position bias or read q apart from k and v.
+  const bool tensor_core_paths = a.logit_softcap == 0.0f && a.position_bias == nullptr && a.q_stride == 0;
   if (tensor_core_paths && a.max_query_len >= kFlashMinQueryLen && flash_prefill_supported(a)) {
     // A mixed (SplitFuse) batch: the decode kernel takes the one-token spans, reading each kv
     // head once for its whole GQA group instead of a 64-row tile per query head. Unsplit, so no

@@ -138,6 +138,15 @@ struct AttentionLaunch {
   // false (encoders): each query sees all context_lens[s] keys of its sequence, later ones too;
   // the one-token decode kernel is not used (it is causal).
   bool causal = true;
+  // > 0: the queries' rows are this many elements apart and `qkv` holds only them (cross-attention:
+  // the decoder's q [tokens, heads * head_dim]; with causal false every query sees its sequence's
+  // context_lens[s] encoder keys). 0: the rows of qkv.
+  int64_t q_stride = 0;
+  // T5's relative position bias (non-null): table [buckets, heads] f32, its entry for the bucket of
+  // key - query position added to each score (after scale, before the softcap).
+  const float* position_bias = nullptr;
+  int bias_buckets = 0, bias_max_distance = 0;
+  bool bias_bidirectional = false;
 };
 
 // Scratch attention() needs to split the KV length whenever it chooses to: at most 4 sm_count
@@ -154,7 +163,8 @@ constexpr int64_t attention_partition_counters(int sm_count) { return int64_t{16
 cudaError_t allow_shared_memory(const void* kernel, size_t bytes, bool carve_out_all);
 // Prompt chunks (max_query_len >= kFlashMinQueryLen) with head_dim 64/80/96/128 and 16-byte
 // aligned tensors run on tensor cores (backend/cuda/flash_prefill.cu), decode steps on the decode
-// kernel below, the rest (other head dims, unaligned tensors) on the split-KV kernel.
+// kernel below, the rest (other head dims, unaligned tensors, a soft-cap, a position bias, a q of
+// its own) on the split-KV kernel.
 cudaError_t launch_attention(const AttentionLaunch& a, cudaStream_t stream);
 constexpr int kFlashMinQueryLen = 16;
 // Decode steps (max_query_len 1), and the one-token spans of mixed batches next to the prefill
