@@ -1,0 +1,127 @@
+// Encoder-decoder models on the CUDA backend (bf16 activations and KV, fp32 accumulation) against
+// transformers' fp32 logits on the tiny T5 v1.0 / v1.1, BART and Marian fixtures of
+// tests/fixtures/encdec (python/make_encdec_fixtures.py): both prompts encoded in one batch, the
+// decoder teacher-forced over each prompt's tokens (self-attention with T5's causal bias, cross-
+// attention over the encoder's K/V), every row within the single-GPU bf16 tolerance (relative L2
+// <= 0.06, as tests/python/test_tensor_parallel.py), its argmax transformers' wherever the
+// reference's top two logits are further apart than that error could move them; and greedy
+// generation equal to transformers' generate up to the first step whose margin is that close.
+// Skips without a GPU.
+#include "backend_cuda/cuda_test_util.h"
+
+#include "seq2seq/encdec_fixtures.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+using namespace splitflow;
+
+namespace {
+
+constexpr double kLogitsRelativeL2 = 0.06;
+
+const Tensor& expected_tensor(const WeightSource& expected, const std::string& name) {
+  const TensorInfo* info = expected.find(name);
+  SF_CHECK(info != nullptr, "expected.safetensors: no tensor {}", name);
+  return info->tensor;
+}
+
+double relative_l2(const float* got, const float* want, int64_t count) {
+  double diff = 0, ref = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    ref += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(diff / ref);
+}
+
+// Whether the reference row's argmax is clear: its top two logits further apart than twice the
+// error bound's share of the row's largest magnitude.
+bool clear_argmax(const float* want, int64_t vocab) {
+  std::vector<float> row(want, want + vocab);
+  std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<>());
+  const float scale = std::max(std::abs(*std::max_element(want, want + vocab)), std::abs(*std::min_element(want, want + vocab)));
+  return row[0] - row[1] > 2 * kLogitsRelativeL2 * scale;
+}
+
+class CudaEncDecFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaEncDecFixture, LogitsAndGreedyMatchTransformers) {
+  SF_REQUIRE_GPU();
+  test::EncDecModel model = test::load_encdec(GetParam());
+  const int64_t vocab = model.spec.vocab_size;
+  auto backend = test::make_test_cuda_backend();
+  const KvCacheConfig kv{48, 4};
+  Seq2SeqRunner runner(model.spec, model.weights, *backend, kv);
+  const int prompts = model.meta["num_prompts"];
+
+  std::vector<std::vector<int32_t>> tables(prompts), encoder_ids(prompts), decoder_ids(prompts), greedy(prompts);
+  int32_t next = kv.num_blocks;  // blocks from the top: tables are not the identity
+  ForwardBatch prompt_batch;
+  for (int p = 0; p < prompts; ++p) {
+    const std::string key = "prompt" + std::to_string(p);
+    encoder_ids[p] = test::expected_ids(*model.expected, key + ".encoder_tokens");
+    decoder_ids[p] = test::expected_ids(*model.expected, key + ".decoder_tokens");
+    greedy[p] = test::expected_ids(*model.expected, key + ".greedy");
+    const int64_t covered = std::max(encoder_ids[p].size(), decoder_ids[p].size());
+    for (int64_t b = 0; b < (covered + kv.block_size - 1) / kv.block_size; ++b) tables[p].push_back(--next);
+    prompt_batch.token_ids.insert(prompt_batch.token_ids.end(), encoder_ids[p].begin(), encoder_ids[p].end());
+    prompt_batch.spans.push_back({static_cast<int32_t>(encoder_ids[p].size()), 0, tables[p], false});
+  }
+  runner.encode(prompt_batch);
+
+  double worst = 0;
+  int compared = 0;
+  for (int p = 0; p < prompts; ++p) {
+    const Tensor& want = expected_tensor(*model.expected, "prompt" + std::to_string(p) + ".logits");
+    ForwardBatch batch;
+    batch.token_ids = decoder_ids[p];
+    SequenceSpan span{static_cast<int32_t>(decoder_ids[p].size()), 0, tables[p], true};
+    span.encoder_tokens = static_cast<int32_t>(encoder_ids[p].size());
+    batch.spans.push_back(span);
+    batch.logits_mode = LogitsMode::All;
+    const Tensor got = runner.decoder().forward(batch);
+    ASSERT_EQ(got.dim(0), static_cast<int64_t>(decoder_ids[p].size()));
+    for (int64_t i = 0; i < got.dim(0); ++i) {
+      const float* row = got.as<float>() + i * vocab;
+      const float* ref = want.as<float>() + i * vocab;
+      const double error = relative_l2(row, ref, vocab);
+      worst = std::max(worst, error);
+      EXPECT_LE(error, kLogitsRelativeL2) << GetParam() << " prompt " << p << " row " << i;
+      if (clear_argmax(ref, vocab)) {
+        ++compared;
+        EXPECT_EQ(std::max_element(row, row + vocab) - row, std::max_element(ref, ref + vocab) - ref)
+            << GetParam() << " prompt " << p << " row " << i;
+      }
+    }
+  }
+
+  // Greedy generation: the decoder's rows for transformers' greedy tokens are the teacher-forced
+  // ones above (decoder_tokens are the start token then the greedy tokens), so the comparison
+  // stops at the first row whose reference argmax is not clear.
+  for (int p = 0; p < prompts; ++p) {
+    const Tensor& want = expected_tensor(*model.expected, "prompt" + std::to_string(p) + ".logits");
+    size_t clear = 0;
+    while (clear < greedy[p].size() && static_cast<int64_t>(clear) < want.dim(0) &&
+           clear_argmax(want.as<float>() + clear * vocab, vocab))
+      ++clear;
+    if (clear == 0) continue;
+    SamplingParams params;
+    params.temperature = 0.0f;
+    params.max_tokens = static_cast<int32_t>(clear);
+    params.ignore_eos = true;
+    const GenerationResult result = generate_seq2seq(runner, nullptr, encoder_ids[p], params);
+    EXPECT_EQ(result.output_ids, std::vector<int32_t>(greedy[p].begin(), greedy[p].begin() + clear))
+        << GetParam() << " prompt " << p;
+  }
+  std::printf("[ cuda fixture ] %s: worst row relative L2 %.3g, %d rows with a clear argmax compared\n",
+              GetParam().c_str(), worst, compared);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaEncDecFixture, ::testing::ValuesIn(test::encdec_fixture_names()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
