@@ -424,18 +424,27 @@ struct CpuJobPlace {
 // The CPU backend (backend/cpu): num_threads <= 0 uses OpenMP's default.
 std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0, CpuJobPlace place = {});
 
-#ifdef SPLITFLOW_HAS_CUDA
 namespace comm {
 class CommGroup;
 }
+// Where a CUDA backend sits in a job (one process per GPU, comm/comm_group.h; the groups outlive
+// the backend): allreduce() and gather_columns() run through tensor_group, the ranks of its
+// pipeline stage (the custom allreduce fused with the residual add, or NCCL where the crossover
+// table says so); send() / recv() to other stages through pipeline_group, the whole job (peers are
+// job ranks). In a grid of stages x tensor-parallel ranks the two differ; otherwise either may be
+// the job's one group. With mailboxes (a stage of a pipeline inside this process,
+// parallel/local_pipeline.h) send() / recv() pass through host memory to the other stages' threads.
+struct CudaJobPlace {
+  comm::CommGroup* tensor_group = nullptr;
+  comm::CommGroup* pipeline_group = nullptr;
+  std::shared_ptr<HostMailboxes> mailboxes;
+  int job_rank = 0;
+};
+
+#ifdef SPLITFLOW_HAS_CUDA
 // The CUDA backend (backend/cuda) on GPU `device`: BF16 activations, a BF16 or F8E4M3 KV cache,
-// fp32 accumulation; throws splitflow::Error when the device cannot be used. With a group (one
-// process per GPU, comm/comm_group.h, which outlives the backend) allreduce() runs through it:
-// the custom allreduce fused with the residual add, or NCCL where the crossover table says so.
-// With mailboxes (a stage of a pipeline inside this process, parallel/local_pipeline.h) send() /
-// recv() pass through host memory to the other stages' threads instead.
-std::unique_ptr<Backend> make_cuda_backend(int device = 0, comm::CommGroup* group = nullptr,
-                                           std::shared_ptr<HostMailboxes> mailboxes = nullptr, int job_rank = 0);
+// fp32 accumulation; throws splitflow::Error when the device cannot be used.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0, CudaJobPlace place = {});
 #endif
 
 }  // namespace splitflow

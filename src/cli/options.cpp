@@ -82,7 +82,9 @@ std::unique_ptr<Backend> ModelFlags::make_backend(const ParallelRank* rank) cons
   std::unique_ptr<Backend> made;
   if (backend == "cuda") {
 #ifdef SPLITFLOW_HAS_CUDA
-    made = rank != nullptr ? make_cuda_backend(rank->device(), rank->group()) : make_cuda_backend(0);
+    made = rank != nullptr ? make_cuda_backend(rank->device(), CudaJobPlace{rank->tensor_group(), rank->pipeline_group(),
+                                                                             nullptr, rank->rank()})
+                           : make_cuda_backend(0);
 #else
     fail("--backend cuda: this build has no CUDA backend (configure with -DSPLITFLOW_CUDA=ON)");
 #endif
@@ -153,7 +155,7 @@ std::unique_ptr<LocalPipeline> ModelFlags::make_gpu_cpu_pipeline(const LoadedMod
        },
        model.spec.num_layers - gpu_layers},
       {[](std::shared_ptr<HostMailboxes> mailboxes, int rank) {
-         return make_cuda_backend(0, nullptr, std::move(mailboxes), rank);
+         return make_cuda_backend(0, CudaJobPlace{nullptr, nullptr, std::move(mailboxes), rank});
        },
        gpu_layers}};
   auto pipeline = std::make_unique<LocalPipeline>(model.spec, model.weights, std::move(stages), kv, limits);

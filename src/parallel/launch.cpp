@@ -45,16 +45,26 @@ ParallelRank ParallelRank::join(const ParallelLayout& layout) {
   SF_CHECK(rank.launch_.local_world_size == rank.launch_.world_size,
            "parallel job: {} ranks over several nodes ({} on this one): the step channel is one node's shared memory",
            rank.launch_.world_size, rank.launch_.local_world_size);
-  SF_CHECK(layout.tensor_parallel == 1 || layout.pipeline_parallel == 1,
-           "--tensor-parallel-size {} with --pipeline-parallel-size {}: a hybrid grid on GPUs needs tensor-parallel "
-           "sub-groups, not built yet (the CPU tests run it); use one of the two",
-           layout.tensor_parallel, layout.pipeline_parallel);
 #ifdef SPLITFLOW_HAS_CUDA
   // The other ranks wait in the store while rank 0 loads the model and builds its runner
   // (minutes for a large checkpoint); a rank that dies makes the launcher stop the others first.
   comm::CommOptions options;
   options.store_timeout = std::chrono::minutes(30);
-  rank.group_ = comm::CommGroup::create(rank.launch_, options);
+  const bool grid = layout.tensor_parallel > 1 && layout.pipeline_parallel > 1;
+  comm::CommOptions world_options = options;
+  world_options.enable_custom = layout.pipeline_parallel == 1;  // the job's allreduce group only then
+  rank.group_ = comm::CommGroup::create(rank.launch_, world_options);
+  if (grid) {
+    // The stage's ranks as a job of their own: same GPU, rank = tensor-parallel rank, its store a
+    // sub-directory of the job's (every stage bootstraps at once, each in its own directory).
+    const int stage = layout.stage_of(rank.rank());
+    comm::LaunchInfo stage_launch = rank.launch_;
+    stage_launch.rank = layout.tp_rank_of(rank.rank());
+    stage_launch.world_size = layout.tensor_parallel;
+    stage_launch.local_world_size = layout.tensor_parallel;
+    stage_launch.store_dir = rank.launch_.store_dir + "/stage-" + std::to_string(stage);
+    rank.stage_group_ = comm::CommGroup::create(stage_launch, options);
+  }
   rank.channel_ = std::make_unique<SharedMemoryStepChannel>(rank.group_->store(), "step_channel");
   spdlog::info("parallel job: rank {} of {} (stage {}, tensor-parallel rank {}) on GPU {}", rank.rank(), rank.size(),
                layout.stage_of(rank.rank()), layout.tp_rank_of(rank.rank()), rank.device());
@@ -111,6 +121,11 @@ void ParallelRank::follow(const ModelSpec& spec, ModelWeights weights, Backend& 
   limits.record_decode = record != 0;
   ModelRunner runner(spec, std::move(weights), backend, kv, limits, runner_partition_);
   runner.follow(*channel_);
+}
+
+comm::CommGroup* ParallelRank::tensor_group() const {
+  if (layout_.tensor_parallel == 1) return nullptr;
+  return stage_group_ != nullptr ? stage_group_.get() : group_.get();
 }
 
 ParallelRank::~ParallelRank() = default;

@@ -33,9 +33,9 @@ class ParallelRank {
  public:
   // This process's place in a job of layout.world_size() ranks. Throws splitflow::Error when the
   // launcher's world size differs, when the ranks span several nodes (the step channel is
-  // node-local shared memory), when this build has no CUDA backend, or for a hybrid grid (both
-  // sizes > 1), whose tensor-parallel sub-groups the GPU path does not build yet (the CPU tests
-  // run it). A world of 1: a rank alone, no collectives.
+  // node-local shared memory), or when this build has no CUDA backend. A grid (both sizes > 1)
+  // also joins its stage's tensor-parallel group (a communicator and custom allreduce of its own,
+  // bootstrapped in a sub-directory of the job's store). A world of 1: a rank alone, no collectives.
   static ParallelRank join(const ParallelLayout& layout);
   ~ParallelRank();
   ParallelRank(ParallelRank&&) noexcept;
@@ -46,7 +46,11 @@ class ParallelRank {
   bool leader() const { return launch_.rank == 0; }
   int device() const { return launch_.local_rank; }
   const ParallelLayout& layout() const { return layout_; }
-  comm::CommGroup* group() const { return group_.get(); }  // null for a rank alone
+  comm::CommGroup* group() const { return group_.get(); }  // the whole job; null for a rank alone
+  // Where this rank's allreduce runs: its stage's ranks (null without tensor parallelism).
+  comm::CommGroup* tensor_group() const;
+  // Where its activations go to other stages (null without pipeline parallelism).
+  comm::CommGroup* pipeline_group() const { return layout_.pipeline_parallel > 1 ? group_.get() : nullptr; }
   StepChannel* channel() const { return channel_.get(); }  // null for a rank alone
 
   // Replaces the model's spec and weights with this rank's part (parallel/partition.h) and keeps
@@ -68,6 +72,7 @@ class ParallelRank {
   RunnerPartition runner_partition_;
   comm::LaunchInfo launch_;
   std::shared_ptr<comm::CommGroup> group_;  // shared: its type is complete only in CUDA builds
+  std::shared_ptr<comm::CommGroup> stage_group_;  // a grid's tensor-parallel group (destroyed first)
   std::unique_ptr<StepChannel> channel_;
 };
 

@@ -4,7 +4,9 @@ per GPU, rank 0 leading) and the GPU/CPU split of llama.cpp's -ngl (one process,
 
 For every HF fixture (tests/fixtures/hf: tiny random-weight checkpoints with transformers' fp32
 logits) and every layout the GPUs allow: each tensor-parallel size of --sizes the model's heads
-divide into (`--tensor-parallel-size N`, N GPUs), and with --gpu-layers every split of its layers
+divide into (`--tensor-parallel-size N`, N GPUs), two pipeline stages (`--pipeline-parallel-size
+2`) when --sizes allows 2 GPUs, the 2 x 2 grid (Inferflow's hybrid partition: each stage's
+tensor-parallel group of its own) when it allows 4, and with --gpu-layers every split of its layers
 (`-ngl k`, k = 1 .. layers - 1: the last k layers and the head on the GPU, the first ones on the
 CPU in f32): `splitflow generate --device cuda ... --prompt-ids P --temperature 0 --logits-out F`
 on each fixture prompt. The logits of every step (the prefill's last row, then
@@ -84,6 +86,10 @@ def main():
             layers = config.get("num_hidden_layers", config.get("n_layer"))
             layouts = [(f"tp{size}", ["--tensor-parallel-size", str(size)]) for size in sizes
                        if not (heads % size or (kv_heads % size and size % kv_heads))]
+            if sizes and layers >= 2:  # pipeline stages, and the grid of both once 4 GPUs allow
+                layouts.append(("pp2", ["--pipeline-parallel-size", "2"]))
+                if 4 in sizes and any(label == "tp2" for label, _ in layouts):
+                    layouts.append(("tp2pp2", ["--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]))
             if args.gpu_layers:
                 layouts += [(f"ngl{k}", ["-ngl", str(k)]) for k in range(1, layers)]
             meta = json.load(open(os.path.join(fixture, "meta.json")))

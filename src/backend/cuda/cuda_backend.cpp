@@ -21,9 +21,8 @@
 
 namespace splitflow {
 
-std::unique_ptr<Backend> make_cuda_backend(int device, comm::CommGroup* group, std::shared_ptr<HostMailboxes> mailboxes,
-                                           int job_rank) {
-  return std::make_unique<cuda::CudaBackend>(device, group, std::move(mailboxes), job_rank);
+std::unique_ptr<Backend> make_cuda_backend(int device, CudaJobPlace place) {
+  return std::make_unique<cuda::CudaBackend>(device, std::move(place));
 }
 
 namespace cuda {
@@ -80,8 +79,12 @@ struct CudaBackend::GemmPlan {
   }
 };
 
-CudaBackend::CudaBackend(int device, comm::CommGroup* group, std::shared_ptr<HostMailboxes> mailboxes, int job_rank)
-    : device_(device), group_(group), mailboxes_(std::move(mailboxes)), job_rank_(job_rank) {
+CudaBackend::CudaBackend(int device, CudaJobPlace place)
+    : device_(device),
+      group_(place.tensor_group),
+      pipeline_group_(place.pipeline_group),
+      mailboxes_(std::move(place.mailboxes)),
+      job_rank_(place.job_rank) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) cudaGetLastError();
@@ -277,8 +280,8 @@ void CudaBackend::send(const DeviceTensor& x, int peer) {
     mailboxes_->send(job_rank_, peer, bytes.data(), x.dtype, x.numel());
     return;
   }
-  SF_CHECK(group_ != nullptr, "send: the cuda backend belongs to no job");
-  group_->send(x.data, x.nbytes(), DType::U8, peer, stream_);
+  SF_CHECK(pipeline_group_ != nullptr, "send: the cuda backend belongs to no pipeline");
+  pipeline_group_->send(x.data, x.nbytes(), DType::U8, peer, stream_);
 }
 
 void CudaBackend::recv(const DeviceTensor& x, int peer) {
@@ -289,8 +292,8 @@ void CudaBackend::recv(const DeviceTensor& x, int peer) {
     synchronize();  // `bytes` is pageable and goes out of scope
     return;
   }
-  SF_CHECK(group_ != nullptr, "recv: the cuda backend belongs to no job");
-  group_->recv(x.data, x.nbytes(), DType::U8, peer, stream_);
+  SF_CHECK(pipeline_group_ != nullptr, "recv: the cuda backend belongs to no pipeline");
+  pipeline_group_->recv(x.data, x.nbytes(), DType::U8, peer, stream_);
 }
 
 void CudaBackend::allreduce(const DeviceTensor& partial, const DeviceTensor& residual) {

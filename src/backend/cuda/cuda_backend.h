@@ -36,9 +36,8 @@ bool is_quant_matrix(const DeviceTensor& w);
 
 class CudaBackend final : public Backend {
  public:
-  // group: the tensor-parallel group this rank's allreduce() runs through (null: none).
-  explicit CudaBackend(int device, comm::CommGroup* group = nullptr, std::shared_ptr<HostMailboxes> mailboxes = nullptr,
-                       int job_rank = 0);
+  // place: the groups and mailboxes of this rank's job (backend.h's CudaJobPlace; none: alone).
+  explicit CudaBackend(int device, CudaJobPlace place = {});
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -114,9 +113,9 @@ class CudaBackend final : public Backend {
   void allreduce(const DeviceTensor& partial, const DeviceTensor& residual) override;
   // NCCL all-gather of the parts in place, then each rank's columns copied into full (2-D copies).
   void gather_columns(const DeviceTensor& parts, const DeviceTensor& full) override;
-  // Pipeline stages: NCCL send / recv of the bytes over the group's communicator (the job's
-  // ranks; a hybrid grid's tensor-parallel sub-groups are not built yet), or, with mailboxes,
-  // through host memory to a stage in this process (waiting for the device: not recordable).
+  // Pipeline stages: NCCL send / recv of the bytes over the pipeline group's communicator (the
+  // job's ranks), or, with mailboxes, through host memory to a stage in this process (waiting for
+  // the device: not recordable).
   void send(const DeviceTensor& x, int peer) override;
   void recv(const DeviceTensor& x, int peer) override;
 
@@ -160,7 +159,8 @@ class CudaBackend final : public Backend {
                         int64_t y_bytes);
 
   int device_;
-  comm::CommGroup* group_ = nullptr;
+  comm::CommGroup* group_ = nullptr;           // tensor-parallel collectives (null: none)
+  comm::CommGroup* pipeline_group_ = nullptr;  // send / recv between stages, peers by job rank
   std::shared_ptr<HostMailboxes> mailboxes_;
   int job_rank_ = 0;
   std::string device_name_;
