@@ -392,6 +392,12 @@ class Backend {
   virtual void gather_columns(const DeviceTensor& parts, const DeviceTensor& full) {
     fail("gather_columns: the {} backend belongs to no tensor-parallel group", name());
   }
+  // Reference 000's pipeline transfer with tensor parallelism: rank r of the group holds rows
+  // [r R, (r+1) R) of x [group size x R, width]; afterwards every rank holds all of them (an
+  // all-gather in place). Collective, like allreduce.
+  virtual void allgather_rows(const DeviceTensor& x) {
+    fail("allgather_rows: the {} backend belongs to no tensor-parallel group", name());
+  }
   // Pipeline parallelism (parallel/): x's bytes to the job's rank `peer`, which receives them
   // into a tensor of the same shape and dtype with recv(). In issue order with the kernels; the
   // pair must issue matching calls in the same order.

@@ -30,8 +30,15 @@ void HostMailboxes::send(int from, int to, const void* data, DType dtype, int64_
   {
     const std::lock_guard lock(mutex_);
     boxes_[{from, to}].push_back(Message{dtype, count, std::vector<unsigned char>(begin, begin + bytes)});
+    bytes_sent_[{from, to}] += static_cast<int64_t>(bytes);
   }
   arrived_.notify_all();
+}
+
+int64_t HostMailboxes::bytes_sent(int from, int to) const {
+  const std::lock_guard lock(mutex_);
+  const auto it = bytes_sent_.find({from, to});
+  return it == bytes_sent_.end() ? 0 : it->second;
 }
 
 void HostMailboxes::recv(int from, int to, void* data, DType dtype, int64_t count) {

@@ -31,9 +31,11 @@ class HostMailboxes {
   void send(int from, int to, const void* data, DType dtype, int64_t count);
   void recv(int from, int to, void* data, DType dtype, int64_t count);
   void fail(int rank, const std::string& reason);
+  // Bytes `from` has sent `to` so far (what a stage-to-stage transfer costs).
+  int64_t bytes_sent(int from, int to) const;
 
  private:
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable arrived_;
   struct Message {
     DType dtype;
@@ -42,6 +44,7 @@ class HostMailboxes {
   };
   std::map<std::pair<int, int>, std::deque<Message>> boxes_;
   std::map<int, std::string> failed_;  // rank -> its error
+  std::map<std::pair<int, int>, int64_t> bytes_sent_;
 };
 
 }  // namespace splitflow

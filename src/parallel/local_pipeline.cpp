@@ -47,7 +47,8 @@ LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights,
   dir_ = (std::filesystem::temp_directory_path() /
           fmt::format("splitflow-local-pipeline-{}-{:08x}", getpid(), std::random_device{}())).string();
   std::filesystem::create_directories(dir_);
-  auto mailboxes = std::make_shared<HostMailboxes>();
+  mailboxes_ = std::make_shared<HostMailboxes>();
+  const std::shared_ptr<HostMailboxes>& mailboxes = mailboxes_;
   errors_.resize(count);
   std::vector<std::promise<void>> built(count);
   std::vector<std::future<void>> ready;

@@ -60,6 +60,8 @@ class LocalPipeline {
   // Stage 0's runner: the one the Engine, Generator or benchmark drives.
   ModelRunner& leader() { return *runner_; }
   Backend& leader_backend() { return *backend_; }
+  // The links between the ranks' threads (what each pair has sent: HostMailboxes::bytes_sent).
+  const HostMailboxes& mailboxes() const { return *mailboxes_; }
   // "layers 0-17 on stage 0, layers 18-21 on stage 1" for logs.
   const std::string& description() const { return description_; }
 
@@ -67,6 +69,7 @@ class LocalPipeline {
   void stop_followers();
 
   std::string dir_;
+  std::shared_ptr<HostMailboxes> mailboxes_;
   std::unique_ptr<comm::FileStore> store_;
   std::unique_ptr<StepChannel> channel_;
   std::unique_ptr<Backend> backend_;

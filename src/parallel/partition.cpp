@@ -114,6 +114,8 @@ PartitionedModel partition_model(const ModelSpec& spec, const ModelWeights& weig
   links.next = model.stage < last_stage ? layout.rank_of(model.stage + 1, model.tp_rank) : -1;
   links.leader = 0;
   links.output_source = layout.rank_of(last_stage, 0);
+  links.split = layout.tensor_parallel;
+  links.split_rank = model.tp_rank;
   return model;
 }
 

@@ -171,9 +171,13 @@ ModelRunner::ModelRunner(const ModelSpec& spec, ModelWeights weights, Backend& b
     return step.input == Slot::Proj || step.output == Slot::Proj;
   });
   slots_.resize(static_cast<size_t>(Slot::CrossQ) + 1);
+  // The residual stream's rows round up to whole shares of the stage-to-stage transfer.
+  const int64_t split = pipeline_.split;
+  const int64_t hidden_rows = (max_tokens + split - 1) / split * split;
   for (size_t s = static_cast<size_t>(Slot::Hidden); s < slots_.size(); ++s)
     if ((static_cast<Slot>(s) != Slot::Proj || uses_proj) && (static_cast<Slot>(s) != Slot::CrossQ || encoder_decoder()))
-      slots_[s] = backend.allocate(act, {max_tokens, width(static_cast<Slot>(s))});
+      slots_[s] = backend.allocate(act, {static_cast<Slot>(s) == Slot::Hidden ? hidden_rows : max_tokens,
+                                         width(static_cast<Slot>(s))});
   // Logits rows are computed in chunks so All mode does not need [max_batch_tokens, vocab]. An
   // encoder has no head: its output is the hidden slot.
   if (!encoder()) {
@@ -715,14 +719,20 @@ void ModelRunner::issue_layers(int64_t tokens) {
     if (vocab_shard_.embed) backend_.allreduce(hidden, {});  // every token's row is on one rank
     if (!embed_norm_.empty())  // in place: the norm of the summed embeddings is the residual stream
       backend_.add_norm(hidden, {}, embed_norm_.view(), embed_norm_bias_.view(), norm_params_, hidden);
-  } else {
-    backend_.recv(hidden, pipeline_.prev);  // the previous stage's residual stream
+  } else {  // the previous stage's residual stream: this rank's share, then every rank's
+    backend_.recv(hidden_share(tokens), pipeline_.prev);
+    if (pipeline_.split > 1) backend_.allgather_rows(slot_rows(Slot::Hidden, hidden_share(tokens).dim(0) * pipeline_.split));
   }
   for (int layer = 0; layer < spec_.num_layers; ++layer) {
     run_layer(layer, tokens);
     if (layer_listener_) layer_listener_(layer);
   }
-  if (!pipeline_.last()) backend_.send(hidden, pipeline_.next);
+  if (!pipeline_.last()) backend_.send(hidden_share(tokens), pipeline_.next);
+}
+
+DeviceTensor ModelRunner::hidden_share(int64_t tokens) const {
+  const int64_t rows = (tokens + pipeline_.split - 1) / pipeline_.split;
+  return slot(Slot::Hidden).rows(pipeline_.split_rank * rows, rows);
 }
 
 void ModelRunner::issue_head(int64_t begin, int64_t count, bool sample, bool rows_are_tokens) {

@@ -88,6 +88,11 @@ struct PipelineLinks {
   int next = -1;           // the rank this stage feeds (-1: the last stage: final norm and head)
   int leader = 0;          // where the scheduler runs: it gets the logits, tokens or states
   int output_source = -1;  // the last-stage rank that sends them to the leader (-1: none needed)
+  // Tensor-parallel ranks per stage: rank split_rank of them sends only its share of the residual
+  // stream to the next stage (rows [split_rank c, (split_rank+1) c), c = ceil(tokens / split)), and
+  // the next stage's ranks all-gather the shares (reference 000's transfer optimization).
+  int split = 1;
+  int split_rank = 0;
   bool first() const { return prev < 0; }
   bool last() const { return next < 0; }
   bool sends_output() const { return last() && self == output_source && self != leader; }
@@ -267,6 +272,9 @@ class ModelRunner {
   bool issue_warmup_step(const ForwardBatch& batch, bool sample);
   // Embedding and every layer over the first `tokens` rows.
   void issue_layers(int64_t tokens);
+  // The rows of the residual stream this rank sends to or receives from the next or previous
+  // stage (PipelineLinks::split): all `tokens` rows without tensor parallelism.
+  DeviceTensor hidden_share(int64_t tokens) const;
   // Final norm, lm_head (and sampling) of logits rows [begin, begin + count). rows_are_tokens:
   // logits row r is token r (a decode step: one token per span, each wanting logits), so the norm
   // reads the hidden rows in place instead of after a gather launch.

@@ -19,11 +19,12 @@
 
 namespace splitflow::test {
 
-// Runs `lead` on rank 0's runner while the job's other ranks follow it; every rank must end
-// without an error.
+// Runs `lead` on rank 0's runner while the job's other ranks follow it, then `inspect` on the job
+// (if given); every rank must end without an error.
 inline void run_parallel(const ModelSpec& spec, const ModelWeights& weights, const ParallelLayout& layout,
                          const KvCacheConfig& kv, const RunnerLimits& limits,
-                         const std::function<void(ModelRunner&)>& lead) {
+                         const std::function<void(ModelRunner&)>& lead,
+                         const std::function<void(const LocalPipeline&)>& inspect = {}) {
   std::vector<std::shared_ptr<CpuRankGroup>> groups;
   for (int s = 0; s < layout.pipeline_parallel; ++s) groups.push_back(std::make_shared<CpuRankGroup>(layout.tensor_parallel));
   LocalPipeline job(spec, weights, layout,
@@ -32,6 +33,7 @@ inline void run_parallel(const ModelSpec& spec, const ModelWeights& weights, con
                     },
                     kv, limits);
   lead(job.leader());
+  if (inspect) inspect(job);
   const std::vector<std::string> errors = job.finish();
   for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }

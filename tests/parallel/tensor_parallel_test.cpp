@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/rank_group.h"
+#include "backend/host_mailboxes.h"
 #include "comm/file_store.h"
 #include "formats/weight_source.h"
 #include "hf_fixture_runner.h"
@@ -299,6 +300,29 @@ INSTANTIATE_TEST_SUITE_P(Hf, ParallelGridFixture,
                            if (!l.stage_layers.empty()) name += "_given";
                            return name;
                          });
+
+// Reference 000's transfer with tensor parallelism inside the stages: each rank of a stage sends
+// the next stage's rank of its tensor-parallel index only its share of the residual stream (rows
+// ceil(tokens / T) of them), which the receivers all-gather; the logits above (ParallelGridFixture,
+// tp2_pp2) show the gathered stream is whole. Without tensor parallelism a rank sends every row.
+TEST(ParallelGrid, EachRankSendsItsShareOfTheResidualStream) {
+  const LoadedFixture fixture = load_fixture("llama");
+  const int64_t row_bytes = fixture.spec.hidden_size * int64_t{sizeof(float)};  // the CPU's f32 stream
+  ForwardBatch batch;
+  batch.token_ids = {1, 2, 3, 4, 5};
+  batch.spans.push_back({5, 0, {0, 1}, true});
+  for (const ParallelLayout& layout : {ParallelLayout{2, 2}, ParallelLayout{1, 2}}) {
+    test::run_parallel(
+        fixture.spec, fixture.weights, layout, KvCacheConfig{32, 4}, {},
+        [&](ModelRunner& runner) { runner.forward(batch); },
+        [&](const LocalPipeline& job) {
+          const int t = layout.tensor_parallel;
+          for (int r = 0; r < t; ++r)  // stage 0's rank r feeds stage 1's rank r (job rank t + r)
+            EXPECT_EQ(job.mailboxes().bytes_sent(r, t + r), (5 + t - 1) / t * row_bytes)
+                << "tp " << t << " rank " << r;
+        });
+  }
+}
 
 TEST(ParallelLayout, StageRangesAndSpecs) {
   EXPECT_EQ(stage_layer_ranges(10, ParallelLayout{1, 3}), (std::vector<std::pair<int, int>>{{0, 4}, {4, 3}, {7, 3}}));

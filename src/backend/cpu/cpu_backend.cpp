@@ -177,6 +177,15 @@ void CpuBackend::gather_columns(const DeviceTensor& parts, const DeviceTensor& f
                                rows, shard);
 }
 
+void CpuBackend::allgather_rows(const DeviceTensor& x) {
+  SF_CHECK(place_.group != nullptr, "allgather_rows: the cpu backend belongs to no tensor-parallel group");
+  const int size = place_.group->size();
+  SF_CHECK(x.dtype == DType::F32 && x.shape.size() == 2 && x.dim(0) % size == 0,
+           "cpu allgather_rows: x is {} {}, expected f32 [a multiple of {} rows, width]", dtype_name(x.dtype),
+           shape_str(x.shape), size);
+  place_.group->allgather(place_.group_rank, x.as<float>(), x.numel() / size);
+}
+
 void CpuBackend::send(const DeviceTensor& x, int peer) {
   SF_CHECK(place_.mailboxes != nullptr, "send: the cpu backend belongs to no job");
   place_.mailboxes->send(place_.job_rank, peer, x.data, x.dtype, x.numel());

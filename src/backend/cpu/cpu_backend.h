@@ -83,6 +83,7 @@ class CpuBackend final : public Backend {
   int tensor_parallel_size() const override;
   void allreduce(const DeviceTensor& partial, const DeviceTensor& residual) override;
   void gather_columns(const DeviceTensor& parts, const DeviceTensor& full) override;
+  void allgather_rows(const DeviceTensor& x) override;
   void send(const DeviceTensor& x, int peer) override;
   void recv(const DeviceTensor& x, int peer) override;
 

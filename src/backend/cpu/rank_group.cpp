@@ -45,4 +45,13 @@ void CpuRankGroup::gather_columns(int rank, const float* part, float* full, int6
   copied_.arrive_and_wait();  // a part is rewritten only after every rank copied it
 }
 
+void CpuRankGroup::allgather(int rank, float* data, int64_t count) {
+  SF_CHECK(rank >= 0 && rank < size_, "cpu rank group: rank {} outside a group of {}", rank, size_);
+  parts_[static_cast<size_t>(rank)] = data;
+  arrive_.arrive_and_wait();
+  for (int r = 0; r < size_; ++r)
+    if (r != rank) std::memcpy(data + r * count, parts_[static_cast<size_t>(r)] + r * count, count * sizeof(float));
+  copied_.arrive_and_wait();  // a rank's block is read by the others before it writes its data again
+}
+
 }  // namespace splitflow

@@ -23,6 +23,9 @@ class CpuRankGroup {
   // Called by every rank with its own part [rows, shard] f32: full [rows, size x shard] gets rank
   // r's part in columns [r shard, (r+1) shard) on every rank. Blocks until every rank has copied.
   void gather_columns(int rank, const float* part, float* full, int64_t rows, int64_t shard);
+  // Called by every rank with its own data [size x count] f32 holding its block [rank count,
+  // (rank+1) count): every rank's data gets every block. Blocks until every rank has copied.
+  void allgather(int rank, float* data, int64_t count);
 
  private:
   int size_;

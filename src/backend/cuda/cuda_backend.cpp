@@ -273,6 +273,16 @@ std::unique_ptr<RecordedWork> CudaBackend::record(const std::function<void()>& i
 
 int CudaBackend::tensor_parallel_size() const { return group_ ? group_->world_size() : 1; }
 
+void CudaBackend::allgather_rows(const DeviceTensor& x) {
+  SF_CHECK(group_ != nullptr, "allgather_rows: the cuda backend belongs to no tensor-parallel group");
+  const int size = group_->world_size();
+  SF_CHECK(x.shape.size() == 2 && x.dim(0) % size == 0, "cuda allgather_rows: x is {}, expected [a multiple of {} rows, width]",
+           shape_str(x.shape), size);
+  const size_t block_bytes = x.nbytes() / size;
+  char* base = static_cast<char*>(x.data);
+  group_->allgather(base + static_cast<size_t>(group_->rank()) * block_bytes, base, block_bytes, DType::U8, stream_);
+}
+
 void CudaBackend::send(const DeviceTensor& x, int peer) {
   if (mailboxes_ != nullptr) {  // a stage in this process: through host memory
     std::vector<unsigned char> bytes(x.nbytes());

@@ -113,6 +113,8 @@ class CudaBackend final : public Backend {
   void allreduce(const DeviceTensor& partial, const DeviceTensor& residual) override;
   // NCCL all-gather of the parts in place, then each rank's columns copied into full (2-D copies).
   void gather_columns(const DeviceTensor& parts, const DeviceTensor& full) override;
+  // NCCL all-gather in place (this rank's rows are its slice of the buffer).
+  void allgather_rows(const DeviceTensor& x) override;
   // Pipeline stages: NCCL send / recv of the bytes over the pipeline group's communicator (the
   // job's ranks), or, with mailboxes, through host memory to a stage in this process (waiting for
   // the device: not recordable).
