@@ -6,7 +6,7 @@
 # folder (CARRY_DIR overrides it):
 #   .carry/include/{pcre2,xxhash}.h  (cp /usr/include/...)  -> -DSPLITFLOW_EXTRA_INCLUDE
 #   .carry/shared/models/<name>  (small models tests read)  -> SPLITFLOW_SHARED_DIR
-# Environment: BUILD_DIR (build-gpu), CARRY_DIR, LOGS (where logs go; else OUT when set: the device
+# Environment: BUILD_DIR (build-gpu), CUDA (ON; OFF builds for the CPU), CARRY_DIR, LOGS (where logs go; else OUT when set: the device
 # tool brings it back; else the build dir), SPLITFLOW_COMMIT (else .source-commit, else git).
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
@@ -15,7 +15,7 @@ carry=${CARRY_DIR:-.carry}
 logs=${LOGS:-${OUT:-$root/$build}}
 mkdir -p "$logs"
 export SPLITFLOW_COMMIT=${SPLITFLOW_COMMIT:-$(cat .source-commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)}
-cmake_args=(-DSPLITFLOW_CUDA=ON)
+cmake_args=("-DSPLITFLOW_CUDA=${CUDA:-ON}")
 [[ -d $carry/include ]] && cmake_args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
 if [[ -d $carry/shared ]]; then
   export SPLITFLOW_SHARED_DIR=$root/$carry/shared
@@ -27,6 +27,9 @@ gpu_build() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: no GPU visible"
   local start=$SECONDS
   cmake -S . -B "$build" -G Ninja "${cmake_args[@]}" >"$logs/configure.log" 2>&1 || { tail -40 "$logs/configure.log"; exit 1; }
+  # A script that needs more than the configure's success defines gpu_configure_check (it reads
+  # $logs/configure.log and exits when something it needs was not found).
+  if declare -F gpu_configure_check >/dev/null; then gpu_configure_check; fi
   if ! cmake --build "$build" -j"$(nproc)" --target "$@" >"$logs/build.log" 2>&1; then
     grep -E "error|Error" "$logs/build.log" | head -40
     exit 1

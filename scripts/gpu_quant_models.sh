@@ -11,10 +11,8 @@
 # their *.dist-info: transformers checks the gguf version through its metadata).
 #   MODELS="smol gemma" QUALITY=1 scripts/gpu_quant_models.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-build=${BUILD_DIR:-build-gpu}
-out=${OUT:-$root/$build}
+source "$(dirname "$0")/gpu_common.sh"
+out=$logs
 mkdir -p .cache/models "$out"
 declare -A files=([smol]=SmolLM2-135M-Instruct.Q4_1.gguf [gemma]=gemma-3-270m-q4_k_m.gguf)
 ls -la .cache/dev 2>/dev/null | tail -n +4 | awk '{print $5, $9}'
@@ -25,11 +23,7 @@ for name in ${MODELS:-smol}; do
   echo "$file: $(sha256sum "$file" | cut -c1-16) $(stat -c %s "$file") bytes"
 done
 
-args=(-DSPLITFLOW_CUDA=ON -DSPLITFLOW_EXTRA_INCLUDE=$root/.carry/include)
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${args[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-start=$SECONDS
-cmake --build "$build" -j16 --target splitflow >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -30; exit 1; }
-echo "build: $((SECONDS - start)) s"
+gpu_build splitflow
 bin=$build/splitflow
 export PYTHONPATH=$root/.carry/py${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader

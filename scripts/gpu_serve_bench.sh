@@ -24,12 +24,9 @@
 # MODEL_ARGS="--model ../shared/models/stories260K-hf" THROUGHPUT_LENS="--num-requests 16 --input-len 64
 # --output-len 32" SWEEP_LENS="--input-len 64 --output-len 32" RATES=5,10 DURATION=2 TRACE_DURATION=3.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
-build=${BUILD_DIR:-build-gpu}
-carry=${CARRY_DIR:-.carry}
+LOGS=${LOGS:-/tmp/splitflow-serve-logs}  # kept out of $OUT: the device tool returns few files
+source "$(dirname "$0")/gpu_common.sh"
 out=${OUT:-$root/bench/results/serve}
-logs=${LOGS:-/tmp/splitflow-serve-logs}  # kept out of $OUT: the device tool returns few files
 work=$logs/results
 parts=${PARTS:-"throughput splitfuse nosplitfuse trace"}
 config=${CONFIG:-bench/configs/llama-3-8b.json}
@@ -48,20 +45,13 @@ read -r -a sweep_lens <<<"${SWEEP_LENS:-"--input-len 2048 --output-len 256"}"
 url=http://127.0.0.1:$port
 mkdir -p "$out" "$logs" "$work"
 
-args=("-DSPLITFLOW_CUDA=${CUDA:-ON}")
-[[ -d $carry/include ]] && args+=("-DSPLITFLOW_EXTRA_INCLUDE=$root/$carry/include")
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: no GPU visible"
-start=$SECONDS
-cmake -S . -B "$build" -G Ninja "${args[@]}" >"$logs/configure.log" 2>&1 || { tail -40 "$logs/configure.log"; exit 1; }
-if grep -q "Boost.Beast not found\|cpp-httplib not found" "$logs/configure.log"; then
-  echo "Boost or cpp-httplib missing: run scripts/carry_boost.sh and carry httplib.h in $carry/include (docs/serving.md)"
-  exit 1
-fi
-if ! cmake --build "$build" -j16 --target splitflow >"$logs/build.log" 2>&1; then
-  grep -E "error|Error" "$logs/build.log" | head -40
-  exit 1
-fi
-echo "configure + build: $((SECONDS - start)) s"
+gpu_configure_check() {
+  if grep -q "Boost.Beast not found\|cpp-httplib not found" "$logs/configure.log"; then
+    echo "Boost or cpp-httplib missing: run scripts/carry_boost.sh and carry httplib.h in $carry/include (docs/serving.md)"
+    exit 1
+  fi
+}
+gpu_build splitflow
 splitflow=$build/splitflow
 rc=0
 
