@@ -99,6 +99,16 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+// The curve through each size's median time, sizes ascending.
+PiecewiseLinear median_curve(const std::map<int64_t, std::vector<double>>& samples) {
+  std::vector<double> xs, ys;
+  for (const auto& [size, times] : samples) {
+    xs.push_back(static_cast<double>(size));
+    ys.push_back(median(times));
+  }
+  return PiecewiseLinear(std::move(xs), std::move(ys));
+}
+
 }  // namespace
 
 PerfModel PerfModel::load_csv(const std::string& path, DecodeModelChoice choice) {
@@ -216,12 +226,7 @@ PerfModel PerfModel::load_extended(const CsvTable& table, DecodeModelChoice choi
              samples.prompt_s.size());
     SF_CHECK(!samples.step_s.empty(), "{} has no token rows", where);
     PerfCurves curves;
-    std::vector<double> xs, ys;
-    for (auto& [tokens, times] : samples.prompt_s) {
-      xs.push_back(static_cast<double>(tokens));
-      ys.push_back(median(times));
-    }
-    curves.prompt_time_s = PiecewiseLinear(xs, ys);
+    curves.prompt_time_s = median_curve(samples.prompt_s);
 
     // The context grid: every (batch size, context) pair measured.
     std::vector<int64_t> batch_sizes, contexts;
@@ -246,25 +251,13 @@ PerfModel PerfModel::load_extended(const CsvTable& table, DecodeModelChoice choi
         BilinearGrid(std::vector<double>(batch_sizes.begin(), batch_sizes.end()),
                      std::vector<double>(contexts.begin(), contexts.end()), std::move(grid));
     // SplitwiseSim's mode on the same profile: context ignored, the median over every context.
-    xs.clear();
-    ys.clear();
-    for (auto& [batch_size, times] : by_batch_size) {
-      xs.push_back(static_cast<double>(batch_size));
-      ys.push_back(median(times));
-    }
-    curves.token_time_s = PiecewiseLinear(xs, ys);
+    curves.token_time_s = median_curve(by_batch_size);
     curves.decode_model =
         choice == DecodeModelChoice::SplitwiseSim ? DecodeModel::SplitwiseSim : DecodeModel::ContextAware;
 
     if (!samples.transfer_s.empty()) {
       SF_CHECK(samples.transfer_s.size() >= 2, "{}: kv_transfer rows need at least two sizes to interpolate", where);
-      xs.clear();
-      ys.clear();
-      for (auto& [tokens, times] : samples.transfer_s) {
-        xs.push_back(static_cast<double>(tokens));
-        ys.push_back(median(times));
-      }
-      curves.kv_transfer_time_s = PiecewiseLinear(xs, ys);
+      curves.kv_transfer_time_s = median_curve(samples.transfer_s);
     }
     model.curves_[key] = std::move(curves);
   }
