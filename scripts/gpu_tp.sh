@@ -2,7 +2,8 @@
 # scripts/gpu_tp.sh — models split over devices on the GPU machine: tensor parallelism (nvidia-h100-x2
 # / -x4) and the GPU/CPU split of -ngl (one GPU). Builds splitflow and test_backend_cuda
 # (scripts/gpu_common.sh), then
-#   1. FILTER's single-GPU CUDA tests (default: the sampling rule, token masks, quantized GEMVs;
+#   1. FILTER's single-GPU CUDA tests (default: the sampling rule, token masks, quantized GEMVs,
+#      the encoder-decoder kernels and fixtures (gtest names: a leading * matches 'Fixtures/');
 #      FILTER=none skips them),
 #   2. tests/python/test_tensor_parallel.py (TP_TEST=1): every HF fixture (or those of ONLY) at TP 2
 #      (and 4) when the GPUs allow, and every -ngl split, against transformers and one GPU's tokens,
@@ -34,7 +35,7 @@ for item in ${MAKE_GGUF:-}; do
 done
 
 rc=0
-filter=${FILTER:-*SamplingRule*:*TokenMask*:*CudaQuant*:CudaKernels.Sample*}
+filter=${FILTER:-*SamplingRule*:*TokenMask*:*CudaQuant*:CudaKernels.Sample*:*CudaEncDec*:*RelativePositionBias*:*CrossAttention*}
 if [[ $filter != none ]]; then
   timeout 400 "$build/tests/test_backend_cuda" --gtest_filter="$filter" >"$logs/gpu_tests.log" 2>&1 || rc=1
   echo "tests ($filter): $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$logs/gpu_tests.log" | tr '\n' ' ')"
