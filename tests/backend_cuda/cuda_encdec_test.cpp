@@ -23,21 +23,6 @@ namespace {
 
 constexpr double kLogitsRelativeL2 = 0.06;
 
-const Tensor& expected_tensor(const WeightSource& expected, const std::string& name) {
-  const TensorInfo* info = expected.find(name);
-  SF_CHECK(info != nullptr, "expected.safetensors: no tensor {}", name);
-  return info->tensor;
-}
-
-double relative_l2(const float* got, const float* want, int64_t count) {
-  double diff = 0, ref = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    ref += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(diff / ref);
-}
-
 // Whether the reference row's argmax is clear: its top two logits further apart than twice the
 // error bound's share of the row's largest magnitude.
 bool clear_argmax(const float* want, int64_t vocab) {
@@ -56,39 +41,21 @@ TEST_P(CudaEncDecFixture, LogitsAndGreedyMatchTransformers) {
   auto backend = test::make_test_cuda_backend();
   const KvCacheConfig kv{48, 4};
   Seq2SeqRunner runner(model.spec, model.weights, *backend, kv);
-  const int prompts = model.meta["num_prompts"];
-
-  std::vector<std::vector<int32_t>> tables(prompts), encoder_ids(prompts), decoder_ids(prompts), greedy(prompts);
-  int32_t next = kv.num_blocks;  // blocks from the top: tables are not the identity
-  ForwardBatch prompt_batch;
-  for (int p = 0; p < prompts; ++p) {
-    const std::string key = "prompt" + std::to_string(p);
-    encoder_ids[p] = test::expected_ids(*model.expected, key + ".encoder_tokens");
-    decoder_ids[p] = test::expected_ids(*model.expected, key + ".decoder_tokens");
-    greedy[p] = test::expected_ids(*model.expected, key + ".greedy");
-    const int64_t covered = std::max(encoder_ids[p].size(), decoder_ids[p].size());
-    for (int64_t b = 0; b < (covered + kv.block_size - 1) / kv.block_size; ++b) tables[p].push_back(--next);
-    prompt_batch.token_ids.insert(prompt_batch.token_ids.end(), encoder_ids[p].begin(), encoder_ids[p].end());
-    prompt_batch.spans.push_back({static_cast<int32_t>(encoder_ids[p].size()), 0, tables[p], false});
-  }
-  runner.encode(prompt_batch);
+  const test::EncDecPrompts fixture = test::encdec_prompts(model, kv);
+  const int prompts = fixture.size();
+  const auto& [encoder_ids, decoder_ids, greedy, tables] = fixture;
+  test::encode_prompts(runner, fixture);
 
   double worst = 0;
   int compared = 0;
   for (int p = 0; p < prompts; ++p) {
-    const Tensor& want = expected_tensor(*model.expected, "prompt" + std::to_string(p) + ".logits");
-    ForwardBatch batch;
-    batch.token_ids = decoder_ids[p];
-    SequenceSpan span{static_cast<int32_t>(decoder_ids[p].size()), 0, tables[p], true};
-    span.encoder_tokens = static_cast<int32_t>(encoder_ids[p].size());
-    batch.spans.push_back(span);
-    batch.logits_mode = LogitsMode::All;
-    const Tensor got = runner.decoder().forward(batch);
+    const Tensor& want = test::expected_tensor(*model.expected, "prompt" + std::to_string(p) + ".logits");
+    const Tensor got = test::teacher_forced_logits(runner, fixture, p);
     ASSERT_EQ(got.dim(0), static_cast<int64_t>(decoder_ids[p].size()));
     for (int64_t i = 0; i < got.dim(0); ++i) {
       const float* row = got.as<float>() + i * vocab;
       const float* ref = want.as<float>() + i * vocab;
-      const double error = relative_l2(row, ref, vocab);
+      const double error = test::relative_l2(row, ref, vocab);
       worst = std::max(worst, error);
       EXPECT_LE(error, kLogitsRelativeL2) << GetParam() << " prompt " << p << " row " << i;
       if (clear_argmax(ref, vocab)) {
@@ -103,7 +70,7 @@ TEST_P(CudaEncDecFixture, LogitsAndGreedyMatchTransformers) {
   // ones above (decoder_tokens are the start token then the greedy tokens), so the comparison
   // stops at the first row whose reference argmax is not clear.
   for (int p = 0; p < prompts; ++p) {
-    const Tensor& want = expected_tensor(*model.expected, "prompt" + std::to_string(p) + ".logits");
+    const Tensor& want = test::expected_tensor(*model.expected, "prompt" + std::to_string(p) + ".logits");
     size_t clear = 0;
     while (clear < greedy[p].size() && static_cast<int64_t>(clear) < want.dim(0) &&
            clear_argmax(want.as<float>() + clear * vocab, vocab))

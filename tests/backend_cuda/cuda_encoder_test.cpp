@@ -29,15 +29,6 @@ namespace {
 // bf16 rounding of every matmul input and of the residual stream over a few post-norm layers.
 constexpr double kStatesRelativeL2 = 3e-2;
 
-double relative_l2(const float* actual, const float* expected, int64_t count) {
-  double diff = 0, ref = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    diff += (static_cast<double>(actual[i]) - expected[i]) * (static_cast<double>(actual[i]) - expected[i]);
-    ref += static_cast<double>(expected[i]) * expected[i];
-  }
-  return std::sqrt(diff / ref);
-}
-
 // Every sequence as one span of one forward, blocks handed out in reverse.
 ForwardBatch whole_sequences(const std::vector<std::vector<int32_t>>& sequences, int32_t num_blocks, int32_t block_size) {
   BlockAllocator allocator(num_blocks);
@@ -73,7 +64,7 @@ TEST_P(CudaEncoderFixture, StatesMatchTransformers) {
   for (int p = 0; p < prompts; ++p) {
     const int64_t count = static_cast<int64_t>(sequences[p].size()) * spec.hidden_size;
     const float* reference = expected->find(fmt::format("prompt{}.last_hidden_state", p))->tensor.as<float>();
-    const double error = relative_l2(states.as<float>() + row, reference, count);
+    const double error = test::relative_l2(states.as<float>() + row, reference, count);
     std::printf("%s prompt %d (%zu tokens) on CUDA: relative L2 error %.3g\n", GetParam().c_str(), p,
                 sequences[p].size(), error);
     EXPECT_LE(error, kStatesRelativeL2) << GetParam() << " prompt " << p;
@@ -110,7 +101,7 @@ TEST(CudaEncoder, TensorCorePrefillIsBidirectional) {
   int64_t row = 0;
   for (size_t s = 0; s < sequences.size(); ++s) {
     const int64_t count = static_cast<int64_t>(sequences[s].size()) * spec.hidden_size;
-    const double error = relative_l2(actual.as<float>() + row, expected.as<float>() + row, count);
+    const double error = test::relative_l2(actual.as<float>() + row, expected.as<float>() + row, count);
     std::printf("dummy BERT (head_dim 64) span %zu (%zu tokens), CUDA vs CPU: relative L2 %.3g\n", s,
                 sequences[s].size(), error);
     EXPECT_LE(error, kStatesRelativeL2) << "span " << s;

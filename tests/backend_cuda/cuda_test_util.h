@@ -121,6 +121,16 @@ inline void poison_bf16(Backend& backend, const DeviceTensor& tensor) {
 }
 
 // ‖out − ref‖ / ‖ref‖; infinity when sizes differ or out holds NaN/inf.
+// ||actual - expected|| / ||expected|| over `count` values (a row, or states).
+inline double relative_l2(const float* actual, const float* expected, int64_t count) {
+  double diff = 0, ref = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    diff += (static_cast<double>(actual[i]) - expected[i]) * (static_cast<double>(actual[i]) - expected[i]);
+    ref += static_cast<double>(expected[i]) * expected[i];
+  }
+  return std::sqrt(diff / ref);
+}
+
 inline double relative_error(const std::vector<float>& out, const std::vector<double>& ref) {
   if (out.size() != ref.size()) return INFINITY;
   double diff = 0, norm = 0;

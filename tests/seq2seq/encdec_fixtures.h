@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,56 @@ inline EncDecModel load_encdec(const std::string& name) {
   out.expected = open_safetensors(dir + "/expected.safetensors");
   out.meta = nlohmann::json::parse(read_text_file(dir + "/meta.json"));
   return out;
+}
+
+inline const Tensor& expected_tensor(const WeightSource& expected, const std::string& name) {
+  const TensorInfo* info = expected.find(name);
+  SF_CHECK(info != nullptr, "expected.safetensors: no tensor {}", name);
+  return info->tensor;
+}
+
+// A fixture's prompts as transformers ran them: encoder ids, decoder ids (the start token, then the
+// greedy tokens), the greedy tokens, and each sequence's block table covering both, blocks handed
+// out from the top of the cache so tables are not the identity.
+struct EncDecPrompts {
+  std::vector<std::vector<int32_t>> encoder_ids, decoder_ids, greedy, tables;
+  int size() const { return static_cast<int>(encoder_ids.size()); }
+};
+
+inline EncDecPrompts encdec_prompts(const EncDecModel& model, const KvCacheConfig& kv) {
+  EncDecPrompts out;
+  int32_t next = kv.num_blocks;
+  for (int p = 0; p < model.meta["num_prompts"].get<int>(); ++p) {
+    const std::string key = "prompt" + std::to_string(p);
+    out.encoder_ids.push_back(expected_ids(*model.expected, key + ".encoder_tokens"));
+    out.decoder_ids.push_back(expected_ids(*model.expected, key + ".decoder_tokens"));
+    out.greedy.push_back(expected_ids(*model.expected, key + ".greedy"));
+    const int64_t covered = std::max(out.encoder_ids[p].size(), out.decoder_ids[p].size());
+    std::vector<int32_t>& table = out.tables.emplace_back();
+    for (int64_t b = 0; b < (covered + kv.block_size - 1) / kv.block_size; ++b) table.push_back(--next);
+  }
+  return out;
+}
+
+// Every prompt through the runner's encoder in one batch (their cross K/V in their tables).
+inline void encode_prompts(Seq2SeqRunner& runner, const EncDecPrompts& prompts) {
+  ForwardBatch batch;
+  for (int p = 0; p < prompts.size(); ++p) {
+    batch.token_ids.insert(batch.token_ids.end(), prompts.encoder_ids[p].begin(), prompts.encoder_ids[p].end());
+    batch.spans.push_back({static_cast<int32_t>(prompts.encoder_ids[p].size()), 0, prompts.tables[p], false});
+  }
+  runner.encode(batch);
+}
+
+// Teacher forcing: the decoder's logits for every decoder token of prompt p in one forward.
+inline Tensor teacher_forced_logits(Seq2SeqRunner& runner, const EncDecPrompts& prompts, int p) {
+  ForwardBatch batch;
+  batch.token_ids = prompts.decoder_ids[p];
+  SequenceSpan span{static_cast<int32_t>(prompts.decoder_ids[p].size()), 0, prompts.tables[p], true};
+  span.encoder_tokens = static_cast<int32_t>(prompts.encoder_ids[p].size());
+  batch.spans.push_back(span);
+  batch.logits_mode = LogitsMode::All;
+  return runner.decoder().forward(batch);
 }
 
 struct EncDecEngineConfig {

@@ -4,6 +4,7 @@
 // batched, within 1e-3 x max|logit| per row; and generate_seq2seq's greedy continuation equal to
 // transformers' generate. Loaded as `splitflow generate` loads them (spec from config.json through
 // models/t5.json, models/bart.json and models/marian.json, weights bound in f32).
+#include "seq2seq/encdec_fixtures.h"
 #include "seq2seq/seq2seq_generator.h"
 #include "seq2seq/seq2seq_runner.h"
 
@@ -28,24 +29,6 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<std::string> fixture_names() {
-  const json index = json::parse(read_text_file(test::fixture_path("encdec/index.json")));
-  return index["fixtures"].get<std::vector<std::string>>();
-}
-
-std::vector<int32_t> ids(const WeightSource& expected, const std::string& name) {
-  const TensorInfo* info = expected.find(name);
-  SF_CHECK(info != nullptr, "expected.safetensors: no tensor {}", name);
-  const int32_t* data = info->tensor.as<int32_t>();
-  return {data, data + info->tensor.numel()};
-}
-
-const Tensor& tensor(const WeightSource& expected, const std::string& name) {
-  const TensorInfo* info = expected.find(name);
-  SF_CHECK(info != nullptr, "expected.safetensors: no tensor {}", name);
-  return info->tensor;
-}
-
 // max |delta| / max |logit| of one row (the bar is 1e-3).
 double row_error(const float* got, const float* want, int64_t vocab) {
   float scale = 0.0f, worst = 0.0f;
@@ -54,23 +37,8 @@ double row_error(const float* got, const float* want, int64_t vocab) {
   return worst / scale;
 }
 
-struct Loaded {
-  ModelSpec spec;
-  ModelWeights weights;
-  std::unique_ptr<WeightSource> expected;
-  json meta;
-};
-
-Loaded load(const std::string& name) {
-  const std::string dir = test::fixture_path("encdec/" + name);
-  std::unique_ptr<WeightSource> source = open_weights(dir);
-  Loaded out;
-  out.spec = resolve_source_spec(*source, dir);
-  out.weights = bind_weights(out.spec, *source, DType::F32);
-  out.expected = open_safetensors(dir + "/expected.safetensors");
-  out.meta = json::parse(read_text_file(dir + "/meta.json"));
-  return out;
-}
+using Loaded = test::EncDecModel;
+Loaded load(const std::string& name) { return test::load_encdec(name); }
 
 class EncDecFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -80,40 +48,17 @@ TEST_P(EncDecFixture, LogitsAndGreedyMatchTransformers) {
   auto backend = make_cpu_backend(2);
   const KvCacheConfig kv{48, 4};
   Seq2SeqRunner runner(model.spec, model.weights, *backend, kv);
-  const int prompts = model.meta["num_prompts"];
+  const test::EncDecPrompts fixture = test::encdec_prompts(model, kv);
+  const int prompts = fixture.size();
+  const auto& [encoder_ids, decoder_ids, greedy, tables] = fixture;
   double worst = 0.0;
 
-  // Each sequence's blocks, handed out from the top so tables are not the identity.
-  std::vector<std::vector<int32_t>> tables(prompts);
-  int32_t next = kv.num_blocks;
-  std::vector<std::vector<int32_t>> encoder_ids(prompts), decoder_ids(prompts), greedy(prompts);
-  for (int p = 0; p < prompts; ++p) {
-    const std::string key = "prompt" + std::to_string(p);
-    encoder_ids[p] = ids(*model.expected, key + ".encoder_tokens");
-    decoder_ids[p] = ids(*model.expected, key + ".decoder_tokens");
-    greedy[p] = ids(*model.expected, key + ".greedy");
-    const int64_t covered = std::max(encoder_ids[p].size(), decoder_ids[p].size());
-    for (int64_t b = 0; b < (covered + kv.block_size - 1) / kv.block_size; ++b) tables[p].push_back(--next);
-  }
-
-  // Both prompts encoded in one batch.
-  ForwardBatch prompt_batch;
-  for (int p = 0; p < prompts; ++p) {
-    prompt_batch.token_ids.insert(prompt_batch.token_ids.end(), encoder_ids[p].begin(), encoder_ids[p].end());
-    prompt_batch.spans.push_back({static_cast<int32_t>(encoder_ids[p].size()), 0, tables[p], false});
-  }
-  runner.encode(prompt_batch);
+  test::encode_prompts(runner, fixture);  // both prompts encoded in one batch
 
   // Teacher forcing: every decoder token of a prompt in one forward.
   for (int p = 0; p < prompts; ++p) {
-    const Tensor& want = tensor(*model.expected, "prompt" + std::to_string(p) + ".logits");
-    ForwardBatch batch;
-    batch.token_ids = decoder_ids[p];
-    SequenceSpan span{static_cast<int32_t>(decoder_ids[p].size()), 0, tables[p], true};
-    span.encoder_tokens = static_cast<int32_t>(encoder_ids[p].size());
-    batch.spans.push_back(span);
-    batch.logits_mode = LogitsMode::All;
-    const Tensor got = runner.decoder().forward(batch);
+    const Tensor& want = test::expected_tensor(*model.expected, "prompt" + std::to_string(p) + ".logits");
+    const Tensor got = test::teacher_forced_logits(runner, fixture, p);
     ASSERT_EQ(got.dim(0), static_cast<int64_t>(decoder_ids[p].size()));
     for (int64_t i = 0; i < got.dim(0); ++i) {
       const double error = row_error(got.as<float>() + i * vocab, want.as<float>() + i * vocab, vocab);
@@ -136,7 +81,7 @@ TEST_P(EncDecFixture, LogitsAndGreedyMatchTransformers) {
     }
     const Tensor got = runner.decoder().forward(batch);
     for (int p = 0; p < prompts; ++p) {
-      const Tensor& want = tensor(*model.expected, "prompt" + std::to_string(p) + ".logits");
+      const Tensor& want = test::expected_tensor(*model.expected, "prompt" + std::to_string(p) + ".logits");
       const double error = row_error(got.as<float>() + p * vocab, want.as<float>() + i * vocab, vocab);
       worst = std::max(worst, error);
       EXPECT_LE(error, 1e-3) << GetParam() << " prompt " << p << " decode step " << i;
@@ -156,7 +101,7 @@ TEST_P(EncDecFixture, LogitsAndGreedyMatchTransformers) {
               GetParam().c_str(), worst, prompts);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, EncDecFixture, ::testing::ValuesIn(fixture_names()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, EncDecFixture, ::testing::ValuesIn(test::encdec_fixture_names()),
                          [](const auto& info) { return info.param; });
 
 TEST(EncDecSpec, T5TemplateResolvesBothStacks) {
