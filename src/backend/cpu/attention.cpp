@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/thread_team.h"
+#include "backend/relative_position.h"
 #include "core/error.h"
 
 #include <algorithm>
@@ -90,27 +91,6 @@ void block_scores(const float* q, float scale, const float* keys_t, int64_t padd
 #endif
 }
 
-// transformers' T5Attention._relative_position_bucket for relative = key - query, in its f32
-// arithmetic (torch.log of an f32 tensor, divided by a Python float, scaled, truncated).
-int32_t relative_bucket(int64_t relative, int num_buckets, int max_distance, bool bidirectional) {
-  int32_t bucket = 0;
-  int64_t distance;
-  if (bidirectional) {
-    num_buckets /= 2;
-    if (relative > 0) bucket += num_buckets;
-    distance = relative < 0 ? -relative : relative;
-  } else {
-    distance = relative < 0 ? -relative : 0;
-  }
-  const int max_exact = num_buckets / 2;
-  if (distance < max_exact) return bucket + static_cast<int32_t>(distance);
-  const float ratio = std::log(static_cast<float>(distance) / static_cast<float>(max_exact));
-  const float scaled = ratio / static_cast<float>(std::log(static_cast<double>(max_distance) / max_exact)) *
-                       static_cast<float>(num_buckets - max_exact);
-  const int64_t large = std::min<int64_t>(max_exact + static_cast<int64_t>(scaled), num_buckets - 1);
-  return bucket + static_cast<int32_t>(large);
-}
-
 }  // namespace
 
 void CpuBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
@@ -182,7 +162,7 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
     for (int64_t s = 0; s < seqs; ++s) longest = std::max<int64_t>(longest, context_lens[s]);
     bucket_table.resize(static_cast<size_t>(std::max<int64_t>(2 * longest - 1, 1)));
     for (int64_t r = -(longest - 1); r <= longest - 1; ++r)
-      bucket_table[r + longest - 1] = relative_bucket(r, bias->num_buckets, bias->max_distance, bias->bidirectional);
+      bucket_table[r + longest - 1] = relative_position_bucket(r, bias->num_buckets, bias->max_distance, bias->bidirectional);
   }
   const int32_t* bucket_of = bucket_table.data();
   const float* bias_table = bias != nullptr ? bias->table.as<float>() : nullptr;

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/activation.cuh"
 #include "backend/cuda/kv_cache.cuh"
+#include "backend/relative_position.h"
 
 #include "core/counter_hash.h"
 
@@ -413,25 +414,6 @@ size_t attention_smem_bytes(int head_dim) {
          sizeof(bf16_bits) * kKeyChunk * head_dim;
 }
 
-// transformers' T5Attention._relative_position_bucket for relative = key - query position, in its
-// f32 arithmetic (as backend/cpu/attention.cpp's relative_bucket).
-__device__ int relative_bucket(int relative, int num_buckets, int max_distance, bool bidirectional) {
-  int bucket = 0, distance;
-  if (bidirectional) {
-    num_buckets /= 2;
-    if (relative > 0) bucket += num_buckets;
-    distance = abs(relative);
-  } else {
-    distance = relative < 0 ? -relative : 0;
-  }
-  const int max_exact = num_buckets / 2;
-  if (distance < max_exact) return bucket + distance;
-  const float ratio = logf(static_cast<float>(distance) / static_cast<float>(max_exact));
-  const float scaled = ratio / static_cast<float>(log(static_cast<double>(max_distance) / max_exact)) *
-                       static_cast<float>(num_buckets - max_exact);
-  return bucket + min(max_exact + static_cast<int>(scaled), num_buckets - 1);
-}
-
 // vector_kv: head_dim % 8 == 0 and both caches aligned to 8-element words, so a head row is whole
 // words (KvWord). Cache elements are widened to bf16 on their way into shared memory.
 // partials: [tokens, heads, partitions] rows of (m, l, acc[head_dim]) floats.
@@ -535,7 +517,7 @@ __global__ void attention_kernel(AttentionLaunch a, int tiles_per_seq, bool vect
       float dot = 0.0f;
       for (int d = 0; d < hd; ++d) dot += q[d] * load(k_s, lane * key_stride + d);
       if (a.position_bias != nullptr)
-        dot += a.position_bias[static_cast<int64_t>(relative_bucket(p - my_pos, a.bias_buckets, a.bias_max_distance,
+        dot += a.position_bias[static_cast<int64_t>(relative_position_bucket(p - my_pos, a.bias_buckets, a.bias_max_distance,
                                                                     a.bias_bidirectional)) * a.heads + head];
       score = a.logit_softcap > 0.0f ? a.logit_softcap * tanhf(dot / a.logit_softcap) : dot;
     }
