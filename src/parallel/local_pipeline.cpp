@@ -48,7 +48,6 @@ LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights,
           fmt::format("splitflow-local-pipeline-{}-{:08x}", getpid(), std::random_device{}())).string();
   std::filesystem::create_directories(dir_);
   mailboxes_ = std::make_shared<HostMailboxes>();
-  const std::shared_ptr<HostMailboxes>& mailboxes = mailboxes_;
   errors_.resize(count);
   std::vector<std::promise<void>> built(count);
   std::vector<std::future<void>> ready;
@@ -62,7 +61,7 @@ LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights,
         std::unique_ptr<ModelRunner> runner;
         try {
           const PartitionedModel part = partition_model(spec, weights, layout, r);
-          backend = backends(mailboxes, r, part);
+          backend = backends(mailboxes_, r, part);
           runner = std::make_unique<ModelRunner>(part.spec, part.weights, *backend, kv, limits, part.runner);
         } catch (...) {
           promise.set_exception(std::current_exception());
@@ -76,7 +75,7 @@ LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights,
         // A stage that waits on this one (the next stage, or the leader waiting for the output)
         // gets the error instead of waiting forever.
         spdlog::error("local pipeline rank {} stopped: {}", r, e.what());
-        mailboxes->fail(r, e.what());
+        mailboxes_->fail(r, e.what());
       }
     });
   }
@@ -84,7 +83,7 @@ LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights,
   channel_ = std::make_unique<SharedMemoryStepChannel>(*store_, "steps");
   try {
     const PartitionedModel part = partition_model(spec, weights, layout, 0);
-    backend_ = backends(mailboxes, 0, part);
+    backend_ = backends(mailboxes_, 0, part);
     runner_ = std::make_unique<ModelRunner>(part.spec, part.weights, *backend_, kv, limits, part.runner);
     for (int r = 1; r < count; ++r) {
       try {
