@@ -182,9 +182,14 @@ void run_serve(const ServeFlags& flags) {
         const GpuLayerFitRequest per_token =
             gpu_layer_fit_request(spec, model.weights, cuda_upload_bytes, 1, kv_cache_dtype, limits,
                                   backend->memory_info(), KvCacheMemoryBudget{kv_size.memory_fraction});
-        num_blocks = split_kv_blocks(per_token, *gpu_layers, flags.block_size, cpu::read_host_memory().free_bytes / 2);
-        spdlog::info("kv cache: {} blocks of {} tokens for the GPU/CPU split ({} of {} layers on the GPU)", num_blocks,
-                     flags.block_size, *gpu_layers, spec.num_layers);
+        const int64_t every_sequence =
+            int64_t{blocks_for_tokens(max_model_len, flags.block_size)} * flags.max_seqs;
+        num_blocks = split_kv_blocks(per_token, *gpu_layers, flags.block_size, cpu::read_host_memory().free_bytes / 2,
+                                     every_sequence);
+        spdlog::info("kv cache: {} blocks of {} tokens for the GPU/CPU split ({} of {} layers on the GPU; {} hold {} "
+                     "sequences of {} tokens)",
+                     num_blocks, flags.block_size, *gpu_layers, spec.num_layers, every_sequence, flags.max_seqs,
+                     max_model_len);
       }
       break;
   }

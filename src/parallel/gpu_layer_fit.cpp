@@ -79,11 +79,13 @@ GpuLayerFit fit_gpu_layers(const GpuLayerFitRequest& request) {
   return fit;
 }
 
-int64_t split_kv_blocks(const GpuLayerFitRequest& per_token, int gpu_layers, int block_size, int64_t host_bytes) {
+int64_t split_kv_blocks(const GpuLayerFitRequest& per_token, int gpu_layers, int block_size, int64_t host_bytes,
+                        int64_t max_blocks) {
   const int layers = static_cast<int>(per_token.layer_bytes.size());
-  SF_CHECK(gpu_layers > 0 && gpu_layers <= layers && block_size > 0 &&
+  SF_CHECK(gpu_layers > 0 && gpu_layers <= layers && block_size > 0 && max_blocks > 0 &&
                per_token.layer_kv_bytes.size() == per_token.layer_bytes.size(),
-           "split kv blocks: {} GPU layers of {}, blocks of {} tokens", gpu_layers, layers, block_size);
+           "split kv blocks: {} GPU layers of {}, blocks of {} tokens, at most {} blocks", gpu_layers, layers, block_size,
+           max_blocks);
   const int64_t usable = usable_memory_bytes(per_token.memory, per_token.budget);
   int64_t gpu_weights = per_token.head_bytes + per_token.step_bytes, gpu_block = 0, cpu_block = 0;
   for (int layer = 0; layer < layers; ++layer) {
@@ -93,7 +95,7 @@ int64_t split_kv_blocks(const GpuLayerFitRequest& per_token, int gpu_layers, int
   }
   int64_t blocks = gpu_block > 0 ? std::max<int64_t>(usable - gpu_weights, 0) / gpu_block : INT32_MAX;
   if (cpu_block > 0) blocks = std::min(blocks, std::max<int64_t>(host_bytes, 0) / cpu_block);
-  blocks = std::min<int64_t>(blocks, INT32_MAX);
+  blocks = std::min<int64_t>({blocks, max_blocks, INT32_MAX});
   SF_CHECK(blocks >= 1,
            "GPU/CPU split: no KV cache block fits: {:.2f} GiB usable on the GPU against {:.2f} GiB of its layers, head and "
            "step buffers ({:.2f} MiB a block there), {:.2f} GiB of host memory ({:.2f} MiB a block of the CPU's layers); "

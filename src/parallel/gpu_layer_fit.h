@@ -45,9 +45,12 @@ GpuLayerFit fit_gpu_layers(const GpuLayerFitRequest& request);
 // The KV cache blocks of `block_size` tokens a split with the last `gpu_layers` layers on the GPU
 // holds: what the GPU's share leaves after those layers' weights, the head and the step buffers,
 // over one block of those layers' K and V; and no more than `host_bytes` hold of a block of the
-// CPU's layers. `per_token` is a request sized for a context of one token (its layer_kv_bytes are
-// per token). Throws naming the numbers when not one block fits.
-int64_t split_kv_blocks(const GpuLayerFitRequest& per_token, int gpu_layers, int block_size, int64_t host_bytes);
+// CPU's layers; and no more than `max_blocks` (what every sequence at full length takes: more would
+// never be used, and a small model would otherwise take half the host's memory for its cache).
+// `per_token` is a request sized for a context of one token (its layer_kv_bytes are per token).
+// Throws naming the numbers when not one block fits.
+int64_t split_kv_blocks(const GpuLayerFitRequest& per_token, int gpu_layers, int block_size, int64_t host_bytes,
+                        int64_t max_blocks);
 
 // The request for `spec` / `weights` on a GPU whose backend stores a tensor in `stored_bytes(t)`
 // bytes (Backend::upload_bytes), with a KV cache of `context_tokens` tokens in `cache_dtype` and

@@ -129,6 +129,7 @@ TEST(GpuLayerFit, CountsEveryCheckpointTensorAsTheGpuStoresIt) {
 }
 
 TEST(GpuLayerFit, SplitKvBlocksFromBothSidesMemory) {
+  constexpr int64_t kNoCap = INT32_MAX;
   // Per token: 1 KV byte a layer; 4 layers of 100 bytes, head 50, steps 20; 1000 bytes usable.
   GpuLayerFitRequest per_token = four_layers(1000);
   per_token.layer_kv_bytes = {1, 1, 1, 1};
@@ -136,16 +137,20 @@ TEST(GpuLayerFit, SplitKvBlocksFromBothSidesMemory) {
   per_token.budget.reserve_bytes = 0;
   // Two GPU layers: 1000 - (70 + 200) = 730 bytes over 2 x 16 per block -> 22; the host's 320 bytes
   // over the CPU's 2 x 16 per block -> 10.
-  EXPECT_EQ(split_kv_blocks(per_token, 2, 16, 320), 10);
-  EXPECT_EQ(split_kv_blocks(per_token, 2, 16, 10000), 22);
+  EXPECT_EQ(split_kv_blocks(per_token, 2, 16, 320, kNoCap), 10);
+  EXPECT_EQ(split_kv_blocks(per_token, 2, 16, 10000, kNoCap), 22);
   // Three GPU layers: 1000 - 370 = 630 over 48 -> 13; one CPU layer: 320 over 16 -> 20.
-  EXPECT_EQ(split_kv_blocks(per_token, 3, 16, 320), 13);
+  EXPECT_EQ(split_kv_blocks(per_token, 3, 16, 320, kNoCap), 13);
+  // What every sequence at full length takes bounds both sides' figures.
+  EXPECT_EQ(split_kv_blocks(per_token, 2, 16, 10000, 7), 7);
+  EXPECT_EQ(split_kv_blocks(per_token, 2, 16, 320, 12), 10);
+  EXPECT_THROW(split_kv_blocks(per_token, 2, 16, 320, 0), std::exception);
   try {
-    split_kv_blocks(per_token, 2, 16, 31);  // not one block of the CPU's layers
+    split_kv_blocks(per_token, 2, 16, 31, kNoCap);  // not one block of the CPU's layers
     FAIL() << "no block fits";
   } catch (const std::exception& error) {
     EXPECT_NE(std::string(error.what()).find("no KV cache block fits"), std::string::npos) << error.what();
   }
-  EXPECT_THROW(split_kv_blocks(per_token, 5, 16, 320), std::exception);  // more GPU layers than the model
-  EXPECT_THROW(split_kv_blocks(per_token, 0, 16, 320), std::exception);
+  EXPECT_THROW(split_kv_blocks(per_token, 5, 16, 320, kNoCap), std::exception);  // more GPU layers than the model
+  EXPECT_THROW(split_kv_blocks(per_token, 0, 16, 320, kNoCap), std::exception);
 }
