@@ -88,6 +88,78 @@ TEST_P(CudaEncDecFixture, LogitsAndGreedyMatchTransformers) {
               GetParam().c_str(), worst, compared);
 }
 
+// The same logits by other paths through the kernels: each prompt encoded alone (a batch of one,
+// so no sequence offsets), and the decoder run one token a step over its KV cache (decode-shaped
+// launches: one query row, a growing context) instead of one teacher-forced prefill. Each path's
+// worst row is printed, so a failure of the test above names the path that breaks.
+TEST_P(CudaEncDecFixture, EncodedAloneAndDecodedStepByStepMatchTransformers) {
+  SF_REQUIRE_GPU();
+  test::EncDecModel model = test::load_encdec(GetParam());
+  const int64_t vocab = model.spec.vocab_size;
+  auto backend = test::make_test_cuda_backend();
+  const KvCacheConfig kv{48, 4};
+  const test::EncDecPrompts all = test::encdec_prompts(model, kv);
+  for (int p = 0; p < all.size(); ++p) {
+    test::EncDecPrompts alone;
+    alone.encoder_ids = {all.encoder_ids[p]};
+    alone.decoder_ids = {all.decoder_ids[p]};
+    alone.greedy = {all.greedy[p]};
+    alone.tables = {all.tables[p]};
+    const Tensor& want = test::expected_tensor(*model.expected, "prompt" + std::to_string(p) + ".logits");
+
+    Seq2SeqRunner prefill_runner(model.spec, model.weights, *backend, kv);
+    test::encode_prompts(prefill_runner, alone);
+    const Tensor prefill = test::teacher_forced_logits(prefill_runner, alone, 0);
+    double prefill_worst = 0;
+    for (int64_t i = 0; i < prefill.dim(0); ++i) {
+      const double error = test::relative_l2(prefill.as<float>() + i * vocab, want.as<float>() + i * vocab, vocab);
+      prefill_worst = std::max(prefill_worst, error);
+      EXPECT_LE(error, kLogitsRelativeL2) << GetParam() << " prompt " << p << " encoded alone, teacher-forced row " << i;
+    }
+
+    Seq2SeqRunner step_runner(model.spec, model.weights, *backend, kv);
+    test::encode_prompts(step_runner, alone);
+    double step_worst = 0;
+    const std::vector<int32_t>& tokens = alone.decoder_ids[0];
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      ForwardBatch step;
+      step.token_ids = {tokens[i]};
+      SequenceSpan span{1, static_cast<int32_t>(i), alone.tables[0], true};
+      span.encoder_tokens = static_cast<int32_t>(alone.encoder_ids[0].size());
+      step.spans.push_back(span);
+      const Tensor logits = step_runner.decoder().forward(step);
+      ASSERT_EQ(logits.dim(0), 1);
+      const double error = test::relative_l2(logits.as<float>(), want.as<float>() + i * vocab, vocab);
+      step_worst = std::max(step_worst, error);
+      EXPECT_LE(error, kLogitsRelativeL2) << GetParam() << " prompt " << p << " decode step " << i;
+    }
+
+    // The encoder's output states against the CPU backend's (f32; its logits match transformers'
+    // in tests/seq2seq): a wrong encoder shows here before it reaches the decoder.
+    ForwardBatch encoder_batch;
+    encoder_batch.token_ids = alone.encoder_ids[0];
+    SequenceSpan encoder_span{static_cast<int32_t>(encoder_batch.token_ids.size()), 0, {}, false};
+    for (int32_t b = 0; b * kv.block_size < encoder_span.num_tokens; ++b) encoder_span.block_table.push_back(b);
+    encoder_batch.spans.push_back(encoder_span);
+    const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+    Seq2SeqRunner cpu_runner(model.spec, model.weights, *cpu, kv);
+    const Tensor cpu_states = cpu_runner.encoder().forward_hidden(encoder_batch);
+    const Tensor cuda_states = step_runner.encoder().forward_hidden(encoder_batch);
+    ASSERT_EQ(cuda_states.shape, cpu_states.shape);
+    const int64_t hidden = cpu_states.dim(1);
+    double encoder_worst = 0;
+    for (int64_t t = 0; t < cpu_states.dim(0); ++t) {
+      const double error =
+          test::relative_l2(cuda_states.as<float>() + t * hidden, cpu_states.as<float>() + t * hidden, hidden);
+      encoder_worst = std::max(encoder_worst, error);
+      EXPECT_LE(error, kLogitsRelativeL2) << GetParam() << " prompt " << p << " encoder state " << t;
+    }
+    std::printf("[ cuda fixture ] %s prompt %d (%zu encoder tokens): worst row relative L2 encoded alone %.3g, "
+                "step by step %.3g, encoder states vs the CPU's %.3g\n",
+                GetParam().c_str(), p, alone.encoder_ids[0].size(), prefill_worst, step_worst, encoder_worst);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaEncDecFixture, ::testing::ValuesIn(test::encdec_fixture_names()),
                          [](const auto& info) { return info.param; });
 
