@@ -43,6 +43,7 @@ LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights,
   SF_CHECK(!kv.memory_budget && kv.num_blocks > 0, "local pipeline: the KV cache needs a block count");
   const std::vector<std::pair<int, int>> ranges = stage_layer_ranges(spec.num_layers, layout);  // checked first
   limits.record_decode = false;
+  limits.warm_up_steps = false;  // the stages' backends may differ (runtime/model_runner.h)
 
   dir_ = (std::filesystem::temp_directory_path() /
           fmt::format("splitflow-local-pipeline-{}-{:08x}", getpid(), std::random_device{}())).string();
@@ -54,9 +55,11 @@ LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights,
   for (int r = 1; r < count; ++r) ready.push_back(built[r].get_future());
   for (int r = 1; r < count; ++r) {
     threads_.emplace_back([&, r, promise = std::move(built[r])]() mutable {
+      std::unique_ptr<SharedMemoryStepChannel> channel_holder;
       try {
         comm::FileStore store(dir_, r, count, std::chrono::minutes(30));
-        SharedMemoryStepChannel channel(store, "steps");
+        channel_holder = std::make_unique<SharedMemoryStepChannel>(store, "steps");
+        SharedMemoryStepChannel& channel = *channel_holder;
         std::unique_ptr<Backend> backend;
         std::unique_ptr<ModelRunner> runner;
         try {
@@ -76,6 +79,8 @@ LocalPipeline::LocalPipeline(const ModelSpec& spec, const ModelWeights& weights,
         // gets the error instead of waiting forever.
         spdlog::error("local pipeline rank {} stopped: {}", r, e.what());
         mailboxes_->fail(r, e.what());
+        // Nor does the leader wait for it to take its next step call, the Stop at shutdown included.
+        if (channel_holder != nullptr) channel_holder->leave();
       }
     });
   }

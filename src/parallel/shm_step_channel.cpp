@@ -134,4 +134,9 @@ std::vector<int32_t> SharedMemoryStepChannel::receive() {
   return message;
 }
 
+void SharedMemoryStepChannel::leave() {
+  SF_CHECK(rank_ != 0, "step channel: rank 0 leads; it cannot leave");
+  header()->acks[rank_].sequence.store(UINT64_MAX, std::memory_order_release);
+}
+
 }  // namespace splitflow

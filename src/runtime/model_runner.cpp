@@ -816,8 +816,9 @@ WarmupReport ModelRunner::warm_up(bool device_sampling) {
     call.device_sampling = device_sampling;
     publish_call(encode_step_call(call));
   }
-  if (!backend_.can_record() || encoder()) {
-    spdlog::info("warm-up: nothing to prepare on the {} backend", backend_.name());
+  if (!backend_.can_record() || encoder() || !limits_.warm_up_steps) {
+    spdlog::info("warm-up: nothing to prepare on the {} backend{}", backend_.name(),
+                 limits_.warm_up_steps ? "" : " (a pipeline over different backends warms up none of its stages)");
     return report;
   }
   const auto start = std::chrono::steady_clock::now();

@@ -126,6 +126,11 @@ struct RunnerLimits {
   // Record decode steps (every span one token, LogitsMode::Last, every span wants logits) once
   // per batch-size bucket and replay them, when the backend can record (CUDA graphs).
   bool record_decode = true;
+  // warm_up() runs steps (every decode bucket, one prefill-shaped step) when the backend can
+  // record. Every rank of a job must decide alike, since a stage's step waits on the stage before
+  // it: a pipeline whose stages sit on different backends (the -ngl split: the CPU's stage cannot
+  // record, the GPU's can) turns it off on all of them.
+  bool warm_up_steps = true;
 };
 
 // What warm_up() ran.

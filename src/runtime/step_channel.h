@@ -20,6 +20,9 @@ class StepChannel {
   virtual void publish(std::span<const int32_t> message) = 0;
   // Follower: the next message, waiting for it as long as it takes.
   virtual std::vector<int32_t> receive() = 0;
+  // Follower: it stops following for good (it failed): the leader no longer waits for it to take
+  // messages, so shutting the group down cannot hang on it. It receives nothing more.
+  virtual void leave() {}
 };
 
 }  // namespace splitflow

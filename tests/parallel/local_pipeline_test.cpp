@@ -8,6 +8,7 @@
 #include "backend/host_mailboxes.h"
 #include "engine/generator.h"
 #include "engine/model_loader.h"
+#include "runtime/forwarding_backend.h"
 #include "test_paths.h"
 
 #include <gtest/gtest.h>
@@ -32,6 +33,17 @@ StageBackendFactory cpu_stage(int threads) {
     return make_cpu_backend(threads, CpuJobPlace{nullptr, 0, std::move(mailboxes), rank});
   };
 }
+
+// A stage on a backend that can record (as CUDA's can), the CPU's kernels behind it: the -ngl
+// split's GPU stage, whose warm-up once ran decode steps its CPU leader never ran.
+class RecordableStage final : public test::ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  std::string name() const override { return "cpu (can record)"; }
+  bool can_record() const override { return true; }
+  void send(const DeviceTensor& x, int peer) override { inner().send(x, peer); }
+  void recv(const DeviceTensor& x, int peer) override { inner().recv(x, peer); }
+};
 
 }  // namespace
 
@@ -61,6 +73,36 @@ TEST(LocalPipeline, StagesInOneProcessGiveTheOneRankOutputs) {
     EXPECT_EQ(generator.generate(prompt, greedy).output_ids, want_greedy.output_ids);
     EXPECT_EQ(generator.generate(prompt, sampled).output_ids, want_sampled.output_ids);
   }
+}
+
+// The server warms its engine up before it opens its port: over stages whose backends differ (a
+// CPU leader, a stage that can record), no stage runs warm-up steps the others do not, and the
+// outputs after it are the one rank's; the pipeline then shuts down at once.
+TEST(LocalPipeline, WarmUpOverStagesOnDifferentBackendsKeepsThemInStep) {
+  LoadedModel model = stories();
+  const KvCacheConfig kv{16, 16};
+  const RunnerLimits limits{64, 2};
+  auto backend = make_cpu_backend(1);
+  ModelRunner one(model.spec, model.weights, *backend, kv, limits);
+  const std::vector<int32_t> prompt = model.tokenizer->encode("Once upon a time", true);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 12;
+  const GenerationResult want = Generator(one, model.tokenizer.get()).generate(prompt, greedy);
+
+  const StageBackendFactory recordable = [](std::shared_ptr<HostMailboxes> mailboxes, int rank) -> std::unique_ptr<Backend> {
+    return std::make_unique<RecordableStage>(make_cpu_backend(1, CpuJobPlace{nullptr, 0, std::move(mailboxes), rank}));
+  };
+  const auto start = std::chrono::steady_clock::now();
+  {
+    LocalPipeline pipeline(model.spec, model.weights, {{cpu_stage(1), 2}, {recordable, 3}}, kv, limits);
+    const WarmupReport report = pipeline.leader().warm_up(false);
+    EXPECT_TRUE(report.decode_buckets.empty());
+    EXPECT_EQ(report.prefill_tokens, 0);
+    Generator generator(pipeline.leader(), model.tokenizer.get());
+    EXPECT_EQ(generator.generate(prompt, greedy).output_ids, want.output_ids);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
 TEST(LocalPipeline, AStageThatCannotBeBuiltIsNamedAndNothingHangs) {

@@ -163,3 +163,34 @@ TEST(SharedMemoryStepChannel, OversizedMessagesAndAStuckFollowerAreErrors) {
   std::filesystem::remove_all(dir);
   EXPECT_NE(leader_error.find("rank 1"), std::string::npos) << leader_error;
 }
+
+// A follower that fails leaves the channel: the leader's later messages (the Stop at shutdown)
+// do not wait for it, while the followers still in the group keep receiving every message.
+TEST(SharedMemoryStepChannel, AFollowerThatLeftIsNotWaitedFor) {
+  const std::string dir = temp_dir();
+  std::vector<int32_t> kept;
+  std::thread leaver([&] {
+    comm::FileStore store(dir, 1, 3, std::chrono::seconds(30));
+    SharedMemoryStepChannel channel(store, "steps", 16);
+    channel.receive();
+    channel.leave();  // one message taken, then it stops for good
+  });
+  std::thread stayer([&] {
+    comm::FileStore store(dir, 2, 3, std::chrono::seconds(30));
+    SharedMemoryStepChannel channel(store, "steps", 16);
+    for (int m = 0; m < 4; ++m) kept.push_back(channel.receive().front());
+  });
+  {
+    comm::FileStore store(dir, 0, 3, std::chrono::seconds(30));
+    // A 300 ms timeout: were the leaver still waited for, the third publish would throw.
+    SharedMemoryStepChannel channel(store, "steps", 16, std::chrono::milliseconds(300));
+    for (int32_t m = 0; m < 4; ++m) {
+      EXPECT_NO_THROW(channel.publish(std::vector<int32_t>{m})) << "message " << m;
+      if (m == 0) leaver.join();
+    }
+    stayer.join();
+    EXPECT_THROW(channel.leave(), Error);  // the leader cannot leave its own group
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(kept, (std::vector<int32_t>{0, 1, 2, 3}));
+}
