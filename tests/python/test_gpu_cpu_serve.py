@@ -68,7 +68,7 @@ def main():
         server = ServeProcess([args.splitflow, "serve", "--model", model, "--port", "0", "--max-seqs", "8"] + split)
         try:
             with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
-                got = dict(zip(PROMPTS, pool.map(server.complete, PROMPTS)))
+                got = dict(zip(PROMPTS, pool.map(lambda prompt: complete(server, prompt), PROMPTS)))
         except Exception as error:  # noqa: BLE001 (any failure is the test's)
             failures.append(f"-ngl {ngl} serve: {error}\n{''.join(server.log[-30:])}")
             server.stop()
