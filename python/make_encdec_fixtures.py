@@ -13,7 +13,15 @@ untied head as `lm_head.weight`), meta.json and expected.safetensors with, per p
   prompt{p}.greedy          [m] i32   argmax of each logits row (greedy[i] = decoder_tokens[i+1])
 Greedy tokens come from transformers' own `generate` (do_sample False, no EOS stop), checked
 against the argmax of the one-forward logits. A seed is kept only when every greedy step wins by
-more than MIN_RELATIVE_MARGIN of max|logit| (so a 1e-3 relative error cannot flip a token).
+more than MIN_RELATIVE_MARGIN of max|logit| (so a 1e-3 relative error cannot flip a token), and
+when rounding the matrices to bf16 moves no logits row by more than MAX_BF16_DRIFT (relative L2):
+the CUDA backend keeps weights in bf16, and a fixture whose outputs that rounding alone moves
+further could not tell a kernel bug from its own ill-conditioning (meta.json records the drift).
+
+T5 scales no attention score by 1/sqrt(d_kv) (its own init folds that factor into q's weights)
+and never normalizes its residual stream: with BART's wide random weights the tiny T5 models'
+outputs moved by up to 0.2 under bf16 weights alone, so T5's q, k and MLP matrices are narrower
+(t5_width).
 
 transformers 5 ties T5's lm_head to the embedding whatever the config says; the v1.1 fixture
 unties it after construction (a separate random lm_head, as google/t5-v1_1-* checkpoints ship),
@@ -27,6 +35,7 @@ carry zeros) so the logits bias is exercised.
 """
 
 import argparse
+import copy
 import json
 import zlib
 from pathlib import Path
@@ -41,6 +50,7 @@ PROMPT_LENGTHS = (7, 23)
 DECODE_STEPS = 10
 MIN_RELATIVE_MARGIN = 4e-3
 MAX_SEED_ATTEMPTS = 64
+MAX_BF16_DRIFT = 0.02
 
 FIXTURES = {
     # T5 v1.0: ReLU MLP, head tied to the embedding with the d_model**-0.5 rescale. Few buckets and
@@ -112,6 +122,16 @@ def hub_config(spec: dict) -> dict:
     return {"architectures": [ARCHITECTURES[family]], "model_type": family, **spec["config"]}
 
 
+def t5_width(param_name: str, config) -> float:
+    """T5's factor on the wide init: q takes the 1/sqrt(d_kv) its attention never applies, k and the
+    MLP half of it (the residual stream is never normalized, only each block's input)."""
+    if param_name.endswith(".q.weight"):
+        return config.d_kv ** -0.5
+    if param_name.endswith(".k.weight") or ".wi" in param_name or param_name.endswith(".wo.weight"):
+        return 0.5
+    return 1.0
+
+
 def build(name: str, spec: dict, seed: int):
     torch.manual_seed(seed)
     config_class, model_class = CLASSES[spec.get("family", "t5")]
@@ -124,6 +144,8 @@ def build(name: str, spec: dict, seed: int):
                 continue  # the sinusoidal table, not a weight
             if param.dim() == 2:
                 param.normal_(0.0, 0.5 if "relative_attention_bias" in param_name else 0.3)
+                if spec.get("family", "t5") == "t5":
+                    param.mul_(t5_width(param_name, config))
             elif "norm" in param_name and param_name.endswith("weight"):
                 param.uniform_(0.5, 1.5)
             else:
@@ -160,12 +182,30 @@ def references(model, prompts):
     return out, min(margins)
 
 
+def bf16_drift(model, expected, prompts) -> float:
+    """The largest relative L2 change of a logits row when every matrix is rounded to bf16."""
+    rounded = copy.deepcopy(model)
+    with torch.no_grad():
+        for param in rounded.parameters():
+            if param.dim() == 2:
+                param.copy_(param.to(torch.bfloat16).to(torch.float32))
+        drift = 0.0
+        for p, prompt in enumerate(prompts):
+            want = expected[f"prompt{p}.logits"]
+            got = rounded(input_ids=torch.tensor([prompt]),
+                          decoder_input_ids=expected[f"prompt{p}.decoder_tokens"][None].long()).logits[0]
+            drift = max(drift, ((got - want).norm(dim=-1) / want.norm(dim=-1)).max().item())
+    return drift
+
+
 def save_checkpoint(model, spec, directory: Path):
     state = model.state_dict()
     tensors = {}
     for key, value in state.items():
-        if key in TIED_COPIES or key in COMPUTED:
+        if key in TIED_COPIES:
             continue  # tied to the shared embedding, stored once as save_pretrained does
+        if key in COMPUTED and spec.get("family") == "marian":
+            continue  # Marian's sinusoidal tables (BART's positions under the same names are learned)
         if key == "lm_head.weight" and not spec["untied_head"]:
             continue
         tensors[key] = value.detach().clone().contiguous()
@@ -185,18 +225,22 @@ def make(name: str, spec: dict, out: Path):
         prompts = [torch.randint(2, vocab, (n,), generator=generator).tolist() for n in PROMPT_LENGTHS]
         model = build(name, spec, seed)
         expected, margin = references(model, prompts)
-        if margin >= MIN_RELATIVE_MARGIN:
+        if margin < MIN_RELATIVE_MARGIN:
+            continue
+        drift = bf16_drift(model, expected, prompts)
+        if drift <= MAX_BF16_DRIFT:
             break
     else:
-        raise SystemExit(f"{name}: no seed with greedy margins >= {MIN_RELATIVE_MARGIN}")
+        raise SystemExit(f"{name}: no seed with greedy margins >= {MIN_RELATIVE_MARGIN} and bf16 drift <= "
+                         f"{MAX_BF16_DRIFT}")
     directory = out / name
     directory.mkdir(parents=True, exist_ok=True)
     save_checkpoint(model, spec, directory)
     safetensors.torch.save_file(expected, directory / "expected.safetensors")
     meta = {"description": spec["description"], "seed": seed, "num_prompts": len(PROMPT_LENGTHS),
-            "decode_steps": DECODE_STEPS, "min_relative_margin": margin}
+            "decode_steps": DECODE_STEPS, "min_relative_margin": margin, "bf16_weight_drift": drift}
     (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    print(f"{name}: seed {seed}, min greedy margin {margin:.4f}")
+    print(f"{name}: seed {seed}, min greedy margin {margin:.4f}, bf16 weight drift {drift:.4f}")
 
 
 def main():
