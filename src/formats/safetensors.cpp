@@ -121,37 +121,7 @@ std::unique_ptr<WeightSource> open_safetensors(const std::string& path) {
 }
 
 std::unique_ptr<WeightSource> open_safetensors_index(const std::string& index_path) {
-  namespace fs = std::filesystem;
-  const std::string text = read_text_file(index_path);
-  const json index = parse_json(text.data(), text.data() + text.size(), index_path, "the safetensors index");
-  SF_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
-           "'{}': the safetensors index has no 'weight_map' object", index_path);
-  const json& weight_map = index["weight_map"];
-
-  std::map<std::string, std::unique_ptr<WeightSource>> shards;  // shard file name -> reader, each opened once
-  for (const auto& [name, shard] : weight_map.items()) {
-    SF_CHECK(shard.is_string(), "'{}': weight_map entry for tensor '{}' is not a file name", index_path, name);
-    shards.try_emplace(shard.get<std::string>());
-  }
-
-  auto source = std::make_unique<WeightSet>("safetensors");
-  if (index.contains("metadata") && index["metadata"].is_object()) source->metadata() = index["metadata"];
-  const fs::path directory = fs::path(index_path).parent_path();
-  for (auto& [shard_name, shard] : shards) {
-    try {
-      shard = open_safetensors((directory / shard_name).string());
-    } catch (const Error& error) {
-      fail("'{}': shard '{}': {}", index_path, shard_name, error.what());
-    }
-    for (const auto& [key, value] : shard->metadata().items()) source->metadata()[key] = value;
-    for (const TensorInfo& info : shard->tensors()) source->add(info.name, info.tensor, info.file);
-  }
-  for (const auto& [name, shard] : weight_map.items()) {
-    SF_CHECK(shards.at(shard.get<std::string>())->find(name) != nullptr,
-             "'{}': tensor '{}' is listed in shard '{}', which has no such tensor", index_path, name,
-             shard.get<std::string>());
-  }
-  return source;
+  return open_sharded_index(index_path, "safetensors", "the safetensors index", open_safetensors);
 }
 
 void write_safetensors(const std::string& path, const std::vector<TensorInfo>& tensors,

@@ -282,41 +282,7 @@ std::unique_ptr<WeightSource> open_pytorch(const std::string& path) {
 }
 
 std::unique_ptr<WeightSource> open_pytorch_index(const std::string& index_path) {
-  namespace fs = std::filesystem;
-  const std::string text = read_text_file(index_path);
-  json index;
-  try {
-    index = json::parse(text);
-  } catch (const json::exception& error) {
-    fail("'{}': the PyTorch checkpoint index is not valid JSON: {}", index_path, error.what());
-  }
-  SF_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
-           "'{}': the checkpoint index has no 'weight_map' object", index_path);
-  const json& weight_map = index["weight_map"];
-
-  std::map<std::string, std::unique_ptr<WeightSource>> shards;  // shard file name -> reader, each opened once
-  for (const auto& [name, shard] : weight_map.items()) {
-    SF_CHECK(shard.is_string(), "'{}': weight_map entry for tensor '{}' is not a file name", index_path, name);
-    shards.try_emplace(shard.get<std::string>());
-  }
-  auto source = std::make_unique<WeightSet>("pytorch");
-  if (index.contains("metadata") && index["metadata"].is_object()) source->metadata() = index["metadata"];
-  const fs::path directory = fs::path(index_path).parent_path();
-  for (auto& [shard_name, shard] : shards) {
-    try {
-      shard = open_pytorch((directory / shard_name).string());
-    } catch (const Error& error) {
-      fail("'{}': shard '{}': {}", index_path, shard_name, error.what());
-    }
-    for (const auto& [key, value] : shard->metadata().items()) source->metadata()[key] = value;
-    for (const TensorInfo& info : shard->tensors()) source->add(info.name, info.tensor, info.file);
-  }
-  for (const auto& [name, shard] : weight_map.items()) {
-    SF_CHECK(shards.at(shard.get<std::string>())->find(name) != nullptr,
-             "'{}': tensor '{}' is listed in shard '{}', which has no such tensor", index_path, name,
-             shard.get<std::string>());
-  }
-  return source;
+  return open_sharded_index(index_path, "pytorch", "the PyTorch checkpoint index", open_pytorch);
 }
 
 }  // namespace splitflow

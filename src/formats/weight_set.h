@@ -6,8 +6,10 @@
 #include "core/mapped_file.h"
 #include "formats/weight_source.h"
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 namespace splitflow {
@@ -30,6 +32,16 @@ class WeightSet final : public WeightSource {
   std::unordered_map<std::string, size_t> index_by_name_;
   nlohmann::json metadata_ = nlohmann::json::object();
 };
+
+// A sharded checkpoint's index (model.safetensors.index.json, pytorch_model.bin.index.json): its
+// weight_map names each tensor's shard file, next to the index; every shard is opened once with
+// `open_shard`, its tensors and metadata merged (the index's metadata first) into a WeightSet of
+// `format`. Errors name the index (`what` says what it is: "the safetensors index"): invalid JSON,
+// no weight_map object, an entry that is not a file name, a shard that fails to open, a tensor
+// the map places in a shard that lacks it; a tensor in two shards is WeightSet::add's error.
+std::unique_ptr<WeightSource> open_sharded_index(
+    const std::string& index_path, const std::string& format, std::string_view what,
+    const std::function<std::unique_ptr<WeightSource>(const std::string& shard_path)>& open_shard);
 
 // Upper bounds on the model-level sizes a file's metadata or header gives (layers, context, vocabulary,
 // heads, widths). The layer plan, the KV cache and per-head tables are sized from them before any

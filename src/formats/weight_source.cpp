@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 namespace splitflow {
 
@@ -20,6 +21,46 @@ void WeightSet::add(std::string name, Tensor tensor, std::string file) {
   const auto [it, inserted] = index_by_name_.emplace(name, tensors_.size());
   SF_CHECK(inserted, "tensor '{}' appears twice: in '{}' and in '{}'", name, tensors_[it->second].file, file);
   tensors_.push_back(TensorInfo{std::move(name), std::move(tensor), std::move(file)});
+}
+
+std::unique_ptr<WeightSource> open_sharded_index(
+    const std::string& index_path, const std::string& format, std::string_view what,
+    const std::function<std::unique_ptr<WeightSource>(const std::string& shard_path)>& open_shard) {
+  namespace fs = std::filesystem;
+  const std::string text = read_text_file(index_path);
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& error) {
+    fail("'{}': {} is not valid JSON: {}", index_path, what, error.what());
+  }
+  SF_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+           "'{}': {} has no 'weight_map' object", index_path, what);
+  const nlohmann::json& weight_map = index["weight_map"];
+
+  std::map<std::string, std::unique_ptr<WeightSource>> shards;  // shard file name -> reader, each opened once
+  for (const auto& [name, shard] : weight_map.items()) {
+    SF_CHECK(shard.is_string(), "'{}': weight_map entry for tensor '{}' is not a file name", index_path, name);
+    shards.try_emplace(shard.get<std::string>());
+  }
+  auto source = std::make_unique<WeightSet>(format);
+  if (index.contains("metadata") && index["metadata"].is_object()) source->metadata() = index["metadata"];
+  const fs::path directory = fs::path(index_path).parent_path();
+  for (auto& [shard_name, shard] : shards) {
+    try {
+      shard = open_shard((directory / shard_name).string());
+    } catch (const Error& error) {
+      fail("'{}': shard '{}': {}", index_path, shard_name, error.what());
+    }
+    for (const auto& [key, value] : shard->metadata().items()) source->metadata()[key] = value;
+    for (const TensorInfo& info : shard->tensors()) source->add(info.name, info.tensor, info.file);
+  }
+  for (const auto& [name, shard] : weight_map.items()) {
+    SF_CHECK(shards.at(shard.get<std::string>())->find(name) != nullptr,
+             "'{}': tensor '{}' is listed in shard '{}', which has no such tensor", index_path, name,
+             shard.get<std::string>());
+  }
+  return source;
 }
 
 void check_disjoint(std::vector<DataRange> ranges, const std::string& path) {
