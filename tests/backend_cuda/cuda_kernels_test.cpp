@@ -330,22 +330,8 @@ void check_matmul_rope_write_kv(Backend& backend, std::mt19937_64& rng, int64_t 
   const std::string what = fmt::format("m {} rotary_dim {} interleaved {} bias {} norm {} cache {}", m, rotary_dim,
                                        style == RopeStyle::Interleaved, with_bias, static_cast<int>(norm_kind),
                                        dtype_name(cache_dtype));
-  const std::vector<float> got = to_host(backend, qkv.view());
-  EXPECT_LE(relative_error(got, ref), kBf16Compute) << what;
-  if (cache_dtype == DType::BF16) {
-    EXPECT_LE(relative_error(to_host(backend, k_cache.view()), k_ref), kBf16Compute) << what << " k_cache";
-    EXPECT_LE(relative_error(to_host(backend, v_cache.view()), v_ref), kBf16Compute) << what << " v_cache";
-    return;
-  }
-  std::vector<uint8_t> k_bytes(blocks * block_size * kv_dim, 0), v_bytes(k_bytes.size(), 0);
-  for (int64_t r = 0; r < m; ++r)
-    if (slots[r] >= 0)
-      for (int64_t j = 0; j < kv_dim; ++j) {
-        k_bytes[slots[r] * kv_dim + j] = f32_to_e4m3(got[r * width + q_dim + j]);
-        v_bytes[slots[r] * kv_dim + j] = f32_to_e4m3(got[r * width + q_dim + kv_dim + j]);
-      }
-  EXPECT_EQ(bytes_to_host(backend, k_cache.view()), k_bytes) << what << " k_cache";
-  EXPECT_EQ(bytes_to_host(backend, v_cache.view()), v_bytes) << what << " v_cache";
+  expect_qkv_and_cache(backend, qkv.view(), ref, k_cache.view(), v_cache.view(), k_ref, v_ref, slots, q_dim, kv_dim,
+                       kBf16Compute, what);
 }
 
 TEST_F(CudaKernels, MatmulRopeWriteKvFusedAndNot) {

@@ -295,22 +295,8 @@ void check_qkv(Backend& backend, std::mt19937_64& rng, const QuantCase& w, int64
   // A Mixed w runs unfused (add_norm, a GEMV per run, rope_write_kv): the normalized x and the
   // product are rounded to bf16 on the way.
   const double tolerance = w.packed.dtype == DType::Mixed ? kBf16Compute : kOneRounding;
-  const std::vector<float> got = to_host(backend, qkv.view());
-  EXPECT_LE(relative_error(got, ref), tolerance) << label;
-  if (cache_dtype == DType::BF16) {
-    EXPECT_LE(relative_error(to_host(backend, k_cache.view()), k_ref), tolerance) << label << " k_cache";
-    EXPECT_LE(relative_error(to_host(backend, v_cache.view()), v_ref), tolerance) << label << " v_cache";
-    return;
-  }
-  std::vector<uint8_t> k_bytes(blocks * block_size * kv_dim, 0), v_bytes(k_bytes.size(), 0);
-  for (int64_t r = 0; r < m; ++r)
-    if (slots[r] >= 0)
-      for (int64_t j = 0; j < kv_dim; ++j) {
-        k_bytes[slots[r] * kv_dim + j] = f32_to_e4m3(got[r * width + q_dim + j]);
-        v_bytes[slots[r] * kv_dim + j] = f32_to_e4m3(got[r * width + q_dim + kv_dim + j]);
-      }
-  EXPECT_EQ(bytes_to_host(backend, k_cache.view()), k_bytes) << label << " k_cache";
-  EXPECT_EQ(bytes_to_host(backend, v_cache.view()), v_bytes) << label << " v_cache";
+  expect_qkv_and_cache(backend, qkv.view(), ref, k_cache.view(), v_cache.view(), k_ref, v_ref, slots, q_dim, kv_dim,
+                       tolerance, label);
 }
 
 TEST_P(CudaQuant, QkvRopeWriteKvFusedOnQuantizedAndMixed) {

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace splitflow::test {
@@ -140,6 +141,34 @@ inline double relative_error(const std::vector<float>& out, const std::vector<do
     norm += ref[i] * ref[i];
   }
   return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+// A fused QKV projection's output and the K/V it wrote, against fp64 references: qkv [m, width]
+// (q, then kv_dim k, then kv_dim v columns) within `tolerance`; a bf16 cache within `tolerance` of
+// k_ref / v_ref; an fp8 cache byte-exact against the e4m3 of the k / v the kernel itself produced
+// (rows whose slot is -1 write nothing).
+inline void expect_qkv_and_cache(Backend& backend, const DeviceTensor& qkv, const std::vector<double>& ref,
+                                 const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                                 const std::vector<double>& k_ref, const std::vector<double>& v_ref,
+                                 const std::vector<int32_t>& slots, int64_t q_dim, int64_t kv_dim, double tolerance,
+                                 const std::string& label) {
+  const std::vector<float> got = to_host(backend, qkv);
+  EXPECT_LE(relative_error(got, ref), tolerance) << label;
+  if (k_cache.dtype == DType::BF16) {
+    EXPECT_LE(relative_error(to_host(backend, k_cache), k_ref), tolerance) << label << " k_cache";
+    EXPECT_LE(relative_error(to_host(backend, v_cache), v_ref), tolerance) << label << " v_cache";
+    return;
+  }
+  const int64_t width = qkv.dim(1);
+  std::vector<uint8_t> k_bytes(k_ref.size(), 0), v_bytes(k_bytes.size(), 0);
+  for (size_t r = 0; r < slots.size(); ++r)
+    if (slots[r] >= 0)
+      for (int64_t j = 0; j < kv_dim; ++j) {
+        k_bytes[slots[r] * kv_dim + j] = f32_to_e4m3(got[r * width + q_dim + j]);
+        v_bytes[slots[r] * kv_dim + j] = f32_to_e4m3(got[r * width + q_dim + kv_dim + j]);
+      }
+  EXPECT_EQ(bytes_to_host(backend, k_cache), k_bytes) << label << " k_cache";
+  EXPECT_EQ(bytes_to_host(backend, v_cache), v_bytes) << label << " v_cache";
 }
 
 }  // namespace splitflow::test
