@@ -8,7 +8,7 @@
 #include "backend/host_mailboxes.h"
 #include "engine/generator.h"
 #include "engine/model_loader.h"
-#include "runtime/forwarding_backend.h"
+#include "backend/forwarding_backend.h"
 #include "test_paths.h"
 
 #include <gtest/gtest.h>
@@ -36,13 +36,11 @@ StageBackendFactory cpu_stage(int threads) {
 
 // A stage on a backend that can record (as CUDA's can), the CPU's kernels behind it: the -ngl
 // split's GPU stage, whose warm-up once ran decode steps its CPU leader never ran.
-class RecordableStage final : public test::ForwardingBackend {
+class RecordableStage final : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
   std::string name() const override { return "cpu (can record)"; }
   bool can_record() const override { return true; }
-  void send(const DeviceTensor& x, int peer) override { inner().send(x, peer); }
-  void recv(const DeviceTensor& x, int peer) override { inner().recv(x, peer); }
 };
 
 }  // namespace

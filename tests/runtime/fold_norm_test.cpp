@@ -3,7 +3,7 @@
 // so the logits must equal the plain CPU backend's up to f32 rounding. Catches a norm folded into
 // the wrong matrix, a folded norm still applied with its weight, or a fold where the plan keeps
 // the norm apart (parallel residual, LayerNorm).
-#include "runtime/forwarding_backend.h"
+#include "backend/forwarding_backend.h"
 #include "runtime/runner_test_util.h"
 
 #include "backend/backend.h"

@@ -6,7 +6,7 @@
 #include "runtime/kv_cache_sizing.h"
 
 #include "core/error.h"
-#include "runtime/forwarding_backend.h"
+#include "backend/forwarding_backend.h"
 #include "runtime/model_runner.h"
 #include "runtime/runner_test_util.h"
 

@@ -3,7 +3,7 @@
 // graph does (kernel calls kept with their buffer views, run again at replay on what the buffers
 // then hold). Warm-up must record every decode bucket, and leave the KV cache and every later
 // output bit-identical to a runner that never warmed up.
-#include "runtime/forwarding_backend.h"
+#include "backend/forwarding_backend.h"
 #include "runtime/runner_test_util.h"
 
 #include "backend/backend.h"

@@ -1,8 +1,11 @@
-// tests/runtime/forwarding_backend.h — a Backend that hands every required call to a wrapped
-// backend (by default the 1-thread CPU backend), for test backends that change one behaviour
-// (folding norm weights, recording work, metering memory) and override only that. The optional
-// Backend calls (record, fold_norm_weight, the fused kernels) keep Backend's own defaults, which
-// decompose into the forwarded ones.
+// backend/forwarding_backend.h — a Backend that hands every call to a wrapped backend (by default
+// the 1-thread CPU backend), for backends that change one behaviour and override only that: the
+// GPU/CPU split's matmul offload (backend/matmul_offload.h), and test backends (folding norm
+// weights, recording work, metering memory). Forwarded: every required call, the job's
+// collectives and links, and the encoder-decoder kernels. Kept at Backend's own defaults: record
+// (a recording of the inner backend would not see the overrides), fold_norm_weight and the fused
+// matmul families, which decompose into forwarded calls (and the overrides) — so a forwarding
+// backend over one that fuses them (CUDA) runs them unfused. Subclasses name themselves.
 #pragma once
 
 #include "backend/backend.h"
@@ -10,7 +13,7 @@
 #include <memory>
 #include <utility>
 
-namespace splitflow::test {
+namespace splitflow {
 
 class ForwardingBackend : public Backend {
  public:
@@ -75,6 +78,30 @@ class ForwardingBackend : public Backend {
   void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override {
     inner_->sample(logits, rows, tokens);
   }
+  void profile_region(bool on) override { inner_->profile_region(on); }
+  void set_tuning(bool on) override { inner_->set_tuning(on); }
+
+  bool has_encoder_decoder_kernels() const override { return inner_->has_encoder_decoder_kernels(); }
+  void attention_with_position_bias(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                                    const AttentionBatch& batch, const AttentionParams& params,
+                                    const RelativePositionBias& bias, const DeviceTensor& out) override {
+    inner_->attention_with_position_bias(qkv, k_cache, v_cache, batch, params, bias, out);
+  }
+  void cross_attention(const DeviceTensor& q, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
+                       const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override {
+    inner_->cross_attention(q, k_cache, v_cache, batch, params, out);
+  }
+
+  int tensor_parallel_size() const override { return inner_->tensor_parallel_size(); }
+  void allreduce(const DeviceTensor& partial, const DeviceTensor& residual) override {
+    inner_->allreduce(partial, residual);
+  }
+  void gather_columns(const DeviceTensor& parts, const DeviceTensor& full) override {
+    inner_->gather_columns(parts, full);
+  }
+  void allgather_rows(const DeviceTensor& x) override { inner_->allgather_rows(x); }
+  void send(const DeviceTensor& x, int peer) override { inner_->send(x, peer); }
+  void recv(const DeviceTensor& x, int peer) override { inner_->recv(x, peer); }
 
  protected:
   Backend& inner() const { return *inner_; }
@@ -83,4 +110,4 @@ class ForwardingBackend : public Backend {
   std::unique_ptr<Backend> inner_;
 };
 
-}  // namespace splitflow::test
+}  // namespace splitflow

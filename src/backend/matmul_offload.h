@@ -1,0 +1,80 @@
+// backend/matmul_offload.h — the GPU/CPU split's prefill offload (llama.cpp's op offload): a backend
+// over the CPU stage's that runs each matrix product of at least min_rows rows on a helper backend
+// (the GPU), copying the matrix over for that product. A prompt's products have enough rows that
+// the copy over PCIe costs less than the CPU's arithmetic; decode's (a row per sequence) stay on
+// the CPU, which holds the weights. Everything else stays the CPU's: attention, norms, the KV
+// cache, the residual stream.
+//
+// A matrix streams from where the CPU keeps it (the CPU backend's buffers are host memory) when
+// the helper multiplies its dtype as stored (packed types; floats in the helper's activation
+// dtype); other float matrices from a copy converted once, at upload, into the helper's dtype, in
+// the helper's pinned host memory. Activations cross in the helper's dtype (bf16 on a GPU: an
+// offloaded product rounds its input and output as the GPU stage's products do); the bias and
+// `accumulate` are applied on the host. Rows cross in chunks of chunk_rows, so the helper's staging
+// is fixed: the largest matrix uploaded, and a chunk of x and of y at the widest shapes.
+// staging_bytes() is that, for the GPU's memory plan (parallel/gpu_layer_fit.h).
+// Owns the helper and its staging; never decides the split or the threshold.
+#pragma once
+
+#include "backend/forwarding_backend.h"
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+
+namespace splitflow {
+
+struct MatmulOffloadOptions {
+  int64_t min_rows = 32;     // products with fewer rows run on the CPU
+  int64_t chunk_rows = 512;  // rows per trip to the helper
+};
+
+class MatmulOffloadBackend final : public ForwardingBackend {
+ public:
+  MatmulOffloadBackend(std::unique_ptr<Backend> cpu, std::unique_ptr<Backend> helper, MatmulOffloadOptions options);
+
+  std::string name() const override;
+  DeviceBuffer upload(const Tensor& host) override;
+  void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
+              bool accumulate) override;
+
+  int64_t offloaded_products() const { return offloaded_products_; }
+  int64_t offloaded_weight_bytes() const { return offloaded_weight_bytes_; }
+
+  // The helper's device memory for matrices of at most `largest_matrix_bytes` as the helper stores
+  // them, inputs of at most `widest` columns and outputs of at most `widest` too, in `helper_dtype`
+  // (the activation dtype), at chunk_rows rows per trip; plus kHelperReserveBytes for what the
+  // helper backend allocates for itself (GEMM workspace, dequantization scratch: an estimate).
+  static constexpr int64_t kHelperReserveBytes = int64_t{512} << 20;
+  static int64_t staging_bytes(int64_t largest_matrix_bytes, int64_t widest, DType helper_dtype,
+                               const MatmulOffloadOptions& options);
+
+ private:
+  // A matrix the CPU holds, as the helper will read it: `host` (the CPU's buffer, or `converted`).
+  struct Source {
+    const void* host = nullptr;
+    DType dtype = DType::F32;
+    Shape shape;
+    RowRuns row_runs;
+    std::shared_ptr<void> converted;  // pinned host copy in the helper's dtype, when one was needed
+    size_t bytes() const { return storage_bytes(dtype, shape, row_runs); }
+  };
+  void ensure_staging();
+  void offload(const Source& source, const DeviceTensor& x, const DeviceTensor& bias, const DeviceTensor& y,
+               bool accumulate);
+
+  std::unique_ptr<Backend> helper_;
+  MatmulOffloadOptions options_;
+  DType helper_dtype_;
+  std::unordered_map<const void*, Source> sources_;  // by the CPU buffer's address
+  const Source* largest_packed_ = nullptr;           // sizes the helper's dequantization scratch
+  size_t largest_bytes_ = 0;
+  int64_t widest_ = 0;
+  // The helper's staging, allocated at the first offload (after every upload).
+  DeviceBuffer w_stage_, x_stage_, y_stage_;
+  std::shared_ptr<void> x_host_, y_host_;  // pinned chunks in the helper's dtype
+  int64_t offloaded_products_ = 0;
+  int64_t offloaded_weight_bytes_ = 0;
+};
+
+}  // namespace splitflow
