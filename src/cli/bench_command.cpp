@@ -73,7 +73,10 @@ void run_bench_latency(const LatencyFlags& flags) {
   result["device"] = roofline.device;
   result["date"] = bench::utc_timestamp();
   result["commit"] = bench::source_commit();
-  if (gpu_layers) result["gpu_layers"] = *gpu_layers;
+  if (gpu_layers) {
+    result["gpu_layers"] = *gpu_layers;
+    result["offload_rows"] = flags.model.offload_rows;  // 0: the CPU layers' products stay on the CPU
+  }
 
   if (!flags.llama_bench.empty()) {
     SF_CHECK(!flags.model.load.dummy_weights && !flags.model.load.model_path.empty(),

@@ -79,6 +79,11 @@ std::unique_ptr<Backend> ModelFlags::make_backend(const ParallelRank* rank) cons
   SF_CHECK(!gpu_layers_auto || backend == "cuda",
            "-ngl/--n-gpu-layers auto with --device {}: the engine picks how many layers the GPU takes with --device cuda",
            backend);
+  SF_CHECK(offload_rows >= 0, "--offload-rows must be 0 (off) or a row count, not {}", offload_rows);
+  SF_CHECK(offload_rows == 0 || (backend == "cuda" && (gpu_layers_auto || n_gpu_layers)),
+           "--offload-rows {}: the CPU layers' products go to the GPU only in a GPU/CPU split (--device cuda with "
+           "-ngl N or auto)",
+           offload_rows);
   std::unique_ptr<Backend> made;
   if (backend == "cuda") {
 #ifdef SPLITFLOW_HAS_CUDA
@@ -100,10 +105,11 @@ namespace {
 
 // -ngl auto: the placement parallel/gpu_layer_fit.h picks on `backend`'s GPU.
 GpuLayerFit fit_on_gpu(const LoadedModel& model, const Backend& backend, int64_t context_tokens,
-                       std::optional<DType> kv_cache_dtype, const RunnerLimits& limits) {
+                       std::optional<DType> kv_cache_dtype, const RunnerLimits& limits,
+                       std::optional<MatmulOffloadOptions> offload) {
   const GpuLayerFitRequest request =
       gpu_layer_fit_request(model.spec, model.weights, cuda_upload_bytes, context_tokens,
-                            resolve_kv_cache_dtype(backend, kv_cache_dtype), limits, backend.memory_info(), {});
+                            resolve_kv_cache_dtype(backend, kv_cache_dtype), limits, backend.memory_info(), {}, offload);
   GpuLayerFit fit = fit_gpu_layers(request);
   spdlog::info("-ngl auto: {}", fit.summary);
   return fit;
@@ -118,7 +124,7 @@ void ModelFlags::check_gpu_layers(const LoadedModel& model, const Backend& devic
     fail("-ngl/--n-gpu-layers {} of {} layers: this command runs the whole model on one device here; generate, serve "
          "and bench latency split a decoder-only model on one rank between the GPU and the CPU", *n_gpu_layers, num_layers);
   if (gpu_layers_auto && backend == "cuda") {
-    const GpuLayerFit fit = fit_on_gpu(model, device, context_tokens, std::nullopt, RunnerLimits{});
+    const GpuLayerFit fit = fit_on_gpu(model, device, context_tokens, std::nullopt, RunnerLimits{}, std::nullopt);
     SF_CHECK(fit.gpu_layers == fit.num_layers,
              "-ngl auto: the model does not fit the GPU ({}); this command runs the whole model on one device here: "
              "generate, serve and bench latency split a decoder-only model on one rank between the GPU and the CPU, or "
@@ -133,7 +139,8 @@ std::optional<int> ModelFlags::gpu_layer_split(const LoadedModel& model, const B
   const int num_layers = model.spec.num_layers;
   int gpu_layers = num_layers;
   if (gpu_layers_auto) {
-    gpu_layers = fit_on_gpu(model, device, int64_t{kv.num_blocks} * kv.block_size, kv.dtype, limits).gpu_layers;
+    gpu_layers =
+        fit_on_gpu(model, device, int64_t{kv.num_blocks} * kv.block_size, kv.dtype, limits, offload()).gpu_layers;
   } else if (*n_gpu_layers > 0) {
     gpu_layers = std::min(*n_gpu_layers, num_layers);
   }
@@ -147,11 +154,15 @@ std::unique_ptr<LocalPipeline> ModelFlags::make_gpu_cpu_pipeline(const LoadedMod
                                                                  const KvCacheConfig& kv,
                                                                  const RunnerLimits& limits) const {
 #ifdef SPLITFLOW_HAS_CUDA
-  // As llama.cpp's -ngl: the last layers (and the head) on the GPU, the first ones on the CPU.
+  // As llama.cpp's -ngl: the last layers (and the head) on the GPU, the first ones on the CPU; with
+  // --offload-rows, the CPU stage's large products on a CUDA backend of its own (its own stream).
   const int cpu_threads = threads;
+  const std::optional<MatmulOffloadOptions> offload_options = offload();
   std::vector<LocalStage> stages = {
-      {[cpu_threads](std::shared_ptr<HostMailboxes> mailboxes, int rank) {
-         return make_cpu_backend(cpu_threads, CpuJobPlace{nullptr, 0, std::move(mailboxes), rank});
+      {[cpu_threads, offload_options](std::shared_ptr<HostMailboxes> mailboxes, int rank) -> std::unique_ptr<Backend> {
+         auto cpu = make_cpu_backend(cpu_threads, CpuJobPlace{nullptr, 0, std::move(mailboxes), rank});
+         if (!offload_options) return cpu;
+         return std::make_unique<MatmulOffloadBackend>(std::move(cpu), make_cuda_backend(0), *offload_options);
        },
        model.spec.num_layers - gpu_layers},
       {[](std::shared_ptr<HostMailboxes> mailboxes, int rank) {
@@ -164,6 +175,14 @@ std::unique_ptr<LocalPipeline> ModelFlags::make_gpu_cpu_pipeline(const LoadedMod
 #else
   fail("-ngl/--n-gpu-layers {}: this build has no CUDA backend", gpu_layers);
 #endif
+}
+
+std::optional<MatmulOffloadOptions> ModelFlags::offload() const {
+  SF_CHECK(offload_rows >= 0, "--offload-rows must be 0 (off) or a row count, not {}", offload_rows);
+  if (offload_rows == 0) return std::nullopt;
+  MatmulOffloadOptions options;
+  options.min_rows = offload_rows;
+  return options;
 }
 
 void add_model_flags(CLI::App& command, ModelFlags& flags) {
@@ -204,6 +223,10 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
           "and runs the first ones on the CPU (generate, serve, bench latency); auto: as many as fit the GPU's free memory; "
           "99 or -1: every layer (the default); 0 only with --device cpu")
       ->type_name("N|auto");
+  command.add_option("--offload-rows", flags.offload_rows,
+                     "with a GPU/CPU split (-ngl): the CPU layers' matrix products of at least N rows (a prompt's) run "
+                     "on the GPU, each matrix copied over for its product (llama.cpp's op offload); 0: off")
+      ->capture_default_str();
 }
 
 void add_kv_cache_dtype_flag(CLI::App& command, std::string& kv_cache_dtype) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/matmul_offload.h"
 #include "engine/model_loader.h"
 #include "engine/sampling_params.h"
 #include "parallel/launch.h"
@@ -25,6 +26,11 @@ struct ModelFlags {
   // llama.cpp's -ngl / --gpu-layers: a count (negative: every layer), or auto (gpu_layers_auto).
   std::optional<int> n_gpu_layers;
   bool gpu_layers_auto = false;
+  // --offload-rows N with a GPU/CPU split: the CPU layers' matrix products of >= N rows run on the
+  // GPU, each matrix copied over for its product (backend/matmul_offload.h; llama.cpp's op
+  // offload). 0: off.
+  int offload_rows = 0;
+  std::optional<MatmulOffloadOptions> offload() const;
 
   // Resolves the flags into load options (parses --weight-dtype and --quantization).
   ModelLoadOptions options() const;

@@ -181,7 +181,8 @@ void run_serve(const ServeFlags& flags) {
       if (gpu_layers) {  // the stages need one block count up front: the GPU's share and half the host's memory
         const GpuLayerFitRequest per_token =
             gpu_layer_fit_request(spec, model.weights, cuda_upload_bytes, 1, kv_cache_dtype, limits,
-                                  backend->memory_info(), KvCacheMemoryBudget{kv_size.memory_fraction});
+                                  backend->memory_info(), KvCacheMemoryBudget{kv_size.memory_fraction},
+                                  flags.model.offload());
         const int64_t every_sequence =
             int64_t{blocks_for_tokens(max_model_len, flags.block_size)} * flags.max_seqs;
         num_blocks = split_kv_blocks(per_token, *gpu_layers, flags.block_size, cpu::read_host_memory().free_bytes / 2,

@@ -108,7 +108,8 @@ int64_t split_kv_blocks(const GpuLayerFitRequest& per_token, int gpu_layers, int
 GpuLayerFitRequest gpu_layer_fit_request(const ModelSpec& spec, const ModelWeights& weights,
                                          const std::function<int64_t(const Tensor&)>& stored_bytes,
                                          int64_t context_tokens, DType cache_dtype, const RunnerLimits& limits,
-                                         const DeviceMemoryInfo& memory, const KvCacheMemoryBudget& budget) {
+                                         const DeviceMemoryInfo& memory, const KvCacheMemoryBudget& budget,
+                                         std::optional<MatmulOffloadOptions> offload) {
   SF_CHECK(context_tokens > 0, "gpu layer fit: the context must hold at least one token, not {}", context_tokens);
   GpuLayerFitRequest request;
   request.memory = memory;
@@ -132,6 +133,16 @@ GpuLayerFitRequest gpu_layer_fit_request(const ModelSpec& spec, const ModelWeigh
   const int64_t row = q_dim + 2 * kv_dim + 2 * int64_t{spec.mlp.intermediate_size} + 4 * int64_t{spec.hidden_size};
   request.step_bytes = int64_t{limits.max_batch_tokens} * row * 4 +
                        int64_t{std::max(limits.max_seqs, 1)} * spec.vocab_size * 4;
+  if (offload) {
+    int64_t largest = 0, widest = 0;
+    for (const LayerWeights& layer : weights.layers)
+      for (const Tensor* matrix : {&layer.wqkv, &layer.wo, &layer.w_gate_up, &layer.w_down}) {
+        if (matrix->empty() || matrix->shape.size() != 2) continue;
+        largest = std::max(largest, stored_bytes(*matrix));
+        widest = std::max({widest, matrix->shape[0], matrix->shape[1]});
+      }
+    request.step_bytes += MatmulOffloadBackend::staging_bytes(largest, widest, DType::BF16, *offload);
+  }
   return request;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/matmul_offload.h"
 #include "model/spec.h"
 #include "model/weights.h"
 #include "runtime/kv_cache_sizing.h"
@@ -14,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,7 +26,9 @@ struct GpuLayerFitRequest {
   std::vector<int64_t> layer_kv_bytes;  // each layer's KV cache for the run's context
   int64_t head_bytes = 0;               // final norm and LM head: on the GPU in every split
   int64_t embed_bytes = 0;              // embeddings: on the GPU only when every layer is
-  int64_t step_bytes = 0;               // the GPU stage's step buffers (activations, logits)
+  // The GPU stage's step buffers (activations, logits), and with the matmul offload the staging
+  // of the CPU layers' products (backend/matmul_offload.h; counted in every split).
+  int64_t step_bytes = 0;
   DeviceMemoryInfo memory;              // the GPU's, measured before anything of the model is on it
   KvCacheMemoryBudget budget;           // memory_fraction of the total, reserve_bytes kept free
 };
@@ -54,10 +58,12 @@ int64_t split_kv_blocks(const GpuLayerFitRequest& per_token, int gpu_layers, int
 
 // The request for `spec` / `weights` on a GPU whose backend stores a tensor in `stored_bytes(t)`
 // bytes (Backend::upload_bytes), with a KV cache of `context_tokens` tokens in `cache_dtype` and
-// step buffers for `limits`, against `memory` and `budget`.
+// step buffers for `limits`, against `memory` and `budget`; with `offload`, the matmul offload's
+// staging for the largest layer matrix too.
 GpuLayerFitRequest gpu_layer_fit_request(const ModelSpec& spec, const ModelWeights& weights,
                                          const std::function<int64_t(const Tensor&)>& stored_bytes,
                                          int64_t context_tokens, DType cache_dtype, const RunnerLimits& limits,
-                                         const DeviceMemoryInfo& memory, const KvCacheMemoryBudget& budget);
+                                         const DeviceMemoryInfo& memory, const KvCacheMemoryBudget& budget,
+                                         std::optional<MatmulOffloadOptions> offload = std::nullopt);
 
 }  // namespace splitflow

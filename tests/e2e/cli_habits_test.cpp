@@ -88,6 +88,11 @@ TEST(CliHabits, LayerOffloadWithoutTheGpuDeviceIsAClearError) {
     test::expect_command_error(run_splitflow({"generate", "-m", kStories, "-p", "hi", spelling, "half"}),
                                "-ngl/--n-gpu-layers 'half': give a layer count or auto");
   }
+  // The matmul offload belongs to a split; its row count is a count.
+  test::expect_command_error(run_splitflow({"generate", "-m", kStories, "-p", "hi", "--offload-rows", "32"}),
+                             "--offload-rows 32: the CPU layers' products go to the GPU only in a GPU/CPU split");
+  test::expect_command_error(run_splitflow({"generate", "-m", kStories, "-p", "hi", "--offload-rows", "-3"}),
+                             "--offload-rows must be 0 (off) or a row count, not -3");
 }
 
 // serve runs until a signal: SIGTERM after `seconds` (it drains and exits), then its stderr.

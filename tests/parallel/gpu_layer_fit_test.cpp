@@ -126,6 +126,19 @@ TEST(GpuLayerFit, CountsEveryCheckpointTensorAsTheGpuStoresIt) {
   const int64_t kv = 2 * config["num_key_value_heads"].get<int64_t>() * config["head_dim"].get<int64_t>() * 2 * context;
   for (int64_t bytes : request.layer_kv_bytes) EXPECT_EQ(bytes, kv);
   EXPECT_GT(request.step_bytes, int64_t{2} * config["vocab_size"].get<int64_t>() * 4);  // at least the logits
+
+  // With the matmul offload, the GPU also holds its staging: the largest layer matrix as stored
+  // (the fused gate and up projection, [2 x intermediate, hidden] in bf16), a pad, chunks of 512
+  // rows of input and output at the widest shape (2 x intermediate) in bf16, and the helper's reserve.
+  MatmulOffloadOptions offload;
+  offload.chunk_rows = 512;
+  const GpuLayerFitRequest offloading =
+      gpu_layer_fit_request(model.spec, model.weights, cuda_upload_bytes, context, DType::BF16, limits,
+                            {int64_t{1} << 30, int64_t{1} << 31}, {}, offload);
+  const int64_t hidden = config["hidden_size"].get<int64_t>(), gate_up = 2 * config["intermediate_size"].get<int64_t>();
+  EXPECT_EQ(offloading.step_bytes - request.step_bytes,
+            gate_up * hidden * 2 + 256 + 2 * 512 * gate_up * 2 + (int64_t{512} << 20));
+  EXPECT_EQ(offloading.layer_bytes, request.layer_bytes);
 }
 
 TEST(GpuLayerFit, SplitKvBlocksFromBothSidesMemory) {
