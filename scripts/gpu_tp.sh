@@ -11,7 +11,8 @@
 #      size of SIZES (default: 2, and 4 when 4 GPUs are visible), batch 1 and BATCH2 (default 32),
 #   4. HYBRID=1: `bench latency` on HYBRID_CONFIG (default TinyLlama-1.1B, dummy weights) at each
 #      -ngl of NGL (default "all 16 11 6"; all: the whole model on the GPU; auto: the engine's
-#      pick), HYBRID_INPUT / HYBRID_OUTPUT tokens (512 / 128); with GGUF=FILE and
+#      pick), each with --offload-rows of OFFLOAD (default "0": off; "0 32" A/Bs llama.cpp's op
+#      offload), HYBRID_INPUT / HYBRID_OUTPUT tokens (512 / 128); with GGUF=FILE and
 #      LLAMA_BENCH=BIN, on that file with llama.cpp's llama-bench at the same split in each run.
 #   PEER_BUILD=1 first builds llama.cpp's llama-bench / llama-quantize with CUDA (bench/build_llama_cpp.sh;
 #   the source carried as .carry/llama.cpp-src.tar.gz, unpacked into .cache/llama.cpp), and
@@ -35,7 +36,7 @@ for item in ${MAKE_GGUF:-}; do
 done
 
 rc=0
-filter=${FILTER:-*SamplingRule*:*TokenMask*:*CudaQuant*:CudaKernels.Sample*:*CudaEncDec*:*RelativePositionBias*:*CrossAttention*}
+filter=${FILTER:-*SamplingRule*:*TokenMask*:*CudaQuant*:CudaKernels.Sample*:*CudaEncDec*:*RelativePositionBias*:*CrossAttention*:*CudaMatmulOffload*}
 if [[ $filter != none ]]; then
   timeout 400 "$build/tests/test_backend_cuda" --gtest_filter="$filter" >"$logs/gpu_tests.log" 2>&1 || rc=1
   echo "tests ($filter): $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$logs/gpu_tests.log" | tr '\n' ' ')"
@@ -86,9 +87,13 @@ if [[ ${HYBRID:-0} == 1 ]]; then
     model=(--dummy-weights --config "${HYBRID_CONFIG:-bench/configs/tinyllama-1.1b.json}")
   fi
   for ngl in ${NGL:-all 16 11 6}; do
-    split=()
-    [[ $ngl != all ]] && split=(-ngl "$ngl")
-    latency "ngl-$ngl" "${model[@]}" --input-len "${HYBRID_INPUT:-512}" --output-len "${HYBRID_OUTPUT:-128}" "${split[@]}"
+    for rows in ${OFFLOAD:-0}; do
+      [[ $ngl == all && $rows != 0 ]] && continue
+      split=()
+      [[ $ngl != all ]] && split=(-ngl "$ngl" --offload-rows "$rows")
+      latency "ngl-$ngl-offload-$rows" "${model[@]}" --input-len "${HYBRID_INPUT:-512}" \
+        --output-len "${HYBRID_OUTPUT:-128}" "${split[@]}"
+    done
   done
 fi
 exit $rc
