@@ -62,8 +62,9 @@ std::string MatmulOffloadBackend::name() const {
 
 int64_t MatmulOffloadBackend::staging_bytes(int64_t largest_matrix_bytes, int64_t widest, DType helper_dtype,
                                             const MatmulOffloadOptions& options) {
-  const int64_t chunk = options.chunk_rows * widest * static_cast<int64_t>(dtype_size(helper_dtype));
-  return largest_matrix_bytes + static_cast<int64_t>(kMatrixPad) + 2 * chunk + kHelperReserveBytes;
+  const int64_t x_chunk = options.chunk_rows * widest * static_cast<int64_t>(dtype_size(helper_dtype));
+  const int64_t y_chunk = options.chunk_rows * widest * static_cast<int64_t>(sizeof(float));
+  return largest_matrix_bytes + static_cast<int64_t>(kMatrixPad) + x_chunk + y_chunk + kHelperReserveBytes;
 }
 
 DeviceBuffer MatmulOffloadBackend::upload(const Tensor& host) {
@@ -95,10 +96,10 @@ void MatmulOffloadBackend::ensure_staging() {
   if (!w_stage_.view().empty()) return;
   w_stage_ = helper_->allocate(DType::U8, {static_cast<int64_t>(largest_bytes_ + kMatrixPad)});
   x_stage_ = helper_->allocate(helper_dtype_, {options_.chunk_rows, widest_});
-  y_stage_ = helper_->allocate(helper_dtype_, {options_.chunk_rows, widest_});
-  const size_t chunk_bytes = static_cast<size_t>(options_.chunk_rows * widest_) * dtype_size(helper_dtype_);
-  x_host_ = helper_->allocate_host(chunk_bytes);
-  y_host_ = helper_->allocate_host(chunk_bytes);
+  y_stage_ = helper_->allocate(DType::F32, {options_.chunk_rows, widest_});
+  const size_t chunk = static_cast<size_t>(options_.chunk_rows * widest_);
+  x_host_ = helper_->allocate_host(chunk * dtype_size(helper_dtype_));
+  y_host_ = helper_->allocate_host(chunk * sizeof(float));
   // A backend sizes what its packed products need (CUDA's dequantization scratch) when it uploads
   // a matrix, and the staged ones are never uploaded: upload the largest once, and let it go.
   if (largest_packed_ != nullptr) {
@@ -108,8 +109,7 @@ void MatmulOffloadBackend::ensure_staging() {
   }
   spdlog::info("matmul offload: products of >= {} rows go to {} ({:.1f} MiB of staging there)", options_.min_rows,
                helper_->name(),
-               static_cast<double>(largest_bytes_ + 2 * static_cast<size_t>(options_.chunk_rows * widest_) *
-                                                        dtype_size(helper_dtype_)) /
+               static_cast<double>(largest_bytes_ + chunk * (dtype_size(helper_dtype_) + sizeof(float))) /
                    double(1 << 20));
 }
 
@@ -135,20 +135,19 @@ void MatmulOffloadBackend::offload(const Source& source, const DeviceTensor& x, 
   const float* x_rows = static_cast<const float*>(x.data);
   float* y_rows = static_cast<float*>(y.data);
   const float* bias_values = bias.empty() ? nullptr : static_cast<const float*>(bias.data);
-  std::vector<float> product;
+  // y comes back in f32 (Backend::matmul's logits form): no rounding, no conversion on the way back.
+  const float* product = static_cast<const float*>(y_host_.get());
   for (int64_t first = 0; first < m; first += options_.chunk_rows) {
     const int64_t rows = std::min(options_.chunk_rows, m - first);
     convert(DType::F32, x_rows + first * k, helper_dtype_, x_host_.get(), static_cast<size_t>(rows * k));
     const DeviceTensor x_dev{x_stage_.view().data, helper_dtype_, {rows, k}};
-    const DeviceTensor y_dev{y_stage_.view().data, helper_dtype_, {rows, n}};
+    const DeviceTensor y_dev{y_stage_.view().data, DType::F32, {rows, n}};
     helper_->copy_to_device(x_host_.get(), x_dev);
     helper_->matmul(x_dev, w_dev, {}, y_dev, false);
     helper_->copy_to_host(y_dev, y_host_.get());
-    product.resize(static_cast<size_t>(rows * n));
-    convert(helper_dtype_, y_host_.get(), DType::F32, product.data(), product.size());
     for (int64_t r = 0; r < rows; ++r) {
       float* out = y_rows + (first + r) * n;
-      const float* in = product.data() + r * n;
+      const float* in = product + r * n;
       for (int64_t j = 0; j < n; ++j) {
         const float value = in[j] + (bias_values != nullptr ? bias_values[j] : 0.0f);
         out[j] = accumulate ? out[j] + value : value;

@@ -8,10 +8,11 @@
 // A matrix streams from where the CPU keeps it (the CPU backend's buffers are host memory) when
 // the helper multiplies its dtype as stored (packed types; floats in the helper's activation
 // dtype); other float matrices from a copy converted once, at upload, into the helper's dtype, in
-// the helper's pinned host memory. Activations cross in the helper's dtype (bf16 on a GPU: an
-// offloaded product rounds its input and output as the GPU stage's products do); the bias and
-// `accumulate` are applied on the host. Rows cross in chunks of chunk_rows, so the helper's staging
-// is fixed: the largest matrix uploaded, and a chunk of x and of y at the widest shapes.
+// the helper's pinned host memory. x crosses in the helper's activation dtype (bf16 on a GPU: an
+// offloaded product rounds its input as the GPU stage's products do), y comes back in f32; the
+// bias and `accumulate` are applied on the host. Rows cross in chunks of chunk_rows, so the
+// helper's staging is fixed: the largest matrix uploaded, and a chunk of x and of y at the widest
+// shapes.
 // staging_bytes() is that, for the GPU's memory plan (parallel/gpu_layer_fit.h).
 // Owns the helper and its staging; never decides the split or the threshold.
 #pragma once
@@ -42,8 +43,8 @@ class MatmulOffloadBackend final : public ForwardingBackend {
   int64_t offloaded_weight_bytes() const { return offloaded_weight_bytes_; }
 
   // The helper's device memory for matrices of at most `largest_matrix_bytes` as the helper stores
-  // them, inputs of at most `widest` columns and outputs of at most `widest` too, in `helper_dtype`
-  // (the activation dtype), at chunk_rows rows per trip; plus kHelperReserveBytes for what the
+  // them, inputs of at most `widest` columns in `helper_dtype` (its activation dtype) and outputs of
+  // at most `widest` in f32, at chunk_rows rows per trip; plus kHelperReserveBytes for what the
   // helper backend allocates for itself (GEMM workspace, dequantization scratch: an estimate).
   static constexpr int64_t kHelperReserveBytes = int64_t{512} << 20;
   static int64_t staging_bytes(int64_t largest_matrix_bytes, int64_t widest, DType helper_dtype,
@@ -72,7 +73,7 @@ class MatmulOffloadBackend final : public ForwardingBackend {
   int64_t widest_ = 0;
   // The helper's staging, allocated at the first offload (after every upload).
   DeviceBuffer w_stage_, x_stage_, y_stage_;
-  std::shared_ptr<void> x_host_, y_host_;  // pinned chunks in the helper's dtype
+  std::shared_ptr<void> x_host_, y_host_;  // pinned chunks: x in the helper's dtype, y in f32
   int64_t offloaded_products_ = 0;
   int64_t offloaded_weight_bytes_ = 0;
 };

@@ -2,7 +2,7 @@
 // min_rows rows are computed by the helper from the matrices as the CPU holds them (f16 converted
 // once, packed types as stored), in chunks of chunk_rows, the bias and accumulate applied on the
 // way back — each against an fp64 reference over the matrix's own values. A helper whose
-// activations are bf16 (as CUDA's) rounds what crosses. A whole model over the offload backend
+// activations are bf16 (as CUDA's) rounds x on its way there. A whole model over the offload backend
 // gives the plain CPU runner's logits, with prefill products offloaded and decode ones not.
 #include "backend/matmul_offload.h"
 
@@ -21,7 +21,8 @@
 namespace splitflow {
 namespace {
 
-// The CPU's kernels behind bf16 activations, as a GPU helper has them: x and y cross as bf16.
+// The CPU's kernels behind bf16 activations, as a GPU helper has them: x arrives as bf16, y goes
+// out in f32 (the contract's logits form) or bf16.
 class Bf16Helper final : public ForwardingBackend {
  public:
   std::string name() const override { return "cpu (bf16 activations)"; }
@@ -29,10 +30,15 @@ class Bf16Helper final : public ForwardingBackend {
   void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
               bool accumulate) override {
     ASSERT_EQ(x.dtype, DType::BF16);
-    ASSERT_EQ(y.dtype, DType::BF16);
     std::vector<float> x32(static_cast<size_t>(x.numel())), y32(static_cast<size_t>(y.numel()));
     convert_to_f32(DType::BF16, x.data, x32.data(), x32.size());
-    inner().matmul({x32.data(), DType::F32, x.shape}, w, bias, {y32.data(), DType::F32, y.shape}, accumulate);
+    if (y.dtype == DType::F32) {
+      inner().matmul({x32.data(), DType::F32, x.shape}, w, bias, y, accumulate);
+      return;
+    }
+    ASSERT_EQ(y.dtype, DType::BF16);
+    ASSERT_FALSE(accumulate);
+    inner().matmul({x32.data(), DType::F32, x.shape}, w, bias, {y32.data(), DType::F32, y.shape}, false);
     auto* out = static_cast<uint16_t*>(y.data);
     for (size_t i = 0; i < y32.size(); ++i) out[i] = f32_to_bf16(y32[i]);
   }
@@ -103,7 +109,7 @@ TEST(MatmulOffload, ProductsOfEnoughRowsRunOnTheHelperInChunks) {
       }
 }
 
-TEST(MatmulOffload, ABf16HelperRoundsWhatCrosses) {
+TEST(MatmulOffload, ABf16HelperRoundsTheInput) {
   std::mt19937 rng(11);
   MatmulOffloadBackend offload(make_cpu_backend(1), std::make_unique<Bf16Helper>(), {4, 16});
   for (DType dtype : {DType::F32, DType::F16, DType::Q8_0}) {
