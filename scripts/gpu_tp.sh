@@ -12,7 +12,8 @@
 #   4. HYBRID=1: `bench latency` on HYBRID_CONFIG (default TinyLlama-1.1B, dummy weights) at each
 #      -ngl of NGL (default "all 16 11 6"; all: the whole model on the GPU; auto: the engine's
 #      pick), each with --offload-rows of OFFLOAD (default "0": off; "0 32" A/Bs llama.cpp's op
-#      offload), HYBRID_INPUT / HYBRID_OUTPUT tokens (512 / 128); with GGUF=FILE and
+#      offload), HYBRID_INPUT / HYBRID_OUTPUT tokens (512 / 128), HYBRID_THREADS CPU threads (both
+#      engines; default all cores); with GGUF=FILE and
 #      LLAMA_BENCH=BIN, on that file with llama.cpp's llama-bench at the same split in each run.
 #   PEER_BUILD=1 first builds llama.cpp's llama-bench / llama-quantize with CUDA (bench/build_llama_cpp.sh;
 #   the source carried as .carry/llama.cpp-src.tar.gz, unpacked into .cache/llama.cpp), and
@@ -92,7 +93,7 @@ if [[ ${HYBRID:-0} == 1 ]]; then
       split=()
       [[ $ngl != all ]] && split=(-ngl "$ngl" --offload-rows "$rows")
       latency "ngl-$ngl-offload-$rows" "${model[@]}" --input-len "${HYBRID_INPUT:-512}" \
-        --output-len "${HYBRID_OUTPUT:-128}" "${split[@]}"
+        --output-len "${HYBRID_OUTPUT:-128}" "${split[@]}" ${HYBRID_THREADS:+-t "$HYBRID_THREADS"}
     done
   done
 fi
