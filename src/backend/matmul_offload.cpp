@@ -70,9 +70,29 @@ int64_t MatmulOffloadBackend::staging_bytes(int64_t largest_matrix_bytes, int64_
 DeviceBuffer MatmulOffloadBackend::upload(const Tensor& host) {
   DeviceBuffer buffer = inner().upload(host);
   const DeviceTensor stored = buffer.view();
-  if (stored.shape.size() != 2 || stored.data == nullptr) return buffer;  // vectors, tables: the CPU's alone
+  const bool matrix = stored.shape.size() == 2 && stored.data != nullptr &&
+                      (is_quantized(stored.dtype) || stored.dtype == DType::Mixed || is_float_type(stored.dtype));
+  // An address a freed buffer had may come back: what was known about it is gone with it.
+  sources_.erase(stored.data);
+  if (matrix) {
+    uploaded_.insert_or_assign(stored.data, stored);
+  } else {
+    uploaded_.erase(stored.data);
+  }
+  return buffer;
+}
+
+DeviceBuffer MatmulOffloadBackend::allocate(DType dtype, Shape shape) {
+  DeviceBuffer buffer = inner().allocate(dtype, std::move(shape));
+  uploaded_.erase(buffer.view().data);  // not a matrix the CPU was given, whatever was there before
+  sources_.erase(buffer.view().data);
+  return buffer;
+}
+
+const MatmulOffloadBackend::Source& MatmulOffloadBackend::source_of(const DeviceTensor& w) {
+  if (const auto it = sources_.find(w.data); it != sources_.end()) return it->second;
+  const DeviceTensor& stored = uploaded_.at(w.data);
   const bool packed = is_quantized(stored.dtype) || stored.dtype == DType::Mixed;
-  if (!packed && !is_float_type(stored.dtype)) return buffer;  // integer tables
   Source source;
   source.dtype = packed ? stored.dtype : helper_dtype_;
   source.shape = stored.shape;
@@ -85,43 +105,48 @@ DeviceBuffer MatmulOffloadBackend::upload(const Tensor& host) {
     convert(stored.dtype, stored.data, helper_dtype_, source.converted.get(), count);
     source.host = source.converted.get();
   }
-  largest_bytes_ = std::max(largest_bytes_, source.bytes());
-  widest_ = std::max({widest_, stored.dim(0), stored.dim(1)});
-  const auto [it, inserted] = sources_.insert_or_assign(stored.data, std::move(source));
-  if (packed && (largest_packed_ == nullptr || it->second.bytes() > largest_packed_->bytes())) largest_packed_ = &it->second;
-  return buffer;
+  // A backend sizes what its packed products need (CUDA's dequantization scratch) when it uploads
+  // a matrix, and the staged ones are never uploaded: upload each new largest once, and let it go.
+  if (packed && source.bytes() > largest_packed_bytes_) {
+    Tensor view = Tensor::view(source.dtype, source.shape, source.host, nullptr);
+    view.row_runs = source.row_runs;
+    (void)helper_->upload(view);
+    largest_packed_bytes_ = source.bytes();
+  }
+  return sources_.emplace(w.data, std::move(source)).first->second;
 }
 
-void MatmulOffloadBackend::ensure_staging() {
-  if (!w_stage_.view().empty()) return;
-  w_stage_ = helper_->allocate(DType::U8, {static_cast<int64_t>(largest_bytes_ + kMatrixPad)});
-  x_stage_ = helper_->allocate(helper_dtype_, {options_.chunk_rows, widest_});
-  y_stage_ = helper_->allocate(DType::F32, {options_.chunk_rows, widest_});
-  const size_t chunk = static_cast<size_t>(options_.chunk_rows * widest_);
-  x_host_ = helper_->allocate_host(chunk * dtype_size(helper_dtype_));
-  y_host_ = helper_->allocate_host(chunk * sizeof(float));
-  // A backend sizes what its packed products need (CUDA's dequantization scratch) when it uploads
-  // a matrix, and the staged ones are never uploaded: upload the largest once, and let it go.
-  if (largest_packed_ != nullptr) {
-    Tensor largest = Tensor::view(largest_packed_->dtype, largest_packed_->shape, largest_packed_->host, nullptr);
-    largest.row_runs = largest_packed_->row_runs;
-    (void)helper_->upload(largest);
+void MatmulOffloadBackend::ensure_staging(const Source& source, int64_t widest) {
+  if (source.bytes() > w_stage_bytes_) {
+    w_stage_ = {};  // freed before the larger one is taken
+    helper_->synchronize();
+    w_stage_ = helper_->allocate(DType::U8, {static_cast<int64_t>(source.bytes() + kMatrixPad)});
+    w_stage_bytes_ = source.bytes();
   }
-  spdlog::info("matmul offload: products of >= {} rows go to {} ({:.1f} MiB of staging there)", options_.min_rows,
-               helper_->name(),
-               static_cast<double>(largest_bytes_ + chunk * (dtype_size(helper_dtype_) + sizeof(float))) /
-                   double(1 << 20));
+  if (widest > staged_width_) {
+    x_stage_ = {};
+    y_stage_ = {};
+    helper_->synchronize();
+    x_stage_ = helper_->allocate(helper_dtype_, {options_.chunk_rows, widest});
+    y_stage_ = helper_->allocate(DType::F32, {options_.chunk_rows, widest});
+    const size_t chunk = static_cast<size_t>(options_.chunk_rows * widest);
+    x_host_ = helper_->allocate_host(chunk * dtype_size(helper_dtype_));
+    y_host_ = helper_->allocate_host(chunk * sizeof(float));
+    staged_width_ = widest;
+  }
 }
 
 void MatmulOffloadBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
                                   const DeviceTensor& y, bool accumulate) {
-  const auto it = x.shape.size() == 2 && x.dim(0) >= options_.min_rows ? sources_.find(w.data) : sources_.end();
-  if (it == sources_.end() || it->second.shape != w.shape || x.dtype != DType::F32 || y.dtype != DType::F32 ||
-      (!bias.empty() && bias.dtype != DType::F32)) {
+  const auto it = x.shape.size() == 2 && x.dim(0) >= options_.min_rows ? uploaded_.find(w.data) : uploaded_.end();
+  if (it == uploaded_.end() || it->second.shape != w.shape || it->second.dtype != w.dtype || x.dtype != DType::F32 ||
+      y.dtype != DType::F32 || (!bias.empty() && bias.dtype != DType::F32)) {
     inner().matmul(x, w, bias, y, accumulate);
     return;
   }
-  offload(it->second, x, bias, y, accumulate);
+  if (offloaded_products_ == 0)
+    spdlog::info("matmul offload: products of >= {} rows go to {}", options_.min_rows, helper_->name());
+  offload(source_of(w), x, bias, y, accumulate);
 }
 
 void MatmulOffloadBackend::offload(const Source& source, const DeviceTensor& x, const DeviceTensor& bias,
@@ -129,7 +154,7 @@ void MatmulOffloadBackend::offload(const Source& source, const DeviceTensor& x, 
   const int64_t m = x.dim(0), k = x.dim(1), n = source.shape[0];
   SF_CHECK(source.shape[1] == k && y.shape.size() == 2 && y.dim(0) == m && y.dim(1) == n,
            "matmul offload: x {} times w {} into y {}", shape_str(x.shape), shape_str(source.shape), shape_str(y.shape));
-  ensure_staging();
+  ensure_staging(source, std::max(k, n));
   const DeviceTensor w_dev{w_stage_.view().data, source.dtype, source.shape, source.row_runs};
   helper_->copy_to_device(source.host, w_dev);
   const float* x_rows = static_cast<const float*>(x.data);

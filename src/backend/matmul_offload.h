@@ -7,12 +7,12 @@
 //
 // A matrix streams from where the CPU keeps it (the CPU backend's buffers are host memory) when
 // the helper multiplies its dtype as stored (packed types; floats in the helper's activation
-// dtype); other float matrices from a copy converted once, at upload, into the helper's dtype, in
-// the helper's pinned host memory. x crosses in the helper's activation dtype (bf16 on a GPU: an
+// dtype); other float matrices from a copy converted once, at their first product, into the
+// helper's dtype in its pinned host memory. x crosses in the helper's activation dtype (bf16 on a GPU: an
 // offloaded product rounds its input as the GPU stage's products do), y comes back in f32; the
 // bias and `accumulate` are applied on the host. Rows cross in chunks of chunk_rows, so the
-// helper's staging is fixed: the largest matrix uploaded, and a chunk of x and of y at the widest
-// shapes.
+// helper's staging is bounded: the largest matrix offloaded, and a chunk of x and of y at the
+// widest shapes (it grows to them during the first prompt).
 // staging_bytes() is that, for the GPU's memory plan (parallel/gpu_layer_fit.h).
 // Owns the helper and its staging; never decides the split or the threshold.
 #pragma once
@@ -35,6 +35,7 @@ class MatmulOffloadBackend final : public ForwardingBackend {
   MatmulOffloadBackend(std::unique_ptr<Backend> cpu, std::unique_ptr<Backend> helper, MatmulOffloadOptions options);
 
   std::string name() const override;
+  DeviceBuffer allocate(DType dtype, Shape shape) override;
   DeviceBuffer upload(const Tensor& host) override;
   void matmul(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias, const DeviceTensor& y,
               bool accumulate) override;
@@ -60,20 +61,24 @@ class MatmulOffloadBackend final : public ForwardingBackend {
     std::shared_ptr<void> converted;  // pinned host copy in the helper's dtype, when one was needed
     size_t bytes() const { return storage_bytes(dtype, shape, row_runs); }
   };
-  void ensure_staging();
+  // The Source of an uploaded matrix, made at its first offloaded product (so tables that are
+  // never multiplied, the embeddings, cost nothing).
+  const Source& source_of(const DeviceTensor& w);
+  // Grows the helper's staging to hold `source` and chunks of `widest` columns.
+  void ensure_staging(const Source& source, int64_t widest);
   void offload(const Source& source, const DeviceTensor& x, const DeviceTensor& bias, const DeviceTensor& y,
                bool accumulate);
 
   std::unique_ptr<Backend> helper_;
   MatmulOffloadOptions options_;
   DType helper_dtype_;
-  std::unordered_map<const void*, Source> sources_;  // by the CPU buffer's address
-  const Source* largest_packed_ = nullptr;           // sizes the helper's dequantization scratch
-  size_t largest_bytes_ = 0;
-  int64_t widest_ = 0;
-  // The helper's staging, allocated at the first offload (after every upload).
+  std::unordered_map<const void*, DeviceTensor> uploaded_;  // matrices the CPU holds, by address
+  std::unordered_map<const void*, Source> sources_;         // the ones offloaded so far
+  // The helper's staging, grown to the largest matrix and the widest rows offloaded so far.
   DeviceBuffer w_stage_, x_stage_, y_stage_;
   std::shared_ptr<void> x_host_, y_host_;  // pinned chunks: x in the helper's dtype, y in f32
+  size_t w_stage_bytes_ = 0, largest_packed_bytes_ = 0;
+  int64_t staged_width_ = 0;
   int64_t offloaded_products_ = 0;
   int64_t offloaded_weight_bytes_ = 0;
 };

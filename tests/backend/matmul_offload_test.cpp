@@ -93,6 +93,8 @@ double product_error(Backend& backend, std::mt19937& rng, const ProductCase& c) 
   return relative_error(y, want);
 }
 
+// Each case uploads a matrix and frees it: the next one often gets the same address, which must
+// not find the last one's converted copy.
 TEST(MatmulOffload, ProductsOfEnoughRowsRunOnTheHelperInChunks) {
   std::mt19937 rng(7);
   MatmulOffloadBackend offload(make_cpu_backend(1), make_cpu_backend(1), {8, 5});
