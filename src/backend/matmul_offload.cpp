@@ -64,7 +64,9 @@ int64_t MatmulOffloadBackend::staging_bytes(int64_t largest_matrix_bytes, int64_
                                             const MatmulOffloadOptions& options) {
   const int64_t x_chunk = options.chunk_rows * widest * static_cast<int64_t>(dtype_size(helper_dtype));
   const int64_t y_chunk = options.chunk_rows * widest * static_cast<int64_t>(sizeof(float));
-  return largest_matrix_bytes + static_cast<int64_t>(kMatrixPad) + x_chunk + y_chunk + kHelperReserveBytes;
+  // Twice the matrix: the staged copy, and the one-time upload of a packed one that sizes the
+  // helper's dequantization scratch (source_of), briefly both.
+  return 2 * largest_matrix_bytes + static_cast<int64_t>(kMatrixPad) + x_chunk + y_chunk + kHelperReserveBytes;
 }
 
 DeviceBuffer MatmulOffloadBackend::upload(const Tensor& host) {

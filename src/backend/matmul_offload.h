@@ -44,7 +44,7 @@ class MatmulOffloadBackend final : public ForwardingBackend {
   int64_t offloaded_weight_bytes() const { return offloaded_weight_bytes_; }
 
   // The helper's device memory for matrices of at most `largest_matrix_bytes` as the helper stores
-  // them, inputs of at most `widest` columns in `helper_dtype` (its activation dtype) and outputs of
+  // them (twice: a packed one is also uploaded once, briefly, to size the helper's scratch), inputs of at most `widest` columns in `helper_dtype` (its activation dtype) and outputs of
   // at most `widest` in f32, at chunk_rows rows per trip; plus kHelperReserveBytes for what the
   // helper backend allocates for itself (GEMM workspace, dequantization scratch: an estimate).
   static constexpr int64_t kHelperReserveBytes = int64_t{512} << 20;

@@ -128,7 +128,7 @@ TEST(GpuLayerFit, CountsEveryCheckpointTensorAsTheGpuStoresIt) {
   EXPECT_GT(request.step_bytes, int64_t{2} * config["vocab_size"].get<int64_t>() * 4);  // at least the logits
 
   // With the matmul offload, the GPU also holds its staging: the largest layer matrix as stored
-  // (the fused gate and up projection, [2 x intermediate, hidden] in bf16), a pad, chunks of 512
+  // (the fused gate and up projection, [2 x intermediate, hidden] in bf16) twice, a pad, chunks of 512
   // rows of input (bf16) and output (f32) at the widest shape (2 x intermediate), and the helper's
   // reserve.
   MatmulOffloadOptions offload;
@@ -138,7 +138,7 @@ TEST(GpuLayerFit, CountsEveryCheckpointTensorAsTheGpuStoresIt) {
                             {int64_t{1} << 30, int64_t{1} << 31}, {}, offload);
   const int64_t hidden = config["hidden_size"].get<int64_t>(), gate_up = 2 * config["intermediate_size"].get<int64_t>();
   EXPECT_EQ(offloading.step_bytes - request.step_bytes,
-            gate_up * hidden * 2 + 256 + 512 * gate_up * 2 + 512 * gate_up * 4 + (int64_t{512} << 20));
+            2 * gate_up * hidden * 2 + 256 + 512 * gate_up * 2 + 512 * gate_up * 4 + (int64_t{512} << 20));
   EXPECT_EQ(offloading.layer_bytes, request.layer_bytes);
 }
 
