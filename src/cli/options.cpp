@@ -106,10 +106,11 @@ namespace {
 // -ngl auto: the placement parallel/gpu_layer_fit.h picks on `backend`'s GPU.
 GpuLayerFit fit_on_gpu(const LoadedModel& model, const Backend& backend, int64_t context_tokens,
                        std::optional<DType> kv_cache_dtype, const RunnerLimits& limits,
-                       std::optional<MatmulOffloadOptions> offload) {
+                       std::optional<MatmulOffloadOptions> offload, const KvCacheMemoryBudget& budget = {}) {
   const GpuLayerFitRequest request =
       gpu_layer_fit_request(model.spec, model.weights, cuda_upload_bytes, context_tokens,
-                            resolve_kv_cache_dtype(backend, kv_cache_dtype), limits, backend.memory_info(), {}, offload);
+                            resolve_kv_cache_dtype(backend, kv_cache_dtype), limits, backend.memory_info(), budget,
+                            offload);
   GpuLayerFit fit = fit_gpu_layers(request);
   spdlog::info("-ngl auto: {}", fit.summary);
   return fit;
@@ -134,13 +135,15 @@ void ModelFlags::check_gpu_layers(const LoadedModel& model, const Backend& devic
 }
 
 std::optional<int> ModelFlags::gpu_layer_split(const LoadedModel& model, const Backend& device,
-                                               const KvCacheConfig& kv, const RunnerLimits& limits) const {
+                                               const KvCacheConfig& kv, const RunnerLimits& limits,
+                                               const KvCacheMemoryBudget& budget) const {
   if (backend != "cuda" || !(gpu_layers_auto || n_gpu_layers)) return std::nullopt;
   const int num_layers = model.spec.num_layers;
   int gpu_layers = num_layers;
   if (gpu_layers_auto) {
     gpu_layers =
-        fit_on_gpu(model, device, int64_t{kv.num_blocks} * kv.block_size, kv.dtype, limits, offload()).gpu_layers;
+        fit_on_gpu(model, device, int64_t{kv.num_blocks} * kv.block_size, kv.dtype, limits, offload(), budget)
+            .gpu_layers;
   } else if (*n_gpu_layers > 0) {
     gpu_layers = std::min(*n_gpu_layers, num_layers);
   }

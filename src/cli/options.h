@@ -59,8 +59,9 @@ struct ModelFlags {
   // (parallel/gpu_layer_fit.h, from its free memory now; logged). make_gpu_cpu_pipeline() builds
   // the split (parallel/local_pipeline.h): the first layers on the CPU (--threads), the last N and
   // the head on GPU 0, one thread each; its leader() is the runner to drive.
+  // `budget`: the GPU memory share auto may fill (serve's --gpu-memory-utilization).
   std::optional<int> gpu_layer_split(const LoadedModel& model, const Backend& backend, const KvCacheConfig& kv,
-                                     const RunnerLimits& limits) const;
+                                     const RunnerLimits& limits, const KvCacheMemoryBudget& budget = {}) const;
   std::unique_ptr<LocalPipeline> make_gpu_cpu_pipeline(const LoadedModel& model, int gpu_layers, const KvCacheConfig& kv,
                                                        const RunnerLimits& limits) const;
 };

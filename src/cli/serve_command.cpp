@@ -152,7 +152,7 @@ void run_serve(const ServeFlags& flags) {
   if (spec.network == NetworkType::DecoderOnly && ranks.size() == 1) {
     gpu_layers = flags.model.gpu_layer_split(
         model, *backend, KvCacheConfig{blocks_for_tokens(max_model_len, flags.block_size), flags.block_size, 0, kv_cache_dtype},
-        limits);
+        limits, KvCacheMemoryBudget{kv_size.memory_fraction});
   } else {
     flags.model.check_gpu_layers(model, *backend, max_model_len);
   }
