@@ -15,6 +15,8 @@
 #      offload), HYBRID_INPUT / HYBRID_OUTPUT tokens (512 / 128), HYBRID_THREADS CPU threads (both
 #      engines; default all cores); with GGUF=FILE and
 #      LLAMA_BENCH=BIN, on that file with llama.cpp's llama-bench at the same split in each run.
+#   5. AUTO_CAP=F: `serve -ngl auto --gpu-memory-utilization F` on HYBRID_CONFIG (dummy weights): the
+#      split the engine picks where the model does not fit that share, and one completion.
 #   PEER_BUILD=1 first builds llama.cpp's llama-bench / llama-quantize with CUDA (bench/build_llama_cpp.sh;
 #   the source carried as .carry/llama.cpp-src.tar.gz, unpacked into .cache/llama.cpp), and
 #   MAKE_GGUF="CONFIG:TYPE ..." writes .cache/gguf/<config>-<type>.gguf with bench/make_gguf.py.
@@ -96,5 +98,19 @@ if [[ ${HYBRID:-0} == 1 ]]; then
         --output-len "${HYBRID_OUTPUT:-128}" "${split[@]}" ${HYBRID_THREADS:+-t "$HYBRID_THREADS"}
     done
   done
+fi
+if [[ -n ${AUTO_CAP:-} ]]; then
+  # -ngl auto on a GPU capped to a share of its memory the model does not fit: the engine picks the
+  # split from what it measures, then serves a completion.
+  timeout 120 "$build/splitflow" serve --dummy-weights --config "${HYBRID_CONFIG:-bench/configs/tinyllama-1.1b.json}" \
+    --device cuda -ngl auto --gpu-memory-utilization "$AUTO_CAP" --max-model-len 2048 --max-seqs 4 --port 18123 \
+    ${OFFLOAD_ROWS:+--offload-rows "$OFFLOAD_ROWS"} >"$logs/auto_cap.log" 2>&1 &
+  for _ in $(seq 100); do curl -sf localhost:18123/health >/dev/null && break; sleep 1; done
+  curl -s -m 60 localhost:18123/v1/completions -H 'Content-Type: application/json' \
+    -d '{"prompt": [1, 2, 3, 4, 5, 6, 7, 8], "max_tokens": 16, "temperature": 0}' >"$logs/auto_cap_reply.json"
+  pkill -INT -f "splitflow serve --dummy-weights" ; sleep 3
+  echo "=== -ngl auto at --gpu-memory-utilization $AUTO_CAP ==="
+  grep -E "ngl auto|GPU/CPU split|kv cache" "$logs/auto_cap.log" | head -4
+  head -c 300 "$logs/auto_cap_reply.json"; echo
 fi
 exit $rc
