@@ -157,6 +157,7 @@ void register_bench(CLI::App& app) {
   register_bench_serving(*bench);
   register_bench_allreduce(*bench);
   register_bench_grammar(*bench);
+  register_bench_embed(*bench);
 }
 
 }  // namespace splitflow::cli

@@ -16,6 +16,8 @@ void register_bench_allreduce(CLI::App& bench);
 void register_bench_serving(CLI::App& bench);
 // `splitflow bench grammar` (cli/bench_grammar_command.cpp): structured outputs' per-token cost.
 void register_bench_grammar(CLI::App& bench);
+// `splitflow bench embed` (cli/bench_embed_command.cpp): offline embedding throughput.
+void register_bench_embed(CLI::App& bench);
 #ifdef SPLITFLOW_HAS_HTTP_SERVER
 void register_serve(CLI::App& app);
 // `splitflow route` (cli/route_command.cpp): the Splitwise router over serve instances.
