@@ -165,6 +165,10 @@ TEST_F(PagedAttention, LogitSoftcapMatchesDenseReference) {
 TEST_F(PagedAttention, LongContextAcrossManyBlocks) {
   run_case(*backend, {6, 3, 32, 16, 0, {{300, 17}, {511, 1}}}, 7);
   run_case(*backend, {2, 1, 8, 1, 0, {{40, 3}}}, 8);  // one token per block
+  // Keys go in chunks of whole blocks (about 128 keys): an odd block size, a window and new tokens
+  // that straddle chunk boundaries.
+  run_case(*backend, {4, 2, 16, 7, 0, {{250, 20}, {3, 130}}}, 9);
+  run_case(*backend, {4, 2, 16, 16, 100, {{240, 30}, {120, 9}}}, 10);
 }
 
 // A cache in f16, bf16 or fp8 e4m3 holds rounded values; attention reads them back exactly, so it

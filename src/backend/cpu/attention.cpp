@@ -2,7 +2,7 @@
 // position bias; cross-attention (decoder queries over the encoder's K/V) is the same kernel with
 // every query seeing its sequence's whole context. A work item is (sequence, tile
 // of up to 8 consecutive new tokens, kv head): its tokens' query heads of that group stream over the sequence's KV blocks
-// once, each block's keys transposed so scores vectorise over keys, with an online softmax
+// once, a chunk of blocks at a time, the keys transposed so scores vectorise over keys, with an online softmax
 // (running max and sum per query row, the accumulator rescaled when the max grows); no score
 // matrix is built. A cache in another dtype than f32 is converted to f32 a block at a time.
 #include "backend/argument_checks.h"
@@ -22,12 +22,16 @@ namespace {
 
 // New tokens of one sequence that share each pass over its KV blocks.
 constexpr int64_t kQueryTile = 8;
+// Keys scored together (whole KV blocks, at least one).
+constexpr int64_t kChunkKeys = 128;
+// Keys block_scores takes per pass of its widest loop (four vectors of 16).
+constexpr int64_t kScorePass = 64;
 
-// Per-thread scratch (grows, never shrinks): one block's keys transposed, its scores, its keys and
-// values in f32 (a cache of another dtype, converted), and each query row's running max, sum and
-// output accumulator.
+// Per-thread scratch (grows, never shrinks): one chunk's keys transposed, its scores and its
+// values, one block's keys and values in f32 (a cache of another dtype, converted), and each query
+// row's running max, sum and output accumulator.
 struct AttentionScratch {
-  std::vector<float> keys_t, scores, key_rows, value_rows, max, sum, acc;
+  std::vector<float> keys_t, scores, values, key_rows, value_rows, max, sum, acc;
 };
 
 // `count` rows of one kv head in the cache, row 0 at element `first`, as f32: the cache's own
@@ -68,11 +72,78 @@ float exp_shifted(float* x, int64_t n, float shift) {
   return total;
 }
 
-// scores[j] = scale * sum_d q[d] * keys_t[d * padded + j] for j < padded (a multiple of 8): eight
-// keys per vector, the sum over d kept in registers.
-void block_scores(const float* q, float scale, const float* keys_t, int64_t padded, int head_dim, float* scores) {
+// scores[j] = scale * sum_d q[d] * keys_t[d * padded + j] for j < columns (a multiple of 8, at
+// most padded), and with q2 the same for a second query row into scores2. Several key vectors
+// per pass, each its own accumulator: one accumulator chain per vector of keys waits on the
+// FMA's latency at every d (four times its throughput).
+void block_scores(const float* q, float scale, const float* keys_t, int64_t padded, int64_t columns, int head_dim,
+                  float* scores, const float* q2 = nullptr, float* scores2 = nullptr) {
+  int64_t j = 0;
+#ifdef SPLITFLOW_CPU_AVX512
+  const __m512 scale16 = _mm512_set1_ps(scale);
+  if (q2 != nullptr) {  // two query rows over the same keys: eight chains, each load used twice
+    for (; j + 64 <= columns; j += 64) {
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+      for (int d = 0; d < head_dim; ++d) {
+        const __m512 qa = _mm512_set1_ps(q[d]), qb = _mm512_set1_ps(q2[d]);
+        const float* row = keys_t + d * padded + j;
+        const __m512 k0 = _mm512_loadu_ps(row), k1 = _mm512_loadu_ps(row + 16), k2 = _mm512_loadu_ps(row + 32),
+                     k3 = _mm512_loadu_ps(row + 48);
+        a0 = _mm512_fmadd_ps(qa, k0, a0);
+        a1 = _mm512_fmadd_ps(qa, k1, a1);
+        a2 = _mm512_fmadd_ps(qa, k2, a2);
+        a3 = _mm512_fmadd_ps(qa, k3, a3);
+        b0 = _mm512_fmadd_ps(qb, k0, b0);
+        b1 = _mm512_fmadd_ps(qb, k1, b1);
+        b2 = _mm512_fmadd_ps(qb, k2, b2);
+        b3 = _mm512_fmadd_ps(qb, k3, b3);
+      }
+      _mm512_storeu_ps(scores + j, _mm512_mul_ps(a0, scale16));
+      _mm512_storeu_ps(scores + j + 16, _mm512_mul_ps(a1, scale16));
+      _mm512_storeu_ps(scores + j + 32, _mm512_mul_ps(a2, scale16));
+      _mm512_storeu_ps(scores + j + 48, _mm512_mul_ps(a3, scale16));
+      _mm512_storeu_ps(scores2 + j, _mm512_mul_ps(b0, scale16));
+      _mm512_storeu_ps(scores2 + j + 16, _mm512_mul_ps(b1, scale16));
+      _mm512_storeu_ps(scores2 + j + 32, _mm512_mul_ps(b2, scale16));
+      _mm512_storeu_ps(scores2 + j + 48, _mm512_mul_ps(b3, scale16));
+    }
+    if (j == columns) return;
+    block_scores(q2, scale, keys_t + j, padded, columns - j, head_dim, scores2 + j);
+  }
+  for (; j + 64 <= columns; j += 64) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int d = 0; d < head_dim; ++d) {
+      const __m512 qd = _mm512_set1_ps(q[d]);
+      const float* row = keys_t + d * padded + j;
+      a0 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row), a0);
+      a1 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row + 16), a1);
+      a2 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row + 32), a2);
+      a3 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(row + 48), a3);
+    }
+    _mm512_storeu_ps(scores + j, _mm512_mul_ps(a0, scale16));
+    _mm512_storeu_ps(scores + j + 16, _mm512_mul_ps(a1, scale16));
+    _mm512_storeu_ps(scores + j + 32, _mm512_mul_ps(a2, scale16));
+    _mm512_storeu_ps(scores + j + 48, _mm512_mul_ps(a3, scale16));
+  }
+#endif
 #ifdef SPLITFLOW_CPU_AVX2
-  for (int64_t j = 0; j < padded; j += 8) {
+  const __m256 scale8 = _mm256_set1_ps(scale);
+  for (; j + 32 <= columns; j += 32) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int d = 0; d < head_dim; ++d) {
+      const __m256 qd = _mm256_set1_ps(q[d]);
+      const float* row = keys_t + d * padded + j;
+      a0 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(row), a0);
+      a1 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(row + 8), a1);
+      a2 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(row + 16), a2);
+      a3 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(row + 24), a3);
+    }
+    _mm256_storeu_ps(scores + j, _mm256_mul_ps(a0, scale8));
+    _mm256_storeu_ps(scores + j + 8, _mm256_mul_ps(a1, scale8));
+    _mm256_storeu_ps(scores + j + 16, _mm256_mul_ps(a2, scale8));
+    _mm256_storeu_ps(scores + j + 24, _mm256_mul_ps(a3, scale8));
+  }
+  for (; j < columns; j += 8) {
     __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
     int d = 0;
     for (; d + 2 <= head_dim; d += 2) {
@@ -80,14 +151,16 @@ void block_scores(const float* q, float scale, const float* keys_t, int64_t padd
       odd = _mm256_fmadd_ps(_mm256_set1_ps(q[d + 1]), _mm256_loadu_ps(keys_t + (d + 1) * padded + j), odd);
     }
     if (d < head_dim) even = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(keys_t + d * padded + j), even);
-    _mm256_storeu_ps(scores + j, _mm256_mul_ps(_mm256_add_ps(even, odd), _mm256_set1_ps(scale)));
+    _mm256_storeu_ps(scores + j, _mm256_mul_ps(_mm256_add_ps(even, odd), scale8));
   }
-#else
-  for (int64_t j = 0; j < padded; ++j) {
+#endif
+  for (; j < columns; ++j) {
     float sum = 0.0f;
     for (int d = 0; d < head_dim; ++d) sum += q[d] * keys_t[d * padded + j];
     scores[j] = sum * scale;
   }
+#ifndef SPLITFLOW_CPU_AVX512
+  if (q2 != nullptr) block_scores(q2, scale, keys_t, padded, columns, head_dim, scores2);
 #endif
 }
 
@@ -169,15 +242,22 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
 
   const int group = heads / kv_heads;
   const int64_t block_size = params.block_size;
-  const int64_t padded = (block_size + 7) / 8 * 8;  // key columns of a block, rounded to whole vectors
+  // Keys go through in chunks of whole blocks, about kChunkKeys at a time: one transpose, max,
+  // rescale and exp per chunk rather than per block (16 keys), which dominated at long contexts.
+  const int64_t chunk_blocks = std::max<int64_t>(1, kChunkKeys / block_size);
+  const int64_t chunk_keys = chunk_blocks * block_size;
+  // Key columns of a chunk, rounded to whole passes of block_scores (64 keys): a chunk's last
+  // columns are zeros, scored like the others rather than by a slower remainder loop.
+  const int64_t padded = (chunk_keys + kScorePass - 1) / kScorePass * kScorePass;
   const float scale = params.scale;
   // Items are the team's chunks (backend/cpu/thread_team.h), each thread with its own scratch.
   parallel_chunks(items > 1 && work >= kMinParallelWork ? num_threads_ : 1, items, [&](int64_t item) {
     thread_local AttentionScratch scratch;
     scratch.keys_t.resize(head_dim * padded);
-    scratch.scores.resize(padded);
+    scratch.scores.resize(2 * padded);
     scratch.key_rows.resize(block_size * head_dim);
     scratch.value_rows.resize(block_size * head_dim);
+    scratch.values.resize(chunk_keys * head_dim);
     scratch.max.resize(kQueryTile * group);
     scratch.sum.resize(kQueryTile * group);
     scratch.acc.resize(kQueryTile * group * int64_t{head_dim});
@@ -196,27 +276,37 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
       std::fill_n(scratch.max.begin(), rows, -std::numeric_limits<float>::infinity());
       std::fill_n(scratch.sum.begin(), rows, 0.0f);
       std::fill_n(scratch.acc.begin(), rows * head_dim, 0.0f);
-      for (int64_t b = first_key / block_size; b <= last_pos / block_size; ++b) {
-        const int64_t key0 = b * block_size, count = std::min(block_size, last_pos + 1 - key0);
-        const int64_t first = int64_t{table[b]} * block_size * kv_dim + int64_t{kv_head} * head_dim;
-        const F32Rows keys = f32_rows(k_cache, first, count, head_dim, kv_dim, scratch.key_rows);
-        const F32Rows values = f32_rows(v_cache, first, count, head_dim, kv_dim, scratch.value_rows);
-        // keys_t [head_dim, padded]: the block's keys transposed, so scores vectorise over keys.
+      const int64_t last_block = last_pos / block_size;
+      for (int64_t b0 = first_key / block_size; b0 <= last_block; b0 += chunk_blocks) {
+        const int64_t b1 = std::min(last_block + 1, b0 + chunk_blocks);
+        const int64_t key0 = b0 * block_size, count = std::min(b1 * block_size, last_pos + 1) - key0;
+        // keys_t [head_dim, padded]: the chunk's keys transposed, so scores vectorise over keys;
+        // values [count, head_dim]: its values, contiguous.
         float* keys_t = scratch.keys_t.data();
-        for (int64_t j = 0; j < padded; ++j)
-          for (int d = 0; d < head_dim; ++d) keys_t[d * padded + j] = j < count ? keys.data[j * keys.stride + d] : 0.0f;
+        float* values = scratch.values.data();
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t offset = b * block_size - key0, rows_here = std::min(block_size, count - offset);
+          const int64_t first = int64_t{table[b]} * block_size * kv_dim + int64_t{kv_head} * head_dim;
+          const F32Rows keys = f32_rows(k_cache, first, rows_here, head_dim, kv_dim, scratch.key_rows);
+          const F32Rows block_values = f32_rows(v_cache, first, rows_here, head_dim, kv_dim, scratch.value_rows);
+          for (int64_t j = 0; j < rows_here; ++j) {
+            const float* key = keys.data + j * keys.stride;
+            for (int d = 0; d < head_dim; ++d) keys_t[d * padded + offset + j] = key[d];
+            std::copy_n(block_values.data + j * block_values.stride, head_dim, values + (offset + j) * head_dim);
+          }
+        }
+        for (int d = 0; d < head_dim; ++d) std::fill(keys_t + d * padded + count, keys_t + (d + 1) * padded, 0.0f);
+        const int64_t scored = (count + kScorePass - 1) / kScorePass * kScorePass;  // whole passes
         for (int64_t i = 0; i < t1 - t0; ++i) {
           const int64_t position = pos0 + i;
           const int64_t lo = params.sliding_window > 0 ? std::max(key0, position - params.sliding_window + 1) : key0;
           const int64_t hi = params.causal ? std::min(key0 + count, position + 1) : key0 + count;
           if (lo >= hi) continue;
           const int64_t j_lo = lo - key0, j_count = hi - lo;
-          for (int r = 0; r < group; ++r) {
+          // One query row's scores into its running softmax and accumulator.
+          const auto absorb = [&](int r, float* scores) {
             const int64_t row = i * group + r;
             const int head = kv_head * group + r;
-            const float* q = q_rows + (t0 + i) * q_stride + int64_t{head} * head_dim;
-            float* scores = scratch.scores.data();
-            block_scores(q, scale, keys_t, padded, head_dim, scores);
             float* live = scores + j_lo;  // the keys this query sees: [lo, hi)
             if (bias_table != nullptr)
               for (int64_t j = 0; j < j_count; ++j)
@@ -233,7 +323,20 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
             }
             scratch.max[row] = new_max;
             scratch.sum[row] += exp_shifted(live, j_count, new_max);
-            add_weighted_rows(live, j_count, values.data + j_lo * values.stride, values.stride, acc, head_dim);
+            add_weighted_rows(live, j_count, values + j_lo * head_dim, head_dim, acc, head_dim);
+          };
+          const auto query = [&](int r) { return q_rows + (t0 + i) * q_stride + int64_t{kv_head * group + r} * head_dim; };
+          float* scores = scratch.scores.data();
+          float* scores2 = scores + padded;
+          int r = 0;
+          for (; r + 2 <= group; r += 2) {  // rows of one kv head two at a time: the keys loaded once
+            block_scores(query(r), scale, keys_t, padded, scored, head_dim, scores, query(r + 1), scores2);
+            absorb(r, scores);
+            absorb(r + 1, scores2);
+          }
+          if (r < group) {
+            block_scores(query(r), scale, keys_t, padded, scored, head_dim, scores);
+            absorb(r, scores);
           }
         }
       }
