@@ -51,6 +51,60 @@ F32Rows f32_rows(const DeviceTensor& cache, int64_t first, int64_t count, int he
   return {converted.data(), head_dim};
 }
 
+#ifdef SPLITFLOW_CPU_AVX512
+// r[c] = column c of the 16 x 16 block whose rows are r[0..15].
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+    t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
+    t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
+    r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+    r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xdd);
+  }
+}
+#endif
+
+// keys_t[d * padded + column0 + j] = keys[j * stride + d] for j < rows, d < head_dim: a block's
+// keys into the chunk's transposed layout. 16 x 16 tiles in registers on AVX-512 (a decode step's
+// few query rows do not amortize a scalar transpose), scalar for what is left.
+void transpose_keys(const float* keys, int64_t stride, int64_t rows, int head_dim, float* keys_t, int64_t padded,
+                    int64_t column0) {
+  int64_t j0 = 0;
+#ifdef SPLITFLOW_CPU_AVX512
+  for (; j0 + 16 <= rows; j0 += 16) {
+    int d0 = 0;
+    for (; d0 + 16 <= head_dim; d0 += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(keys + (j0 + i) * stride + d0);
+      transpose16(r);
+      for (int c = 0; c < 16; ++c) _mm512_storeu_ps(keys_t + (d0 + c) * padded + column0 + j0, r[c]);
+    }
+    for (int64_t j = j0; j < j0 + 16; ++j)
+      for (int d = d0; d < head_dim; ++d) keys_t[d * padded + column0 + j] = keys[j * stride + d];
+  }
+#endif
+  for (int64_t j = j0; j < rows; ++j)
+    for (int d = 0; d < head_dim; ++d) keys_t[d * padded + column0 + j] = keys[j * stride + d];
+}
+
 // e^(x[j] - shift) for j < n, in place; returns their sum.
 float exp_shifted(float* x, int64_t n, float shift) {
   int64_t j = 0;
@@ -289,11 +343,9 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
           const int64_t first = int64_t{table[b]} * block_size * kv_dim + int64_t{kv_head} * head_dim;
           const F32Rows keys = f32_rows(k_cache, first, rows_here, head_dim, kv_dim, scratch.key_rows);
           const F32Rows block_values = f32_rows(v_cache, first, rows_here, head_dim, kv_dim, scratch.value_rows);
-          for (int64_t j = 0; j < rows_here; ++j) {
-            const float* key = keys.data + j * keys.stride;
-            for (int d = 0; d < head_dim; ++d) keys_t[d * padded + offset + j] = key[d];
+          transpose_keys(keys.data, keys.stride, rows_here, head_dim, keys_t, padded, offset);
+          for (int64_t j = 0; j < rows_here; ++j)
             std::copy_n(block_values.data + j * block_values.stride, head_dim, values + (offset + j) * head_dim);
-          }
         }
         for (int d = 0; d < head_dim; ++d) std::fill(keys_t + d * padded + count, keys_t + (d + 1) * padded, 0.0f);
         const int64_t scored = (count + kScorePass - 1) / kScorePass * kScorePass;  // whole passes
