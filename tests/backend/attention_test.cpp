@@ -169,6 +169,9 @@ TEST_F(PagedAttention, LongContextAcrossManyBlocks) {
   // that straddle chunk boundaries.
   run_case(*backend, {4, 2, 16, 7, 0, {{250, 20}, {3, 130}}}, 9);
   run_case(*backend, {4, 2, 16, 16, 100, {{240, 30}, {120, 9}}}, 10);
+  // Keys are transposed in 16 x 16 tiles where a block holds 16 of them: a head_dim that is not a
+  // multiple of 16 leaves a column remainder.
+  run_case(*backend, {4, 2, 20, 16, 0, {{100, 9}, {0, 33}}}, 11);
 }
 
 // A cache in f16, bf16 or fp8 e4m3 holds rounded values; attention reads them back exactly, so it
