@@ -27,19 +27,21 @@ constexpr int64_t kChunkKeys = 128;
 // Keys block_scores takes per pass of its widest loop (four vectors of 16).
 constexpr int64_t kScorePass = 64;
 
-// Per-thread scratch (grows, never shrinks): one chunk's keys transposed, its scores and its
-// values, one block's keys and values in f32 (a cache of another dtype, converted), and each query
-// row's running max, sum and output accumulator.
-struct AttentionScratch {
-  std::vector<float> keys_t, scores, values, key_rows, value_rows, max, sum, acc;
-};
-
 // `count` rows of one kv head in the cache, row 0 at element `first`, as f32: the cache's own
 // memory when it holds f32 (rows kv_dim apart), else converted into `converted` (head_dim apart).
 struct F32Rows {
   const float* data;
   int64_t stride;
 };
+
+// Per-thread scratch (grows, never shrinks): one chunk's keys transposed, its scores, its values
+// when the cache is not f32 (converted), one block's keys and values in f32, where each block's
+// values are (value_runs), and each query row's running max, sum and output accumulator.
+struct AttentionScratch {
+  std::vector<float> keys_t, scores, values, key_rows, value_rows, max, sum, acc;
+  std::vector<F32Rows> value_runs;
+};
+
 F32Rows f32_rows(const DeviceTensor& cache, int64_t first, int64_t count, int head_dim, int64_t kv_dim,
                  std::vector<float>& converted) {
   if (cache.dtype == DType::F32) return {cache.as<float>() + first, kv_dim};
@@ -103,6 +105,21 @@ void transpose_keys(const float* keys, int64_t stride, int64_t rows, int head_di
 #endif
   for (int64_t j = j0; j < rows; ++j)
     for (int d = 0; d < head_dim; ++d) keys_t[d * padded + column0 + j] = keys[j * stride + d];
+}
+
+// The largest of x[0..n), n >= 1.
+float max_of(const float* x, int64_t n) {
+  int64_t j = 0;
+  float best = -std::numeric_limits<float>::infinity();
+#ifdef SPLITFLOW_CPU_AVX512
+  if (n >= 16) {
+    __m512 m = _mm512_loadu_ps(x);
+    for (j = 16; j + 16 <= n; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(x + j));
+    best = _mm512_reduce_max_ps(m);
+  }
+#endif
+  for (; j < n; ++j) best = std::max(best, x[j]);
+  return best;
 }
 
 // e^(x[j] - shift) for j < n, in place; returns their sum.
@@ -312,6 +329,7 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
     scratch.key_rows.resize(block_size * head_dim);
     scratch.value_rows.resize(block_size * head_dim);
     scratch.values.resize(chunk_keys * head_dim);
+    scratch.value_runs.resize(chunk_blocks);
     scratch.max.resize(kQueryTile * group);
     scratch.sum.resize(kQueryTile * group);
     scratch.acc.resize(kQueryTile * group * int64_t{head_dim});
@@ -335,17 +353,22 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
         const int64_t b1 = std::min(last_block + 1, b0 + chunk_blocks);
         const int64_t key0 = b0 * block_size, count = std::min(b1 * block_size, last_pos + 1) - key0;
         // keys_t [head_dim, padded]: the chunk's keys transposed, so scores vectorise over keys;
-        // values [count, head_dim]: its values, contiguous.
+        // value_runs: each block's values, read in place from an f32 cache (else converted into
+        // `values`, contiguous).
         float* keys_t = scratch.keys_t.data();
-        float* values = scratch.values.data();
+        F32Rows* value_runs = scratch.value_runs.data();
         for (int64_t b = b0; b < b1; ++b) {
           const int64_t offset = b * block_size - key0, rows_here = std::min(block_size, count - offset);
           const int64_t first = int64_t{table[b]} * block_size * kv_dim + int64_t{kv_head} * head_dim;
           const F32Rows keys = f32_rows(k_cache, first, rows_here, head_dim, kv_dim, scratch.key_rows);
-          const F32Rows block_values = f32_rows(v_cache, first, rows_here, head_dim, kv_dim, scratch.value_rows);
           transpose_keys(keys.data, keys.stride, rows_here, head_dim, keys_t, padded, offset);
-          for (int64_t j = 0; j < rows_here; ++j)
-            std::copy_n(block_values.data + j * block_values.stride, head_dim, values + (offset + j) * head_dim);
+          F32Rows& run = value_runs[b - b0];
+          run = f32_rows(v_cache, first, rows_here, head_dim, kv_dim, scratch.value_rows);
+          if (run.data == scratch.value_rows.data()) {  // converted: keep it past the next block's
+            float* kept = scratch.values.data() + offset * head_dim;
+            std::copy_n(run.data, rows_here * head_dim, kept);
+            run = {kept, head_dim};
+          }
         }
         for (int d = 0; d < head_dim; ++d) std::fill(keys_t + d * padded + count, keys_t + (d + 1) * padded, 0.0f);
         const int64_t scored = (count + kScorePass - 1) / kScorePass * kScorePass;  // whole passes
@@ -365,7 +388,7 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
                 live[j] += bias_table[int64_t{bucket_of[lo + j - position + longest - 1]} * heads + head];
             if (params.logit_softcap > 0.0f)
               for (int64_t j = 0; j < j_count; ++j) live[j] = params.logit_softcap * std::tanh(live[j] / params.logit_softcap);
-            const float block_max = *std::max_element(live, live + j_count);
+            const float block_max = max_of(live, j_count);
             float* acc = scratch.acc.data() + row * head_dim;
             const float new_max = std::max(scratch.max[row], block_max);
             if (new_max > scratch.max[row] && scratch.sum[row] > 0.0f) {
@@ -375,7 +398,13 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
             }
             scratch.max[row] = new_max;
             scratch.sum[row] += exp_shifted(live, j_count, new_max);
-            add_weighted_rows(live, j_count, values + j_lo * head_dim, head_dim, acc, head_dim);
+            for (int64_t j = j_lo, end = j_lo + j_count; j < end;) {  // block by block
+              const int64_t block = j / block_size, block_end = std::min(end, (block + 1) * block_size);
+              const F32Rows& run = value_runs[block];
+              add_weighted_rows(live + (j - j_lo), block_end - j, run.data + (j - block * block_size) * run.stride,
+                                run.stride, acc, head_dim);
+              j = block_end;
+            }
           };
           const auto query = [&](int r) { return q_rows + (t0 + i) * q_stride + int64_t{kv_head * group + r} * head_dim; };
           float* scores = scratch.scores.data();
