@@ -47,9 +47,18 @@ F32Rows f32_rows(const DeviceTensor& cache, int64_t first, int64_t count, int he
   if (cache.dtype == DType::F32) return {cache.as<float>() + first, kv_dim};
   const char* base = static_cast<const char*>(cache.data);
   const size_t element_bytes = dtype_size(cache.dtype);
-  for (int64_t j = 0; j < count; ++j)
-    convert_to_f32(cache.dtype, base + static_cast<size_t>(first + j * kv_dim) * element_bytes,
-                   converted.data() + j * head_dim, head_dim);
+  for (int64_t j = 0; j < count; ++j) {
+    const void* row = base + static_cast<size_t>(first + j * kv_dim) * element_bytes;
+    float* out = converted.data() + j * head_dim;
+    // 16-bit caches through the SIMD widening (F16C, shifts); fp8 element by element.
+    if (cache.dtype == DType::F16) {
+      to_f32_row(static_cast<const F16Bits*>(row), out, head_dim);
+    } else if (cache.dtype == DType::BF16) {
+      to_f32_row(static_cast<const BF16Bits*>(row), out, head_dim);
+    } else {
+      convert_to_f32(cache.dtype, row, out, head_dim);
+    }
+  }
   return {converted.data(), head_dim};
 }
 
