@@ -15,8 +15,8 @@ namespace splitflow::bench {
 
 double embedding_flops_per_input(const ModelSpec& spec, int64_t input_len) {
   const double hidden = spec.hidden_size, inter = spec.mlp.intermediate_size;
-  const double q_dim = double{spec.attention.num_heads} * spec.attention.head_dim;
-  const double kv_dim = double{spec.attention.num_kv_heads} * spec.attention.head_dim;
+  const double q_dim = static_cast<double>(spec.attention.num_heads) * spec.attention.head_dim;
+  const double kv_dim = static_cast<double>(spec.attention.num_kv_heads) * spec.attention.head_dim;
   const double matrices = hidden * (q_dim + 2 * kv_dim) + q_dim * hidden + hidden * inter * (spec.mlp.gated ? 2 : 1) +
                           inter * hidden;
   const double per_token_layer = 2 * matrices + 4.0 * static_cast<double>(input_len) * q_dim;

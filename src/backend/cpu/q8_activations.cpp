@@ -10,11 +10,6 @@
 #include <cstring>
 #include <vector>
 
-// GCC 12's AVX-512 headers pass undefined vectors as the unused merge source of masked builtins,
-// which -Wuninitialized reports in every caller (GCC PR 105593).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 namespace splitflow::cpu {
 
 void quantize_q8_blocks(const float* x, int64_t k, int8_t* q, float* d) {

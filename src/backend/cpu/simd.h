@@ -21,6 +21,14 @@
 #endif
 #endif
 
+#if defined(SPLITFLOW_CPU_AVX512) && defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 headers pass undefined vectors as the unused merge source of masked builtins,
+// which -Wuninitialized reports in every caller (GCC PR 105593): off for every kernel file that
+// includes this header.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 namespace splitflow::cpu {
 
 // Below this many multiply-adds (or element updates) a kernel runs on one thread: waking the
