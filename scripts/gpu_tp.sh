@@ -15,7 +15,8 @@
 #      offload), HYBRID_INPUT / HYBRID_OUTPUT tokens (512 / 128), HYBRID_THREADS CPU threads (both
 #      engines; default all cores); with GGUF=FILE and
 #      LLAMA_BENCH=BIN, on that file with llama.cpp's llama-bench at the same split in each run.
-#   5. AUTO_CAP=F: `serve -ngl auto --gpu-memory-utilization F` on HYBRID_CONFIG (dummy weights): the
+#   5. EMBED=1: `bench embed` on the all-MiniLM-L6-v2 shape (dummy weights), 32- and 512-token inputs.
+#   6. AUTO_CAP=F: `serve -ngl auto --gpu-memory-utilization F` on HYBRID_CONFIG (dummy weights): the
 #      split the engine picks where the model does not fit that share, and one completion.
 #   PEER_BUILD=1 first builds llama.cpp's llama-bench / llama-quantize with CUDA (bench/build_llama_cpp.sh;
 #   the source carried as .carry/llama.cpp-src.tar.gz, unpacked into .cache/llama.cpp), and
@@ -97,6 +98,17 @@ if [[ ${HYBRID:-0} == 1 ]]; then
       latency "ngl-$ngl-offload-$rows" "${model[@]}" --input-len "${HYBRID_INPUT:-512}" \
         --output-len "${HYBRID_OUTPUT:-128}" "${split[@]}" ${HYBRID_THREADS:+-t "$HYBRID_THREADS"}
     done
+  done
+fi
+if [[ ${EMBED:-0} == 1 ]]; then
+  # Embedding throughput (issue 28's target: >= 1M tok/s for MiniLM at short inputs on one H100);
+  # dummy weights of its shape (bench/configs/all-minilm-l6-v2.json), short and 512-token inputs.
+  for len in 32 512; do
+    timeout 300 "$build/splitflow" bench embed --device cuda --dummy-weights --config bench/configs/all-minilm-l6-v2.json \
+      --input-len "$len" --num-inputs $((len == 32 ? 131072 : 8192)) --max-batch-tokens 65536 --max-seqs 2048 \
+      --results-dir "$results" >"$logs/embed-$len.log" 2>&1
+    echo "=== bench embed, $len-token inputs (exit $?) ==="
+    grep -E "tokens/s|inputs/s|fraction|error" "$logs/embed-$len.log" | head -4
   done
 fi
 if [[ -n ${AUTO_CAP:-} ]]; then
