@@ -28,28 +28,28 @@ constexpr int64_t kChunkKeys = 128;
 constexpr int64_t kScorePass = 64;
 
 // `count` rows of one kv head in the cache, row 0 at element `first`, as f32: the cache's own
-// memory when it holds f32 (rows kv_dim apart), else converted into `converted` (head_dim apart).
+// memory when it holds f32 (rows kv_dim apart), else converted to `converted` (head_dim apart).
 struct F32Rows {
   const float* data;
   int64_t stride;
 };
 
 // Per-thread scratch (grows, never shrinks): one chunk's keys transposed, its scores, its values
-// when the cache is not f32 (converted), one block's keys and values in f32, where each block's
-// values are (value_runs), and each query row's running max, sum and output accumulator.
+// when the cache is not f32 (converted in place there), one block's keys in f32, where each
+// block's values are (value_runs), and each query row's running max, sum and output accumulator.
 struct AttentionScratch {
-  std::vector<float> keys_t, scores, values, key_rows, value_rows, max, sum, acc;
+  std::vector<float> keys_t, scores, values, key_rows, max, sum, acc;
   std::vector<F32Rows> value_runs;
 };
 
 F32Rows f32_rows(const DeviceTensor& cache, int64_t first, int64_t count, int head_dim, int64_t kv_dim,
-                 std::vector<float>& converted) {
+                 float* converted) {
   if (cache.dtype == DType::F32) return {cache.as<float>() + first, kv_dim};
   const char* base = static_cast<const char*>(cache.data);
   const size_t element_bytes = dtype_size(cache.dtype);
   for (int64_t j = 0; j < count; ++j) {
     const void* row = base + static_cast<size_t>(first + j * kv_dim) * element_bytes;
-    float* out = converted.data() + j * head_dim;
+    float* out = converted + j * head_dim;
     // 16-bit caches through the SIMD widening (F16C, shifts); fp8 element by element.
     if (cache.dtype == DType::F16) {
       to_f32_row(static_cast<const F16Bits*>(row), out, head_dim);
@@ -59,7 +59,7 @@ F32Rows f32_rows(const DeviceTensor& cache, int64_t first, int64_t count, int he
       convert_to_f32(cache.dtype, row, out, head_dim);
     }
   }
-  return {converted.data(), head_dim};
+  return {converted, head_dim};
 }
 
 #ifdef SPLITFLOW_CPU_AVX512
@@ -336,7 +336,6 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
     scratch.keys_t.resize(head_dim * padded);
     scratch.scores.resize(2 * padded);
     scratch.key_rows.resize(block_size * head_dim);
-    scratch.value_rows.resize(block_size * head_dim);
     scratch.values.resize(chunk_keys * head_dim);
     scratch.value_runs.resize(chunk_blocks);
     scratch.max.resize(kQueryTile * group);
@@ -369,15 +368,10 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
         for (int64_t b = b0; b < b1; ++b) {
           const int64_t offset = b * block_size - key0, rows_here = std::min(block_size, count - offset);
           const int64_t first = int64_t{table[b]} * block_size * kv_dim + int64_t{kv_head} * head_dim;
-          const F32Rows keys = f32_rows(k_cache, first, rows_here, head_dim, kv_dim, scratch.key_rows);
+          const F32Rows keys = f32_rows(k_cache, first, rows_here, head_dim, kv_dim, scratch.key_rows.data());
           transpose_keys(keys.data, keys.stride, rows_here, head_dim, keys_t, padded, offset);
-          F32Rows& run = value_runs[b - b0];
-          run = f32_rows(v_cache, first, rows_here, head_dim, kv_dim, scratch.value_rows);
-          if (run.data == scratch.value_rows.data()) {  // converted: keep it past the next block's
-            float* kept = scratch.values.data() + offset * head_dim;
-            std::copy_n(run.data, rows_here * head_dim, kept);
-            run = {kept, head_dim};
-          }
+          value_runs[b - b0] =
+              f32_rows(v_cache, first, rows_here, head_dim, kv_dim, scratch.values.data() + offset * head_dim);
         }
         for (int d = 0; d < head_dim; ++d) std::fill(keys_t + d * padded + count, keys_t + (d + 1) * padded, 0.0f);
         const int64_t scored = (count + kScorePass - 1) / kScorePass * kScorePass;  // whole passes
