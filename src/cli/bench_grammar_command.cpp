@@ -4,8 +4,10 @@
 #include "bench/report.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/roofline.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <memory>
 #include <string>
@@ -24,9 +26,15 @@ void run_bench_grammar(const GrammarBenchFlags& flags) {
   std::unique_ptr<Backend> backend = flags.model.make_backend();
   LoadedModel model = load_model(flags.model.options());
   fmt::print(stderr, "model: {}\n", model.description);
+  // The device's name and ceilings, as every bench result carries them (the peer here is the
+  // same run's unconstrained decoding).
+  const Roofline roofline =
+      measure_roofline(flags.model, flags.model.threads > 0 ? flags.model.threads : omp_get_max_threads());
   nlohmann::json result = bench::run_grammar_overhead(std::move(model), *backend, flags.options);
   result["benchmark"] = "grammar";
   result["backend"] = backend->name();
+  result["device"] = roofline.device;
+  result["bandwidth_gbps"] = roofline.bandwidth_gbps;
   result["model"] = flags.model.load.model_path;
   result["date"] = bench::utc_timestamp();
   result["commit"] = bench::source_commit();
