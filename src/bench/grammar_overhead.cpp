@@ -1,10 +1,12 @@
 #include "bench/grammar_overhead.h"
 
+
 #include "core/error.h"
 #include "engine/engine.h"
 #include "grammar/constraint_cache.h"
 #include "grammar/json_schema.h"
 #include "runtime/model_runner.h"
+#include "sampling/token_mask.h"
 
 #include <fmt/format.h>
 
@@ -149,11 +151,7 @@ nlohmann::json run_grammar_overhead(LoadedModel model, Backend& backend, const G
   std::vector<float> logits(static_cast<size_t>(spec.vocab_size), 0.5f);
   constexpr int kApplies = 200;
   const auto apply_start = Clock::now();
-  for (int i = 0; i < kApplies; ++i) {
-    for (size_t t = 0; t < logits.size(); ++t) {
-      if (!((mask[t / 32] >> (t % 32)) & 1u)) logits[t] = -std::numeric_limits<float>::infinity();
-    }
-  }
+  for (int i = 0; i < kApplies; ++i) mask_logits_row(logits.data(), mask.data(), static_cast<int64_t>(logits.size()));
   const double apply_us = seconds_since(apply_start) / kApplies * 1e6;
 
   return {{"model_vocab_size", spec.vocab_size},

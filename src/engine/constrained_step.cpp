@@ -1,5 +1,7 @@
 #include "engine/constrained_step.h"
 
+#include "sampling/token_mask.h"
+
 #include <algorithm>
 #include <limits>
 
@@ -57,9 +59,7 @@ void ConstrainedStep::apply(size_t row, std::span<float> logits) {
   if (!constrained(row)) return;
   const std::span<const uint32_t> allowed = mask(row);
   const size_t n = std::min(logits.size(), static_cast<size_t>(vocab_size_));
-  for (size_t t = 0; t < n; ++t) {
-    if (!((allowed[t / 32] >> (t % 32)) & 1u)) logits[t] = -std::numeric_limits<float>::infinity();
-  }
+  mask_logits_row(logits.data(), allowed.data(), static_cast<int64_t>(n));
   for (size_t t = n; t < logits.size(); ++t) logits[t] = -std::numeric_limits<float>::infinity();
 }
 

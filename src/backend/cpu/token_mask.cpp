@@ -2,8 +2,8 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/thread_team.h"
 #include "core/error.h"
+#include "sampling/token_mask.h"
 
-#include <limits>
 
 namespace splitflow::cpu {
 
@@ -16,11 +16,8 @@ void CpuBackend::apply_token_mask(const DeviceTensor& logits, const DeviceTensor
            shape_str(mask.shape));
   float* out = logits.as<float>();
   const auto* bits = static_cast<const uint32_t*>(mask.data);
-  constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
   parallel_ranges(num_threads_, rows, rows > 1, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      for (int64_t t = 0; t < vocab; ++t)
-        if (!((bits[r * words + t / 32] >> (t % 32)) & 1u)) out[r * vocab + t] = kMinusInf;
+    for (int64_t r = begin; r < end; ++r) mask_logits_row(out + r * vocab, bits + r * words, vocab);
   });
 }
 
