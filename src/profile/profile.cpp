@@ -10,6 +10,11 @@
 
 #include <fmt/format.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -20,6 +25,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 
 namespace splitflow::profile {
 
@@ -162,6 +168,56 @@ std::vector<ProfileRow> profile_steps(ModelRunner& runner, Backend& backend, con
 
 #ifdef SPLITFLOW_HAS_HTTP_SERVER
 
+namespace {
+
+// What the loopback carries with nothing but a socket on each end: `bytes` written by one thread
+// and read by this one, in GB/s (1e9) — the link the transfers are a fraction of.
+double loopback_tcp_gbps(int64_t bytes) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  SF_CHECK(listener >= 0, "loopback bandwidth: socket: {}", std::strerror(errno));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  const bool listening = ::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                         ::listen(listener, 1) == 0 &&
+                         ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  if (!listening) {
+    const int error = errno;
+    ::close(listener);
+    fail("loopback bandwidth: cannot listen on 127.0.0.1: {}", std::strerror(error));
+  }
+  std::thread writer([address, bytes] {
+    const int out = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (out < 0) return;
+    if (::connect(out, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
+      std::vector<char> chunk(size_t{1} << 20, 1);
+      for (int64_t left = bytes; left > 0;) {
+        const ssize_t sent = ::send(out, chunk.data(), static_cast<size_t>(std::min<int64_t>(left, chunk.size())),
+                                    MSG_NOSIGNAL);
+        if (sent <= 0) break;
+        left -= sent;
+      }
+    }
+    ::close(out);
+  });
+  const int in = ::accept(listener, nullptr, nullptr);
+  ::close(listener);
+  int64_t received = 0;
+  const auto start = Clock::now();
+  if (in >= 0) {
+    std::vector<char> chunk(size_t{1} << 20);
+    for (ssize_t got; received < bytes && (got = ::recv(in, chunk.data(), chunk.size(), 0)) > 0;) received += got;
+    ::close(in);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  writer.join();
+  SF_CHECK(received == bytes, "loopback bandwidth: {} of {} bytes arrived", received, bytes);
+  return static_cast<double>(bytes) / seconds / 1e9;
+}
+
+}  // namespace
+
 bool kv_transfer_available() { return true; }
 
 std::vector<ProfileRow> profile_kv_transfer(ModelRunner& runner, Backend& backend, const KvCacheConfig& kv,
@@ -197,9 +253,11 @@ std::vector<ProfileRow> profile_kv_transfer(ModelRunner& runner, Backend& backen
   TcpKvTransport receiver(TcpKvConfig{}, receiver_metrics);
   sender.start();
   receiver.start();
+  const double link_gbps = loopback_tcp_gbps(int64_t{256} << 20);
   link = {{"transport", "splitwise::TcpKvTransport (TCP, host staging on both sides)"},
           {"address", sender.address()},
           {"link", "loopback (one host, one process)"},
+          {"loopback_tcp_gbps", link_gbps},
           {"mode", "serialized: every layer's rows after the prompt, written into the receiver's reservation"},
           {"kv_layout", cache.layout.describe()}};
 
@@ -236,9 +294,14 @@ std::vector<ProfileRow> profile_kv_transfer(ModelRunner& runner, Backend& backen
       const double ms = transfer(n, id++);
       const int64_t bytes = bytes_per_token * n;
       rows.push_back(ProfileRow{"kv_transfer", n, 1, 0, bytes, ms, rep});
+      const double gbps = static_cast<double>(bytes) / ms / 1e6;
       if (progress)
-        progress(fmt::format("kv transfer {:>6} tokens ({:.1f} MiB): {:10.3f} ms ({:.2f} GB/s)", n,
-                             static_cast<double>(bytes) / (1 << 20), ms, static_cast<double>(bytes) / ms / 1e6));
+        progress(fmt::format("kv transfer {:>6} tokens ({:.1f} MiB): {:10.3f} ms ({:.2f} GB/s, {:.2f} of the link's "
+                             "{:.2f})",
+                             n, static_cast<double>(bytes) / (1 << 20), ms, gbps, gbps / link_gbps, link_gbps));
+      if (n == largest(grid.kv_transfer_tokens))  // the best repetition of the largest transfer
+        link["largest_transfer_fraction_of_link"] =
+            std::max(link.value("largest_transfer_fraction_of_link", 0.0), gbps / link_gbps);
     }
   }
   receiver.stop();

@@ -116,6 +116,10 @@ TEST(ProfileCommand, QuickCpuProfileHoldsTheGridAndLoadsIntoTheSimulator) {
   EXPECT_EQ(sidecar["kv_transfer_link"]["measured"], kv_transfer_available());
   if (kv_transfer_available()) {
     EXPECT_NE(sidecar["kv_transfer_link"]["address"].get<std::string>().find("127.0.0.1:"), std::string::npos);
+    // The transfers are reported against the loopback's own bandwidth, measured in the same run.
+    EXPECT_GT(sidecar["kv_transfer_link"]["loopback_tcp_gbps"].get<double>(), 0.0);
+    const double fraction = sidecar["kv_transfer_link"]["largest_transfer_fraction_of_link"].get<double>();
+    EXPECT_GT(fraction, 0.0);
   }
   std::filesystem::remove_all(dir);
 }
