@@ -1,10 +1,12 @@
 // Paged attention on the CPU, causal or (encoders) bidirectional, optionally with T5's relative
 // position bias; cross-attention (decoder queries over the encoder's K/V) is the same kernel with
-// every query seeing its sequence's whole context. A work item is (sequence, tile
-// of up to 8 consecutive new tokens, kv head): its tokens' query heads of that group stream over the sequence's KV blocks
-// once, a chunk of blocks at a time, the keys transposed so scores vectorise over keys, with an online softmax
-// (running max and sum per query row, the accumulator rescaled when the max grows); no score
-// matrix is built. A cache in another dtype than f32 is converted to f32 a block at a time.
+// every query seeing its sequence's whole context. A work item is (sequence, tile of up to 8
+// consecutive new tokens, kv head): its tokens' query heads of that group stream over the
+// sequence's KV blocks once, a chunk of about 128 keys (whole blocks) at a time, the chunk's keys
+// transposed (16 x 16 register tiles) so scores vectorise over keys, two query rows scored per
+// pass, with an online softmax (running max and sum per query row, the accumulator rescaled when
+// the max grows); no score matrix is built. Values are read in place from an f32 cache; a cache in
+// another dtype is converted to f32 a block at a time.
 #include "backend/argument_checks.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd.h"
