@@ -18,7 +18,7 @@ constexpr size_t kMatrixPad = 256;
 
 bool is_float_type(DType dtype) { return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16; }
 
-// `count` values of `from` (f32, f16 or bf16) as `to` (f32 or bf16).
+// `count` values of `from` (f32, f16 or bf16) as `to` (f32 or bf16), through f32 (core/dtype.h).
 void convert(DType from, const void* src, DType to, void* dst, size_t count) {
   if (from == to) {
     std::memcpy(dst, src, count * dtype_size(from));
@@ -28,7 +28,6 @@ void convert(DType from, const void* src, DType to, void* dst, size_t count) {
     convert_to_f32(from, src, static_cast<float*>(dst), count);
     return;
   }
-  SF_CHECK(to == DType::BF16, "matmul offload: the helper's activations are {}; expected f32 or bf16", dtype_name(to));
   std::vector<float> wide;
   const float* values = static_cast<const float*>(src);
   if (from != DType::F32) {
@@ -36,8 +35,7 @@ void convert(DType from, const void* src, DType to, void* dst, size_t count) {
     convert_to_f32(from, src, wide.data(), count);
     values = wide.data();
   }
-  uint16_t* out = static_cast<uint16_t*>(dst);
-  for (size_t i = 0; i < count; ++i) out[i] = f32_to_bf16(values[i]);
+  convert_from_f32(values, to, dst, count);
 }
 
 }  // namespace
