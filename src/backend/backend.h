@@ -367,6 +367,13 @@ class Backend {
   // out[i] = x[rows[i]]. x [T, C]; rows [R] I32; out [R, C].
   virtual void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) = 0;
 
+  // One vector per span of rows (embedding pooling on the device, so that only [S, C] comes back):
+  // span s is rows [offsets[s], offsets[s + 1]) of x [T, C] (activation dtype), non-empty; out[s]
+  // (F32 [S, C]) is its first row (Cls), last row (Last) or the fp32 mean of its rows (Mean).
+  // offsets [S + 1] I32, ascending, within [0, T].
+  virtual void pool_rows(const DeviceTensor& x, const DeviceTensor& offsets, Pooling pooling,
+                         const DeviceTensor& out) = 0;
+
   // One token per row of logits [R, V] F32 under rows [R, kSamplingRowWords] I32 (SamplingRow
   // structs, sampling/sampling_rule.h), into tokens [R] I32.
   virtual void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) = 0;

@@ -85,9 +85,9 @@ std::vector<EmbeddingResult> EmbeddingEngine::step() {
     waiting_.pop_front();
   }
   SF_CHECK(!batch.spans.empty(), "embeddings: the next input ({} tokens) does not fit one step", waiting_.front().ids.size());
-  Tensor states;
+  Tensor pooled;
   try {
-    states = runner_.forward_hidden(batch);
+    pooled = runner_.forward_pooled(batch, runner_.spec().embedding.pooling);
   } catch (...) {
     for (SequenceSpan& span : batch.spans) blocks_.release_table(span.block_table);
     throw;
@@ -95,14 +95,11 @@ std::vector<EmbeddingResult> EmbeddingEngine::step() {
   // The K/V were only this step's: the blocks go back at once.
   for (SequenceSpan& span : batch.spans) blocks_.release_table(span.block_table);
 
-  const ModelSpec& spec = runner_.spec();
-  const int64_t hidden = spec.hidden_size;
-  int64_t row = 0;
-  for (EmbeddingResult& result : results) {
-    const std::span<const float> rows(states.as<float>() + row * hidden, static_cast<size_t>(result.num_tokens * hidden));
-    result.embedding = pool_states(rows, result.num_tokens, hidden, spec.embedding.pooling);
-    if (spec.embedding.normalize) l2_normalize(result.embedding);
-    row += result.num_tokens;
+  const int64_t hidden = runner_.spec().hidden_size;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const float* row = pooled.as<float>() + static_cast<int64_t>(i) * hidden;
+    results[i].embedding.assign(row, row + hidden);
+    if (runner_.spec().embedding.normalize) l2_normalize(results[i].embedding);
   }
   return results;
 }

@@ -906,7 +906,7 @@ void ModelRunner::write_encoder_kv(const ForwardBatch& batch, const Tensor& stat
   backend_.synchronize();
 }
 
-Tensor ModelRunner::forward_hidden(const ForwardBatch& batch) {
+DeviceTensor ModelRunner::issue_hidden(const ForwardBatch& batch) {
   SF_CHECK(!encoder_decoder(), "forward_hidden: an encoder_decoder runner runs the decoder (logits); its encoder is "
                                "an encoder_only runner on the spec's encoder_spec()");
   if (leader_channel_) publish_call(encode_step_call(forward_call(StepCallKind::ForwardHidden, batch)));
@@ -915,13 +915,19 @@ Tensor ModelRunner::forward_hidden(const ForwardBatch& batch) {
              "forward batch: span {} starts at position {}, but bidirectional attention needs the whole sequence in "
              "one step", s, batch.spans[s].start_position);
   stage_batch(batch, {});
-  const int64_t tokens = batch.num_tokens(), hidden = spec_.hidden_size;
+  const int64_t tokens = batch.num_tokens();
   issue_layers(tokens);
   const DeviceTensor states = slot_rows(Slot::Hidden, tokens);
   if (!final_norm_.empty())
     backend_.add_norm(states, {}, final_norm_.view(), final_norm_bias_.view(), norm_params_, states);
   if (pipeline_.sends_output()) backend_.send(states, pipeline_.leader);
   if (pipeline_.receives_output()) backend_.recv(states, pipeline_.output_source);
+  return states;
+}
+
+Tensor ModelRunner::forward_hidden(const ForwardBatch& batch) {
+  const DeviceTensor states = issue_hidden(batch);
+  const int64_t tokens = batch.num_tokens(), hidden = spec_.hidden_size;
   Tensor out = Tensor::zeros(DType::F32, {tokens, hidden});
   if (states.dtype == DType::F32) {
     backend_.copy_to_host(states, out.data);
@@ -930,6 +936,22 @@ Tensor ModelRunner::forward_hidden(const ForwardBatch& batch) {
     backend_.copy_to_host(states, raw.data());
     convert_to_f32(states.dtype, raw.data(), out.as<float>(), static_cast<size_t>(tokens * hidden));
   }
+  return out;
+}
+
+Tensor ModelRunner::forward_pooled(const ForwardBatch& batch, Pooling pooling) {
+  const DeviceTensor states = issue_hidden(batch);
+  const int64_t spans = static_cast<int64_t>(batch.spans.size()), hidden = spec_.hidden_size;
+  if (pool_offsets_.empty()) {
+    pool_offsets_ = backend_.allocate(DType::I32, {limits_.max_seqs + 1});
+    pooled_ = backend_.allocate(DType::F32, {limits_.max_seqs, hidden});
+  }
+  std::vector<int32_t> offsets(static_cast<size_t>(spans + 1), 0);
+  for (int64_t s = 0; s < spans; ++s) offsets[s + 1] = offsets[s] + batch.spans[s].num_tokens;
+  backend_.copy_to_device(offsets.data(), pool_offsets_.view().rows(0, spans + 1));
+  backend_.pool_rows(states, pool_offsets_.view().rows(0, spans + 1), pooling, pooled_.view().rows(0, spans));
+  Tensor out = Tensor::zeros(DType::F32, {spans, hidden});
+  backend_.copy_to_host(pooled_.view().rows(0, spans), out.data);
   return out;
 }
 
@@ -1082,7 +1104,7 @@ void ModelRunner::follow(StepChannel& channel) {
             return allow_all;
           });
           break;
-        case StepCallKind::ForwardHidden: forward_hidden(call.batch); break;
+        case StepCallKind::ForwardHidden: issue_hidden(call.batch); break;
         case StepCallKind::SwapBlocks: swap_blocks(call.copies, call.direction); break;
         case StepCallKind::WarmUp: warm_up(call.device_sampling); break;
       }

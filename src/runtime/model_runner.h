@@ -197,6 +197,10 @@ class ModelRunner {
   // bidirectional attention (attention.causal false) each span must be a whole sequence
   // (start_position 0). The spans' K/V are written to their blocks like any forward's.
   Tensor forward_hidden(const ForwardBatch& batch);
+  // forward_hidden() pooled on the device: one vector per span ([spans, hidden] F32 on the host,
+  // in span order), its first row (Cls), last row (Last) or mean (Mean). What embeddings need,
+  // with spans x hidden coming back instead of every token's state.
+  Tensor forward_pooled(const ForwardBatch& batch, Pooling pooling);
   // encoder_decoder: each decoder layer's cross-attention K/V of the encoder's last states
   // ([batch tokens, hidden] F32 on the host: the encoder runner's forward_hidden(batch)), written to
   // the cross layers of the cache at positions [0, num_tokens) of each span's block table. `batch`
@@ -277,6 +281,9 @@ class ModelRunner {
   bool issue_warmup_step(const ForwardBatch& batch, bool sample);
   // Embedding and every layer over the first `tokens` rows.
   void issue_layers(int64_t tokens);
+  // forward_hidden's and forward_pooled's work (published to followers, who run only this):
+  // the batch's last states, final-normed, on the device ([tokens, hidden] of the Hidden slot).
+  DeviceTensor issue_hidden(const ForwardBatch& batch);
   // The rows of the residual stream this rank sends to or receives from the next or previous
   // stage (PipelineLinks::split): all `tokens` rows without tensor parallelism.
   DeviceTensor hidden_share(int64_t tokens) const;
@@ -365,6 +372,7 @@ class ModelRunner {
   StepSection step_sections_[kStepFields];
   std::shared_ptr<void> staging_;  // allocate_host: pinned on CUDA
   DeviceBuffer d_step_;
+  DeviceBuffer pool_offsets_, pooled_;  // [max_seqs + 1] I32, [max_seqs, hidden] F32, at the first forward_pooled
   DeviceBuffer d_token_masks_;     // [max_seqs, ceil(vocab / 32)] I32, at the first masked step
   DeviceBuffer d_sampled_;         // [max_batch_tokens] I32
   std::vector<int32_t> logit_rows_;  // this step's logits rows (host copy, for counts and chunking)

@@ -347,6 +347,33 @@ TEST_F(CpuKernels, GatherRows) {
   EXPECT_THROW(backend->gather_rows(da.view(), d_bad.view(), one.view()), Error);
 }
 
+TEST_F(CpuKernels, PoolRowsTakesFirstLastOrMeanOfEachSpan) {
+  const int64_t cols = 11;
+  const std::vector<int32_t> offsets = {0, 1, 5, 12};  // spans of 1, 4 and 7 rows
+  const std::vector<float> x = random_floats(rng, 12 * cols);
+  DeviceBuffer d_x = to_device(*backend, x, {12, cols}), d_offsets = to_device(*backend, offsets, {4});
+  for (const Pooling pooling : {Pooling::Cls, Pooling::Mean, Pooling::Last}) {
+    DeviceBuffer out = backend->allocate(DType::F32, {3, cols});
+    backend->pool_rows(d_x.view(), d_offsets.view(), pooling, out.view());
+    const std::vector<float> got = to_host(*backend, out.view());
+    for (int s = 0; s < 3; ++s)
+      for (int64_t c = 0; c < cols; ++c) {
+        double want = 0.0;
+        if (pooling == Pooling::Cls) want = x[offsets[s] * cols + c];
+        if (pooling == Pooling::Last) want = x[(offsets[s + 1] - 1) * cols + c];
+        if (pooling == Pooling::Mean) {
+          for (int32_t r = offsets[s]; r < offsets[s + 1]; ++r) want += x[r * cols + c];
+          want /= offsets[s + 1] - offsets[s];
+        }
+        expect_close(got[s * cols + c], want, std::abs(want) + 1e-6, 1e-6, fmt::format("span {} col {}", s, c));
+      }
+  }
+  const std::vector<int32_t> empty_span = {0, 3, 3};  // span 1 has no rows
+  DeviceBuffer d_empty = to_device(*backend, empty_span, {3});
+  DeviceBuffer two = backend->allocate(DType::F32, {2, cols});
+  EXPECT_THROW(backend->pool_rows(d_x.view(), d_empty.view(), Pooling::Mean, two.view()), Error);
+}
+
 TEST_F(CpuKernels, WriteKvStoresKAndVHeadsAtSlots) {
   const AttentionParams params{4, 2, 3, 5, 1.0f, 0};
   const int64_t tokens = 3, width = (4 + 2 * 2) * 3, kv_dim = 6, blocks = 4;

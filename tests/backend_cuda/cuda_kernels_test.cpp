@@ -1021,6 +1021,38 @@ TEST_F(CudaKernels, GatherRowsBf16AndF32) {
   }
 }
 
+TEST_F(CudaKernels, PoolRowsTakesFirstLastOrMeanOfEachSpanBf16AndF32) {
+  // Spans as an embedding step has them: many short ones, one long.
+  const int64_t cols = 384;
+  std::vector<int32_t> offsets = {0};
+  for (int32_t length : {1, 7, 32, 3, 300, 2}) offsets.push_back(offsets.back() + length);
+  const int64_t rows = offsets.back(), spans = static_cast<int64_t>(offsets.size()) - 1;
+  std::vector<float> x = random_values(rng, rows * cols);
+  DeviceBuffer d_offsets = to_device_i32(*backend, offsets, {spans + 1});
+  DeviceBuffer d_bf16 = to_device_bf16(*backend, x, {rows, cols}), d_f32 = to_device_f32(*backend, x, {rows, cols});
+  for (const Pooling pooling : {Pooling::Cls, Pooling::Mean, Pooling::Last}) {
+    std::vector<double> ref;
+    for (int64_t s = 0; s < spans; ++s)
+      for (int64_t c = 0; c < cols; ++c) {
+        double value = 0.0;
+        if (pooling == Pooling::Cls) value = x[offsets[s] * cols + c];
+        if (pooling == Pooling::Last) value = x[(offsets[s + 1] - 1) * cols + c];
+        if (pooling == Pooling::Mean) {
+          for (int32_t r = offsets[s]; r < offsets[s + 1]; ++r) value += x[r * cols + c];
+          value /= offsets[s + 1] - offsets[s];
+        }
+        ref.push_back(value);
+      }
+    for (const DeviceBuffer* src : {&d_bf16, &d_f32}) {
+      DeviceBuffer out = backend->allocate(DType::F32, {spans, cols});
+      backend->pool_rows(src->view(), d_offsets.view(), pooling, out.view());
+      // x holds bf16-exact values (to_device_bf16 rounded them): only the fp32 sum rounds.
+      EXPECT_LE(relative_error(to_host(*backend, out.view()), ref), 1e-6)
+          << dtype_name(src->view().dtype) << " pooling " << static_cast<int>(pooling);
+    }
+  }
+}
+
 TEST(CudaBackend, RejectsMissingDevice) {
   SF_REQUIRE_GPU();
 #ifdef SPLITFLOW_HAS_CUDA

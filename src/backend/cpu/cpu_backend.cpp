@@ -458,6 +458,31 @@ void CpuBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, co
   }
 }
 
+void CpuBackend::pool_rows(const DeviceTensor& x, const DeviceTensor& offsets, Pooling pooling,
+                           const DeviceTensor& out) {
+  check_f32(x, "pool_rows", "x");
+  check_i32(offsets, "pool_rows", "offsets");
+  check_f32(out, "pool_rows", "out");
+  const int64_t spans = offsets.numel() - 1, cols = x.row_numel();
+  SF_CHECK(spans >= 0, "cpu pool_rows: offsets is empty (it holds spans + 1 row starts)");
+  check_shape(out, {spans, cols}, "pool_rows", "out");
+  const int32_t* starts = offsets.as<int32_t>();
+  for (int64_t s = 0; s < spans; ++s) {
+    const int64_t begin = starts[s], end = starts[s + 1];
+    SF_CHECK(begin >= 0 && begin < end && end <= x.dim(0), "cpu pool_rows: span {} is rows [{}, {}) of {}", s, begin,
+             end, x.dim(0));
+    float* pooled = out.as<float>() + s * cols;
+    if (pooling != Pooling::Mean) {
+      std::memmove(pooled, x.as<float>() + (pooling == Pooling::Cls ? begin : end - 1) * cols, cols * sizeof(float));
+      continue;
+    }
+    std::vector<double> sum(static_cast<size_t>(cols), 0.0);
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t c = 0; c < cols; ++c) sum[c] += x.as<float>()[r * cols + c];
+    for (int64_t c = 0; c < cols; ++c) pooled[c] = static_cast<float>(sum[c] / static_cast<double>(end - begin));
+  }
+}
+
 DeviceMemoryInfo CpuBackend::memory_info() const {
   DeviceMemoryInfo memory = read_host_memory();
   memory.free_bytes = std::max<int64_t>(memory.free_bytes - host_area_bytes_->load(), 0);

@@ -782,6 +782,21 @@ void CudaBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, c
                 "gather_rows");
 }
 
+void CudaBackend::pool_rows(const DeviceTensor& x, const DeviceTensor& offsets, Pooling pooling,
+                            const DeviceTensor& out) {
+  SF_CHECK(x.dtype == DType::BF16 || x.dtype == DType::F32, "cuda pool_rows: x has dtype {}, expected bf16 or f32",
+           dtype_name(x.dtype));
+  check_dtype(offsets, DType::I32, "pool_rows", "offsets");
+  check_dtype(out, DType::F32, "pool_rows", "out");
+  const int64_t spans = offsets.numel() - 1, cols = x.row_numel();
+  SF_CHECK(spans >= 0, "cuda pool_rows: offsets is empty (it holds spans + 1 row starts)");
+  check_shape(out, {spans, cols}, "pool_rows", "out");
+  const int mode = pooling == Pooling::Cls ? 0 : pooling == Pooling::Mean ? 1 : 2;
+  SF_CUDA_CHECK(launch_pool_rows(x.data, x.dtype == DType::F32, offsets.as<int32_t>(), mode, out.as<float>(), spans,
+                                 cols, stream_),
+                "pool_rows");
+}
+
 void CudaBackend::sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) {
   check_dtype(logits, DType::F32, "sample", "logits");
   check_dtype(rows, DType::I32, "sample", "rows");

@@ -40,6 +40,7 @@ namespace {
 __device__ __forceinline__ float load(const bf16_bits* p, int64_t i) {
   return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
 }
+__device__ __forceinline__ float load(const float* p, int64_t i) { return p[i]; }
 __device__ __forceinline__ void store(bf16_bits* p, int64_t i, float v) {
   reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);  // round to nearest even
 }
@@ -630,6 +631,25 @@ __global__ void gather_rows_kernel(const uint16_t* x, const int32_t* rows, uint1
   for (int64_t i = threadIdx.x; i < row_elems; i += blockDim.x) out[r * row_elems + i] = src[i];
 }
 
+
+// Block (span, column chunk): each thread one column, summed down the span's rows in fp32.
+// mode: 0 Cls, 1 Mean, 2 Last.
+template <typename T>
+__global__ void pool_rows_kernel(const T* x, const int32_t* offsets, int mode, float* out, int64_t cols) {
+  const int64_t s = blockIdx.x, c = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  const int64_t begin = offsets[s], end = offsets[s + 1];
+  float value;
+  if (mode == 1) {
+    float sum = 0.0f;
+    for (int64_t r = begin; r < end; ++r) sum += load(x, r * cols + c);
+    value = sum / static_cast<float>(end - begin);
+  } else {
+    value = load(x, (mode == 0 ? begin : end - 1) * cols + c);
+  }
+  out[s * cols + c] = value;
+}
+
 }  // namespace
 
 cudaError_t launch_fill_generated_normal(uint64_t key, float stddev, bf16_bits* out_bf16, float* out_f32, int64_t count,
@@ -803,6 +823,18 @@ cudaError_t launch_activation(const bf16_bits* x, int act, bool gated, bf16_bits
     return cudaGetLastError();
   }
   activation_kernel<<<grid_for(tokens * inner), kThreads, 0, stream>>>(x, act, gated, out, tokens, inner);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_pool_rows(const void* x, bool x_f32, const int32_t* offsets, int mode, float* out, int64_t spans,
+                             int64_t cols, cudaStream_t stream) {
+  if (spans == 0 || cols == 0) return cudaSuccess;
+  constexpr int kColumns = 128;
+  const dim3 grid(static_cast<unsigned>(spans), static_cast<unsigned>((cols + kColumns - 1) / kColumns));
+  if (x_f32)
+    pool_rows_kernel<<<grid, kColumns, 0, stream>>>(static_cast<const float*>(x), offsets, mode, out, cols);
+  else
+    pool_rows_kernel<<<grid, kColumns, 0, stream>>>(static_cast<const bf16_bits*>(x), offsets, mode, out, cols);
   return cudaGetLastError();
 }
 

@@ -183,6 +183,11 @@ cudaError_t launch_flash_prefill(const AttentionLaunch& a, bool skip_single, cud
 cudaError_t launch_activation(const bf16_bits* x, int act, bool gated, bf16_bits* out, int64_t tokens, int64_t inner,
                               cudaStream_t stream);
 
+// out[s] (f32 [spans, cols]) = row offsets[s] (mode 0), the fp32 mean of rows [offsets[s],
+// offsets[s + 1]) (mode 1) or row offsets[s + 1] - 1 (mode 2) of x [T, cols], bf16 or f32.
+cudaError_t launch_pool_rows(const void* x, bool x_f32, const int32_t* offsets, int mode, float* out, int64_t spans,
+                             int64_t cols, cudaStream_t stream);
+
 // out[i] = x[rows[i]] for rows of row_bytes bytes (a multiple of 2).
 cudaError_t launch_gather_rows(const void* x, const int32_t* rows, void* out, int64_t count, int64_t row_bytes,
                                cudaStream_t stream);
