@@ -11,8 +11,8 @@
 #      size of SIZES (default: 2, and 4 when 4 GPUs are visible), batch 1 and BATCH2 (default 32),
 #   4. HYBRID=1: `bench latency` on HYBRID_CONFIG (default TinyLlama-1.1B, dummy weights) at each
 #      -ngl of NGL (default "all 16 11 6"; all: the whole model on the GPU; auto: the engine's
-#      pick), each with --offload-rows of OFFLOAD (default "0": off; "0 32" A/Bs llama.cpp's op
-#      offload), HYBRID_INPUT / HYBRID_OUTPUT tokens (512 / 128), HYBRID_THREADS CPU threads (both
+#      pick), each with --offload-rows of OFFLOAD (default "32", the engine's default; "0 32" A/Bs
+#      llama.cpp's op offload), HYBRID_INPUT / HYBRID_OUTPUT tokens (512 / 128), HYBRID_THREADS CPU threads (both
 #      engines; default all cores); with GGUF=FILE and
 #      LLAMA_BENCH=BIN, on that file with llama.cpp's llama-bench at the same split in each run.
 #   5. EMBED=1: `bench embed` on the all-MiniLM-L6-v2 shape (dummy weights), 32- and 512-token inputs.
@@ -91,7 +91,7 @@ if [[ ${HYBRID:-0} == 1 ]]; then
     model=(--dummy-weights --config "${HYBRID_CONFIG:-bench/configs/tinyllama-1.1b.json}")
   fi
   for ngl in ${NGL:-all 16 11 6}; do
-    for rows in ${OFFLOAD:-0}; do
+    for rows in ${OFFLOAD:-32}; do
       [[ $ngl == all && $rows != 0 ]] && continue
       split=()
       [[ $ngl != all ]] && split=(-ngl "$ngl" --offload-rows "$rows")

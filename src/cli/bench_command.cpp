@@ -75,7 +75,8 @@ void run_bench_latency(const LatencyFlags& flags) {
   result["commit"] = bench::source_commit();
   if (gpu_layers) {
     result["gpu_layers"] = *gpu_layers;
-    result["offload_rows"] = flags.model.offload_rows;  // 0: the CPU layers' products stay on the CPU
+    const std::optional<MatmulOffloadOptions> offload = flags.model.offload();
+    result["offload_rows"] = offload ? offload->min_rows : 0;  // 0: the CPU layers' products stay on the CPU
   }
 
   if (!flags.llama_bench.empty()) {

@@ -79,11 +79,11 @@ std::unique_ptr<Backend> ModelFlags::make_backend(const ParallelRank* rank) cons
   SF_CHECK(!gpu_layers_auto || backend == "cuda",
            "-ngl/--n-gpu-layers auto with --device {}: the engine picks how many layers the GPU takes with --device cuda",
            backend);
-  SF_CHECK(offload_rows >= 0, "--offload-rows must be 0 (off) or a row count, not {}", offload_rows);
-  SF_CHECK(offload_rows == 0 || (backend == "cuda" && (gpu_layers_auto || n_gpu_layers)),
+  SF_CHECK(offload_rows.value_or(0) >= 0, "--offload-rows must be 0 (off) or a row count, not {}", *offload_rows);
+  SF_CHECK(offload_rows.value_or(0) == 0 || (backend == "cuda" && (gpu_layers_auto || n_gpu_layers)),
            "--offload-rows {}: the CPU layers' products go to the GPU only in a GPU/CPU split (--device cuda with "
            "-ngl N or auto)",
-           offload_rows);
+           *offload_rows);
   std::unique_ptr<Backend> made;
   if (backend == "cuda") {
 #ifdef SPLITFLOW_HAS_CUDA
@@ -181,10 +181,11 @@ std::unique_ptr<LocalPipeline> ModelFlags::make_gpu_cpu_pipeline(const LoadedMod
 }
 
 std::optional<MatmulOffloadOptions> ModelFlags::offload() const {
-  SF_CHECK(offload_rows >= 0, "--offload-rows must be 0 (off) or a row count, not {}", offload_rows);
-  if (offload_rows == 0) return std::nullopt;
+  const int rows = offload_rows.value_or(kDefaultOffloadRows);
+  SF_CHECK(rows >= 0, "--offload-rows must be 0 (off) or a row count, not {}", rows);
+  if (rows == 0) return std::nullopt;
   MatmulOffloadOptions options;
-  options.min_rows = offload_rows;
+  options.min_rows = rows;
   return options;
 }
 
@@ -228,8 +229,8 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
       ->type_name("N|auto");
   command.add_option("--offload-rows", flags.offload_rows,
                      "with a GPU/CPU split (-ngl): the CPU layers' matrix products of at least N rows (a prompt's) run "
-                     "on the GPU, each matrix copied over for its product (llama.cpp's op offload); 0: off")
-      ->capture_default_str();
+                     "on the GPU, each matrix copied over for its product (llama.cpp's op offload); 0: off; default " +
+                         std::to_string(ModelFlags::kDefaultOffloadRows));
 }
 
 void add_kv_cache_dtype_flag(CLI::App& command, std::string& kv_cache_dtype) {

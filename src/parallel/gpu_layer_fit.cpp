@@ -32,9 +32,9 @@ GpuLayerFit fit_gpu_layers(const GpuLayerFitRequest& request) {
   const int layers = static_cast<int>(request.layer_bytes.size());
   SF_CHECK(layers > 0 && request.layer_kv_bytes.size() == request.layer_bytes.size(),
            "gpu layer fit: {} layers of weights but {} of KV cache", layers, request.layer_kv_bytes.size());
-  SF_CHECK(request.head_bytes >= 0 && request.embed_bytes >= 0 && request.step_bytes >= 0,
-           "gpu layer fit: negative sizes (head {}, embeddings {}, step buffers {})", request.head_bytes,
-           request.embed_bytes, request.step_bytes);
+  SF_CHECK(request.head_bytes >= 0 && request.embed_bytes >= 0 && request.step_bytes >= 0 && request.split_bytes >= 0,
+           "gpu layer fit: negative sizes (head {}, embeddings {}, step buffers {}, offload staging {})",
+           request.head_bytes, request.embed_bytes, request.step_bytes, request.split_bytes);
   for (int i = 0; i < layers; ++i)
     SF_CHECK(request.layer_bytes[i] >= 0 && request.layer_kv_bytes[i] >= 0,
              "gpu layer fit: layer {} has negative sizes ({} weight bytes, {} KV bytes)", i, request.layer_bytes[i],
@@ -49,16 +49,23 @@ GpuLayerFit fit_gpu_layers(const GpuLayerFitRequest& request) {
   fit.num_layers = layers;
   fit.usable_bytes = usable_memory_bytes(memory, request.budget);
 
-  // Trailing layers, one at a time from the last: what n layers on the GPU cost.
-  int64_t used = request.head_bytes + request.step_bytes;
+  // Every layer with the embeddings (no split), else trailing layers one at a time from the last,
+  // with the offload's staging when there is one.
+  int64_t whole = request.head_bytes + request.step_bytes + request.embed_bytes;
+  for (int i = 0; i < layers; ++i) whole += request.layer_bytes[i] + request.layer_kv_bytes[i];
+  int64_t used = 0;
   int fitted = 0;
-  for (int n = 1; n <= layers; ++n) {
-    const int layer = layers - n;
-    const int64_t with_layer = used + request.layer_bytes[layer] + request.layer_kv_bytes[layer] +
-                               (n == layers ? request.embed_bytes : 0);
-    if (with_layer > fit.usable_bytes) break;
-    used = with_layer;
-    fitted = n;
+  if (whole <= fit.usable_bytes) {
+    used = whole;
+    fitted = layers;
+  } else {
+    int64_t placed = request.head_bytes + request.step_bytes + request.split_bytes;
+    for (int n = 1; n < layers; ++n) {
+      placed += request.layer_bytes[layers - n] + request.layer_kv_bytes[layers - n];
+      if (placed > fit.usable_bytes) break;
+      used = placed;
+      fitted = n;
+    }
   }
   const int64_t last_layer = request.layer_bytes.back() + request.layer_kv_bytes.back();
   SF_CHECK(fitted > 0,
@@ -66,16 +73,15 @@ GpuLayerFit fit_gpu_layers(const GpuLayerFitRequest& request) {
            "fraction {}, {:.2f} GiB reserved) against {:.2f} GiB for the head, {:.2f} GiB of step buffers and {:.2f} GiB "
            "for the last layer with its KV cache; run it with --device cpu, or shorten the context",
            gib(fit.usable_bytes), gib(memory.free_bytes), gib(memory.total_bytes), request.budget.memory_fraction,
-           gib(request.budget.reserve_bytes), gib(request.head_bytes), gib(request.step_bytes), gib(last_layer));
+           gib(request.budget.reserve_bytes), gib(request.head_bytes), gib(request.step_bytes + request.split_bytes),
+           gib(last_layer));
   fit.gpu_layers = fitted;
   fit.gpu_bytes = used;
-  int64_t model_bytes = request.head_bytes + request.embed_bytes + request.step_bytes;
-  for (int i = 0; i < layers; ++i) model_bytes += request.layer_bytes[i] + request.layer_kv_bytes[i];
   fit.summary = fmt::format(
       "{} of {} layers on the GPU: {:.2f} GiB of {:.2f} GiB usable ({:.2f} GiB free of {:.2f} GiB, memory fraction {}, "
       "{:.2f} GiB reserved); the whole model with its KV cache would take {:.2f} GiB",
       fitted, layers, gib(used), gib(fit.usable_bytes), gib(memory.free_bytes), gib(memory.total_bytes),
-      request.budget.memory_fraction, gib(request.budget.reserve_bytes), gib(model_bytes));
+      request.budget.memory_fraction, gib(request.budget.reserve_bytes), gib(whole));
   return fit;
 }
 
@@ -87,7 +93,8 @@ int64_t split_kv_blocks(const GpuLayerFitRequest& per_token, int gpu_layers, int
            "split kv blocks: {} GPU layers of {}, blocks of {} tokens, at most {} blocks", gpu_layers, layers, block_size,
            max_blocks);
   const int64_t usable = usable_memory_bytes(per_token.memory, per_token.budget);
-  int64_t gpu_weights = per_token.head_bytes + per_token.step_bytes, gpu_block = 0, cpu_block = 0;
+  int64_t gpu_weights = per_token.head_bytes + per_token.step_bytes + (gpu_layers < layers ? per_token.split_bytes : 0),
+          gpu_block = 0, cpu_block = 0;
   for (int layer = 0; layer < layers; ++layer) {
     const bool on_gpu = layer >= layers - gpu_layers;
     if (on_gpu) gpu_weights += per_token.layer_bytes[layer];
@@ -141,7 +148,7 @@ GpuLayerFitRequest gpu_layer_fit_request(const ModelSpec& spec, const ModelWeigh
         largest = std::max(largest, stored_bytes(*matrix));
         widest = std::max({widest, matrix->shape[0], matrix->shape[1]});
       }
-    request.step_bytes += MatmulOffloadBackend::staging_bytes(largest, widest, DType::BF16, *offload);
+    request.split_bytes = MatmulOffloadBackend::staging_bytes(largest, widest, DType::BF16, *offload);
   }
   return request;
 }

@@ -26,9 +26,10 @@ struct GpuLayerFitRequest {
   std::vector<int64_t> layer_kv_bytes;  // each layer's KV cache for the run's context
   int64_t head_bytes = 0;               // final norm and LM head: on the GPU in every split
   int64_t embed_bytes = 0;              // embeddings: on the GPU only when every layer is
-  // The GPU stage's step buffers (activations, logits), and with the matmul offload the staging
-  // of the CPU layers' products (backend/matmul_offload.h; counted in every split).
-  int64_t step_bytes = 0;
+  int64_t step_bytes = 0;                // the GPU stage's step buffers (activations, logits)
+  // With the matmul offload, the staging of the CPU layers' products (backend/matmul_offload.h):
+  // on the GPU only in a split (when every layer fits there is no CPU layer to offload).
+  int64_t split_bytes = 0;
   DeviceMemoryInfo memory;              // the GPU's, measured before anything of the model is on it
   KvCacheMemoryBudget budget;           // memory_fraction of the total, reserve_bytes kept free
 };

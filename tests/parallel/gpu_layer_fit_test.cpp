@@ -55,6 +55,29 @@ TEST(GpuLayerFit, EveryLayerOnlyWithTheEmbeddings) {
   EXPECT_EQ(fit_gpu_layers(four_layers(749)).gpu_layers, 3);
 }
 
+TEST(GpuLayerFit, OffloadStagingOnlyInASplit) {
+  // 30 bytes of staging: every layer with the embeddings (550) holds none and still fits 550 usable;
+  // a split holds it beside its layers.
+  GpuLayerFitRequest request = four_layers(750);  // usable 550
+  request.split_bytes = 30;
+  EXPECT_EQ(fit_gpu_layers(request).gpu_layers, 4);
+  EXPECT_EQ(fit_gpu_layers(request).gpu_bytes, 550);
+  request.memory.free_bytes = 749;  // usable 549: three layers and the staging, 430
+  EXPECT_EQ(fit_gpu_layers(request).gpu_layers, 3);
+  EXPECT_EQ(fit_gpu_layers(request).gpu_bytes, 430);
+  request.memory.free_bytes = 600;  // usable 400: three layers' 400 leave no room for the staging
+  EXPECT_EQ(fit_gpu_layers(request).gpu_layers, 2);
+  EXPECT_EQ(fit_gpu_layers(request).gpu_bytes, 320);
+  // The KV blocks of a split count it; of every layer on the GPU, not.
+  GpuLayerFitRequest per_token = four_layers(1000);
+  per_token.layer_kv_bytes = {1, 1, 1, 1};
+  per_token.budget = {1.0, 0};
+  per_token.split_bytes = 30;
+  // Two GPU layers: 1000 - (70 + 200 + 30) = 700 over 32 -> 21; all four: 1000 - 470 = 530 over 64 -> 8.
+  EXPECT_EQ(split_kv_blocks(per_token, 2, 16, 10000, INT32_MAX), 21);
+  EXPECT_EQ(split_kv_blocks(per_token, 4, 16, 10000, INT32_MAX), 8);
+}
+
 TEST(GpuLayerFit, CountsFromTheLastLayer) {
   GpuLayerFitRequest request = four_layers(600);  // usable 400
   request.layer_bytes = {10, 10, 30, 300};  // the last layer: 70 + 310 = 380; with the next, 420
@@ -137,7 +160,9 @@ TEST(GpuLayerFit, CountsEveryCheckpointTensorAsTheGpuStoresIt) {
       gpu_layer_fit_request(model.spec, model.weights, cuda_upload_bytes, context, DType::BF16, limits,
                             {int64_t{1} << 30, int64_t{1} << 31}, {}, offload);
   const int64_t hidden = config["hidden_size"].get<int64_t>(), gate_up = 2 * config["intermediate_size"].get<int64_t>();
-  EXPECT_EQ(offloading.step_bytes - request.step_bytes,
+  EXPECT_EQ(offloading.step_bytes, request.step_bytes);
+  EXPECT_EQ(request.split_bytes, 0);
+  EXPECT_EQ(offloading.split_bytes,
             2 * gate_up * hidden * 2 + 256 + 512 * gate_up * 2 + 512 * gate_up * 4 + (int64_t{512} << 20));
   EXPECT_EQ(offloading.layer_bytes, request.layer_bytes);
 }
