@@ -18,6 +18,10 @@
 #   5. EMBED=1: `bench embed` on the all-MiniLM-L6-v2 shape (dummy weights), 32- and 512-token inputs.
 #   6. AUTO_CAP=F: `serve -ngl auto --gpu-memory-utilization F` on HYBRID_CONFIG (dummy weights): the
 #      split the engine picks where the model does not fit that share, and one completion.
+#   7. EMBED_SERVE=1: `serve` of the all-MiniLM-L6-v2 shape (dummy weights) and `bench serve
+#      --endpoint embeddings` against it: 32-token inputs, EMBED_BATCH per request (default 64),
+#      float and base64 answers, EMBED_CONCURRENCY requests in flight (default 64): the
+#      /v1/embeddings throughput issue 28 asks for, HTTP and JSON included.
 #   PEER_BUILD=1 first builds llama.cpp's llama-bench / llama-quantize with CUDA (bench/build_llama_cpp.sh;
 #   the source carried as .carry/llama.cpp-src.tar.gz, unpacked into .cache/llama.cpp), and
 #   MAKE_GGUF="CONFIG:TYPE ..." writes .cache/gguf/<config>-<type>.gguf with bench/make_gguf.py.
@@ -124,5 +128,21 @@ if [[ -n ${AUTO_CAP:-} ]]; then
   echo "=== -ngl auto at --gpu-memory-utilization $AUTO_CAP ==="
   grep -E "ngl auto|GPU/CPU split|kv cache" "$logs/auto_cap.log" | head -4
   head -c 300 "$logs/auto_cap_reply.json"; echo
+fi
+if [[ ${EMBED_SERVE:-0} == 1 ]]; then
+  "$build/splitflow" serve --dummy-weights --config bench/configs/all-minilm-l6-v2.json --device cuda --port 18124 \
+    --max-batch-tokens 65536 --max-seqs 2048 --max-queue 65536 >"$logs/embed_serve.log" 2>&1 &
+  for _ in $(seq 100); do curl -sf localhost:18124/health >/dev/null && break; sleep 1; done
+  batch=${EMBED_BATCH:-64}
+  for format in float base64; do
+    timeout 200 "$build/splitflow" bench serve --url http://127.0.0.1:18124 --endpoint embeddings --rate 100000 \
+      --num-requests $((262144 / batch)) --input-len 32 --inputs-per-request "$batch" --prompt-vocab 30000 \
+      --encoding-format "$format" --max-concurrency "${EMBED_CONCURRENCY:-64}" --label "embeddings-$format" \
+      --results-dir "$results" >"$logs/embed_serve_$format.log" 2>&1
+    echo "=== /v1/embeddings, 32-token inputs, $batch a request, $format (exit $?) ==="
+    grep -E "failed|error" "$logs/embed_serve_$format.log" | head -3
+    python3 -c "import json,glob; d=json.load(open(sorted(glob.glob('$results/serve-*.json'))[-1])); s=d['runs'][0]['summary']; print({k: s.get(k) for k in ('num_completed','num_failed','duration_s','request_throughput_rps','total_token_throughput_tps')})"
+  done
+  pkill -INT -f "splitflow serve --dummy-weights --config bench/configs/all-minilm" ; sleep 3
 fi
 exit $rc

@@ -120,12 +120,21 @@ ServerInfo query_server(const ServerUrl& url, double timeout_s) {
 
 namespace {
 
-// One /v1/embeddings request of the prompt's ids, answered whole.
+// One /v1/embeddings request of inputs_per_request prompts' ids, answered whole.
 RequestRecord send_embedding_request(const ServerUrl& url, const ClientOptions& options, const TimedRequest& request,
                                      double run_start_s, RequestRecord record) {
   record.output_len = 0;
-  const json body = {{"model", options.model},
-                     {"input", prompt_token_ids(options.seed, request.index, request.input_len, options.prompt_vocab)}};
+  const int32_t count = options.inputs_per_request;
+  json input;
+  if (count == 1) {
+    input = prompt_token_ids(options.seed, request.index, request.input_len, options.prompt_vocab);
+  } else {
+    for (int32_t i = 0; i < count; ++i)
+      input.push_back(prompt_token_ids(options.seed, request.index * count + i, request.input_len, options.prompt_vocab));
+  }
+  record.input_len = request.input_len * count;
+  json body = {{"model", options.model}, {"input", std::move(input)}};
+  if (options.encoding_format != "float") body["encoding_format"] = options.encoding_format;
   httplib::Client client(url.host, url.port);
   set_timeouts(client, options.timeout_s);
   record.send_s = now_s() - run_start_s;
@@ -137,8 +146,19 @@ RequestRecord send_embedding_request(const ServerUrl& url, const ClientOptions& 
     record.error = fmt::format("HTTP {}: {}", result->status, error_message(result->body));
   } else {
     const json answer = json::parse(result->body, nullptr, /*allow_exceptions=*/false);
-    if (!answer.is_object() || !answer.contains("data") || !answer["data"].is_array() || answer["data"].size() != 1)
-      record.error = fmt::format("the answer is not one embedding: {}", result->body.substr(0, 200));
+    const bool base64 = options.encoding_format == "base64";
+    const auto encoded_as_asked = [&](const json& item) {
+      const auto embedding = item.find("embedding");
+      return item.is_object() && embedding != item.end() &&
+             (base64 ? embedding->is_string() && !embedding->get_ref<const std::string&>().empty()
+                     : embedding->is_array() && !embedding->empty());
+    };
+    if (!answer.is_object() || !answer.contains("data") || !answer["data"].is_array() ||
+        answer["data"].size() != static_cast<size_t>(count))
+      record.error = fmt::format("the answer is not {} embedding(s): {}", count, result->body.substr(0, 200));
+    else if (!std::all_of(answer["data"].begin(), answer["data"].end(), encoded_as_asked))
+      record.error = fmt::format("an embedding is not {} as asked: {}", base64 ? "a base64 string" : "a list of floats",
+                                 result->body.substr(0, 200));
     else
       record.ok = true;
   }

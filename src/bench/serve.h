@@ -55,6 +55,11 @@ struct ClientOptions {
   // ids per request, answered whole; its TTFT is its E2E (the vectors come at once) and it has
   // no output tokens, so throughput counts input tokens.
   std::string endpoint = "completions";
+  // embeddings: inputs in one request's `input` list (retrieval clients send chunks in batches;
+  // OpenAI takes up to 2048), each --input-len tokens; and the `encoding_format` asked for
+  // (float, or base64: little-endian float32, a quarter of the JSON's characters).
+  int32_t inputs_per_request = 1;
+  std::string encoding_format = "float";
 };
 
 // One request's outcome; times in seconds.

@@ -84,6 +84,14 @@ void run_bench_serve(const ServeBenchFlags& flags) {
   SF_CHECK(flags.client.prompt_vocab > 0, "--prompt-vocab must be positive, not {}", flags.client.prompt_vocab);
   SF_CHECK(flags.client.endpoint == "completions" || flags.client.endpoint == "embeddings",
            "--endpoint must be completions or embeddings, not '{}'", flags.client.endpoint);
+  SF_CHECK(flags.client.inputs_per_request >= 1 && flags.client.inputs_per_request <= 2048,
+           "--inputs-per-request must be in [1, 2048] (OpenAI's limit on an input list), not {}",
+           flags.client.inputs_per_request);
+  SF_CHECK(flags.client.encoding_format == "float" || flags.client.encoding_format == "base64",
+           "--encoding-format must be float or base64, not '{}'", flags.client.encoding_format);
+  SF_CHECK(flags.client.endpoint == "embeddings" ||
+               (flags.client.inputs_per_request == 1 && flags.client.encoding_format == "float"),
+           "--inputs-per-request and --encoding-format are for --endpoint embeddings");
   bench::check_slo(flags.slo);
   const bench::ServerUrl url = bench::parse_server_url(flags.url);
 
@@ -131,6 +139,8 @@ void run_bench_serve(const ServeBenchFlags& flags) {
       {"slo", {{"ttft_ms", flags.slo.ttft_ms}, {"itl_ms", flags.slo.itl_ms}, {"percentile", flags.slo.percentile}}},
       {"prompt_vocab", client.prompt_vocab},
       {"endpoint", client.endpoint},
+      {"inputs_per_request", client.inputs_per_request},
+      {"encoding_format", client.encoding_format},
       {"seed", flags.seed},
       {"max_concurrency", client.max_concurrency},
       {"rates_requested", flags.sweep},
@@ -298,6 +308,11 @@ void register_bench_serving(CLI::App& bench) {
   serve->add_option("--endpoint", s.client.endpoint,
                     "completions (streamed) or embeddings (each prompt one /v1/embeddings input; its latency is TTFT "
                     "and E2E; no --output-len needed)")
+      ->capture_default_str();
+  serve->add_option("--inputs-per-request", s.client.inputs_per_request,
+                    "embeddings: inputs in each request's list, --input-len tokens each (input throughput counts them all)")
+      ->capture_default_str();
+  serve->add_option("--encoding-format", s.client.encoding_format, "embeddings: float or base64, as the request asks")
       ->capture_default_str();
   serve->add_option("--timeout", s.client.timeout_s, "seconds a request may wait to connect or for its next chunk")
       ->capture_default_str();

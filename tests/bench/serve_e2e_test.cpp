@@ -86,11 +86,12 @@ std::optional<std::string> fraction_leaving(int64_t cache_bytes) {
 
 #ifdef SPLITFLOW_HAS_HTTPLIB  // without cpp-httplib there is no `splitflow serve` and no client
 
-// `splitflow serve` on stories260K-hf at a free port (with extra_args after the usual ones),
-// stopped (SIGTERM, drained) at destruction.
+// `splitflow serve` on stories260K-hf (or `model`, served as `name`) at a free port (with
+// extra_args after the usual ones), stopped (SIGTERM, drained) at destruction.
 class ServerProcess {
  public:
-  explicit ServerProcess(const std::vector<std::string>& extra_args = {}) {
+  explicit ServerProcess(const std::vector<std::string>& extra_args = {}, std::string model = "",
+                         std::string name = "stories") {
     int fds[2];
     if (::pipe(fds) != 0) return;
     posix_spawn_file_actions_t actions;
@@ -98,9 +99,9 @@ class ServerProcess {
     posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
     posix_spawn_file_actions_addclose(&actions, fds[0]);
     const std::string binary = splitflow_binary();
-    const std::string model = shared_path("models/stories260K-hf");
+    if (model.empty()) model = shared_path("models/stories260K-hf");
     std::vector<std::string> args = {binary, "serve", "--model", model, "--port", "0", "--threads", "1",
-                                     "--max-seqs", "8", "--max-batch-tokens", "128", "--served-model-name", "stories"};
+                                     "--max-seqs", "8", "--max-batch-tokens", "128", "--served-model-name", name};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
@@ -429,6 +430,37 @@ TEST(ServeCommand, KvCacheSizedFromMemory) {
   }
 }
 
+TEST(BenchServeEmbeddings, ListsOfInputsInEitherEncodingCountEveryToken) {
+  // An encoder fixture made by transformers (tests/fixtures/encoder): the server embeds what the
+  // client sends, 3 inputs of 8 ids per request.
+  ServerProcess server({}, fixture_path("encoder/tiny_bert"), "tiny-bert");
+  ASSERT_FALSE(server.url().empty()) << "splitflow serve did not start:\n" << server.log();
+  for (const char* format : {"float", "base64"}) {
+    const std::string dir = fresh_dir(std::string("bench_serve_embeddings_") + format);
+    const CommandResult run = run_splitflow("bench serve --url " + server.url() +
+                                            " --endpoint embeddings --rate 50 --num-requests 5 --input-len 8"
+                                            " --inputs-per-request 3 --prompt-vocab 90 --encoding-format " +
+                                            format + " --results-dir " + dir);
+    ASSERT_EQ(run.status, 0) << run.output;
+    const json result = json::parse(read_file(only_file(dir, ".json")));
+    EXPECT_EQ(result["model"], "tiny-bert");
+    EXPECT_EQ(result["endpoint"], "embeddings");
+    EXPECT_EQ(result["inputs_per_request"], 3);
+    EXPECT_EQ(result["encoding_format"], format);
+    const json& s = result["runs"][0]["summary"];
+    EXPECT_EQ(s["num_completed"], 5) << result["runs"][0].dump(2);
+    EXPECT_EQ(s["num_failed"], 0);
+    EXPECT_EQ(s["input_tokens"], 5 * 3 * 8);
+    EXPECT_EQ(s["output_tokens"], 0);
+  }
+  // An input list past the server's limit of 2048 is refused by the client before any request.
+  const CommandResult over = run_splitflow("bench serve --url " + server.url() +
+                                           " --endpoint embeddings --rate 5 --num-requests 1 --input-len 8"
+                                           " --inputs-per-request 2049 --results-dir " + fresh_dir("bench_over"));
+  EXPECT_NE(over.status, 0);
+  EXPECT_NE(over.output.find("--inputs-per-request must be in [1, 2048]"), std::string::npos) << over.output;
+}
+
 TEST(BenchServeCommand, BadInputFailsBeforeAnyRequestWithAClearMessage) {
   const std::pair<std::string, std::string> cases[] = {
       {"--url http://127.0.0.1:1 --rate 2 --num-requests 3 --input-len 8 --output-len 4",
@@ -443,6 +475,10 @@ TEST(BenchServeCommand, BadInputFailsBeforeAnyRequestWithAClearMessage) {
        "--slo-percentile must be in (0, 100]"},
       {"--url http://127.0.0.1:1 --rate 2 --num-requests 3 --input-len 8 --output-len 4 --slo-itl-ms 0",
        "--slo-ttft-ms and --slo-itl-ms must be positive"},
+      {"--url http://127.0.0.1:1 --rate 2 --num-requests 3 --input-len 8 --output-len 4 --inputs-per-request 4",
+       "--inputs-per-request and --encoding-format are for --endpoint embeddings"},
+      {"--url http://127.0.0.1:1 --endpoint embeddings --rate 2 --num-requests 3 --input-len 8 --encoding-format hex",
+       "--encoding-format must be float or base64, not 'hex'"},
   };
   for (const auto& [arguments, expected] : cases) {
     const CommandResult run = run_splitflow("bench serve " + arguments + " --results-dir " + fresh_dir("bench_bad"));
