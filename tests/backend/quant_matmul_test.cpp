@@ -258,8 +258,8 @@ Q8Activations quantize_q8(const std::vector<float>& x) {
   return out;
 }
 
-constexpr DType kQ8ActivationTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                                        DType::Q8_0, DType::Q4_K, DType::Q6_K};
+constexpr DType kQ8ActivationTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
+                                        DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 // A row length of an odd number of the type's blocks (the 32-element types' last block is alone).
 int64_t odd_blocks(DType type) { return dtype_block_elems(type) == 256 ? 768 : 544; }

@@ -196,22 +196,7 @@ inline void q6k_groups(const uint8_t* blk, F&& f) {
 // nibbles of qs[32g ..], 64g + 32 .. 64g + 63 the high ones; sub-block s has d * sc_s and -dmin * m_s.
 template <typename F>
 inline void q4k_groups(const uint8_t* blk, F&& f) {
-  const float d = _cvtsh_ss(u16_at(blk)), dmin = _cvtsh_ss(u16_at(blk + 2));
-  const uint8_t* packed = blk + 4;
-  alignas(64) float table[16];  // d * sc[0..8), -dmin * m[0..8)
-  for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    if (j < 4) {
-      sc = packed[j] & 63;
-      m = packed[j + 4] & 63;
-    } else {
-      sc = (packed[j + 4] & 0xF) | ((packed[j - 4] >> 6) << 4);
-      m = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
-    }
-    table[j] = d * static_cast<float>(sc);
-    table[8 + j] = -dmin * static_cast<float>(m);
-  }
-  const __m512 both = _mm512_load_ps(table);
+  const __m512 both = k4_scale_table(blk);  // d * sc[0..8), -dmin * m[0..8)
   const __m512i low4 = _mm512_set1_epi8(0x0F);
 #pragma GCC unroll 4
   for (int g = 0; g < 4; ++g) {
@@ -225,7 +210,32 @@ inline void q4k_groups(const uint8_t* blk, F&& f) {
   }
 }
 
-template <DType T> struct KLayout;
+// Q2_K, Q3_K, Q5_K (q8_block_codes.h's KQuant): each lane's sub-block scale and offset picked
+// from the super-block's vectors.
+template <DType T, typename F>
+inline void kquant_groups(const uint8_t* blk, F&& f) {
+  constexpr int kSub = KQuant<T>::kSub;
+  const KScales scales = k_scales<T>(blk);
+  // kSub 32 keeps the offsets in lanes 8 .. 15 of the same table.
+  const __m512i offset_lane = _mm512_set1_epi32(kSub == 32 ? 8 : 0);
+#pragma GCC unroll 4
+  for (int t = 0; t < 4; ++t) {
+    __m256i low, high;
+    k_codes<T>(blk, t, low, high);
+    // Lane L (elements 4L .. 4L + 3 of the group) is in sub-block (64t + 4L) / kSub.
+    const __m512i sub = kSub == 16 ? _mm512_add_epi32(_mm512_set1_epi32(4 * t),
+                                                      _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3))
+                                   : _mm512_add_epi32(_mm512_set1_epi32(2 * t),
+                                                      _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    f(64 * t, KGroup{_mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1), _mm512_permutexvar_ps(sub, scales.scale),
+                     _mm512_permutexvar_ps(_mm512_add_epi32(sub, offset_lane), scales.offset)});
+  }
+}
+
+template <DType T> struct KLayout {
+  static constexpr int kBytes = KQuant<T>::kBytes, kCorrection = KQuant<T>::kCorrection;
+  static constexpr bool kOffset = KQuant<T>::kOffset;
+};
 template <> struct KLayout<DType::Q6_K> { static constexpr int kBytes = 210, kCorrection = -32; static constexpr bool kOffset = false; };
 template <> struct KLayout<DType::Q4_K> { static constexpr int kBytes = 144, kCorrection = 0; static constexpr bool kOffset = true; };
 
@@ -257,7 +267,8 @@ void k_tile(const QuantizedRows& xq, int64_t x_row0, int64_t k, const uint8_t* w
         }
       };
       if constexpr (T == DType::Q6_K) q6k_groups(blk, group);
-      else q4k_groups(blk, group);
+      else if constexpr (T == DType::Q4_K) q4k_groups(blk, group);
+      else kquant_groups<T>(blk, group);
     }
   }
   for (int i = 0; i < MX; ++i)
@@ -271,7 +282,7 @@ template <DType T, int MX, int NW>
 void q8_rows(const QuantizedRows& xq, int64_t x_row0, int64_t k, const uint8_t* w, size_t row_bytes, float* y,
              int64_t ldy, int64_t j_begin, int64_t j_end, bool accumulate) {
   const auto tile = [&]<int W>(int64_t j) {
-    if constexpr (T == DType::Q6_K || T == DType::Q4_K)
+    if constexpr (is_k_quant(T))
       k_tile<T, MX, W>(xq, x_row0, k, w + j * row_bytes, row_bytes, y + j, ldy, accumulate);
     else
       q8_tile<T, MX, W>(xq, x_row0, k, w + j * row_bytes, row_bytes, y + j, ldy, accumulate);
@@ -284,7 +295,7 @@ void q8_rows(const QuantizedRows& xq, int64_t x_row0, int64_t k, const uint8_t* 
 template <DType T>
 void gemv(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y, int64_t ldy, bool accumulate,
           int num_threads) {
-  constexpr bool kQuantK = T == DType::Q6_K || T == DType::Q4_K;
+  constexpr bool kQuantK = is_k_quant(T);
   size_t row_bytes;
   int correction;
   if constexpr (kQuantK) {
@@ -318,12 +329,12 @@ void gemv(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, flo
 
 bool q8_gemv_supported(DType type) {
   return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q5_1 ||
-         type == DType::Q8_0 || type == DType::Q4_K || type == DType::Q6_K;
+         type == DType::Q8_0 || q8_blocks::is_k_quant(type);
 }
 
 void q8_gemv(const float* x, int64_t m, int64_t k, const void* w, DType type, int64_t n, float* y, int64_t ldy,
              bool accumulate, int num_threads) {
-  const int64_t block = type == DType::Q4_K || type == DType::Q6_K ? 256 : 32;
+  const int64_t block = q8_blocks::is_k_quant(type) ? 256 : 32;
   SF_CHECK(k % block == 0, "cpu q8 gemv: rows of {} elements (not whole {}-element blocks)", k, block);
   const auto* bytes = static_cast<const uint8_t*>(w);
   switch (type) {
@@ -332,7 +343,10 @@ void q8_gemv(const float* x, int64_t m, int64_t k, const void* w, DType type, in
     case DType::Q5_0: return gemv<DType::Q5_0>(x, m, k, bytes, n, y, ldy, accumulate, num_threads);
     case DType::Q5_1: return gemv<DType::Q5_1>(x, m, k, bytes, n, y, ldy, accumulate, num_threads);
     case DType::Q8_0: return gemv<DType::Q8_0>(x, m, k, bytes, n, y, ldy, accumulate, num_threads);
+    case DType::Q2_K: return gemv<DType::Q2_K>(x, m, k, bytes, n, y, ldy, accumulate, num_threads);
+    case DType::Q3_K: return gemv<DType::Q3_K>(x, m, k, bytes, n, y, ldy, accumulate, num_threads);
     case DType::Q4_K: return gemv<DType::Q4_K>(x, m, k, bytes, n, y, ldy, accumulate, num_threads);
+    case DType::Q5_K: return gemv<DType::Q5_K>(x, m, k, bytes, n, y, ldy, accumulate, num_threads);
     case DType::Q6_K: return gemv<DType::Q6_K>(x, m, k, bytes, n, y, ldy, accumulate, num_threads);
     default: SF_CHECK(false, "cpu q8 gemv: {} has no Q8-activation kernel", dtype_name(type));
   }

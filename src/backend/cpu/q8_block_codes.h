@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 
 #include <cstdint>
+#include <cstring>
 
 #ifdef SPLITFLOW_CPU_AVX512_VNNI
 namespace splitflow::cpu::q8_blocks {
@@ -66,6 +67,99 @@ inline __m256i block_codes(const uint8_t* blk) {
     if constexpr (L::kHigh >= 0)
       codes = _mm256_or_si256(codes, _mm256_maskz_mov_epi8(u32_at(blk + L::kHigh), _mm256_set1_epi8(0x10)));
     return codes;
+  }
+}
+
+// ---- K-quants Q2_K, Q3_K, Q5_K (256-element super-blocks; ggml-common.h) -------------------------
+// Q4_K and Q6_K have their own decoders in each kernel file. Here a super-block gives, per
+// sub-block s of kSub elements, scale[s] and (kOffset) offset[s], and its codes 64 elements at a
+// time (group t < 4: elements 64t .. 64t + 63, as two halves of 32 unsigned bytes), so that
+// w = scale[s] * (code + kCorrection) + offset[s].
+template <DType T>
+struct KQuant;
+template <> struct KQuant<DType::Q2_K> { static constexpr int kBytes = 84, kSub = 16, kCorrection = 0; static constexpr bool kOffset = true; };
+template <> struct KQuant<DType::Q3_K> { static constexpr int kBytes = 110, kSub = 16, kCorrection = -4; static constexpr bool kOffset = false; };
+template <> struct KQuant<DType::Q5_K> { static constexpr int kBytes = 176, kSub = 32, kCorrection = 0; static constexpr bool kOffset = true; };
+
+constexpr bool is_k_quant(DType type) {
+  return type == DType::Q2_K || type == DType::Q3_K || type == DType::Q4_K || type == DType::Q5_K ||
+         type == DType::Q6_K;
+}
+
+// Bit `bit` of each byte, moved to bit `to` (< 8; 16-bit shifts keep it in its byte).
+inline __m256i byte_bit(__m256i bytes, int bit, int to) {
+  const __m256i one = _mm256_and_si256(_mm256_srl_epi16(bytes, _mm_cvtsi32_si128(bit)), _mm256_set1_epi8(1));
+  return _mm256_sll_epi16(one, _mm_cvtsi32_si128(to));
+}
+// Bits shift, shift + 1 of each byte (Q2_K / Q3_K's 2-bit planes).
+inline __m256i byte_pair(__m256i bytes, int shift) {
+  return _mm256_and_si256(_mm256_srl_epi16(bytes, _mm_cvtsi32_si128(shift)), _mm256_set1_epi8(3));
+}
+inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// Q2_K (scales[16]: low nibble scale, high nibble min; qs[64]; d; dmin) and Q3_K (hmask[32]; qs[64];
+// scales[12]: 16 x 6 bits biased by 32; d): element 128h + 32j + l is bits 2j of qs[32h + l] (and
+// Q3_K's third bit is bit 4h + j of hmask[l], clear meaning -4); sub-block e / 16. Q5_K (d; dmin;
+// scales[12] as Q4_K's; qh[32]; qs[128]): element 64t + l is the low nibble of qs[32t + l] with
+// bit 2t of qh[l] as its fifth bit, 64t + 32 + l the high nibble with bit 2t + 1; sub-block e / 32.
+template <DType T>
+inline void k_codes(const uint8_t* blk, int t, __m256i& low, __m256i& high) {
+  if constexpr (T == DType::Q5_K) {
+    const __m256i q = load256(blk + 48 + 32 * t), qh = load256(blk + 16), low4 = _mm256_set1_epi8(0x0F);
+    low = _mm256_or_si256(_mm256_and_si256(q, low4), byte_bit(qh, 2 * t, 4));
+    high = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), byte_bit(qh, 2 * t + 1, 4));
+  } else {
+    const int h = t / 2, j = 2 * (t % 2);
+    const __m256i q = load256(blk + (T == DType::Q2_K ? 16 : 32) + 32 * h);
+    low = byte_pair(q, 2 * j);
+    high = byte_pair(q, 2 * j + 2);
+    if constexpr (T == DType::Q3_K) {
+      const __m256i hmask = load256(blk);
+      low = _mm256_or_si256(low, byte_bit(hmask, 4 * h + j, 2));
+      high = _mm256_or_si256(high, byte_bit(hmask, 4 * h + j + 1, 2));
+    }
+  }
+}
+
+// Q4_K / Q5_K's 8 scales and 8 mins (12 bytes at blk + 4, 6 bits each; ggml's kmask unpacking in
+// 32-bit words) as one vector: lane s is d * sc_s, lane 8 + s is -dmin * m_s.
+inline __m512 k4_scale_table(const uint8_t* blk) {
+  uint32_t u[4];
+  std::memcpy(u, blk + 4, 12);
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // m4 .. m7
+  const uint32_t mins_low = u[1] & kLow6;                       // m0 .. m3
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);         // sc4 .. sc7
+  u[2] = mins_low;
+  u[0] &= kLow6;                                                // sc0 .. sc3
+  const __m512 values = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u))));
+  const float d = _cvtsh_ss(u16_at(blk)), dmin = -_cvtsh_ss(u16_at(blk + 2));
+  return _mm512_mul_ps(values, _mm512_setr_ps(d, d, d, d, d, d, d, d, dmin, dmin, dmin, dmin, dmin, dmin, dmin, dmin));
+}
+
+// The sub-blocks' scales and offsets: kSub 16 (Q2_K, Q3_K): lane s of each; kSub 32 (Q5_K): both
+// in k4_scale_table's vector (scale s in lane s, offset s in lane 8 + s).
+struct KScales {
+  __m512 scale, offset;
+};
+template <DType T>
+inline KScales k_scales(const uint8_t* blk) {
+  if constexpr (T == DType::Q2_K) {
+    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    const float d = _cvtsh_ss(u16_at(blk + 80)), dmin = _cvtsh_ss(u16_at(blk + 82));
+    const __m512 scale = _mm512_cvtepi32_ps(_mm512_and_si512(bytes, _mm512_set1_epi32(0xF)));
+    const __m512 min = _mm512_cvtepi32_ps(_mm512_srli_epi32(bytes, 4));
+    return {_mm512_mul_ps(scale, _mm512_set1_ps(d)), _mm512_mul_ps(min, _mm512_set1_ps(-dmin))};
+  } else if constexpr (T == DType::Q3_K) {
+    int8_t biased[16];
+    quant_blocks::Codec<DType::Q3_K>::unpack_scales(blk, biased);
+    const __m512i values = _mm512_sub_epi32(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(biased))), _mm512_set1_epi32(32));
+    return {_mm512_mul_ps(_mm512_cvtepi32_ps(values), _mm512_set1_ps(_cvtsh_ss(u16_at(blk + 108)))),
+            _mm512_setzero_ps()};
+  } else {
+    const __m512 table = k4_scale_table(blk);
+    return {table, table};
   }
 }
 

@@ -117,13 +117,10 @@ void decode_q4k(const uint8_t* row, int64_t k, uint8_t* codes, float* scale, flo
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < k / 256; ++b) {
     const uint8_t* blk = row + b * 144;
-    const float d = _cvtsh_ss(u16_at(blk)), dmin = _cvtsh_ss(u16_at(blk + 2));
-    for (int s = 0; s < 8; ++s) {
-      uint8_t sc, m;
-      quant_blocks::scale_min_k4(s, blk + 4, sc, m);
-      scale[8 * b + s] = d * static_cast<float>(sc);
-      offset[8 * b + s] = -dmin * static_cast<float>(m);
-    }
+    alignas(64) float table[16];  // d * sc[0..8), -dmin * m[0..8)
+    _mm512_store_ps(table, k4_scale_table(blk));
+    std::memcpy(scale + 8 * b, table, 8 * sizeof(float));
+    std::memcpy(offset + 8 * b, table + 8, 8 * sizeof(float));
     for (int g = 0; g < 4; ++g) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * g));
       uint8_t* out = codes + 256 * b + 64 * g;
@@ -155,6 +152,29 @@ void decode_q6k(const uint8_t* row, int64_t k, uint8_t* codes, float* scale, flo
       put(32, l1, _mm256_slli_epi16(hb, 2));
       put(64, _mm256_srli_epi16(l0, 4), hb);
       put(96, _mm256_srli_epi16(l1, 4), _mm256_srli_epi16(hb, 2));
+    }
+  }
+}
+
+// Q2_K, Q3_K, Q5_K (q8_block_codes.h's KQuant): codes and each sub-block's scale and offset.
+template <DType T>
+void decode_kquant(const uint8_t* row, int64_t k, uint8_t* codes, float* scale, float* offset) {
+  using K = KQuant<T>;
+  constexpr int kSubs = 256 / K::kSub;
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* blk = row + b * K::kBytes;
+    const KScales scales = k_scales<T>(blk);
+    alignas(64) float lanes[2][16];
+    _mm512_store_ps(lanes[0], scales.scale);
+    _mm512_store_ps(lanes[1], scales.offset);
+    // kSub 32: the offsets are lanes 8 .. 15 of the same table.
+    std::memcpy(scale + kSubs * b, lanes[0], kSubs * sizeof(float));
+    std::memcpy(offset + kSubs * b, lanes[1] + (kSubs == 8 ? 8 : 0), kSubs * sizeof(float));
+    for (int t = 0; t < 4; ++t) {
+      __m256i low, high;
+      k_codes<T>(blk, t, low, high);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + 256 * b + 64 * t), low);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + 256 * b + 64 * t + 32), high);
     }
   }
 }
@@ -240,6 +260,12 @@ struct TypeKernel {
   bool offset;
 };
 
+template <DType T>
+TypeKernel kquant_kernel() {
+  using K = KQuant<T>;
+  return {decode_kquant<T>, K::kBytes, 256, K::kSub, K::kCorrection, K::kOffset};
+}
+
 TypeKernel type_kernel(DType type) {
   switch (type) {
     case DType::Q4_0: return {decode_blocks<DType::Q4_0>, 18, 32, 32, -8, false};
@@ -247,7 +273,10 @@ TypeKernel type_kernel(DType type) {
     case DType::Q5_0: return {decode_blocks<DType::Q5_0>, 22, 32, 32, -16, false};
     case DType::Q5_1: return {decode_blocks<DType::Q5_1>, 24, 32, 32, 0, true};
     case DType::Q8_0: return {decode_blocks<DType::Q8_0>, 34, 32, 32, -128, false};
+    case DType::Q2_K: return kquant_kernel<DType::Q2_K>();
+    case DType::Q3_K: return kquant_kernel<DType::Q3_K>();
     case DType::Q4_K: return {decode_q4k, 144, 256, 32, 0, true};
+    case DType::Q5_K: return kquant_kernel<DType::Q5_K>();
     case DType::Q6_K: return {decode_q6k, 210, 256, 16, -32, false};
     default: SF_CHECK(false, "cpu q8 gemm: {} has no Q8-activation kernel", dtype_name(type));
   }
@@ -305,7 +334,9 @@ void q8_gemm(const float* x, int64_t m, int64_t k, const void* w, DType type, in
             offset[i] = offset_buf.data() + (c + i) * groups;
           }
           float* out = results.data() + c * kResultStride + (t - t_begin) * kTileRows;
-          if (kind.group == 16)
+          if (kind.group == 16 && kind.offset)
+            run_kernel<16, true>(columns, count, tiles, t, g, g_end, codes, scale, offset, out, kResultStride);
+          else if (kind.group == 16)
             run_kernel<16, false>(columns, count, tiles, t, g, g_end, codes, scale, offset, out, kResultStride);
           else if (kind.offset)
             run_kernel<32, true>(columns, count, tiles, t, g, g_end, codes, scale, offset, out, kResultStride);
