@@ -71,11 +71,13 @@ struct QuantizedRows {
   std::vector<int8_t> q;
   std::vector<int32_t> corr;
   std::vector<float> dx, sx;
+  std::vector<float> sx16;  // d * sum(q) per 16 elements: the K-quants' offsets apply per super-block
   void quantize(const float* x, int64_t m, int64_t k, int correction) {
     q.resize(static_cast<size_t>(m * k));
     corr.resize(static_cast<size_t>(m * k / 4));
     dx.resize(corr.size());
     sx.resize(corr.size());
+    sx16.resize(static_cast<size_t>(m * k / 16));
     const __m256i factor = _mm256_set1_epi32(correction);
     for (int64_t e = 0; e < m * k; e += 32) {
       const Q8Block block = quantize_block32(x + e);
@@ -87,6 +89,10 @@ struct QuantizedRows {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(corr.data() + e / 4), _mm256_mullo_epi32(lane_sums, factor));
       _mm256_storeu_ps(dx.data() + e / 4, d);
       _mm256_storeu_ps(sx.data() + e / 4, _mm256_mul_ps(d, _mm256_cvtepi32_ps(lane_sums)));
+      alignas(32) int32_t sums[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sums), lane_sums);
+      sx16[e / 16] = scale * static_cast<float>(sums[0] + sums[1] + sums[2] + sums[3]);
+      sx16[e / 16 + 1] = scale * static_cast<float>(sums[4] + sums[5] + sums[6] + sums[7]);
     }
   }
 };
@@ -161,18 +167,24 @@ void q8_tile(const QuantizedRows& xq, int64_t x_row0, int64_t k, const uint8_t* 
 }
 
 // ---- K-quants: 256-element blocks of 16 (Q6_K) or 8 (Q4_K) sub-blocks with their own scales ----
-// Both hand out 64 codes at a time (one VNNI instruction per x row) with, per int32 lane, the
-// weight scale d * sc of its sub-block and (Q4_K) the weight offset -dmin * m.
+// Each hands out 64 codes at a time (one VNNI instruction per x row) with, per int32 lane, the
+// weight scale d * sc of its sub-block, and returns the super-block's weight offsets -dmin * m per
+// 16 elements (zero without them), applied once per super-block against x's per-16 sums.
 struct KGroup {
   __m512i codes;
-  __m512 scale, offset;
+  __m512 scale;
 };
+
+// Lane u of the result is lane u / 2 + 8 of a k4_scale_table (the offset of 16-element unit u).
+inline __m512 offsets_per16(__m512 table) {
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), table);
+}
 
 // Q6_K (ggml-common.h: ql[128], qh[64], int8 scales[16], d): element e of a 128-element half h is
 // 4 low bits from ql (e mod 64, low nibble for e < 64) and 2 high bits from qh[e mod 32]
 // (bits 2 * (e / 32)); its sub-block e / 16 has scale scales[8h + e / 16]; codes are q + 32.
 template <typename F>
-inline void q6k_groups(const uint8_t* blk, F&& f) {
+inline __m512 q6k_groups(const uint8_t* blk, F&& f) {
   const __m512 sub_scales = _mm512_mul_ps(
       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)))),
       _mm512_set1_ps(_cvtsh_ss(u16_at(blk + 208))));
@@ -187,15 +199,16 @@ inline void q6k_groups(const uint8_t* blk, F&& f) {
     const __m512i hi_codes = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), _mm512_and_si512(hi, high2));
     const __m512i first = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m512i sub0 = _mm512_add_epi32(first, _mm512_set1_epi32(8 * h)), sub1 = _mm512_add_epi32(sub0, _mm512_set1_epi32(4));
-    f(128 * h, KGroup{lo_codes, _mm512_permutexvar_ps(sub0, sub_scales), _mm512_setzero_ps()});
-    f(128 * h + 64, KGroup{hi_codes, _mm512_permutexvar_ps(sub1, sub_scales), _mm512_setzero_ps()});
+    f(128 * h, KGroup{lo_codes, _mm512_permutexvar_ps(sub0, sub_scales)});
+    f(128 * h + 64, KGroup{hi_codes, _mm512_permutexvar_ps(sub1, sub_scales)});
   }
+  return _mm512_setzero_ps();
 }
 
 // Q4_K (d, dmin, 12 bytes of 6-bit scales and mins, qs[128]): elements 64g .. 64g + 31 are the low
 // nibbles of qs[32g ..], 64g + 32 .. 64g + 63 the high ones; sub-block s has d * sc_s and -dmin * m_s.
 template <typename F>
-inline void q4k_groups(const uint8_t* blk, F&& f) {
+inline __m512 q4k_groups(const uint8_t* blk, F&& f) {
   const __m512 both = k4_scale_table(blk);  // d * sc[0..8), -dmin * m[0..8)
   const __m512i low4 = _mm512_set1_epi8(0x0F);
 #pragma GCC unroll 4
@@ -205,19 +218,17 @@ inline void q4k_groups(const uint8_t* blk, F&& f) {
         _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1), low4);
     const __m512i sub = _mm512_setr_epi32(2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g + 1, 2 * g + 1,
                                           2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1);
-    f(64 * g, KGroup{codes, _mm512_permutexvar_ps(sub, both),
-                     _mm512_permutexvar_ps(_mm512_add_epi32(sub, _mm512_set1_epi32(8)), both)});
+    f(64 * g, KGroup{codes, _mm512_permutexvar_ps(sub, both)});
   }
+  return offsets_per16(both);
 }
 
 // Q2_K, Q3_K, Q5_K (q8_block_codes.h's KQuant): each lane's sub-block scale and offset picked
 // from the super-block's vectors.
 template <DType T, typename F>
-inline void kquant_groups(const uint8_t* blk, F&& f) {
+inline __m512 kquant_groups(const uint8_t* blk, F&& f) {
   constexpr int kSub = KQuant<T>::kSub;
   const KScales scales = k_scales<T>(blk);
-  // kSub 32 keeps the offsets in lanes 8 .. 15 of the same table.
-  const __m512i offset_lane = _mm512_set1_epi32(kSub == 32 ? 8 : 0);
 #pragma GCC unroll 4
   for (int t = 0; t < 4; ++t) {
     __m256i low, high;
@@ -227,9 +238,10 @@ inline void kquant_groups(const uint8_t* blk, F&& f) {
                                                       _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3))
                                    : _mm512_add_epi32(_mm512_set1_epi32(2 * t),
                                                       _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-    f(64 * t, KGroup{_mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1), _mm512_permutexvar_ps(sub, scales.scale),
-                     _mm512_permutexvar_ps(_mm512_add_epi32(sub, offset_lane), scales.offset)});
+    f(64 * t, KGroup{_mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1), _mm512_permutexvar_ps(sub, scales.scale)});
   }
+  // kSub 16: one offset per 16 elements already; kSub 32: lanes 8 .. 15 of the scale table.
+  return kSub == 16 ? scales.offset : offsets_per16(scales.offset);
 }
 
 template <DType T> struct KLayout {
@@ -263,12 +275,16 @@ void k_tile(const QuantizedRows& xq, int64_t x_row0, int64_t k, const uint8_t* w
                                                   _mm512_loadu_si512(xq.q.data() + row));
           acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(g.scale, _mm512_loadu_ps(xq.dx.data() + lane)),
                                       acc[i][j]);
-          if constexpr (L::kOffset) acc[i][j] = _mm512_fmadd_ps(g.offset, _mm512_loadu_ps(xq.sx.data() + lane), acc[i][j]);
         }
       };
-      if constexpr (T == DType::Q6_K) q6k_groups(blk, group);
-      else if constexpr (T == DType::Q4_K) q4k_groups(blk, group);
-      else kquant_groups<T>(blk, group);
+      __m512 offsets;
+      if constexpr (T == DType::Q6_K) offsets = q6k_groups(blk, group);
+      else if constexpr (T == DType::Q4_K) offsets = q4k_groups(blk, group);
+      else offsets = kquant_groups<T>(blk, group);
+      if constexpr (L::kOffset)
+        for (int i = 0; i < MX; ++i)
+          acc[i][j] = _mm512_fmadd_ps(offsets, _mm512_loadu_ps(xq.sx16.data() + ((x_row0 + i) * k + b * 256) / 16),
+                                      acc[i][j]);
     }
   }
   for (int i = 0; i < MX; ++i)
