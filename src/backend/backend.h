@@ -364,8 +364,12 @@ class Backend {
     activation(product, act, gated, out);
   }
 
-  // out[i] = x[rows[i]]. x [T, C]; rows [R] I32; out [R, C].
+  // out[i] = x[rows[i]]. x [T, C]; rows [R] I32; out [R, C] in x's dtype (any dtype; on CUDA
+  // rows of an even number of bytes).
   virtual void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) = 0;
+  // The reverse: out[rows[i]] = x[i]. x [R, C]; rows [R] I32, no two alike; out [T, C] in x's dtype.
+  // (A transfer's KV rows into the paged cache at their slots, splitwise/kv_rows.h.)
+  virtual void scatter_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) = 0;
 
   // One vector per span of rows (embedding pooling on the device, so that only [S, C] comes back):
   // span s is rows [offsets[s], offsets[s + 1]) of x [T, C] (activation dtype), non-empty; out[s]

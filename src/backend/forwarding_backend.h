@@ -72,6 +72,9 @@ class ForwardingBackend : public Backend {
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override {
     inner_->gather_rows(x, rows, out);
   }
+  void scatter_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override {
+    inner_->scatter_rows(x, rows, out);
+  }
   void pool_rows(const DeviceTensor& x, const DeviceTensor& offsets, Pooling pooling,
                  const DeviceTensor& out) override {
     inner_->pool_rows(x, offsets, pooling, out);

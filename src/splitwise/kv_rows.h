@@ -1,7 +1,9 @@
 // splitwise/kv_rows.h — rows of one layer of a paged KV cache, by position, copied to and from host
 // memory: the re-blocking of a transfer between pools of different block sizes. A position p of a
-// sequence lives in block block_table[p / block_size], slot p % block_size; a run of positions that
-// stays in one block is contiguous, so a copy is one backend copy per block touched.
+// sequence lives in block block_table[p / block_size], slot p % block_size. The rows are gathered
+// on the device into a staging area (Backend::gather_rows / scatter_rows) so that a layer crosses
+// in one copy each for K and V, whatever the block size (one copy per block synchronized the CUDA
+// stream once per block).
 #pragma once
 
 #include "splitwise/kv_transfer.h"

@@ -347,6 +347,27 @@ TEST_F(CpuKernels, GatherRows) {
   EXPECT_THROW(backend->gather_rows(da.view(), d_bad.view(), one.view()), Error);
 }
 
+TEST_F(CpuKernels, ScatterRowsAndGatherOfAnyDtype) {
+  // f16 rows (the KV cache's dtypes, not only the f32 activations) out of and back into a table.
+  std::vector<uint16_t> table(6 * 5), packed = {1, 2, 3, 4, 5, 11, 12, 13, 14, 15};
+  DeviceTensor d_table{table.data(), DType::F16, {6, 5}}, d_packed{packed.data(), DType::F16, {2, 5}};
+  const std::vector<int32_t> rows = {4, 1};
+  DeviceBuffer d_rows = to_device(*backend, rows, {2});
+  backend->scatter_rows(d_packed, d_rows.view(), d_table);
+  for (int c = 0; c < 5; ++c) {
+    EXPECT_EQ(table[4 * 5 + c], packed[c]);
+    EXPECT_EQ(table[1 * 5 + c], packed[5 + c]);
+    EXPECT_EQ(table[0 * 5 + c], 0);
+  }
+  std::vector<uint16_t> back(10);
+  backend->gather_rows(d_table, d_rows.view(), DeviceTensor{back.data(), DType::F16, {2, 5}});
+  EXPECT_EQ(back, packed);
+  const std::vector<int32_t> outside = {6, 0};
+  DeviceBuffer d_outside = to_device(*backend, outside, {2});
+  EXPECT_THROW(backend->scatter_rows(d_packed, d_outside.view(), d_table), Error);
+  EXPECT_THROW(backend->gather_rows(d_table, d_rows.view(), DeviceTensor{back.data(), DType::BF16, {2, 5}}), Error);
+}
+
 TEST_F(CpuKernels, PoolRowsTakesFirstLastOrMeanOfEachSpan) {
   const int64_t cols = 11;
   const std::vector<int32_t> offsets = {0, 1, 5, 12};  // spans of 1, 4 and 7 rows

@@ -1021,6 +1021,28 @@ TEST_F(CudaKernels, GatherRowsBf16AndF32) {
   }
 }
 
+TEST_F(CudaKernels, ScatterRowsAndGatherOfFp8Rows) {
+  // An fp8 cache's rows (one byte an element, rows of an even byte count) out and back in.
+  const int64_t rows = 7, cols = 6;
+  std::vector<uint8_t> table(rows * cols, 0), packed(3 * cols);
+  for (size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<uint8_t>(i + 1);
+  DeviceBuffer d_table = backend->allocate(DType::F8E4M3, {rows, cols});
+  DeviceBuffer d_packed = backend->allocate(DType::F8E4M3, {3, cols});
+  backend->copy_to_device(packed.data(), d_packed.view());
+  const std::vector<int32_t> where = {6, 0, 3};
+  DeviceBuffer d_where = to_device_i32(*backend, where, {3});
+  backend->scatter_rows(d_packed.view(), d_where.view(), d_table.view());
+  backend->copy_to_host(d_table.view(), table.data());
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < cols; ++c) EXPECT_EQ(table[where[r] * cols + c], packed[r * cols + c]) << r << " " << c;
+  EXPECT_EQ(table[1 * cols], 0);
+  DeviceBuffer d_back = backend->allocate(DType::F8E4M3, {3, cols});
+  backend->gather_rows(d_table.view(), d_where.view(), d_back.view());
+  std::vector<uint8_t> back(3 * cols);
+  backend->copy_to_host(d_back.view(), back.data());
+  EXPECT_EQ(back, packed);
+}
+
 TEST_F(CudaKernels, PoolRowsTakesFirstLastOrMeanOfEachSpanBf16AndF32) {
   // Spans as an embedding step has them: many short ones, one long.
   const int64_t cols = 384;

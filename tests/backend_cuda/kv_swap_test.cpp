@@ -7,9 +7,11 @@
 #include "backend_cuda/cuda_test_util.h"
 
 #include "core/error.h"
+#include "splitwise/kv_rows.h"
 
 #include <chrono>
 #include <cstring>
+#include <vector>
 
 using namespace splitflow;
 using namespace splitflow::test;
@@ -149,3 +151,47 @@ TEST(CudaKvSwap, Llama3BlocksCopyAtHostLinkRates) {
 }
 
 }  // namespace
+
+// splitwise/kv_rows.h on a CUDA cache (the Splitwise transfer's re-blocking, gathered on the
+// device): rows written into a pool of 16-token blocks land at block_table[p / 16], slot p % 16 of
+// the raw cache (read back whole and indexed here), and cross into a pool of 5-token blocks intact.
+TEST(CudaKvRows, ReblockingGathersAndScattersOnTheDevice) {
+  SF_REQUIRE_GPU();
+  auto backend = make_test_cuda_backend();
+  using splitwise::KvCache;
+  const splitwise::KvLayout layout{2, 2, 64, DType::BF16};  // rows of 256 bytes
+  const int64_t row_elems = 2 * 64;
+  std::vector<DeviceBuffer> keep;
+  auto make = [&](int32_t block_size, int32_t blocks) {
+    keep.push_back(backend->allocate(DType::BF16, {2, blocks, block_size, 2, 64}));
+    keep.push_back(backend->allocate(DType::BF16, {2, blocks, block_size, 2, 64}));
+    return KvCache{backend.get(), keep[keep.size() - 2].view(), keep.back().view(), layout, blocks, block_size};
+  };
+  const KvCache a = make(16, 4), b = make(5, 12);
+  const std::vector<int32_t> table_a = {3, 0, 2}, table_b = {7, 1, 11, 4, 0, 9, 2};
+  const int32_t n = 33;
+  std::vector<uint16_t> k(n * row_elems), v(n * row_elems);
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = static_cast<uint16_t>(i * 7 + 1);
+    v[i] = static_cast<uint16_t>(60000 - i);
+  }
+  for (int32_t layer = 0; layer < 2; ++layer) {
+    splitwise::write_rows(a, layer, 0, n, table_a, reinterpret_cast<const char*>(k.data()),
+                          reinterpret_cast<const char*>(v.data()));
+    std::vector<uint16_t> raw(static_cast<size_t>(a.k.numel()));
+    backend->copy_to_host(a.k, raw.data());
+    for (int32_t p = 0; p < n; ++p) {
+      const int64_t at = ((int64_t{layer} * 4 + table_a[p / 16]) * 16 + p % 16) * row_elems;
+      ASSERT_EQ(std::memcmp(raw.data() + at, k.data() + p * row_elems, row_elems * 2), 0) << "layer " << layer << " p " << p;
+    }
+    std::vector<uint16_t> kt(n * row_elems), vt(n * row_elems), k2(n * row_elems), v2(n * row_elems);
+    splitwise::read_rows(a, layer, 0, 20, table_a, reinterpret_cast<char*>(kt.data()), reinterpret_cast<char*>(vt.data()));
+    splitwise::read_rows(a, layer, 20, 13, table_a, reinterpret_cast<char*>(kt.data() + 20 * row_elems),
+                         reinterpret_cast<char*>(vt.data() + 20 * row_elems));
+    splitwise::write_rows(b, layer, 0, n, table_b, reinterpret_cast<const char*>(kt.data()),
+                          reinterpret_cast<const char*>(vt.data()));
+    splitwise::read_rows(b, layer, 0, n, table_b, reinterpret_cast<char*>(k2.data()), reinterpret_cast<char*>(v2.data()));
+    EXPECT_EQ(k2, k) << "layer " << layer;
+    EXPECT_EQ(v2, v) << "layer " << layer;
+  }
+}

@@ -446,15 +446,30 @@ void CpuBackend::activation(const DeviceTensor& x, Activation act, bool gated, c
 }
 
 void CpuBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {
-  check_f32(x, "gather_rows", "x");
   check_i32(rows, "gather_rows", "rows");
-  check_f32(out, "gather_rows", "out");
+  SF_CHECK(out.dtype == x.dtype, "cpu gather_rows: out is {}, x {}", dtype_name(out.dtype), dtype_name(x.dtype));
   const int64_t count = rows.numel(), cols = x.row_numel();
   check_shape(out, {count, cols}, "gather_rows", "out");
+  const size_t row_bytes = x.nbytes() / static_cast<size_t>(std::max<int64_t>(x.dim(0), 1));
   for (int64_t i = 0; i < count; ++i) {
     const int32_t row = rows.as<int32_t>()[i];
     SF_CHECK(row >= 0 && row < x.dim(0), "cpu gather_rows: row {} at {} is outside [0, {})", row, i, x.dim(0));
-    std::memmove(out.as<float>() + i * cols, x.as<float>() + row * cols, cols * sizeof(float));
+    std::memmove(static_cast<char*>(out.data) + i * row_bytes, static_cast<const char*>(x.data) + row * row_bytes,
+                 row_bytes);
+  }
+}
+
+void CpuBackend::scatter_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {
+  check_i32(rows, "scatter_rows", "rows");
+  SF_CHECK(out.dtype == x.dtype, "cpu scatter_rows: out is {}, x {}", dtype_name(out.dtype), dtype_name(x.dtype));
+  const int64_t count = rows.numel(), cols = out.row_numel();
+  check_shape(x, {count, cols}, "scatter_rows", "x");
+  const size_t row_bytes = out.nbytes() / static_cast<size_t>(std::max<int64_t>(out.dim(0), 1));
+  for (int64_t i = 0; i < count; ++i) {
+    const int32_t row = rows.as<int32_t>()[i];
+    SF_CHECK(row >= 0 && row < out.dim(0), "cpu scatter_rows: row {} at {} is outside [0, {})", row, i, out.dim(0));
+    std::memmove(static_cast<char*>(out.data) + row * row_bytes, static_cast<const char*>(x.data) + i * row_bytes,
+                 row_bytes);
   }
 }
 

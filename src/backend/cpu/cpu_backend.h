@@ -77,6 +77,7 @@ class CpuBackend final : public Backend {
                        const AttentionBatch& batch, const AttentionParams& params, const DeviceTensor& out) override;
   void activation(const DeviceTensor& x, Activation act, bool gated, const DeviceTensor& out) override;
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
+  void scatter_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
   void pool_rows(const DeviceTensor& x, const DeviceTensor& offsets, Pooling pooling, const DeviceTensor& out) override;
   void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override;
   void apply_token_mask(const DeviceTensor& logits, const DeviceTensor& mask) override;  // cpu/token_mask.cpp

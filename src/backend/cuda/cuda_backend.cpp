@@ -771,15 +771,23 @@ void CudaBackend::matmul_activation(const InputNorm& norm, const DeviceTensor& x
 }
 
 void CudaBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {
-  SF_CHECK(x.dtype == DType::BF16 || x.dtype == DType::F32, "cuda gather_rows: x has dtype {}, expected bf16 or f32",
-           dtype_name(x.dtype));
   check_dtype(out, x.dtype, "gather_rows", "out");
   check_dtype(rows, DType::I32, "gather_rows", "rows");
   const int64_t count = rows.numel(), cols = x.row_numel();
   check_shape(out, {count, cols}, "gather_rows", "out");
-  SF_CUDA_CHECK(launch_gather_rows(x.data, rows.as<int32_t>(), out.data, count,
-                                   cols * static_cast<int64_t>(dtype_size(x.dtype)), stream_),
-                "gather_rows");
+  const int64_t row_bytes = static_cast<int64_t>(x.nbytes()) / std::max<int64_t>(x.dim(0), 1);
+  SF_CHECK(row_bytes % 2 == 0, "cuda gather_rows: rows of {} bytes (the kernel moves 16-bit words)", row_bytes);
+  SF_CUDA_CHECK(launch_gather_rows(x.data, rows.as<int32_t>(), out.data, count, row_bytes, stream_), "gather_rows");
+}
+
+void CudaBackend::scatter_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {
+  check_dtype(x, out.dtype, "scatter_rows", "x");
+  check_dtype(rows, DType::I32, "scatter_rows", "rows");
+  const int64_t count = rows.numel(), cols = out.row_numel();
+  check_shape(x, {count, cols}, "scatter_rows", "x");
+  const int64_t row_bytes = static_cast<int64_t>(out.nbytes()) / std::max<int64_t>(out.dim(0), 1);
+  SF_CHECK(row_bytes % 2 == 0, "cuda scatter_rows: rows of {} bytes (the kernel moves 16-bit words)", row_bytes);
+  SF_CUDA_CHECK(launch_scatter_rows(x.data, rows.as<int32_t>(), out.data, count, row_bytes, stream_), "scatter_rows");
 }
 
 void CudaBackend::pool_rows(const DeviceTensor& x, const DeviceTensor& offsets, Pooling pooling,

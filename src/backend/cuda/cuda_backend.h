@@ -103,6 +103,7 @@ class CudaBackend final : public Backend {
   void matmul_activation(const InputNorm& norm, const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& bias,
                          Activation act, bool gated, const DeviceTensor& product, const DeviceTensor& out) override;
   void gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
+  void scatter_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) override;
   void pool_rows(const DeviceTensor& x, const DeviceTensor& offsets, Pooling pooling, const DeviceTensor& out) override;
   void sample(const DeviceTensor& logits, const DeviceTensor& rows, const DeviceTensor& tokens) override;
   void apply_token_mask(const DeviceTensor& logits, const DeviceTensor& mask) override;  // cuda/token_mask_backend.cpp

@@ -631,6 +631,12 @@ __global__ void gather_rows_kernel(const uint16_t* x, const int32_t* rows, uint1
   for (int64_t i = threadIdx.x; i < row_elems; i += blockDim.x) out[r * row_elems + i] = src[i];
 }
 
+__global__ void scatter_rows_kernel(const uint16_t* x, const int32_t* rows, uint16_t* out, int64_t row_elems) {
+  const int64_t r = blockIdx.x;
+  uint16_t* dst = out + static_cast<int64_t>(rows[r]) * row_elems;
+  for (int64_t i = threadIdx.x; i < row_elems; i += blockDim.x) dst[i] = x[r * row_elems + i];
+}
+
 
 // Block (span, column chunk): each thread one column, summed down the span's rows in fp32.
 // mode: 0 Cls, 1 Mean, 2 Last.
@@ -835,6 +841,14 @@ cudaError_t launch_pool_rows(const void* x, bool x_f32, const int32_t* offsets, 
     pool_rows_kernel<<<grid, kColumns, 0, stream>>>(static_cast<const float*>(x), offsets, mode, out, cols);
   else
     pool_rows_kernel<<<grid, kColumns, 0, stream>>>(static_cast<const bf16_bits*>(x), offsets, mode, out, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scatter_rows(const void* x, const int32_t* rows, void* out, int64_t count, int64_t row_bytes,
+                                cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  scatter_rows_kernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(static_cast<const uint16_t*>(x), rows,
+                                                                             static_cast<uint16_t*>(out), row_bytes / 2);
   return cudaGetLastError();
 }
 

@@ -191,6 +191,9 @@ cudaError_t launch_pool_rows(const void* x, bool x_f32, const int32_t* offsets, 
 // out[i] = x[rows[i]] for rows of row_bytes bytes (a multiple of 2).
 cudaError_t launch_gather_rows(const void* x, const int32_t* rows, void* out, int64_t count, int64_t row_bytes,
                                cudaStream_t stream);
+// out[rows[i]] = x[i] for rows of row_bytes bytes (a multiple of 2).
+cudaError_t launch_scatter_rows(const void* x, const int32_t* rows, void* out, int64_t count, int64_t row_bytes,
+                                cudaStream_t stream);
 
 // One token per row of logits [count, vocab] f32 under rows[r] (sampling/sampling_rule.h), into
 // tokens [count] (backend/cuda/sampling.cu).
