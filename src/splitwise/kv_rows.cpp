@@ -66,34 +66,40 @@ Staging& staging_for(const KvCache& cache, int64_t count) {
   return staging;
 }
 
+// The staging area for `count` rows with their cache row indices already on the device.
+struct StagedRows {
+  Staging& staging;
+  DeviceTensor index, k, v;
+};
+StagedRows stage_rows(const KvCache& cache, int32_t layer, int32_t first, int32_t count,
+                      std::span<const int32_t> block_table) {
+  const std::vector<int32_t> rows = cache_rows(cache, layer, first, count, block_table);
+  Staging& staging = staging_for(cache, count);
+  const DeviceTensor index = staging.rows.view().rows(0, count);
+  cache.backend->copy_to_device(rows.data(), index);
+  return {staging, index, staging.k.view().rows(0, count), staging.v.view().rows(0, count)};
+}
+
 }  // namespace
 
 void read_rows(const KvCache& cache, int32_t layer, int32_t first, int32_t count, std::span<const int32_t> block_table,
                char* k_out, char* v_out) {
-  const std::vector<int32_t> rows = cache_rows(cache, layer, first, count, block_table);
-  if (count == 0) return;
-  Staging& staging = staging_for(cache, count);
+  const StagedRows staged = stage_rows(cache, layer, first, count, block_table);
   Backend& backend = *cache.backend;
-  const DeviceTensor index = staging.rows.view().rows(0, count);
-  backend.copy_to_device(rows.data(), index);
-  backend.gather_rows(layer_rows(cache, cache.k, layer), index, staging.k.view().rows(0, count));
-  backend.gather_rows(layer_rows(cache, cache.v, layer), index, staging.v.view().rows(0, count));
-  backend.copy_to_host(staging.k.view().rows(0, count), k_out);
-  backend.copy_to_host(staging.v.view().rows(0, count), v_out);
+  backend.gather_rows(layer_rows(cache, cache.k, layer), staged.index, staged.k);
+  backend.gather_rows(layer_rows(cache, cache.v, layer), staged.index, staged.v);
+  backend.copy_to_host(staged.k, k_out);
+  backend.copy_to_host(staged.v, v_out);
 }
 
 void write_rows(const KvCache& cache, int32_t layer, int32_t first, int32_t count, std::span<const int32_t> block_table,
                 const char* k_in, const char* v_in) {
-  const std::vector<int32_t> rows = cache_rows(cache, layer, first, count, block_table);
-  if (count == 0) return;
-  Staging& staging = staging_for(cache, count);
+  const StagedRows staged = stage_rows(cache, layer, first, count, block_table);
   Backend& backend = *cache.backend;
-  const DeviceTensor index = staging.rows.view().rows(0, count);
-  backend.copy_to_device(rows.data(), index);
-  backend.copy_to_device(k_in, staging.k.view().rows(0, count));
-  backend.copy_to_device(v_in, staging.v.view().rows(0, count));
-  backend.scatter_rows(staging.k.view().rows(0, count), index, layer_rows(cache, cache.k, layer));
-  backend.scatter_rows(staging.v.view().rows(0, count), index, layer_rows(cache, cache.v, layer));
+  backend.copy_to_device(k_in, staged.k);
+  backend.copy_to_device(v_in, staged.v);
+  backend.scatter_rows(staged.k, staged.index, layer_rows(cache, cache.k, layer));
+  backend.scatter_rows(staged.v, staged.index, layer_rows(cache, cache.v, layer));
   // The caller may reuse k_in / v_in and expects the rows in place: finish before returning.
   backend.synchronize();
 }

@@ -445,32 +445,34 @@ void CpuBackend::activation(const DeviceTensor& x, Activation act, bool gated, c
   });
 }
 
-void CpuBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {
-  check_i32(rows, "gather_rows", "rows");
-  SF_CHECK(out.dtype == x.dtype, "cpu gather_rows: out is {}, x {}", dtype_name(out.dtype), dtype_name(x.dtype));
-  const int64_t count = rows.numel(), cols = x.row_numel();
-  check_shape(out, {count, cols}, "gather_rows", "out");
-  const size_t row_bytes = x.nbytes() / static_cast<size_t>(std::max<int64_t>(x.dim(0), 1));
+namespace {
+
+// gather (packed[i] = table[rows[i]]) or scatter (table[rows[i]] = packed[i]) of whole rows, any dtype.
+void move_rows(const char* kernel, const DeviceTensor& table, const DeviceTensor& rows, const DeviceTensor& packed,
+               bool scatter) {
+  check_i32(rows, kernel, "rows");
+  SF_CHECK(packed.dtype == table.dtype, "cpu {}: the rows are {}, the table {}", kernel, dtype_name(packed.dtype),
+           dtype_name(table.dtype));
+  const int64_t count = rows.numel();
+  check_shape(packed, {count, table.row_numel()}, kernel, scatter ? "x" : "out");
+  const size_t row_bytes = table.nbytes() / static_cast<size_t>(std::max<int64_t>(table.dim(0), 1));
   for (int64_t i = 0; i < count; ++i) {
     const int32_t row = rows.as<int32_t>()[i];
-    SF_CHECK(row >= 0 && row < x.dim(0), "cpu gather_rows: row {} at {} is outside [0, {})", row, i, x.dim(0));
-    std::memmove(static_cast<char*>(out.data) + i * row_bytes, static_cast<const char*>(x.data) + row * row_bytes,
-                 row_bytes);
+    SF_CHECK(row >= 0 && row < table.dim(0), "cpu {}: row {} at {} is outside [0, {})", kernel, row, i, table.dim(0));
+    char* in_table = static_cast<char*>(table.data) + row * row_bytes;
+    char* in_packed = static_cast<char*>(packed.data) + i * row_bytes;
+    std::memmove(scatter ? in_table : in_packed, scatter ? in_packed : in_table, row_bytes);
   }
 }
 
+}  // namespace
+
+void CpuBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {
+  move_rows("gather_rows", x, rows, out, false);
+}
+
 void CpuBackend::scatter_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {
-  check_i32(rows, "scatter_rows", "rows");
-  SF_CHECK(out.dtype == x.dtype, "cpu scatter_rows: out is {}, x {}", dtype_name(out.dtype), dtype_name(x.dtype));
-  const int64_t count = rows.numel(), cols = out.row_numel();
-  check_shape(x, {count, cols}, "scatter_rows", "x");
-  const size_t row_bytes = out.nbytes() / static_cast<size_t>(std::max<int64_t>(out.dim(0), 1));
-  for (int64_t i = 0; i < count; ++i) {
-    const int32_t row = rows.as<int32_t>()[i];
-    SF_CHECK(row >= 0 && row < out.dim(0), "cpu scatter_rows: row {} at {} is outside [0, {})", row, i, out.dim(0));
-    std::memmove(static_cast<char*>(out.data) + row * row_bytes, static_cast<const char*>(x.data) + i * row_bytes,
-                 row_bytes);
-  }
+  move_rows("scatter_rows", out, rows, x, true);
 }
 
 void CpuBackend::pool_rows(const DeviceTensor& x, const DeviceTensor& offsets, Pooling pooling,

@@ -770,24 +770,32 @@ void CudaBackend::matmul_activation(const InputNorm& norm, const DeviceTensor& x
                 "matmul_activation (gated gemv)");
 }
 
+namespace {
+
+// The checks gather_rows and scatter_rows share: packed [R, C] of table [T, C]'s dtype, rows [R] I32;
+// returns the row's bytes (even: the kernels move 16-bit words).
+int64_t checked_row_bytes(const char* kernel, const DeviceTensor& table, const DeviceTensor& rows,
+                          const DeviceTensor& packed, const char* packed_name) {
+  check_dtype(packed, table.dtype, kernel, packed_name);
+  check_dtype(rows, DType::I32, kernel, "rows");
+  check_shape(packed, {rows.numel(), table.row_numel()}, kernel, packed_name);
+  const int64_t row_bytes = static_cast<int64_t>(table.nbytes()) / std::max<int64_t>(table.dim(0), 1);
+  SF_CHECK(row_bytes % 2 == 0, "cuda {}: rows of {} bytes (the kernel moves 16-bit words)", kernel, row_bytes);
+  return row_bytes;
+}
+
+}  // namespace
+
 void CudaBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {
-  check_dtype(out, x.dtype, "gather_rows", "out");
-  check_dtype(rows, DType::I32, "gather_rows", "rows");
-  const int64_t count = rows.numel(), cols = x.row_numel();
-  check_shape(out, {count, cols}, "gather_rows", "out");
-  const int64_t row_bytes = static_cast<int64_t>(x.nbytes()) / std::max<int64_t>(x.dim(0), 1);
-  SF_CHECK(row_bytes % 2 == 0, "cuda gather_rows: rows of {} bytes (the kernel moves 16-bit words)", row_bytes);
-  SF_CUDA_CHECK(launch_gather_rows(x.data, rows.as<int32_t>(), out.data, count, row_bytes, stream_), "gather_rows");
+  const int64_t row_bytes = checked_row_bytes("gather_rows", x, rows, out, "out");
+  SF_CUDA_CHECK(launch_gather_rows(x.data, rows.as<int32_t>(), out.data, rows.numel(), row_bytes, stream_),
+                "gather_rows");
 }
 
 void CudaBackend::scatter_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {
-  check_dtype(x, out.dtype, "scatter_rows", "x");
-  check_dtype(rows, DType::I32, "scatter_rows", "rows");
-  const int64_t count = rows.numel(), cols = out.row_numel();
-  check_shape(x, {count, cols}, "scatter_rows", "x");
-  const int64_t row_bytes = static_cast<int64_t>(out.nbytes()) / std::max<int64_t>(out.dim(0), 1);
-  SF_CHECK(row_bytes % 2 == 0, "cuda scatter_rows: rows of {} bytes (the kernel moves 16-bit words)", row_bytes);
-  SF_CUDA_CHECK(launch_scatter_rows(x.data, rows.as<int32_t>(), out.data, count, row_bytes, stream_), "scatter_rows");
+  const int64_t row_bytes = checked_row_bytes("scatter_rows", out, rows, x, "x");
+  SF_CUDA_CHECK(launch_scatter_rows(x.data, rows.as<int32_t>(), out.data, rows.numel(), row_bytes, stream_),
+                "scatter_rows");
 }
 
 void CudaBackend::pool_rows(const DeviceTensor& x, const DeviceTensor& offsets, Pooling pooling,
