@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -105,21 +107,56 @@ EmbeddingRequest parse_embedding_request(const json& body) {
   return request;
 }
 
-json encode_embedding(const std::vector<float>& embedding, EmbeddingEncoding encoding) {
-  if (encoding == EmbeddingEncoding::Float) return embedding;
+std::string base64_embedding(const std::vector<float>& embedding) {
   static_assert(std::endian::native == std::endian::little, "base64 embeddings are little-endian float32");
   return base64(embedding.data(), embedding.size() * sizeof(float));
 }
 
-json embeddings_body(const std::vector<std::vector<float>>& embeddings, EmbeddingEncoding encoding,
-                     const std::string& model, int64_t prompt_tokens) {
-  json data = json::array();
-  for (size_t i = 0; i < embeddings.size(); ++i)
-    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", encode_embedding(embeddings[i], encoding)}});
-  return {{"object", "list"},
-          {"data", std::move(data)},
-          {"model", model},
-          {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}};
+std::string embeddings_body(const std::vector<std::vector<float>>& embeddings, EmbeddingEncoding encoding,
+                            const std::string& model, int64_t prompt_tokens) {
+  std::string out;
+  size_t values = 0;
+  for (const auto& embedding : embeddings) values += embedding.size();
+  out.reserve(128 + 64 * embeddings.size() + (encoding == EmbeddingEncoding::Float ? 16 : 6) * values);
+  out += R"({"object":"list","data":[)";
+  char number[32];
+  for (size_t i = 0; i < embeddings.size(); ++i) {
+    if (i > 0) out += ',';
+    out += R"({"object":"embedding","index":)";
+    out += std::to_string(i);
+    out += R"(,"embedding":)";
+    if (encoding == EmbeddingEncoding::Base64) {
+      out += '"';
+      out += base64_embedding(embeddings[i]);  // [A-Za-z0-9+/=]: nothing to escape
+      out += '"';
+    } else {
+      out += '[';
+      for (size_t d = 0; d < embeddings[i].size(); ++d) {
+        if (d > 0) out += ',';
+        const float value = embeddings[i][d];
+        if (!std::isfinite(value)) {
+          out += "null";
+          continue;
+        }
+        if (value == 0.0f) {  // "-0" reads back as the integer 0: keep the sign (and a float)
+          out += std::signbit(value) ? "-0.0" : "0.0";
+          continue;
+        }
+        const std::to_chars_result written = std::to_chars(number, number + sizeof number, value);
+        out.append(number, written.ptr);
+      }
+      out += ']';
+    }
+    out += '}';
+  }
+  out += R"(],"model":)";
+  out += json(model).dump(-1, ' ', false, json::error_handler_t::replace);
+  out += R"(,"usage":{"prompt_tokens":)";
+  out += std::to_string(prompt_tokens);
+  out += R"(,"total_tokens":)";
+  out += std::to_string(prompt_tokens);
+  out += "}}";
+  return out;
 }
 
 }  // namespace splitflow

@@ -29,12 +29,16 @@ inline constexpr size_t kMaxEmbeddingInputs = 2048;  // OpenAI's limit per reque
 
 EmbeddingRequest parse_embedding_request(const nlohmann::json& body);
 
-// One embedding as the response carries it: a JSON array of numbers, or base64 of its
-// little-endian float32 bytes (what OpenAI's clients decode with numpy.frombuffer).
-nlohmann::json encode_embedding(const std::vector<float>& embedding, EmbeddingEncoding encoding);
+// One embedding as base64 of its little-endian float32 bytes (what OpenAI's clients decode with
+// numpy.frombuffer).
+std::string base64_embedding(const std::vector<float>& embedding);
 
-// {"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model", "usage"}.
-nlohmann::json embeddings_body(const std::vector<std::vector<float>>& embeddings, EmbeddingEncoding encoding,
-                               const std::string& model, int64_t prompt_tokens);
+// The response body, serialized: {"object": "list", "data": [{"object": "embedding", "index",
+// "embedding"}], "model", "usage"}. Float embeddings are arrays of each float32's shortest
+// round-trip decimal (std::to_chars: parsed back and rounded to float32, the same value; a
+// non-finite one is null), written straight into the text: a model's 384 values are formatted
+// 70 000 times a second on one GPU, and a JSON tree of doubles cost 104 ns and 21 bytes a value.
+std::string embeddings_body(const std::vector<std::vector<float>>& embeddings, EmbeddingEncoding encoding,
+                            const std::string& model, int64_t prompt_tokens);
 
 }  // namespace splitflow

@@ -730,7 +730,7 @@ void HttpServer::Impl::embeddings(const std::shared_ptr<http::Exchange>& exchang
         if (!error.empty()) return send_error(*exchange, ApiError(500, error, "", "internal_error"));
         if (dimensions)
           for (auto& embedding : embeddings) embedding = truncate_dimensions(embedding, *dimensions);
-        exchange->respond(200, kJson, dump_json(embeddings_body(embeddings, encoding, model, tokens)));
+        exchange->respond(200, kJson, embeddings_body(embeddings, encoding, model, tokens));
       });
     });
   } catch (const SubmitRejected& e) {

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 namespace splitflow {
@@ -129,7 +130,7 @@ TEST(EmbeddingsHttp, AnswersLikeTheEngineInFloatAndBase64) {
   ASSERT_EQ(b64->status, 200) << b64->body;
   const json b64_body = json::parse(b64->body);
   ASSERT_EQ(b64_body["data"].size(), 1u);
-  EXPECT_EQ(b64_body["data"][0]["embedding"], encode_embedding(alone[0], EmbeddingEncoding::Base64));
+  EXPECT_EQ(b64_body["data"][0]["embedding"], base64_embedding(alone[0]));
 }
 
 TEST(EmbeddingsHttp, RefusesBadInputsAndGenerativeRoutes) {
@@ -198,7 +199,37 @@ TEST(EmbeddingsApi, ParsesEveryInputShape) {
   EXPECT_THROW(parse_embedding_request(json::parse(R"({"input": "a", "dimensions": 0})")), ApiError);
   EXPECT_THROW(parse_embedding_request(json::parse(R"({})")), ApiError);
   // base64 of float32 1.0 (0x3f800000, little-endian 00 00 80 3f).
-  EXPECT_EQ(encode_embedding({1.0f}, EmbeddingEncoding::Base64), "AACAPw==");
+  EXPECT_EQ(base64_embedding({1.0f}), "AACAPw==");
+}
+
+TEST(EmbeddingsBody, FloatsRoundTripToFloat32AndTheTextIsJson) {
+  // Values of every magnitude (subnormal to large), signs, zeros, and ones whose shortest float32
+  // decimal is far shorter than a double's; a quote in the model name; a non-finite value.
+  const std::vector<std::vector<float>> embeddings = {
+      {0.1f, -0.0f, 0.0f, 1e-40f, -3.4e38f, 123456.789f, 1.0f / 3.0f, -7.5e-6f},
+      {std::numeric_limits<float>::infinity(), 2.0f}};
+  const std::string text = embeddings_body(embeddings, EmbeddingEncoding::Float, "a \"model\"", 9);
+  const json body = json::parse(text);
+  EXPECT_EQ(body["object"], "list");
+  EXPECT_EQ(body["model"], "a \"model\"");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 9);
+  EXPECT_EQ(body["usage"]["total_tokens"], 9);
+  ASSERT_EQ(body["data"].size(), 2u);
+  for (size_t i = 0; i < embeddings.size(); ++i) {
+    EXPECT_EQ(body["data"][i]["object"], "embedding");
+    EXPECT_EQ(body["data"][i]["index"], i);
+  }
+  const json& first = body["data"][0]["embedding"];
+  ASSERT_EQ(first.size(), embeddings[0].size());
+  for (size_t d = 0; d < embeddings[0].size(); ++d) {
+    const float back = static_cast<float>(first[d].get<double>());
+    EXPECT_EQ(std::memcmp(&back, &embeddings[0][d], sizeof back), 0) << d << ": " << first[d].dump();
+  }
+  EXPECT_NE(text.find("[0.1,"), std::string::npos) << text;  // not 0.10000000149011612
+  EXPECT_TRUE(body["data"][1]["embedding"][0].is_null());
+  EXPECT_EQ(body["data"][1]["embedding"][1], 2.0);
+  const json b64 = json::parse(embeddings_body(embeddings, EmbeddingEncoding::Base64, "m", 1));
+  EXPECT_EQ(b64["data"][1]["embedding"], base64_embedding(embeddings[1]));
 }
 
 }  // namespace
