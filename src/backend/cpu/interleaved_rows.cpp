@@ -37,7 +37,8 @@ RepackLayout repack_layout(DType type) {
 }
 
 bool repackable(DType type) {
-  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0 || type == DType::Q4_K;
+  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0 || type == DType::Q4_K ||
+         type == DType::Q6_K;
 }
 
 // Q4_K's group block (16 rows, one 256-element super-block): the 16 f16 d, the 16 f16 dmin, then
@@ -47,6 +48,23 @@ bool repackable(DType type) {
 // 2g + 1's). 2368 bytes for the 16 x 144 stored.
 constexpr int64_t kQ4kStored = 144, kQ4kGroupBytes = 64 + 256 + 2048;
 constexpr int kQ4kScalesAt = 64, kQ4kMinsAt = 192, kQ4kCodesAt = 320;
+
+// Q6_K's group block (16 rows, one super-block; stored ql[128], qh[64], int8 scales[16], d): the
+// 16 f16 d, then per sub-block s the rows' int8 scales (bytes 32 + 16 s + r), then ql four bytes of
+// each row at a time (run c: bytes 4c .. 4c + 3, at 288 + 64 c), then qh likewise (at 2336 + 64 c).
+// 3360 bytes, as stored.
+constexpr int64_t kQ6kStored = 210, kQ6kGroupBytes = 32 + 256 + 2048 + 1024;
+constexpr int kQ6kScalesAt = 32, kQ6kLowAt = 288, kQ6kHighAt = 2336;
+
+void repack_q6k_block(const uint8_t* const rows[16], uint8_t* dst) {
+  for (int r = 0; r < 16; ++r) {
+    const uint8_t* src = rows[r];
+    std::memcpy(dst + 2 * r, src + 208, 2);
+    for (int sub = 0; sub < 16; ++sub) dst[kQ6kScalesAt + 16 * sub + r] = src[192 + sub];
+    for (int c = 0; c < 32; ++c) std::memcpy(dst + kQ6kLowAt + 64 * c + 4 * r, src + 4 * c, 4);
+    for (int c = 0; c < 16; ++c) std::memcpy(dst + kQ6kHighAt + 64 * c + 4 * r, src + 128 + 4 * c, 4);
+  }
+}
 
 void repack_q4k_block(const uint8_t* const rows[16], uint8_t* dst) {
   for (int r = 0; r < 16; ++r) {
@@ -77,30 +95,33 @@ bool interleaved_rows_supported(DType type) {
 
 InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k, int num_threads) {
   SF_CHECK(repackable(type), "interleave_rows: {} has no interleaved layout", dtype_name(type));
-  const int64_t block_elems = type == DType::Q4_K ? 256 : 32;
+  const bool k_quant = type == DType::Q4_K || type == DType::Q6_K;
+  const int64_t block_elems = k_quant ? 256 : 32;
   SF_CHECK(k % block_elems == 0, "interleave_rows: rows of {} elements (not whole {}-element blocks)", k, block_elems);
   const RepackLayout layout = repack_layout(type);
   InterleavedRows out;
   out.type = type;
   out.groups = n / kGroupRows;
   out.k = k;
-  const int64_t blocks = k / block_elems, block_bytes = type == DType::Q4_K ? kQ4kGroupBytes : layout.group_bytes();
+  const int64_t stored_bytes = type == DType::Q4_K ? kQ4kStored : type == DType::Q6_K ? kQ6kStored : layout.stored_bytes;
+  const int64_t blocks = k / block_elems,
+                block_bytes = type == DType::Q4_K ? kQ4kGroupBytes : type == DType::Q6_K ? kQ6kGroupBytes : layout.group_bytes();
   out.nbytes = static_cast<size_t>(out.groups * blocks * block_bytes);
   if (out.nbytes == 0) return out;
   auto* memory = static_cast<uint8_t*>(std::aligned_alloc(64, (out.nbytes + 63) / 64 * 64));
   SF_CHECK(memory != nullptr, "interleave_rows: out of memory for {} bytes", out.nbytes);
   out.bytes = std::shared_ptr<uint8_t>(memory, [](uint8_t* p) { std::free(p); });
   const auto* rows = static_cast<const uint8_t*>(w);
-  const int64_t row_bytes = blocks * (type == DType::Q4_K ? kQ4kStored : layout.stored_bytes);
+  const int64_t row_bytes = blocks * stored_bytes;
   const int codes_at = layout.min ? 64 : 32;
   parallel_ranges(num_threads, out.groups, out.groups > 1, [&](int64_t g_begin, int64_t g_end) {
     for (int64_t g = g_begin; g < g_end; ++g)
       for (int64_t b = 0; b < blocks; ++b) {
         uint8_t* dst = memory + (g * blocks + b) * block_bytes;
-        if (type == DType::Q4_K) {
+        if (k_quant) {
           const uint8_t* sources[kGroupRows];
-          for (int64_t r = 0; r < kGroupRows; ++r) sources[r] = rows + (g * kGroupRows + r) * row_bytes + b * kQ4kStored;
-          repack_q4k_block(sources, dst);
+          for (int64_t r = 0; r < kGroupRows; ++r) sources[r] = rows + (g * kGroupRows + r) * row_bytes + b * stored_bytes;
+          (type == DType::Q4_K ? repack_q4k_block : repack_q6k_block)(sources, dst);
           continue;
         }
         for (int64_t r = 0; r < kGroupRows; ++r) {
@@ -144,10 +165,12 @@ struct XBlocks {
   std::vector<int8_t> q;
   std::vector<float> d, sx;
   std::vector<int32_t> corr;
+  std::vector<int32_t> corr16;  // the correction per 16 elements (Q6_K's sub-blocks)
   void quantize(const float* x, int64_t m, int64_t k, int correction) {
     q.resize(static_cast<size_t>(m * k));
     d.resize(static_cast<size_t>(m * k / 32));
     corr.resize(d.size());
+    corr16.resize(2 * d.size());
     sx.resize(d.size());
     for (int64_t e = 0, b = 0; e < m * k; e += 32, ++b) {
       const Q8Block block = quantize_block32(x + e);
@@ -159,6 +182,8 @@ struct XBlocks {
       for (int32_t s : sums) sum += s;
       d[b] = scale;
       corr[b] = correction * sum;
+      corr16[2 * b] = correction * (sums[0] + sums[1] + sums[2] + sums[3]);
+      corr16[2 * b + 1] = correction * (sums[4] + sums[5] + sums[6] + sums[7]);
       sx[b] = scale * static_cast<float>(sum);
     }
   }
@@ -265,12 +290,60 @@ void group_gemv_q4k(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t*
   }
 }
 
+// Q6_K: per half (128 elements) its 16 runs of ql and 8 of qh; quad u's codes are ql's nibble
+// (high from u = 16) with bits 2 (u / 8) of qh as bits 4-5, biased by 32 (the correction per 16
+// elements starts each sub-block's sum); four VNNI instructions per 16-element sub-block and x row.
+template <int MX>
+void group_gemv_q6k(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* group, float* y, int64_t ldy,
+                    bool accumulate) {
+  const int64_t blocks = k / 256;
+  __m512 acc[MX];
+  for (int r = 0; r < MX; ++r) acc[r] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(0x03);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = group + b * kQ6kGroupBytes;
+    for (int line = 0; line < 53; ++line)  // the next super-block (group_gemv_q4k says why)
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kQ6kGroupBytes + 64 * line), _MM_HINT_T0);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    for (int h = 0; h < 2; ++h) {
+      __m512i ql[16], qh[8];
+      for (int c = 0; c < 16; ++c) ql[c] = _mm512_loadu_si512(blk + kQ6kLowAt + 64 * (16 * h + c));
+      for (int c = 0; c < 8; ++c) qh[c] = _mm512_loadu_si512(blk + kQ6kHighAt + 64 * (8 * h + c));
+      for (int sub = 0; sub < 8; ++sub) {
+        __m512i codes[4];
+        for (int q = 0; q < 4; ++q) {
+          const int u = 4 * sub + q;
+          const __m512i nibble = u < 16 ? _mm512_and_si512(ql[u], low4)
+                                        : _mm512_and_si512(_mm512_srli_epi16(ql[u - 16], 4), low4);
+          const __m512i high = _mm512_and_si512(_mm512_srli_epi16(qh[u % 8], 2 * (u / 8)), two);
+          codes[q] = _mm512_or_si512(nibble, _mm512_slli_epi16(high, 4));
+        }
+        const __m512 scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6kScalesAt + 16 * (8 * h + sub))))));
+        for (int r = 0; r < MX; ++r) {
+          const int64_t e = (x_row0 + r) * k + b * 256 + 128 * h + 16 * sub;  // the sub-block's first x element
+          const int8_t* xcodes = xq.q.data() + e;
+          __m512i sum = _mm512_set1_epi32(xq.corr16[e / 16]);
+          for (int q = 0; q < 4; ++q) sum = dpbusd(sum, codes[q], broadcast4(xcodes + 4 * q));
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_set1_ps(xq.d[e / 32])), acc[r]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < MX; ++r) {
+    float* out = y + (x_row0 + r) * ldy;
+    _mm512_storeu_ps(out, accumulate ? _mm512_add_ps(_mm512_loadu_ps(out), acc[r]) : acc[r]);
+  }
+}
+
 template <DType T>
 void gemv(const float* x, int64_t m, const InterleavedRows& w, float* y, int64_t ldy, bool accumulate, int num_threads) {
   thread_local XBlocks xq;  // on the calling thread, before the team starts
-  xq.quantize(x, m, w.k, T == DType::Q4_K ? 0 : repack_layout(T).correction);
+  xq.quantize(x, m, w.k, T == DType::Q4_K ? 0 : T == DType::Q6_K ? -32 : repack_layout(T).correction);
   const XBlocks& rows_q = xq;
-  const int64_t group_bytes = T == DType::Q4_K ? w.k / 256 * kQ4kGroupBytes : w.k / 32 * repack_layout(T).group_bytes();
+  const int64_t group_bytes = T == DType::Q4_K   ? w.k / 256 * kQ4kGroupBytes
+                              : T == DType::Q6_K ? w.k / 256 * kQ6kGroupBytes
+                                                 : w.k / 32 * repack_layout(T).group_bytes();
   // Runs of contiguous groups, about four per thread: long sequential streams for the prefetchers
   // (runs of 2 groups taken in turn ran at 0.6x on 2 threads), still balanced when a thread is late.
   parallel_ranges(num_threads, w.groups, m * w.groups * kGroupRows * w.k >= 8 * kMinParallelWork,
@@ -280,7 +353,14 @@ void gemv(const float* x, int64_t m, const InterleavedRows& w, float* y, int64_t
       float* yg = y + g * kGroupRows;
       for (int64_t i = 0; i < m;) {
         const int64_t rows = std::min<int64_t>(4, m - i);
-        if constexpr (T == DType::Q4_K) {
+        if constexpr (T == DType::Q6_K) {
+          switch (rows) {
+            case 1: group_gemv_q6k<1>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+            case 2: group_gemv_q6k<2>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+            case 3: group_gemv_q6k<3>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+            default: group_gemv_q6k<4>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+          }
+        } else if constexpr (T == DType::Q4_K) {
           switch (rows) {
             case 1: group_gemv_q4k<1>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
             case 2: group_gemv_q4k<2>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
@@ -309,6 +389,7 @@ void interleaved_gemv(const float* x, int64_t m, const InterleavedRows& w, float
   if (w.type == DType::Q4_0) return gemv<DType::Q4_0>(x, m, w, y, ldy, accumulate, num_threads);
   if (w.type == DType::Q4_1) return gemv<DType::Q4_1>(x, m, w, y, ldy, accumulate, num_threads);
   if (w.type == DType::Q4_K) return gemv<DType::Q4_K>(x, m, w, y, ldy, accumulate, num_threads);
+  if (w.type == DType::Q6_K) return gemv<DType::Q6_K>(x, m, w, y, ldy, accumulate, num_threads);
   return gemv<DType::Q8_0>(x, m, w, y, ldy, accumulate, num_threads);
 }
 
