@@ -38,7 +38,7 @@ RepackLayout repack_layout(DType type) {
 
 bool repackable(DType type) {
   return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0 || type == DType::Q4_K ||
-         type == DType::Q6_K;
+         type == DType::Q5_K || type == DType::Q6_K;
 }
 
 // Q4_K's group block (16 rows, one 256-element super-block): the 16 f16 d, the 16 f16 dmin, then
@@ -48,6 +48,11 @@ bool repackable(DType type) {
 // 2g + 1's). 2368 bytes for the 16 x 144 stored.
 constexpr int64_t kQ4kStored = 144, kQ4kGroupBytes = 64 + 256 + 2048;
 constexpr int kQ4kScalesAt = 64, kQ4kMinsAt = 192, kQ4kCodesAt = 320;
+// Q5_K (stored d, dmin, scales[12], qh[32], qs[128]): Q4_K's group block, then the rows' qh four
+// bytes at a time (run i at 2368 + 64 i: bytes 4i .. 4i + 3, whose bits 2g and 2g + 1 are the fifth
+// bits of sub-blocks 2g and 2g + 1). 2880 bytes for the 16 x 176 stored.
+constexpr int64_t kQ5kStored = 176, kQ5kGroupBytes = kQ4kGroupBytes + 512;
+constexpr int kQ5kHighAt = 2368;
 
 // Q6_K's group block (16 rows, one super-block; stored ql[128], qh[64], int8 scales[16], d): the
 // 16 f16 d, then per sub-block s the rows' int8 scales (bytes 32 + 16 s + r), then ql four bytes of
@@ -66,9 +71,13 @@ void repack_q6k_block(const uint8_t* const rows[16], uint8_t* dst) {
   }
 }
 
-void repack_q4k_block(const uint8_t* const rows[16], uint8_t* dst) {
+// Q4_K's layout from Q4_K rows (codes at 16) or Q5_K rows (codes at 48, and qh at 16 repacked after).
+void repack_q4k_block(const uint8_t* const rows[16], uint8_t* dst, bool q5k = false) {
   for (int r = 0; r < 16; ++r) {
     const uint8_t* src = rows[r];
+    const int codes_at = q5k ? 48 : 16;
+    if (q5k)
+      for (int i = 0; i < 8; ++i) std::memcpy(dst + kQ5kHighAt + 64 * i + 4 * r, src + 16 + 4 * i, 4);
     std::memcpy(dst + 2 * r, src, 2);            // d
     std::memcpy(dst + 32 + 2 * r, src + 2, 2);   // dmin
     for (int sub = 0; sub < 8; ++sub) {
@@ -78,7 +87,8 @@ void repack_q4k_block(const uint8_t* const rows[16], uint8_t* dst) {
       dst[kQ4kMinsAt + 16 * sub + r] = m;
     }
     for (int g = 0; g < 4; ++g)
-      for (int i = 0; i < 8; ++i) std::memcpy(dst + kQ4kCodesAt + (8 * g + i) * 64 + 4 * r, src + 16 + 32 * g + 4 * i, 4);
+      for (int i = 0; i < 8; ++i)
+        std::memcpy(dst + kQ4kCodesAt + (8 * g + i) * 64 + 4 * r, src + codes_at + 32 * g + 4 * i, 4);
   }
 }
 
@@ -95,7 +105,7 @@ bool interleaved_rows_supported(DType type) {
 
 InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k, int num_threads) {
   SF_CHECK(repackable(type), "interleave_rows: {} has no interleaved layout", dtype_name(type));
-  const bool k_quant = type == DType::Q4_K || type == DType::Q6_K;
+  const bool k_quant = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K;
   const int64_t block_elems = k_quant ? 256 : 32;
   SF_CHECK(k % block_elems == 0, "interleave_rows: rows of {} elements (not whole {}-element blocks)", k, block_elems);
   const RepackLayout layout = repack_layout(type);
@@ -103,9 +113,14 @@ InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k,
   out.type = type;
   out.groups = n / kGroupRows;
   out.k = k;
-  const int64_t stored_bytes = type == DType::Q4_K ? kQ4kStored : type == DType::Q6_K ? kQ6kStored : layout.stored_bytes;
-  const int64_t blocks = k / block_elems,
-                block_bytes = type == DType::Q4_K ? kQ4kGroupBytes : type == DType::Q6_K ? kQ6kGroupBytes : layout.group_bytes();
+  const int64_t stored_bytes = type == DType::Q4_K   ? kQ4kStored
+                               : type == DType::Q5_K ? kQ5kStored
+                               : type == DType::Q6_K ? kQ6kStored
+                                                     : layout.stored_bytes;
+  const int64_t blocks = k / block_elems, block_bytes = type == DType::Q4_K   ? kQ4kGroupBytes
+                                                        : type == DType::Q5_K ? kQ5kGroupBytes
+                                                        : type == DType::Q6_K ? kQ6kGroupBytes
+                                                                              : layout.group_bytes();
   out.nbytes = static_cast<size_t>(out.groups * blocks * block_bytes);
   if (out.nbytes == 0) return out;
   auto* memory = static_cast<uint8_t*>(std::aligned_alloc(64, (out.nbytes + 63) / 64 * 64));
@@ -121,7 +136,10 @@ InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k,
         if (k_quant) {
           const uint8_t* sources[kGroupRows];
           for (int64_t r = 0; r < kGroupRows; ++r) sources[r] = rows + (g * kGroupRows + r) * row_bytes + b * stored_bytes;
-          (type == DType::Q4_K ? repack_q4k_block : repack_q6k_block)(sources, dst);
+          if (type == DType::Q6_K)
+            repack_q6k_block(sources, dst);
+          else
+            repack_q4k_block(sources, dst, type == DType::Q5_K);
           continue;
         }
         for (int64_t r = 0; r < kGroupRows; ++r) {
@@ -238,15 +256,16 @@ void group_gemv(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* gro
 // Q4_K: per sub-block (32 elements, one block of x), eight VNNI instructions per x row into one
 // int32 sum per weight row, scaled by d * sc and x's d, and the minimum -dmin * m times x's scaled
 // sum: about 35 instructions per 512 weights and x row, against about 110 with the rows as stored.
-template <int MX>
+template <int MX, bool kQ5>
 void group_gemv_q4k(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* group, float* y, int64_t ldy,
                     bool accumulate) {
+  constexpr int64_t kGroupBytes = kQ5 ? kQ5kGroupBytes : kQ4kGroupBytes;
   const int64_t blocks = k / 256, x_blocks = k / 32;
   __m512 acc[MX];
   for (int r = 0; r < MX; ++r) acc[r] = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = group + b * kQ4kGroupBytes;
+    const uint8_t* blk = group + b * kGroupBytes;
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
     const auto lanes = [&](int at) {  // 16 bytes (one per row) as floats
@@ -255,13 +274,19 @@ void group_gemv_q4k(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t*
     for (int g = 0; g < 4; ++g) {
       // The next super-block's lines, a quarter per pair: a group's blocks are one stream, but
       // the hardware prefetchers alone left the first code line of each block a stall.
-      for (int line = 10 * g; line < std::min(10 * g + 10, 37); ++line)
-        _mm_prefetch(reinterpret_cast<const char*>(blk + kQ4kGroupBytes + 64 * line), _MM_HINT_T0);
+      constexpr int kLines = static_cast<int>(kGroupBytes / 64), kPerPair = (kLines + 3) / 4;
+      for (int line = kPerPair * g; line < std::min(kPerPair * (g + 1), kLines); ++line)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kGroupBytes + 64 * line), _MM_HINT_T0);
       __m512i low[8], high[8];
       for (int i = 0; i < 8; ++i) {
         const __m512i packed = _mm512_loadu_si512(blk + kQ4kCodesAt + (8 * g + i) * 64);
         low[i] = _mm512_and_si512(packed, low4);
         high[i] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+        if constexpr (kQ5) {  // the fifth bits: bit 2g (low sub-block) and 2g + 1 (high) of qh
+          const __m512i qh = _mm512_loadu_si512(blk + kQ5kHighAt + 64 * i), one = _mm512_set1_epi8(1);
+          low[i] = _mm512_or_si512(low[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * g), one), 4));
+          high[i] = _mm512_or_si512(high[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * g + 1), one), 4));
+        }
       }
       const int sub0 = 2 * g, sub1 = 2 * g + 1;
       const __m512 scale0 = _mm512_mul_ps(d, lanes(kQ4kScalesAt + 16 * sub0));
@@ -339,9 +364,11 @@ void group_gemv_q6k(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t*
 template <DType T>
 void gemv(const float* x, int64_t m, const InterleavedRows& w, float* y, int64_t ldy, bool accumulate, int num_threads) {
   thread_local XBlocks xq;  // on the calling thread, before the team starts
-  xq.quantize(x, m, w.k, T == DType::Q4_K ? 0 : T == DType::Q6_K ? -32 : repack_layout(T).correction);
+  constexpr bool kQ4kLayout = T == DType::Q4_K || T == DType::Q5_K;
+  xq.quantize(x, m, w.k, kQ4kLayout ? 0 : T == DType::Q6_K ? -32 : repack_layout(T).correction);
   const XBlocks& rows_q = xq;
   const int64_t group_bytes = T == DType::Q4_K   ? w.k / 256 * kQ4kGroupBytes
+                              : T == DType::Q5_K ? w.k / 256 * kQ5kGroupBytes
                               : T == DType::Q6_K ? w.k / 256 * kQ6kGroupBytes
                                                  : w.k / 32 * repack_layout(T).group_bytes();
   // Runs of contiguous groups, about four per thread: long sequential streams for the prefetchers
@@ -360,12 +387,13 @@ void gemv(const float* x, int64_t m, const InterleavedRows& w, float* y, int64_t
             case 3: group_gemv_q6k<3>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
             default: group_gemv_q6k<4>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
           }
-        } else if constexpr (T == DType::Q4_K) {
+        } else if constexpr (kQ4kLayout) {
+          constexpr bool kQ5 = T == DType::Q5_K;
           switch (rows) {
-            case 1: group_gemv_q4k<1>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            case 2: group_gemv_q4k<2>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            case 3: group_gemv_q4k<3>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            default: group_gemv_q4k<4>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+            case 1: group_gemv_q4k<1, kQ5>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+            case 2: group_gemv_q4k<2, kQ5>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+            case 3: group_gemv_q4k<3, kQ5>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+            default: group_gemv_q4k<4, kQ5>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
           }
         } else {
           switch (rows) {
@@ -389,6 +417,7 @@ void interleaved_gemv(const float* x, int64_t m, const InterleavedRows& w, float
   if (w.type == DType::Q4_0) return gemv<DType::Q4_0>(x, m, w, y, ldy, accumulate, num_threads);
   if (w.type == DType::Q4_1) return gemv<DType::Q4_1>(x, m, w, y, ldy, accumulate, num_threads);
   if (w.type == DType::Q4_K) return gemv<DType::Q4_K>(x, m, w, y, ldy, accumulate, num_threads);
+  if (w.type == DType::Q5_K) return gemv<DType::Q5_K>(x, m, w, y, ldy, accumulate, num_threads);
   if (w.type == DType::Q6_K) return gemv<DType::Q6_K>(x, m, w, y, ldy, accumulate, num_threads);
   return gemv<DType::Q8_0>(x, m, w, y, ldy, accumulate, num_threads);
 }
