@@ -4,10 +4,9 @@
 // (Q4_0: bytes 4i .. 4i + 3 of each row's 16 code bytes, whose low nibbles are elements 4i .. 4i + 3
 // and high nibbles 4i + 16 ..; Q8_0: codes 4u .. 4u + 3, biased by 128; Q4_1: its 16 minima after
 // the scales; Q4_K per 256-element super-block: the 16 rows' d and dmin, their 6-bit scales and
-// minima one byte each, then the codes as Q4_0's, 32 bytes of a row per pair of sub-blocks (Q5_K:
-// then qh four bytes at a time); Q6_K:
-// d, the int8 scales one byte each, then ql and qh four bytes of each row at a time).
-// One 64-byte load then
+// minima one byte each, then the codes as Q4_0's, 32 bytes of a row per pair of sub-blocks; Q5_K:
+// then qh four bytes at a time; Q6_K: d, the int8 scales one byte each, then ql and qh four bytes
+// of each row at a time). One 64-byte load then
 // holds four codes of 16 rows and one vector their scales, and the GEMV broadcasts four codes of x
 // (Q8 activations, q8_activations.h) against them: about 30 instructions per 512 weights, where
 // the rows as stored take about 17 per 64, and each group is one sequential stream.
