@@ -37,8 +37,8 @@ RepackLayout repack_layout(DType type) {
 }
 
 bool repackable(DType type) {
-  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0 || type == DType::Q4_K ||
-         type == DType::Q5_K || type == DType::Q6_K;
+  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0 || type == DType::Q2_K ||
+         type == DType::Q3_K || type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K;
 }
 
 // Q4_K's group block (16 rows, one 256-element super-block): the 16 f16 d, the 16 f16 dmin, then
@@ -60,6 +60,38 @@ constexpr int kQ5kHighAt = 2368;
 // 3360 bytes, as stored.
 constexpr int64_t kQ6kStored = 210, kQ6kGroupBytes = 32 + 256 + 2048 + 1024;
 constexpr int kQ6kScalesAt = 32, kQ6kLowAt = 288, kQ6kHighAt = 2336;
+
+// Q2_K's group block (stored scales[16] (scale | min << 4), qs[64], d, dmin): the 16 f16 d, the 16
+// f16 dmin, per sub-block s the rows' scale bytes as stored (at 64 + 16 s + r), then qs four bytes
+// of each row at a time (run c at 320 + 64 c). 1344 bytes, as stored.
+// Q3_K's (stored hmask[32], qs[64], scales[12], d): the 16 f16 d, per sub-block the rows' scales
+// unpacked to int8 (minus their bias of 32, at 32 + 16 s + r), qs as Q2_K's (at 288), then hmask
+// four bytes at a time (run c at 1312 + 64 c). 1824 bytes for the 16 x 110 stored.
+constexpr int64_t kQ2kStored = 84, kQ2kGroupBytes = 64 + 256 + 1024;
+constexpr int64_t kQ3kStored = 110, kQ3kGroupBytes = 32 + 256 + 1024 + 512;
+constexpr int kQ2kScalesAt = 64, kQ2kLowAt = 320, kQ3kScalesAt = 32, kQ3kLowAt = 288, kQ3kHighAt = 1312;
+
+void repack_q2k_block(const uint8_t* const rows[16], uint8_t* dst) {
+  for (int r = 0; r < 16; ++r) {
+    const uint8_t* src = rows[r];
+    std::memcpy(dst + 2 * r, src + 80, 2);
+    std::memcpy(dst + 32 + 2 * r, src + 82, 2);
+    for (int sub = 0; sub < 16; ++sub) dst[kQ2kScalesAt + 16 * sub + r] = src[sub];
+    for (int c = 0; c < 16; ++c) std::memcpy(dst + kQ2kLowAt + 64 * c + 4 * r, src + 16 + 4 * c, 4);
+  }
+}
+
+void repack_q3k_block(const uint8_t* const rows[16], uint8_t* dst) {
+  for (int r = 0; r < 16; ++r) {
+    const uint8_t* src = rows[r];
+    std::memcpy(dst + 2 * r, src + 108, 2);
+    int8_t biased[16];
+    quant_blocks::Codec<DType::Q3_K>::unpack_scales(src, biased);
+    for (int sub = 0; sub < 16; ++sub) dst[kQ3kScalesAt + 16 * sub + r] = static_cast<uint8_t>(biased[sub] - 32);
+    for (int c = 0; c < 16; ++c) std::memcpy(dst + kQ3kLowAt + 64 * c + 4 * r, src + 32 + 4 * c, 4);
+    for (int c = 0; c < 8; ++c) std::memcpy(dst + kQ3kHighAt + 64 * c + 4 * r, src + 4 * c, 4);
+  }
+}
 
 void repack_q6k_block(const uint8_t* const rows[16], uint8_t* dst) {
   for (int r = 0; r < 16; ++r) {
@@ -92,6 +124,23 @@ void repack_q4k_block(const uint8_t* const rows[16], uint8_t* dst, bool q5k = fa
   }
 }
 
+// A K-quant's stored and repacked super-block bytes (16 rows) and its repacking; null repack: not
+// a K-quant.
+struct KRepack {
+  int64_t stored = 0, group = 0;
+  void (*repack)(const uint8_t* const rows[16], uint8_t* dst) = nullptr;
+};
+KRepack k_repack_for(DType type) {
+  switch (type) {
+    case DType::Q2_K: return {kQ2kStored, kQ2kGroupBytes, repack_q2k_block};
+    case DType::Q3_K: return {kQ3kStored, kQ3kGroupBytes, repack_q3k_block};
+    case DType::Q4_K: return {kQ4kStored, kQ4kGroupBytes, [](const uint8_t* const rows[16], uint8_t* dst) { repack_q4k_block(rows, dst); }};
+    case DType::Q5_K: return {kQ5kStored, kQ5kGroupBytes, [](const uint8_t* const rows[16], uint8_t* dst) { repack_q4k_block(rows, dst, true); }};
+    case DType::Q6_K: return {kQ6kStored, kQ6kGroupBytes, repack_q6k_block};
+    default: return {};
+  }
+}
+
 }  // namespace
 
 bool interleaved_rows_supported(DType type) {
@@ -105,7 +154,8 @@ bool interleaved_rows_supported(DType type) {
 
 InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k, int num_threads) {
   SF_CHECK(repackable(type), "interleave_rows: {} has no interleaved layout", dtype_name(type));
-  const bool k_quant = type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K;
+  const KRepack k_repack = k_repack_for(type);
+  const bool k_quant = k_repack.repack != nullptr;
   const int64_t block_elems = k_quant ? 256 : 32;
   SF_CHECK(k % block_elems == 0, "interleave_rows: rows of {} elements (not whole {}-element blocks)", k, block_elems);
   const RepackLayout layout = repack_layout(type);
@@ -113,14 +163,8 @@ InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k,
   out.type = type;
   out.groups = n / kGroupRows;
   out.k = k;
-  const int64_t stored_bytes = type == DType::Q4_K   ? kQ4kStored
-                               : type == DType::Q5_K ? kQ5kStored
-                               : type == DType::Q6_K ? kQ6kStored
-                                                     : layout.stored_bytes;
-  const int64_t blocks = k / block_elems, block_bytes = type == DType::Q4_K   ? kQ4kGroupBytes
-                                                        : type == DType::Q5_K ? kQ5kGroupBytes
-                                                        : type == DType::Q6_K ? kQ6kGroupBytes
-                                                                              : layout.group_bytes();
+  const int64_t stored_bytes = k_quant ? k_repack.stored : layout.stored_bytes;
+  const int64_t blocks = k / block_elems, block_bytes = k_quant ? k_repack.group : layout.group_bytes();
   out.nbytes = static_cast<size_t>(out.groups * blocks * block_bytes);
   if (out.nbytes == 0) return out;
   auto* memory = static_cast<uint8_t*>(std::aligned_alloc(64, (out.nbytes + 63) / 64 * 64));
@@ -136,10 +180,7 @@ InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k,
         if (k_quant) {
           const uint8_t* sources[kGroupRows];
           for (int64_t r = 0; r < kGroupRows; ++r) sources[r] = rows + (g * kGroupRows + r) * row_bytes + b * stored_bytes;
-          if (type == DType::Q6_K)
-            repack_q6k_block(sources, dst);
-          else
-            repack_q4k_block(sources, dst, type == DType::Q5_K);
+          k_repack.repack(sources, dst);
           continue;
         }
         for (int64_t r = 0; r < kGroupRows; ++r) {
@@ -183,12 +224,14 @@ struct XBlocks {
   std::vector<int8_t> q;
   std::vector<float> d, sx;
   std::vector<int32_t> corr;
-  std::vector<int32_t> corr16;  // the correction per 16 elements (Q6_K's sub-blocks)
+  std::vector<int32_t> corr16;  // the correction per 16 elements (Q3_K's and Q6_K's sub-blocks)
+  std::vector<float> sx16;      // d * sum(q) per 16 elements (Q2_K's minima)
   void quantize(const float* x, int64_t m, int64_t k, int correction) {
     q.resize(static_cast<size_t>(m * k));
     d.resize(static_cast<size_t>(m * k / 32));
     corr.resize(d.size());
     corr16.resize(2 * d.size());
+    sx16.resize(2 * d.size());
     sx.resize(d.size());
     for (int64_t e = 0, b = 0; e < m * k; e += 32, ++b) {
       const Q8Block block = quantize_block32(x + e);
@@ -202,6 +245,8 @@ struct XBlocks {
       corr[b] = correction * sum;
       corr16[2 * b] = correction * (sums[0] + sums[1] + sums[2] + sums[3]);
       corr16[2 * b + 1] = correction * (sums[4] + sums[5] + sums[6] + sums[7]);
+      sx16[2 * b] = scale * static_cast<float>(sums[0] + sums[1] + sums[2] + sums[3]);
+      sx16[2 * b + 1] = scale * static_cast<float>(sums[4] + sums[5] + sums[6] + sums[7]);
       sx[b] = scale * static_cast<float>(sum);
     }
   }
@@ -361,16 +406,77 @@ void group_gemv_q6k(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t*
   }
 }
 
+// Q2_K / Q3_K: per half (128 elements) its 8 runs of qs (and Q3_K's 8 of hmask); quad u's codes
+// are bits 2 (u / 8) of qs run u % 8 (Q3_K: with bit 4h + u / 8 of hmask as bit 2, biased by 4);
+// four VNNI instructions per 16-element sub-block and x row; Q2_K's minima against x's per-16 sums.
+template <int MX, bool kQ3>
+void group_gemv_q2k3k(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* group, float* y, int64_t ldy,
+                      bool accumulate) {
+  constexpr int64_t kGroupBytes = kQ3 ? kQ3kGroupBytes : kQ2kGroupBytes;
+  constexpr int kScalesAt = kQ3 ? kQ3kScalesAt : kQ2kScalesAt, kLowAt = kQ3 ? kQ3kLowAt : kQ2kLowAt;
+  const int64_t blocks = k / 256;
+  __m512 acc[MX];
+  for (int r = 0; r < MX; ++r) acc[r] = _mm512_setzero_ps();
+  const __m512i two = _mm512_set1_epi8(0x03), one = _mm512_set1_epi8(0x01);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = group + b * kGroupBytes;
+    constexpr int kLines = static_cast<int>((kGroupBytes + 63) / 64);
+    for (int line = 0; line < kLines; ++line)  // the next super-block (group_gemv_q4k says why)
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kGroupBytes + 64 * line), _MM_HINT_T0);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    [[maybe_unused]] __m512 dmin;
+    if constexpr (!kQ3) dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+    [[maybe_unused]] __m512i hmask[8];
+    if constexpr (kQ3)
+      for (int c = 0; c < 8; ++c) hmask[c] = _mm512_loadu_si512(blk + kQ3kHighAt + 64 * c);
+    for (int h = 0; h < 2; ++h) {
+      __m512i qs[8];
+      for (int c = 0; c < 8; ++c) qs[c] = _mm512_loadu_si512(blk + kLowAt + 64 * (8 * h + c));
+      for (int sub = 0; sub < 8; ++sub) {
+        __m512i codes[4];
+        for (int q = 0; q < 4; ++q) {
+          const int u = 4 * sub + q;
+          codes[q] = _mm512_and_si512(_mm512_srli_epi16(qs[u % 8], 2 * (u / 8)), two);
+          if constexpr (kQ3)
+            codes[q] = _mm512_or_si512(
+                codes[q], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hmask[u % 8], 4 * h + u / 8), one), 2));
+        }
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kScalesAt + 16 * (8 * h + sub)));
+        __m512 scale;
+        [[maybe_unused]] __m512 minimum;
+        if constexpr (kQ3) {
+          scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)));
+        } else {
+          const __m512i wide = _mm512_cvtepu8_epi32(bytes);
+          scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(wide, _mm512_set1_epi32(0xF))));
+          minimum = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(wide, 4)));
+        }
+        for (int r = 0; r < MX; ++r) {
+          const int64_t e = (x_row0 + r) * k + b * 256 + 128 * h + 16 * sub;  // the sub-block's first x element
+          const int8_t* xcodes = xq.q.data() + e;
+          __m512i sum = kQ3 ? _mm512_set1_epi32(xq.corr16[e / 16]) : _mm512_setzero_si512();
+          for (int q = 0; q < 4; ++q) sum = dpbusd(sum, codes[q], broadcast4(xcodes + 4 * q));
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_set1_ps(xq.d[e / 32])), acc[r]);
+          if constexpr (!kQ3) acc[r] = _mm512_fnmadd_ps(minimum, _mm512_set1_ps(xq.sx16[e / 16]), acc[r]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < MX; ++r) {
+    float* out = y + (x_row0 + r) * ldy;
+    _mm512_storeu_ps(out, accumulate ? _mm512_add_ps(_mm512_loadu_ps(out), acc[r]) : acc[r]);
+  }
+}
+
 template <DType T>
 void gemv(const float* x, int64_t m, const InterleavedRows& w, float* y, int64_t ldy, bool accumulate, int num_threads) {
   thread_local XBlocks xq;  // on the calling thread, before the team starts
-  constexpr bool kQ4kLayout = T == DType::Q4_K || T == DType::Q5_K;
-  xq.quantize(x, m, w.k, kQ4kLayout ? 0 : T == DType::Q6_K ? -32 : repack_layout(T).correction);
+  constexpr bool kQ4kLayout = T == DType::Q4_K || T == DType::Q5_K, kQ2k3k = T == DType::Q2_K || T == DType::Q3_K;
+  constexpr bool kK = kQ4kLayout || kQ2k3k || T == DType::Q6_K;
+  xq.quantize(x, m, w.k,
+              T == DType::Q6_K ? -32 : T == DType::Q3_K ? -4 : kK ? 0 : repack_layout(T).correction);
   const XBlocks& rows_q = xq;
-  const int64_t group_bytes = T == DType::Q4_K   ? w.k / 256 * kQ4kGroupBytes
-                              : T == DType::Q5_K ? w.k / 256 * kQ5kGroupBytes
-                              : T == DType::Q6_K ? w.k / 256 * kQ6kGroupBytes
-                                                 : w.k / 32 * repack_layout(T).group_bytes();
+  const int64_t group_bytes = kK ? w.k / 256 * k_repack_for(T).group : w.k / 32 * repack_layout(T).group_bytes();
   // Runs of contiguous groups, about four per thread: long sequential streams for the prefetchers
   // (runs of 2 groups taken in turn ran at 0.6x on 2 threads), still balanced when a thread is late.
   parallel_ranges(num_threads, w.groups, m * w.groups * kGroupRows * w.k >= 8 * kMinParallelWork,
@@ -380,7 +486,15 @@ void gemv(const float* x, int64_t m, const InterleavedRows& w, float* y, int64_t
       float* yg = y + g * kGroupRows;
       for (int64_t i = 0; i < m;) {
         const int64_t rows = std::min<int64_t>(4, m - i);
-        if constexpr (T == DType::Q6_K) {
+        if constexpr (kQ2k3k) {
+          constexpr bool kQ3 = T == DType::Q3_K;
+          switch (rows) {
+            case 1: group_gemv_q2k3k<1, kQ3>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+            case 2: group_gemv_q2k3k<2, kQ3>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+            case 3: group_gemv_q2k3k<3, kQ3>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+            default: group_gemv_q2k3k<4, kQ3>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
+          }
+        } else if constexpr (T == DType::Q6_K) {
           switch (rows) {
             case 1: group_gemv_q6k<1>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
             case 2: group_gemv_q6k<2>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
@@ -416,6 +530,8 @@ void interleaved_gemv(const float* x, int64_t m, const InterleavedRows& w, float
   if (m <= 0 || w.groups == 0) return;
   if (w.type == DType::Q4_0) return gemv<DType::Q4_0>(x, m, w, y, ldy, accumulate, num_threads);
   if (w.type == DType::Q4_1) return gemv<DType::Q4_1>(x, m, w, y, ldy, accumulate, num_threads);
+  if (w.type == DType::Q2_K) return gemv<DType::Q2_K>(x, m, w, y, ldy, accumulate, num_threads);
+  if (w.type == DType::Q3_K) return gemv<DType::Q3_K>(x, m, w, y, ldy, accumulate, num_threads);
   if (w.type == DType::Q4_K) return gemv<DType::Q4_K>(x, m, w, y, ldy, accumulate, num_threads);
   if (w.type == DType::Q5_K) return gemv<DType::Q5_K>(x, m, w, y, ldy, accumulate, num_threads);
   if (w.type == DType::Q6_K) return gemv<DType::Q6_K>(x, m, w, y, ldy, accumulate, num_threads);
