@@ -1,4 +1,4 @@
-// backend/cpu/interleaved_rows.h — Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K matrices repacked for the decode GEMV, as
+// backend/cpu/interleaved_rows.h — Q4_0, Q4_1, Q8_0 and the K-quants repacked for the decode GEMV, as
 // llama.cpp repacks them at load for the same reason: rows in groups of 16, each group's blocks
 // contiguous, a block holding the 16 rows' f16 scales and then their codes four bytes at a time
 // (Q4_0: bytes 4i .. 4i + 3 of each row's 16 code bytes, whose low nibbles are elements 4i .. 4i + 3
@@ -6,7 +6,8 @@
 // the scales; Q4_K per 256-element super-block: the 16 rows' d and dmin, their 6-bit scales and
 // minima one byte each, then the codes as Q4_0's, 32 bytes of a row per pair of sub-blocks; Q5_K:
 // then qh four bytes at a time; Q6_K: d, the int8 scales one byte each, then ql and qh four bytes
-// of each row at a time). One 64-byte load then
+// of each row at a time; Q2_K / Q3_K: d (dmin), a scale byte per sub-block, qs (and hmask) four
+// bytes of each row at a time). One 64-byte load then
 // holds four codes of 16 rows and one vector their scales, and the GEMV broadcasts four codes of x
 // (Q8 activations, q8_activations.h) against them: about 30 instructions per 512 weights, where
 // the rows as stored take about 17 per 64, and each group is one sequential stream.
@@ -34,7 +35,7 @@ struct InterleavedRows {
   size_t nbytes = 0;
 };
 
-// Whether `type` has the layout here (one of the six, and the target has AVX-512 VNNI).
+// Whether `type` has the layout here (one of these eight, and the target has AVX-512 VNNI).
 bool interleaved_rows_supported(DType type);
 
 // The first n / 16 * 16 rows of w [n, k] (packed rows of `type`, k a multiple of its block) repacked, on
