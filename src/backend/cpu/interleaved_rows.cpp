@@ -252,6 +252,15 @@ struct XBlocks {
   }
 };
 
+// y[(x_row0 + r) * ldy + l] (+)= acc[r][l]: a group's 16 results for each of MX rows of x.
+template <int MX>
+inline void store_rows(const __m512 acc[MX], float* y, int64_t x_row0, int64_t ldy, bool accumulate) {
+  for (int r = 0; r < MX; ++r) {
+    float* out = y + (x_row0 + r) * ldy;
+    _mm512_storeu_ps(out, accumulate ? _mm512_add_ps(_mm512_loadu_ps(out), acc[r]) : acc[r]);
+  }
+}
+
 // y[(x_row0 + r) * ldy + l] (+)= x'[x_row0 + r] . w[row l of the group] for MX rows of x.
 template <DType T, int MX>
 void group_gemv(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* group, float* y, int64_t ldy,
@@ -292,10 +301,7 @@ void group_gemv(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* gro
       if constexpr (kMin) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xq.sx[xb]), acc[r]);
     }
   }
-  for (int r = 0; r < MX; ++r) {
-    float* out = y + (x_row0 + r) * ldy;
-    _mm512_storeu_ps(out, accumulate ? _mm512_add_ps(_mm512_loadu_ps(out), acc[r]) : acc[r]);
-  }
+  store_rows<MX>(acc, y, x_row0, ldy, accumulate);
 }
 
 // Q4_K: per sub-block (32 elements, one block of x), eight VNNI instructions per x row into one
@@ -354,10 +360,7 @@ void group_gemv_q4k(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t*
       }
     }
   }
-  for (int r = 0; r < MX; ++r) {
-    float* out = y + (x_row0 + r) * ldy;
-    _mm512_storeu_ps(out, accumulate ? _mm512_add_ps(_mm512_loadu_ps(out), acc[r]) : acc[r]);
-  }
+  store_rows<MX>(acc, y, x_row0, ldy, accumulate);
 }
 
 // Q6_K: per half (128 elements) its 16 runs of ql and 8 of qh; quad u's codes are ql's nibble
@@ -400,10 +403,7 @@ void group_gemv_q6k(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t*
       }
     }
   }
-  for (int r = 0; r < MX; ++r) {
-    float* out = y + (x_row0 + r) * ldy;
-    _mm512_storeu_ps(out, accumulate ? _mm512_add_ps(_mm512_loadu_ps(out), acc[r]) : acc[r]);
-  }
+  store_rows<MX>(acc, y, x_row0, ldy, accumulate);
 }
 
 // Q2_K / Q3_K: per half (128 elements) its 8 runs of qs (and Q3_K's 8 of hmask); quad u's codes
@@ -462,10 +462,7 @@ void group_gemv_q2k3k(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_
       }
     }
   }
-  for (int r = 0; r < MX; ++r) {
-    float* out = y + (x_row0 + r) * ldy;
-    _mm512_storeu_ps(out, accumulate ? _mm512_add_ps(_mm512_loadu_ps(out), acc[r]) : acc[r]);
-  }
+  store_rows<MX>(acc, y, x_row0, ldy, accumulate);
 }
 
 template <DType T>
@@ -486,36 +483,17 @@ void gemv(const float* x, int64_t m, const InterleavedRows& w, float* y, int64_t
       float* yg = y + g * kGroupRows;
       for (int64_t i = 0; i < m;) {
         const int64_t rows = std::min<int64_t>(4, m - i);
-        if constexpr (kQ2k3k) {
-          constexpr bool kQ3 = T == DType::Q3_K;
-          switch (rows) {
-            case 1: group_gemv_q2k3k<1, kQ3>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            case 2: group_gemv_q2k3k<2, kQ3>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            case 3: group_gemv_q2k3k<3, kQ3>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            default: group_gemv_q2k3k<4, kQ3>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-          }
-        } else if constexpr (T == DType::Q6_K) {
-          switch (rows) {
-            case 1: group_gemv_q6k<1>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            case 2: group_gemv_q6k<2>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            case 3: group_gemv_q6k<3>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            default: group_gemv_q6k<4>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-          }
-        } else if constexpr (kQ4kLayout) {
-          constexpr bool kQ5 = T == DType::Q5_K;
-          switch (rows) {
-            case 1: group_gemv_q4k<1, kQ5>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            case 2: group_gemv_q4k<2, kQ5>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            case 3: group_gemv_q4k<3, kQ5>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            default: group_gemv_q4k<4, kQ5>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-          }
-        } else {
-          switch (rows) {
-            case 1: group_gemv<T, 1>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            case 2: group_gemv<T, 2>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            case 3: group_gemv<T, 3>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-            default: group_gemv<T, 4>(rows_q, i, w.k, group, yg, ldy, accumulate); break;
-          }
+        const auto run = [&]<int MX>() {
+          if constexpr (kQ2k3k) group_gemv_q2k3k<MX, T == DType::Q3_K>(rows_q, i, w.k, group, yg, ldy, accumulate);
+          else if constexpr (T == DType::Q6_K) group_gemv_q6k<MX>(rows_q, i, w.k, group, yg, ldy, accumulate);
+          else if constexpr (kQ4kLayout) group_gemv_q4k<MX, T == DType::Q5_K>(rows_q, i, w.k, group, yg, ldy, accumulate);
+          else group_gemv<T, MX>(rows_q, i, w.k, group, yg, ldy, accumulate);
+        };
+        switch (rows) {
+          case 1: run.template operator()<1>(); break;
+          case 2: run.template operator()<2>(); break;
+          case 3: run.template operator()<3>(); break;
+          default: run.template operator()<4>(); break;
         }
         i += rows;
       }
