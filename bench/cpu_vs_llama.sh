@@ -7,8 +7,11 @@
 #   bench/cpu_vs_llama.sh [MODEL.gguf ...]
 # Environment: SPLITFLOW (build-cpu/splitflow), LLAMA_BENCH (.cache/llama.cpp/build/bin/llama-bench,
 # built by bench/build_llama_cpp.sh), THREADS ("2 1"), INPUT / OUTPUT (64 / 64),
-# RESULTS (bench/results/cpu). Default models: the TinyLlama-shape GGUFs of bench/make_gguf.py and
-# the two real GGUFs of scripts/fetch_models.py, those present.
+# RESULTS (bench/results/cpu). Default models: the TinyLlama-shape GGUFs of bench/make_gguf.py, the
+# K-quant files made from its F16 one (for t in Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K; do
+#   .cache/llama.cpp/build/bin/llama-quantize .cache/gguf/tinyllama-f16.gguf
+#   .cache/gguf/tinyllama-${t,,}.gguf $t 2; done) and the two real GGUFs of scripts/fetch_models.py,
+# those present.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 splitflow=${SPLITFLOW:-build-cpu/splitflow}
@@ -19,7 +22,7 @@ results=${RESULTS:-bench/results/cpu}
 
 models=("$@")
 if (( ${#models[@]} == 0 )); then
-  for file in .cache/gguf/tinyllama-f16.gguf .cache/gguf/tinyllama-q8_0.gguf .cache/gguf/tinyllama-q4_0.gguf \
+  for file in .cache/gguf/tinyllama-{f16,q8_0,q4_0,q2_k,q3_k_m,q4_k_m,q5_k_m,q6_k}.gguf \
               .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf .cache/models/gemma-3-270m-q4_k_m.gguf; do
     [[ -f $file ]] && models+=("$file")
   done
