@@ -2,10 +2,11 @@
 // prefill-only sequence (no sampling, no decode), batched with the others waiting (first come,
 // first served, whole sequences only: bidirectional attention needs a sequence in one forward),
 // its K/V written to blocks of the paged cache for the step and released at once, its last
-// hidden states pooled and normalized as the spec's `embedding` says.
+// hidden states pooled on the device (ModelRunner::forward_pooled) and normalized as the spec's
+// `embedding` says.
 //
 // Owns: the waiting queue, the step's KV blocks (a BlockAllocator over the runner's cache), the
-// pooling. Must never: sample, keep KV across steps, or run a sequence split over two steps.
+// normalization. Must never: sample, keep KV across steps, or run a sequence split over two steps.
 // Single-threaded like Engine: server/async_embedder.h runs it on its own thread.
 #pragma once
 

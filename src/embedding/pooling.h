@@ -1,6 +1,7 @@
 // embedding/pooling.h — token states into one vector, as sentence-transformers' Pooling and
-// Normalize modules compute it. Pure host math over fp32: the states come from
-// ModelRunner::forward_hidden.
+// Normalize modules compute it. Pure host math over fp32. The engine pools on the device
+// (ModelRunner::forward_pooled, Backend::pool_rows); pool_states is the host definition of the same
+// rule, which the tests hold the device's result and transformers' states to.
 #pragma once
 
 #include "model/spec.h"
