@@ -16,8 +16,10 @@ namespace {
 
 constexpr int64_t kGroupRows = 16;
 
-// A type's block as stored and as repacked: a group's block holds the 16 f16 scales, then (Q4_1)
-// the 16 f16 minima, then `loads` runs of 64 code bytes (4 bytes of each row).
+// A type's block as stored and as repacked: a group's block holds the 16 f16 scales, then (Q4_1,
+// Q5_1) the 16 f16 minima, then (Q5_0, Q5_1) the rows' fifth bits as 4 bytes each (byte i: the
+// bits of elements 4i .. 4i + 3 in its low nibble, of 4i + 16 .. 4i + 19 in its high one, for the
+// code load i that holds those elements), then `loads` runs of 64 code bytes (4 bytes of each row).
 struct RepackLayout {
   int64_t stored_bytes;  // one row's block as stored
   int codes_at;          // where its code bytes start
@@ -25,19 +27,33 @@ struct RepackLayout {
   int loads;             // 64-byte code loads per group block (nibbles: 4, bytes: 8)
   uint32_t bias;         // XORed into every code byte (Q8_0: signed to unsigned)
   int correction;        // the codes' zero point, times -1
-  int64_t group_bytes() const { return (min ? 64 : 32) + 64 * loads; }
+  int high_at = -1;      // where the stored 32-bit mask of fifth bits starts (Q5_0, Q5_1)
+  int high_group_at() const { return min ? 64 : 32; }
+  int codes_group_at() const { return high_group_at() + (high_at >= 0 ? 64 : 0); }
+  int64_t group_bytes() const { return codes_group_at() + 64 * loads; }
 };
 
 RepackLayout repack_layout(DType type) {
   switch (type) {
     case DType::Q4_0: return {18, 2, false, 4, 0, -8};
     case DType::Q4_1: return {20, 4, true, 4, 0, 0};
+    case DType::Q5_0: return {22, 6, false, 4, 0, -16, 2};
+    case DType::Q5_1: return {24, 8, true, 4, 0, 0, 4};
     default: return {34, 2, false, 8, 0x80808080u, -128};  // Q8_0
   }
 }
 
+// The stored fifth bits (bit e: element e) as the repacked layout's 4 bytes.
+uint32_t rearranged_high_bits(uint32_t bits) {
+  uint32_t out = 0;
+  for (int i = 0; i < 4; ++i)
+    out |= (((bits >> (4 * i)) & 0xF) | (((bits >> (4 * i + 16)) & 0xF) << 4)) << (8 * i);
+  return out;
+}
+
 bool repackable(DType type) {
-  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0 || type == DType::Q2_K ||
+  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q5_1 ||
+         type == DType::Q8_0 || type == DType::Q2_K ||
          type == DType::Q3_K || type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K;
 }
 
@@ -172,7 +188,7 @@ InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k,
   out.bytes = std::shared_ptr<uint8_t>(memory, [](uint8_t* p) { std::free(p); });
   const auto* rows = static_cast<const uint8_t*>(w);
   const int64_t row_bytes = blocks * stored_bytes;
-  const int codes_at = layout.min ? 64 : 32;
+  const int codes_at = layout.codes_group_at();
   parallel_ranges(num_threads, out.groups, out.groups > 1, [&](int64_t g_begin, int64_t g_end) {
     for (int64_t g = g_begin; g < g_end; ++g)
       for (int64_t b = 0; b < blocks; ++b) {
@@ -187,6 +203,12 @@ InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k,
           const uint8_t* src = rows + (g * kGroupRows + r) * row_bytes + b * layout.stored_bytes;
           std::memcpy(dst + 2 * r, src, 2);                      // the f16 scale
           if (layout.min) std::memcpy(dst + 32 + 2 * r, src + 2, 2);  // the f16 minimum
+          if (layout.high_at >= 0) {
+            uint32_t bits;
+            std::memcpy(&bits, src + layout.high_at, 4);
+            bits = rearranged_high_bits(bits);
+            std::memcpy(dst + layout.high_group_at() + 4 * r, &bits, 4);
+          }
           for (int u = 0; u < layout.loads; ++u) {  // four code bytes at a time
             uint32_t codes;
             std::memcpy(&codes, src + layout.codes_at + 4 * u, 4);
@@ -265,9 +287,10 @@ inline void store_rows(const __m512 acc[MX], float* y, int64_t x_row0, int64_t l
 template <DType T, int MX>
 void group_gemv(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* group, float* y, int64_t ldy,
                 bool accumulate) {
-  constexpr bool kMin = T == DType::Q4_1;
-  const int64_t blocks = k / 32, block_bytes = repack_layout(T).group_bytes();
-  const int codes_at = kMin ? 64 : 32;
+  constexpr bool kMin = T == DType::Q4_1 || T == DType::Q5_1, kHigh = T == DType::Q5_0 || T == DType::Q5_1;
+  const RepackLayout layout = repack_layout(T);
+  const int64_t blocks = k / 32, block_bytes = layout.group_bytes();
+  const int codes_at = layout.codes_group_at();
   __m512 acc[MX];
   for (int r = 0; r < MX; ++r) acc[r] = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -281,10 +304,20 @@ void group_gemv(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* gro
     if constexpr (T == DType::Q8_0) {
       for (int u = 0; u < kQuads; ++u) codes[u] = _mm512_loadu_si512(blk + codes_at + 64 * u);
     } else {  // nibbles: low ones are elements 4i .., high ones 4i + 16 ..
+      [[maybe_unused]] __m512i high;
+      if constexpr (kHigh) high = _mm512_loadu_si512(blk + layout.high_group_at());
       for (int i = 0; i < 4; ++i) {
         const __m512i packed = _mm512_loadu_si512(blk + codes_at + 64 * i);
         codes[i] = _mm512_and_si512(packed, low4);
         codes[i + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+        if constexpr (kHigh) {  // byte i of each row's bits, copied to its 4 bytes, one bit each
+          const __m512i bits = _mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(high, 8 * i), _mm512_set1_epi32(0xFF)),
+                                                  _mm512_set1_epi32(0x01010101));
+          const __m512i fifth = _mm512_set1_epi8(0x10);
+          codes[i] = _mm512_or_si512(codes[i], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(bits, _mm512_set1_epi32(0x08040201)), fifth));
+          codes[i + 4] = _mm512_or_si512(codes[i + 4],
+                                         _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(bits, _mm512_set1_epi32(0x80402010)), fifth));
+        }
       }
     }
     for (int r = 0; r < MX; ++r) {
@@ -508,6 +541,8 @@ void interleaved_gemv(const float* x, int64_t m, const InterleavedRows& w, float
   if (m <= 0 || w.groups == 0) return;
   if (w.type == DType::Q4_0) return gemv<DType::Q4_0>(x, m, w, y, ldy, accumulate, num_threads);
   if (w.type == DType::Q4_1) return gemv<DType::Q4_1>(x, m, w, y, ldy, accumulate, num_threads);
+  if (w.type == DType::Q5_0) return gemv<DType::Q5_0>(x, m, w, y, ldy, accumulate, num_threads);
+  if (w.type == DType::Q5_1) return gemv<DType::Q5_1>(x, m, w, y, ldy, accumulate, num_threads);
   if (w.type == DType::Q2_K) return gemv<DType::Q2_K>(x, m, w, y, ldy, accumulate, num_threads);
   if (w.type == DType::Q3_K) return gemv<DType::Q3_K>(x, m, w, y, ldy, accumulate, num_threads);
   if (w.type == DType::Q4_K) return gemv<DType::Q4_K>(x, m, w, y, ldy, accumulate, num_threads);
