@@ -1,9 +1,10 @@
-// backend/cpu/interleaved_rows.h — Q4_0, Q4_1, Q8_0 and the K-quants repacked for the decode GEMV, as
-// llama.cpp repacks them at load for the same reason: rows in groups of 16, each group's blocks
-// contiguous, a block holding the 16 rows' f16 scales and then their codes four bytes at a time
-// (Q4_0: bytes 4i .. 4i + 3 of each row's 16 code bytes, whose low nibbles are elements 4i .. 4i + 3
-// and high nibbles 4i + 16 ..; Q8_0: codes 4u .. 4u + 3, biased by 128; Q4_1: its 16 minima after
-// the scales; Q4_K per 256-element super-block: the 16 rows' d and dmin, their 6-bit scales and
+// backend/cpu/interleaved_rows.h — GGUF's block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q6_K)
+// repacked for the decode GEMV, as llama.cpp repacks them at load for the same reason: rows in
+// groups of 16, each group's blocks contiguous, a block holding the 16 rows' f16 scales and then
+// their codes four bytes at a time (Q4_0: bytes 4i .. 4i + 3 of each row's 16 code bytes, whose low
+// nibbles are elements 4i .. 4i + 3 and high nibbles 4i + 16 ..; Q8_0: codes 4u .. 4u + 3, biased
+// by 128; Q4_1: its 16 minima after the scales; Q5_0 / Q5_1: then the rows' fifth bits, a byte per
+// code load; Q4_K per 256-element super-block: the 16 rows' d and dmin, their 6-bit scales and
 // minima one byte each, then the codes as Q4_0's, 32 bytes of a row per pair of sub-blocks; Q5_K:
 // then qh four bytes at a time; Q6_K: d, the int8 scales one byte each, then ql and qh four bytes
 // of each row at a time; Q2_K / Q3_K: d (dmin), a scale byte per sub-block, qs (and hmask) four
@@ -35,7 +36,7 @@ struct InterleavedRows {
   size_t nbytes = 0;
 };
 
-// Whether `type` has the layout here (one of these eight, and the target has AVX-512 VNNI).
+// Whether `type` has the layout here (one of these ten, and the target has AVX-512 VNNI).
 bool interleaved_rows_supported(DType type);
 
 // The first n / 16 * 16 rows of w [n, k] (packed rows of `type`, k a multiple of its block) repacked, on

@@ -9,7 +9,7 @@
 // folded into the int32 accumulator from x's side, and Q4_1/Q5_1's minimum m adds m * d_x * sum(q).
 // K-quants scale each int32 lane (4 elements) by its sub-block's d * sc and d_x; Q6_K's codes are
 // q + 32 (correction -32), Q3_K's q + 4; the minima of Q2_K / Q4_K / Q5_K add -dmin * m * d_x *
-// sum(q), once per super-block. (The CPU backend's decode reads repacked copies of all but Q5_0 / Q5_1,
+// sum(q), once per super-block. (The CPU backend's decode reads repacked copies of all ten,
 // interleaved_rows.h; this kernel runs the rows as stored: their tails, and direct callers.)
 // Accuracy: the result is exactly x' . w for x' = q * d (up to fp32 rounding of the block sums), so
 // the error against x . w is at most sum_b d_b / 2 * sum_{p in b} |w_p| (docs/cpu.md measures
