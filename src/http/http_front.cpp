@@ -88,7 +88,7 @@ struct FrontState : std::enable_shared_from_this<FrontState> {
 };
 
 // Bytes of a request body counted against max_body_bytes_in_flight while the reservation lives
-// (the connection while it reads the body, then the exchange that holds it).
+// (the connection while it reads the body, then the exchange that holds it until it is answered).
 class BodyReservation {
  public:
   BodyReservation(std::shared_ptr<FrontState> front, size_t bytes) : front_(std::move(front)), bytes_(bytes) {}
@@ -211,6 +211,9 @@ void ExchangeImpl::respond(int status, std::string content_type, std::string bod
     Connection& connection = *self->connection_;
     self->state_ = State::kEnding;
     self->response_started_ = true;
+    // Answered: its body no longer counts against the bound, before a byte of the answer leaves, so
+    // a client that reads it and sends again never meets its own last body.
+    self->body_reservation_.reset();
     for (auto& header : connection.cors_headers(self->request_)) headers.push_back(std::move(header));
     connection.send(connection.whole_response(status, std::move(content_type), std::move(body), headers,
                                               connection.keep_alive_),
@@ -253,6 +256,7 @@ void ExchangeImpl::end_stream() {
   net::post(connection_->executor(), [self] {
     if (self->state_ != State::kStreaming) return;
     self->state_ = State::kEnding;
+    self->body_reservation_.reset();
     self->connection_->send(Connection::LastChunk{}, [self] { self->connection_->finish_exchange(); });
   });
 }

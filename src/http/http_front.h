@@ -118,7 +118,7 @@ struct FrontStats {
   int64_t open_exchanges = 0;  // requests read whose response is not sent whole yet
   int64_t refused_connections = 0;  // 503 beyond max_connections
   int64_t deadline_closes = 0;      // sockets closed at a deadline
-  int64_t body_bytes_in_flight = 0;  // reserved by the bodies being read or held
+  int64_t body_bytes_in_flight = 0;  // reserved by the bodies being read or not answered yet
 };
 
 struct FrontState;  // http_front.cpp
