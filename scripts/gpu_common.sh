@@ -26,6 +26,16 @@ gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 gpu_build() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: no GPU visible"
   local start=$SECONDS
+  # PREBUILT=archive (made here by scripts/carry_prebuilt.sh, carried): a binary built on the
+  # development machine and the libraries the GPU machine lacks, unpacked instead of a build — for
+  # a call whose device time cannot hold the four-minute build.
+  if [[ -n ${PREBUILT:-} ]]; then
+    mkdir -p "$build" && tar xJf "$PREBUILT" -C "$build" || exit 1
+    export LD_LIBRARY_PATH=$root/$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    ldd "$build/splitflow" | grep "not found" && exit 1
+    echo "prebuilt $(cat "$build/commit" 2>/dev/null) unpacked: $((SECONDS - start)) s"
+    return
+  fi
   cmake -S . -B "$build" -G Ninja "${cmake_args[@]}" >"$logs/configure.log" 2>&1 || { tail -40 "$logs/configure.log"; exit 1; }
   # A script that needs more than the configure's success defines gpu_configure_check (it reads
   # $logs/configure.log and exits when something it needs was not found).
