@@ -48,4 +48,16 @@ std::string read_text_file(const std::string& path) {
   return buffer.str();
 }
 
+void release_resident_pages(const void* data, size_t bytes) {
+#ifdef MADV_PAGEOUT
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t begin = (start + page - 1) / page * page, end = (start + bytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
 }  // namespace splitflow

@@ -28,6 +28,13 @@ class MappedFile {
   size_t size_;
 };
 
+// Asks the kernel to reclaim the whole pages inside [data, data + bytes) (MADV_PAGEOUT): a page of
+// a mapped file leaves the resident set, read again from the file if ever touched; an anonymous
+// page is kept (or swapped), so this is safe on any memory. For checkpoint bytes the process has
+// copied (fused matrices, repacked rows) and will rarely read again. Best effort: kernels before
+// 5.4 ignore it.
+void release_resident_pages(const void* data, size_t bytes);
+
 // Reads a whole (small) file into a string; errors name the path.
 std::string read_text_file(const std::string& path);
 

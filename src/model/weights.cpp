@@ -2,15 +2,13 @@
 
 #include "core/counter_hash.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "formats/weight_source.h"
 #include "model/config.h"
 #include "quant/quant.h"
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
-
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -87,19 +85,9 @@ void write_rows(const Tensor& src, bool transposed, Tensor& dst, int64_t row_off
   }
 }
 
-// Asks the kernel to reclaim the whole pages of a checkpoint tensor just copied into a fused
-// matrix (MADV_PAGEOUT): a page of a mapped file leaves the resident set, read again from the
-// file if ever touched; an anonymous page is kept (or swapped), so this is safe on any tensor.
-// Keeps a GGUF's resident memory near its file size although q/k/v and gate/up are copied.
-// Best effort: kernels before 5.4 ignore it.
-void release_pages(const Tensor& part) {
-#ifdef MADV_PAGEOUT
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto start = reinterpret_cast<uintptr_t>(part.data);
-  const uintptr_t begin = (start + page - 1) / page * page, end = (start + part.nbytes()) / page * page;
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
-#endif
-}
+// A checkpoint tensor just copied into a fused matrix leaves the resident set: keeps a GGUF's
+// resident memory near its file size although q/k/v and gate/up are copied.
+void release_pages(const Tensor& part) { release_resident_pages(part.data, part.nbytes()); }
 
 // Zeroed storage for a packed matrix (quantized, or Mixed with its row runs).
 Tensor packed_zeros(DType dtype, Shape shape, RowRuns runs = {}) {

@@ -230,11 +230,9 @@ DeviceBuffer CpuBackend::upload(const Tensor& tensor) {
     view.data = copy.data;
     owner = copy.storage;
   }
-  // A matrix the decode GEMV reads faster repacked: the copy lives as long as this buffer.
+  // A matrix the products read faster repacked, at its first one: the copy lives as long as this buffer.
   if (q8_activations_ && view.shape.size() == 2 && view.dim(0) >= 16 && interleaved_rows_supported(view.dtype)) {
-    // (Written whole here, so host memory's available bytes already count it.)
-    interleaved_->add(view.data, std::make_shared<const InterleavedRows>(
-                                     interleave_rows(view.data, view.dtype, view.dim(0), view.dim(1), num_threads_)));
+    interleaved_->add(view.data, view.dtype, view.dim(0), view.dim(1));
     owner = std::shared_ptr<void>(owner.get(),
                                   [owner, copies = interleaved_, key = view.data](void*) { copies->remove(key); });
   }
@@ -357,9 +355,9 @@ void CpuBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Devi
   if (m == 0 || n == 0) return;
   if (pin_threads_) pin_team(num_threads_);
   float* out = y.as<float>();
-  // Decode over a repacked Q4_0 / Q8_0 matrix: its whole 16-row groups, then the rest as stored.
-  if (m < kGemmMinRows && q8_activations_ && interleaved_rows_supported(w.dtype)) {
-    if (const std::shared_ptr<const InterleavedRows> rows = interleaved_->find(w.data); rows && rows->k == k) {
+  // A repacked matrix (decode and prefill alike): its whole 16-row groups, then the rest as stored.
+  if (q8_activations_ && interleaved_rows_supported(w.dtype)) {
+    if (const std::shared_ptr<const InterleavedRows> rows = interleaved_->get(w.data, num_threads_); rows && rows->k == k) {
       const int64_t done = std::min(n, rows->groups * 16);
       interleaved_gemv(x.as<float>(), m, *rows, out, n, accumulate, num_threads_);
       if (done < n)
@@ -502,7 +500,7 @@ void CpuBackend::pool_rows(const DeviceTensor& x, const DeviceTensor& offsets, P
 
 DeviceMemoryInfo CpuBackend::memory_info() const {
   DeviceMemoryInfo memory = read_host_memory();
-  memory.free_bytes = std::max<int64_t>(memory.free_bytes - host_area_bytes_->load(), 0);
+  memory.free_bytes = std::max<int64_t>(memory.free_bytes - host_area_bytes_->load() - interleaved_->pending_bytes(), 0);
   return memory;
 }
 

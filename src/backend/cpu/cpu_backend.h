@@ -6,11 +6,12 @@
 // attention back to f32.
 // Weights may be f32, f16, bf16, any quantized type or Mixed runs of those (backend/cpu/
 // quant_matmul.h): packed matrices stay packed, shared with the host tensor like any other.
-// Decode GEMVs over Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 quantize x to Q8 blocks and run integer dot
-// products, as llama.cpp does (backend/cpu/q8_activations.h; SPLITFLOW_CPU_Q8_ACTIVATIONS=0 keeps
-// x in fp32, the exact path the fp32-reference tests use); uploaded Q4_0 / Q8_0 matrices get a
-// repacked copy for those GEMVs (backend/cpu/interleaved_rows.h), prefill runs integer GEMMs
-// (backend/cpu/q8_gemm.h). The OpenMP team of each thread that runs
+// Products over GGUF's block types (Q4_0 .. Q8_0, Q2_K .. Q6_K) quantize x to Q8 blocks and run
+// integer dot products, as llama.cpp does (backend/cpu/q8_activations.h; SPLITFLOW_CPU_Q8_ACTIVATIONS=0
+// keeps x in fp32, the exact path the fp32-reference tests use): over a repacked copy of each
+// matrix, made at its first product, whose original pages are then released
+// (backend/cpu/interleaved_rows.h), decode and prefill alike; rows outside its 16-row groups and
+// matrices it does not take run the GEMV (q8_activations.h) and GEMM (q8_gemm.h) as stored. The OpenMP team of each thread that runs
 // kernels is pinned to distinct CPUs at its first matmul (SPLITFLOW_CPU_PIN=0: not).
 #pragma once
 
@@ -105,8 +106,9 @@ class CpuBackend final : public Backend {
   // Bytes of allocate_host areas alive: unwritten pages are not resident, so MemAvailable does not
   // count them yet (a swap area before its first swap). Shared with each area's deleter.
   std::shared_ptr<std::atomic<int64_t>> host_area_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
-  // Uploaded Q4_0 / Q8_0 matrices repacked for the decode GEMV (backend/cpu/interleaved_rows.h),
-  // made at upload when Q8 activations are on.
+  // Uploaded matrices of GGUF's block types repacked for the products (backend/cpu/interleaved_rows.h),
+  // registered at upload when Q8 activations are on and made at each one's first product; until
+  // then memory_info counts their bytes as taken.
   std::shared_ptr<InterleavedCopies> interleaved_;
 };
 

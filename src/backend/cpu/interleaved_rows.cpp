@@ -4,6 +4,7 @@
 #include "backend/cpu/simd.h"
 #include "backend/cpu/thread_team.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -28,12 +29,12 @@ struct RepackLayout {
   uint32_t bias;         // XORed into every code byte (Q8_0: signed to unsigned)
   int correction;        // the codes' zero point, times -1
   int high_at = -1;      // where the stored 32-bit mask of fifth bits starts (Q5_0, Q5_1)
-  int high_group_at() const { return min ? 64 : 32; }
-  int codes_group_at() const { return high_group_at() + (high_at >= 0 ? 64 : 0); }
-  int64_t group_bytes() const { return codes_group_at() + 64 * loads; }
+  constexpr int high_group_at() const { return min ? 64 : 32; }
+  constexpr int codes_group_at() const { return high_group_at() + (high_at >= 0 ? 64 : 0); }
+  constexpr int64_t group_bytes() const { return codes_group_at() + 64 * loads; }
 };
 
-RepackLayout repack_layout(DType type) {
+constexpr RepackLayout repack_layout(DType type) {
   switch (type) {
     case DType::Q4_0: return {18, 2, false, 4, 0, -8};
     case DType::Q4_1: return {20, 4, true, 4, 0, 0};
@@ -168,6 +169,13 @@ bool interleaved_rows_supported(DType type) {
 #endif
 }
 
+size_t interleaved_bytes(DType type, int64_t n, int64_t k) {
+  const KRepack k_repack = k_repack_for(type);
+  const bool k_quant = k_repack.repack != nullptr;
+  const int64_t block_bytes = k_quant ? k_repack.group : repack_layout(type).group_bytes();
+  return static_cast<size_t>(n / kGroupRows * (k / (k_quant ? 256 : 32)) * block_bytes);
+}
+
 InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k, int num_threads) {
   SF_CHECK(repackable(type), "interleave_rows: {} has no interleaved layout", dtype_name(type));
   const KRepack k_repack = k_repack_for(type);
@@ -181,7 +189,7 @@ InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k,
   out.k = k;
   const int64_t stored_bytes = k_quant ? k_repack.stored : layout.stored_bytes;
   const int64_t blocks = k / block_elems, block_bytes = k_quant ? k_repack.group : layout.group_bytes();
-  out.nbytes = static_cast<size_t>(out.groups * blocks * block_bytes);
+  out.nbytes = interleaved_bytes(type, n, k);
   if (out.nbytes == 0) return out;
   auto* memory = static_cast<uint8_t*>(std::aligned_alloc(64, (out.nbytes + 63) / 64 * 64));
   SF_CHECK(memory != nullptr, "interleave_rows: out of memory for {} bytes", out.nbytes);
@@ -221,6 +229,49 @@ InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k,
   return out;
 }
 
+void InterleavedCopies::add(const void* data, DType type, int64_t n, int64_t k) {
+  auto entry = std::make_shared<Entry>();
+  entry->type = type;
+  entry->n = n;
+  entry->k = k;
+  entry->bytes = static_cast<int64_t>(interleaved_bytes(type, n, k));
+  std::lock_guard lock(mutex_);
+  pending_bytes_ += entry->bytes;
+  if (const auto it = entries_.find(data); it != entries_.end() && !it->second->rows) pending_bytes_ -= it->second->bytes;
+  entries_[data] = std::move(entry);
+}
+
+int64_t InterleavedCopies::pending_bytes() const {
+  std::lock_guard lock(mutex_);
+  return pending_bytes_;
+}
+
+std::shared_ptr<const InterleavedRows> InterleavedCopies::get(const void* data, int num_threads) {
+  std::shared_ptr<Entry> entry;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = entries_.find(data);
+    if (it == entries_.end()) return nullptr;
+    entry = it->second;
+  }
+  std::call_once(entry->repacked, [&] {
+    auto rows = std::make_shared<const InterleavedRows>(interleave_rows(data, entry->type, entry->n, entry->k, num_threads));
+    release_resident_pages(data, static_cast<size_t>(rows->groups * kGroupRows) * dtype_row_bytes(entry->type, entry->k));
+    std::lock_guard lock(mutex_);
+    entry->rows = std::move(rows);
+    pending_bytes_ -= entry->bytes;
+  });
+  return entry->rows;
+}
+
+void InterleavedCopies::remove(const void* data) {
+  std::lock_guard lock(mutex_);
+  const auto it = entries_.find(data);
+  if (it == entries_.end()) return;
+  if (!it->second->rows) pending_bytes_ -= it->second->bytes;
+  entries_.erase(it);
+}
+
 #ifdef SPLITFLOW_CPU_AVX512_VNNI
 namespace {
 
@@ -248,29 +299,32 @@ struct XBlocks {
   std::vector<int32_t> corr;
   std::vector<int32_t> corr16;  // the correction per 16 elements (Q3_K's and Q6_K's sub-blocks)
   std::vector<float> sx16;      // d * sum(q) per 16 elements (Q2_K's minima)
-  void quantize(const float* x, int64_t m, int64_t k, int correction) {
+  // Rows in parallel on the team once there are many (a prompt's).
+  void quantize(const float* x, int64_t m, int64_t k, int correction, int num_threads) {
     q.resize(static_cast<size_t>(m * k));
     d.resize(static_cast<size_t>(m * k / 32));
     corr.resize(d.size());
     corr16.resize(2 * d.size());
     sx16.resize(2 * d.size());
     sx.resize(d.size());
-    for (int64_t e = 0, b = 0; e < m * k; e += 32, ++b) {
-      const Q8Block block = quantize_block32(x + e);
-      const float scale = block.d;
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q.data() + e), block.codes);
-      alignas(32) int32_t sums[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sums), quad_sums(block.codes));
-      int32_t sum = 0;
-      for (int32_t s : sums) sum += s;
-      d[b] = scale;
-      corr[b] = correction * sum;
-      corr16[2 * b] = correction * (sums[0] + sums[1] + sums[2] + sums[3]);
-      corr16[2 * b + 1] = correction * (sums[4] + sums[5] + sums[6] + sums[7]);
-      sx16[2 * b] = scale * static_cast<float>(sums[0] + sums[1] + sums[2] + sums[3]);
-      sx16[2 * b + 1] = scale * static_cast<float>(sums[4] + sums[5] + sums[6] + sums[7]);
-      sx[b] = scale * static_cast<float>(sum);
-    }
+    parallel_ranges(num_threads, m, m * k >= 16 * kMinParallelWork, [&](int64_t row_begin, int64_t row_end) {
+      for (int64_t e = row_begin * k, b = e / 32; e < row_end * k; e += 32, ++b) {
+        const Q8Block block = quantize_block32(x + e);
+        const float scale = block.d;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q.data() + e), block.codes);
+        alignas(32) int32_t sums[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(sums), quad_sums(block.codes));
+        int32_t sum = 0;
+        for (int32_t s : sums) sum += s;
+        d[b] = scale;
+        corr[b] = correction * sum;
+        corr16[2 * b] = correction * (sums[0] + sums[1] + sums[2] + sums[3]);
+        corr16[2 * b + 1] = correction * (sums[4] + sums[5] + sums[6] + sums[7]);
+        sx16[2 * b] = scale * static_cast<float>(sums[0] + sums[1] + sums[2] + sums[3]);
+        sx16[2 * b + 1] = scale * static_cast<float>(sums[4] + sums[5] + sums[6] + sums[7]);
+        sx[b] = scale * static_cast<float>(sum);
+      }
+    });
   }
 };
 
@@ -283,253 +337,312 @@ inline void store_rows(const __m512 acc[MX], float* y, int64_t x_row0, int64_t l
   }
 }
 
-// y[(x_row0 + r) * ldy + l] (+)= x'[x_row0 + r] . w[row l of the group] for MX rows of x.
-template <DType T, int MX>
-void group_gemv(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* group, float* y, int64_t ldy,
-                bool accumulate) {
-  constexpr bool kMin = T == DType::Q4_1 || T == DType::Q5_1, kHigh = T == DType::Q5_0 || T == DType::Q5_1;
-  const RepackLayout layout = repack_layout(T);
-  const int64_t blocks = k / 32, block_bytes = layout.group_bytes();
-  const int codes_at = layout.codes_group_at();
-  __m512 acc[MX];
-  for (int r = 0; r < MX; ++r) acc[r] = _mm512_setzero_ps();
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = group + b * block_bytes;
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    [[maybe_unused]] __m512 mw;
-    if constexpr (kMin) mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
-    constexpr int kQuads = 8;
-    __m512i codes[kQuads];  // quad u: elements 4u .. 4u + 3 of the 16 rows
+// The kernels, one family per layout. A family cuts a group's k elements into units of kElems
+// (32-element types: a block; Q4_K / Q5_K: a pair of sub-blocks; Q6_K, Q2_K, Q3_K: a 16-element
+// sub-block), kUnits of them in a block as stored: super() reads what a block's units share (its
+// scales), decode() turns one unit of the 16 rows into VNNI operands (unsigned codes, their
+// scales), dot<MX>() adds their products with MX rows of x into one accumulator per row (16
+// lanes: the group's rows). Decode runs once per unit and MX rows of x (the GEMV), or once per
+// unit for every row (the GEMM, group_many_rows).
+
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: eight VNNI instructions per block and x row.
+template <DType T>
+struct Block32Family {
+  static constexpr int kElems = 32, kUnits = 1;
+  static constexpr bool kMin = T == DType::Q4_1 || T == DType::Q5_1, kHigh = T == DType::Q5_0 || T == DType::Q5_1;
+  struct Super {
+    const uint8_t* blk;
+  };
+  struct Dec {
+    __m512i codes[8];  // quad u: elements 4u .. 4u + 3 of the 16 rows
+    __m512 dw, mw;     // the scales (and minima)
+  };
+  [[gnu::always_inline]] static Super super(const uint8_t* group, int64_t b) { return {group + b * repack_layout(T).group_bytes()}; }
+  [[gnu::always_inline]] static Dec decode(const Super& super, int) {
+    constexpr RepackLayout layout = repack_layout(T);
+    const uint8_t* blk = super.blk;
+    const int codes_at = layout.codes_group_at();
+    Dec dec;
+    dec.dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    if constexpr (kMin) dec.mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
     if constexpr (T == DType::Q8_0) {
-      for (int u = 0; u < kQuads; ++u) codes[u] = _mm512_loadu_si512(blk + codes_at + 64 * u);
+      for (int q = 0; q < 8; ++q) dec.codes[q] = _mm512_loadu_si512(blk + codes_at + 64 * q);
     } else {  // nibbles: low ones are elements 4i .., high ones 4i + 16 ..
+      const __m512i low4 = _mm512_set1_epi8(0x0F);
       [[maybe_unused]] __m512i high;
       if constexpr (kHigh) high = _mm512_loadu_si512(blk + layout.high_group_at());
       for (int i = 0; i < 4; ++i) {
         const __m512i packed = _mm512_loadu_si512(blk + codes_at + 64 * i);
-        codes[i] = _mm512_and_si512(packed, low4);
-        codes[i + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+        dec.codes[i] = _mm512_and_si512(packed, low4);
+        dec.codes[i + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
         if constexpr (kHigh) {  // byte i of each row's bits, copied to its 4 bytes, one bit each
           const __m512i bits = _mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(high, 8 * i), _mm512_set1_epi32(0xFF)),
                                                   _mm512_set1_epi32(0x01010101));
           const __m512i fifth = _mm512_set1_epi8(0x10);
-          codes[i] = _mm512_or_si512(codes[i], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(bits, _mm512_set1_epi32(0x08040201)), fifth));
-          codes[i + 4] = _mm512_or_si512(codes[i + 4],
-                                         _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(bits, _mm512_set1_epi32(0x80402010)), fifth));
+          dec.codes[i] = _mm512_or_si512(dec.codes[i], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(bits, _mm512_set1_epi32(0x08040201)), fifth));
+          dec.codes[i + 4] = _mm512_or_si512(
+              dec.codes[i + 4], _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(bits, _mm512_set1_epi32(0x80402010)), fifth));
         }
       }
     }
+    return dec;
+  }
+  template <int MX>
+  [[gnu::always_inline]] static void dot(const Dec& dec, const XBlocks& xq, int64_t x_row0, int64_t k, int64_t u, __m512 acc[MX]) {
     for (int r = 0; r < MX; ++r) {
-      const int64_t xb = (x_row0 + r) * blocks + b;
+      const int64_t xb = (x_row0 + r) * (k / 32) + u;
       const int8_t* xcodes = xq.q.data() + xb * 32;
       // Two chains, so consecutive VNNI instructions do not wait on each other.
       __m512i s0 = _mm512_set1_epi32(xq.corr[xb]), s1 = _mm512_setzero_si512();
-      for (int u = 0; u < kQuads; u += 2) {
-        s0 = dpbusd(s0, codes[u], broadcast4(xcodes + 4 * u));
-        s1 = dpbusd(s1, codes[u + 1], broadcast4(xcodes + 4 * u + 4));
+      for (int q = 0; q < 8; q += 2) {
+        s0 = dpbusd(s0, dec.codes[q], broadcast4(xcodes + 4 * q));
+        s1 = dpbusd(s1, dec.codes[q + 1], broadcast4(xcodes + 4 * q + 4));
       }
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(dw, _mm512_set1_ps(xq.d[xb])),
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(dec.dw, _mm512_set1_ps(xq.d[xb])),
                                acc[r]);
-      if constexpr (kMin) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xq.sx[xb]), acc[r]);
+      if constexpr (kMin) acc[r] = _mm512_fmadd_ps(dec.mw, _mm512_set1_ps(xq.sx[xb]), acc[r]);
     }
   }
-  store_rows<MX>(acc, y, x_row0, ldy, accumulate);
-}
+};
 
-// Q4_K: per sub-block (32 elements, one block of x), eight VNNI instructions per x row into one
-// int32 sum per weight row, scaled by d * sc and x's d, and the minimum -dmin * m times x's scaled
-// sum: about 35 instructions per 512 weights and x row, against about 110 with the rows as stored.
-template <int MX, bool kQ5>
-void group_gemv_q4k(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* group, float* y, int64_t ldy,
-                    bool accumulate) {
-  constexpr int64_t kGroupBytes = kQ5 ? kQ5kGroupBytes : kQ4kGroupBytes;
-  const int64_t blocks = k / 256, x_blocks = k / 32;
-  __m512 acc[MX];
-  for (int r = 0; r < MX; ++r) acc[r] = _mm512_setzero_ps();
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  for (int64_t b = 0; b < blocks; ++b) {
+// Q4_K (Q5_K): per pair of sub-blocks (two blocks of x), eight VNNI instructions each per x row
+// into one int32 sum per weight row, scaled by d * sc and x's d, and the minimum -dmin * m times
+// x's scaled sum: about 35 instructions per 512 weights and x row, against about 110 with the rows
+// as stored.
+template <bool kQ5>
+struct Q4kFamily {
+  static constexpr int kElems = 64, kUnits = 4;
+  static constexpr int64_t kGroupBytes = kQ5 ? kQ5kGroupBytes : kQ4kGroupBytes;
+  struct Super {
+    const uint8_t* blk;
+    __m512 d, dmin;
+  };
+  struct Dec {
+    __m512i low[8], high[8];  // the pair's two sub-blocks, quad i of each
+    __m512 scale0, scale1, min0, min1;
+  };
+  [[gnu::always_inline]] static Super super(const uint8_t* group, int64_t b) {
     const uint8_t* blk = group + b * kGroupBytes;
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+    return {blk, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk))),
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)))};
+  }
+  [[gnu::always_inline]] static Dec decode(const Super& super, int g) {
+    const uint8_t* blk = super.blk;
+    // The next super-block's lines, a quarter per pair: a group's blocks are one stream, but the
+    // hardware prefetchers alone left the first code line of each block a stall.
+    constexpr int kLines = static_cast<int>(kGroupBytes / 64), kPerPair = (kLines + 3) / 4;
+    for (int line = kPerPair * g; line < std::min(kPerPair * (g + 1), kLines); ++line)
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kGroupBytes + 64 * line), _MM_HINT_T0);
     const auto lanes = [&](int at) {  // 16 bytes (one per row) as floats
       return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at))));
     };
-    for (int g = 0; g < 4; ++g) {
-      // The next super-block's lines, a quarter per pair: a group's blocks are one stream, but
-      // the hardware prefetchers alone left the first code line of each block a stall.
-      constexpr int kLines = static_cast<int>(kGroupBytes / 64), kPerPair = (kLines + 3) / 4;
-      for (int line = kPerPair * g; line < std::min(kPerPair * (g + 1), kLines); ++line)
-        _mm_prefetch(reinterpret_cast<const char*>(blk + kGroupBytes + 64 * line), _MM_HINT_T0);
-      __m512i low[8], high[8];
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    Dec dec;
+    for (int i = 0; i < 8; ++i) {
+      const __m512i packed = _mm512_loadu_si512(blk + kQ4kCodesAt + (8 * g + i) * 64);
+      dec.low[i] = _mm512_and_si512(packed, low4);
+      dec.high[i] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+      if constexpr (kQ5) {  // the fifth bits: bit 2g (low sub-block) and 2g + 1 (high) of qh
+        const __m512i qh = _mm512_loadu_si512(blk + kQ5kHighAt + 64 * i), one = _mm512_set1_epi8(1);
+        dec.low[i] = _mm512_or_si512(dec.low[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * g), one), 4));
+        dec.high[i] = _mm512_or_si512(dec.high[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * g + 1), one), 4));
+      }
+    }
+    dec.scale0 = _mm512_mul_ps(super.d, lanes(kQ4kScalesAt + 16 * (2 * g)));
+    dec.scale1 = _mm512_mul_ps(super.d, lanes(kQ4kScalesAt + 16 * (2 * g + 1)));
+    dec.min0 = _mm512_mul_ps(super.dmin, lanes(kQ4kMinsAt + 16 * (2 * g)));
+    dec.min1 = _mm512_mul_ps(super.dmin, lanes(kQ4kMinsAt + 16 * (2 * g + 1)));
+    return dec;
+  }
+  template <int MX>
+  [[gnu::always_inline]] static void dot(const Dec& dec, const XBlocks& xq, int64_t x_row0, int64_t k, int64_t u, __m512 acc[MX]) {
+    for (int r = 0; r < MX; ++r) {
+      const int64_t xb0 = (x_row0 + r) * (k / 32) + 2 * u, xb1 = xb0 + 1;
+      const int8_t* x0 = xq.q.data() + xb0 * 32;
+      const int8_t* x1 = xq.q.data() + xb1 * 32;
+      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
       for (int i = 0; i < 8; ++i) {
-        const __m512i packed = _mm512_loadu_si512(blk + kQ4kCodesAt + (8 * g + i) * 64);
-        low[i] = _mm512_and_si512(packed, low4);
-        high[i] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
-        if constexpr (kQ5) {  // the fifth bits: bit 2g (low sub-block) and 2g + 1 (high) of qh
-          const __m512i qh = _mm512_loadu_si512(blk + kQ5kHighAt + 64 * i), one = _mm512_set1_epi8(1);
-          low[i] = _mm512_or_si512(low[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * g), one), 4));
-          high[i] = _mm512_or_si512(high[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * g + 1), one), 4));
-        }
+        s0 = dpbusd(s0, dec.low[i], broadcast4(x0 + 4 * i));
+        s1 = dpbusd(s1, dec.high[i], broadcast4(x1 + 4 * i));
       }
-      const int sub0 = 2 * g, sub1 = 2 * g + 1;
-      const __m512 scale0 = _mm512_mul_ps(d, lanes(kQ4kScalesAt + 16 * sub0));
-      const __m512 scale1 = _mm512_mul_ps(d, lanes(kQ4kScalesAt + 16 * sub1));
-      const __m512 min0 = _mm512_mul_ps(dmin, lanes(kQ4kMinsAt + 16 * sub0));
-      const __m512 min1 = _mm512_mul_ps(dmin, lanes(kQ4kMinsAt + 16 * sub1));
-      for (int r = 0; r < MX; ++r) {
-        const int64_t xb0 = (x_row0 + r) * x_blocks + 8 * b + sub0, xb1 = xb0 + 1;
-        const int8_t* x0 = xq.q.data() + xb0 * 32;
-        const int8_t* x1 = xq.q.data() + xb1 * 32;
-        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-        for (int i = 0; i < 8; ++i) {
-          s0 = dpbusd(s0, low[i], broadcast4(x0 + 4 * i));
-          s1 = dpbusd(s1, high[i], broadcast4(x1 + 4 * i));
-        }
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(scale0, _mm512_set1_ps(xq.d[xb0])), acc[r]);
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(scale1, _mm512_set1_ps(xq.d[xb1])), acc[r]);
-        acc[r] = _mm512_fnmadd_ps(min0, _mm512_set1_ps(xq.sx[xb0]), acc[r]);
-        acc[r] = _mm512_fnmadd_ps(min1, _mm512_set1_ps(xq.sx[xb1]), acc[r]);
-      }
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dec.scale0, _mm512_set1_ps(xq.d[xb0])), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(dec.scale1, _mm512_set1_ps(xq.d[xb1])), acc[r]);
+      acc[r] = _mm512_fnmadd_ps(dec.min0, _mm512_set1_ps(xq.sx[xb0]), acc[r]);
+      acc[r] = _mm512_fnmadd_ps(dec.min1, _mm512_set1_ps(xq.sx[xb1]), acc[r]);
     }
   }
-  store_rows<MX>(acc, y, x_row0, ldy, accumulate);
-}
+};
 
-// Q6_K: per half (128 elements) its 16 runs of ql and 8 of qh; quad u's codes are ql's nibble
-// (high from u = 16) with bits 2 (u / 8) of qh as bits 4-5, biased by 32 (the correction per 16
-// elements starts each sub-block's sum); four VNNI instructions per 16-element sub-block and x row.
-template <int MX>
-void group_gemv_q6k(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* group, float* y, int64_t ldy,
-                    bool accumulate) {
-  const int64_t blocks = k / 256;
-  __m512 acc[MX];
-  for (int r = 0; r < MX; ++r) acc[r] = _mm512_setzero_ps();
-  const __m512i low4 = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(0x03);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = group + b * kQ6kGroupBytes;
-    for (int line = 0; line < 53; ++line)  // the next super-block (group_gemv_q4k says why)
-      _mm_prefetch(reinterpret_cast<const char*>(blk + kQ6kGroupBytes + 64 * line), _MM_HINT_T0);
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    for (int h = 0; h < 2; ++h) {
-      __m512i ql[16], qh[8];
-      for (int c = 0; c < 16; ++c) ql[c] = _mm512_loadu_si512(blk + kQ6kLowAt + 64 * (16 * h + c));
-      for (int c = 0; c < 8; ++c) qh[c] = _mm512_loadu_si512(blk + kQ6kHighAt + 64 * (8 * h + c));
-      for (int sub = 0; sub < 8; ++sub) {
-        __m512i codes[4];
-        for (int q = 0; q < 4; ++q) {
-          const int u = 4 * sub + q;
-          const __m512i nibble = u < 16 ? _mm512_and_si512(ql[u], low4)
-                                        : _mm512_and_si512(_mm512_srli_epi16(ql[u - 16], 4), low4);
-          const __m512i high = _mm512_and_si512(_mm512_srli_epi16(qh[u % 8], 2 * (u / 8)), two);
-          codes[q] = _mm512_or_si512(nibble, _mm512_slli_epi16(high, 4));
-        }
-        const __m512 scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6kScalesAt + 16 * (8 * h + sub))))));
-        for (int r = 0; r < MX; ++r) {
-          const int64_t e = (x_row0 + r) * k + b * 256 + 128 * h + 16 * sub;  // the sub-block's first x element
-          const int8_t* xcodes = xq.q.data() + e;
-          __m512i sum = _mm512_set1_epi32(xq.corr16[e / 16]);
-          for (int q = 0; q < 4; ++q) sum = dpbusd(sum, codes[q], broadcast4(xcodes + 4 * q));
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_set1_ps(xq.d[e / 32])), acc[r]);
-        }
-      }
-    }
-  }
-  store_rows<MX>(acc, y, x_row0, ldy, accumulate);
-}
-
-// Q2_K / Q3_K: per half (128 elements) its 8 runs of qs (and Q3_K's 8 of hmask); quad u's codes
-// are bits 2 (u / 8) of qs run u % 8 (Q3_K: with bit 4h + u / 8 of hmask as bit 2, biased by 4);
-// four VNNI instructions per 16-element sub-block and x row; Q2_K's minima against x's per-16 sums.
-template <int MX, bool kQ3>
-void group_gemv_q2k3k(const XBlocks& xq, int64_t x_row0, int64_t k, const uint8_t* group, float* y, int64_t ldy,
-                      bool accumulate) {
-  constexpr int64_t kGroupBytes = kQ3 ? kQ3kGroupBytes : kQ2kGroupBytes;
-  constexpr int kScalesAt = kQ3 ? kQ3kScalesAt : kQ2kScalesAt, kLowAt = kQ3 ? kQ3kLowAt : kQ2kLowAt;
-  const int64_t blocks = k / 256;
-  __m512 acc[MX];
-  for (int r = 0; r < MX; ++r) acc[r] = _mm512_setzero_ps();
-  const __m512i two = _mm512_set1_epi8(0x03), one = _mm512_set1_epi8(0x01);
-  for (int64_t b = 0; b < blocks; ++b) {
+// Q6_K, Q2_K, Q3_K: per 16-element sub-block s of a super-block (half h = s / 8, sub = s % 8), quad
+// u = 4 sub + q's codes: Q6_K's ql nibble (high from u = 16) with bits 2 (u / 8) of qh as bits 4-5,
+// biased by 32; Q2_K's bits 2 (u / 8) of qs run u % 8 (Q3_K: with bit 4h + u / 8 of hmask as bit
+// 2, biased by 4). Four VNNI instructions per sub-block and x row; the biases' corrections per 16
+// elements start each sum; Q2_K's minima against x's per-16 sums.
+template <DType T>
+struct Sub16Family {
+  static constexpr int kElems = 16, kUnits = 16;
+  static constexpr bool kQ6 = T == DType::Q6_K, kQ3 = T == DType::Q3_K, kMin = T == DType::Q2_K;
+  static constexpr int64_t kGroupBytes = kQ6 ? kQ6kGroupBytes : kQ3 ? kQ3kGroupBytes : kQ2kGroupBytes;
+  static constexpr int kScalesAt = kQ6 ? kQ6kScalesAt : kQ3 ? kQ3kScalesAt : kQ2kScalesAt;
+  static constexpr int kLowAt = kQ6 ? kQ6kLowAt : kQ3 ? kQ3kLowAt : kQ2kLowAt;
+  struct Super {
+    const uint8_t* blk;
+    __m512 d, dmin;
+  };
+  struct Dec {
+    __m512i codes[4];
+    __m512 scale, minimum;
+  };
+  [[gnu::always_inline]] static Super super(const uint8_t* group, int64_t b) {
     const uint8_t* blk = group + b * kGroupBytes;
     constexpr int kLines = static_cast<int>((kGroupBytes + 63) / 64);
-    for (int line = 0; line < kLines; ++line)  // the next super-block (group_gemv_q4k says why)
+    for (int line = 0; line < kLines; ++line)  // the next super-block (Q4kFamily says why)
       _mm_prefetch(reinterpret_cast<const char*>(blk + kGroupBytes + 64 * line), _MM_HINT_T0);
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    [[maybe_unused]] __m512 dmin;
-    if constexpr (!kQ3) dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
-    [[maybe_unused]] __m512i hmask[8];
-    if constexpr (kQ3)
-      for (int c = 0; c < 8; ++c) hmask[c] = _mm512_loadu_si512(blk + kQ3kHighAt + 64 * c);
-    for (int h = 0; h < 2; ++h) {
-      __m512i qs[8];
-      for (int c = 0; c < 8; ++c) qs[c] = _mm512_loadu_si512(blk + kLowAt + 64 * (8 * h + c));
-      for (int sub = 0; sub < 8; ++sub) {
-        __m512i codes[4];
-        for (int q = 0; q < 4; ++q) {
-          const int u = 4 * sub + q;
-          codes[q] = _mm512_and_si512(_mm512_srli_epi16(qs[u % 8], 2 * (u / 8)), two);
-          if constexpr (kQ3)
-            codes[q] = _mm512_or_si512(
-                codes[q], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hmask[u % 8], 4 * h + u / 8), one), 2));
-        }
-        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kScalesAt + 16 * (8 * h + sub)));
-        __m512 scale;
-        [[maybe_unused]] __m512 minimum;
+    Super super{blk, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk))), _mm512_setzero_ps()};
+    if constexpr (kMin) super.dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+    return super;
+  }
+  [[gnu::always_inline]] static Dec decode(const Super& super, int s) {
+    const uint8_t* blk = super.blk;
+    const int h = s / 8, sub = s % 8;
+    const __m512i low4 = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(0x03), one = _mm512_set1_epi8(0x01);
+    Dec dec;
+    for (int q = 0; q < 4; ++q) {
+      const int quad = 4 * sub + q;
+      if constexpr (kQ6) {
+        const __m512i ql = _mm512_loadu_si512(blk + kLowAt + 64 * (16 * h + quad % 16));
+        const __m512i nibble = quad < 16 ? _mm512_and_si512(ql, low4) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), low4);
+        const __m512i qh = _mm512_loadu_si512(blk + kQ6kHighAt + 64 * (8 * h + quad % 8));
+        dec.codes[q] = _mm512_or_si512(nibble, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * (quad / 8)), two), 4));
+      } else {
+        const __m512i qs = _mm512_loadu_si512(blk + kLowAt + 64 * (8 * h + quad % 8));
+        dec.codes[q] = _mm512_and_si512(_mm512_srli_epi16(qs, 2 * (quad / 8)), two);
         if constexpr (kQ3) {
-          scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)));
-        } else {
-          const __m512i wide = _mm512_cvtepu8_epi32(bytes);
-          scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(wide, _mm512_set1_epi32(0xF))));
-          minimum = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(wide, 4)));
-        }
-        for (int r = 0; r < MX; ++r) {
-          const int64_t e = (x_row0 + r) * k + b * 256 + 128 * h + 16 * sub;  // the sub-block's first x element
-          const int8_t* xcodes = xq.q.data() + e;
-          __m512i sum = kQ3 ? _mm512_set1_epi32(xq.corr16[e / 16]) : _mm512_setzero_si512();
-          for (int q = 0; q < 4; ++q) sum = dpbusd(sum, codes[q], broadcast4(xcodes + 4 * q));
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scale, _mm512_set1_ps(xq.d[e / 32])), acc[r]);
-          if constexpr (!kQ3) acc[r] = _mm512_fnmadd_ps(minimum, _mm512_set1_ps(xq.sx16[e / 16]), acc[r]);
+          const __m512i hmask = _mm512_loadu_si512(blk + kQ3kHighAt + 64 * (quad % 8));
+          dec.codes[q] = _mm512_or_si512(
+              dec.codes[q], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hmask, 4 * h + quad / 8), one), 2));
         }
       }
     }
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kScalesAt + 16 * s));
+    if constexpr (kMin) {
+      const __m512i wide = _mm512_cvtepu8_epi32(bytes);
+      dec.scale = _mm512_mul_ps(super.d, _mm512_cvtepi32_ps(_mm512_and_si512(wide, _mm512_set1_epi32(0xF))));
+      dec.minimum = _mm512_mul_ps(super.dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(wide, 4)));
+    } else {
+      dec.scale = _mm512_mul_ps(super.d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)));
+    }
+    return dec;
   }
-  store_rows<MX>(acc, y, x_row0, ldy, accumulate);
+  template <int MX>
+  [[gnu::always_inline]] static void dot(const Dec& dec, const XBlocks& xq, int64_t x_row0, int64_t k, int64_t u, __m512 acc[MX]) {
+    for (int r = 0; r < MX; ++r) {
+      const int64_t e = (x_row0 + r) * k + 16 * u;  // the sub-block's first x element
+      const int8_t* xcodes = xq.q.data() + e;
+      __m512i sum = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(xq.corr16[e / 16]);
+      for (int q = 0; q < 4; ++q) sum = dpbusd(sum, dec.codes[q], broadcast4(xcodes + 4 * q));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dec.scale, _mm512_set1_ps(xq.d[e / 32])), acc[r]);
+      if constexpr (kMin) acc[r] = _mm512_fnmadd_ps(dec.minimum, _mm512_set1_ps(xq.sx16[e / 16]), acc[r]);
+    }
+  }
+};
+
+template <DType T>
+using FamilyOf = std::conditional_t<
+    T == DType::Q4_K || T == DType::Q5_K, Q4kFamily<T == DType::Q5_K>,
+    std::conditional_t<T == DType::Q6_K || T == DType::Q2_K || T == DType::Q3_K, Sub16Family<T>, Block32Family<T>>>;
+
+// Calls body.template operator()<MX>(i) for rows i .. i + MX - 1 of [0, m), MX in {8, 4, 3, 2, 1}.
+template <class Body>
+inline void for_row_runs(int64_t m, const Body& body) {
+  for (int64_t i = 0; i < m;) {
+    const int64_t rows = m - i >= 8 ? 8 : std::min<int64_t>(4, m - i);
+    switch (rows) {
+      case 1: body.template operator()<1>(i); break;
+      case 2: body.template operator()<2>(i); break;
+      case 3: body.template operator()<3>(i); break;
+      case 4: body.template operator()<4>(i); break;
+      default: body.template operator()<8>(i); break;
+    }
+    i += rows;
+  }
 }
+
+// A group's 16 outputs for every row of x, a few rows at a time: each unit decoded once per MX rows.
+template <class F>
+void group_few_rows(const XBlocks& xq, int64_t m, int64_t k, const uint8_t* group, float* y, int64_t ldy,
+                    bool accumulate) {
+  for_row_runs(m, [&]<int MX>(int64_t i) {
+    __m512 acc[MX];
+    for (int r = 0; r < MX; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < k / (F::kElems * F::kUnits); ++b) {
+      const typename F::Super super = F::super(group, b);
+      const auto unit = [&](int s) { F::template dot<MX>(F::decode(super, s), xq, i, k, b * F::kUnits + s, acc); };
+      if constexpr (F::kElems == 16) {
+        // Unrolled: sub-blocks share loads (Q6_K's ql, Q2_K's qs), which the compiler then reads once.
+#pragma GCC unroll 16
+        for (int s = 0; s < F::kUnits; ++s) unit(s);
+      } else {
+        for (int s = 0; s < F::kUnits; ++s) unit(s);
+      }
+    }
+    store_rows<MX>(acc, y, i, ldy, accumulate);
+  });
+}
+
+// The same for many rows (a prompt): 256 elements' units decoded once into L1, then met by every
+// row of x, each row's 16 partial sums kept in `partial` between them.
+template <class F>
+void group_many_rows(const XBlocks& xq, int64_t m, int64_t k, const uint8_t* group, float* y, int64_t ldy,
+                     bool accumulate, std::vector<float>& partial) {
+  constexpr int kChunk = 256 / F::kElems;
+  const int64_t units = k / F::kElems;
+  partial.resize(static_cast<size_t>(m * kGroupRows));
+  for (int64_t u0 = 0; u0 < units; u0 += kChunk) {
+    const int count = static_cast<int>(std::min<int64_t>(kChunk, units - u0));
+    typename F::Dec decoded[kChunk];
+    typename F::Super super;
+    for (int j = 0; j < count; ++j) {
+      const int64_t u = u0 + j;
+      if (j == 0 || u % F::kUnits == 0) super = F::super(group, u / F::kUnits);
+      decoded[j] = F::decode(super, static_cast<int>(u % F::kUnits));
+    }
+    for_row_runs(m, [&]<int MX>(int64_t i) {
+      __m512 acc[MX];
+      for (int r = 0; r < MX; ++r)
+        acc[r] = u0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(partial.data() + (i + r) * kGroupRows);
+      for (int j = 0; j < count; ++j) F::template dot<MX>(decoded[j], xq, i, k, u0 + j, acc);
+      for (int r = 0; r < MX; ++r) _mm512_storeu_ps(partial.data() + (i + r) * kGroupRows, acc[r]);
+    });
+  }
+  for (int64_t r = 0; r < m; ++r) {
+    float* out = y + r * ldy;
+    const __m512 sum = _mm512_loadu_ps(partial.data() + r * kGroupRows);
+    _mm512_storeu_ps(out, accumulate ? _mm512_add_ps(_mm512_loadu_ps(out), sum) : sum);
+  }
+}
+
+// From this many rows of x, a group's units are decoded once for all of them.
+constexpr int64_t kManyRows = 16;
 
 template <DType T>
 void gemv(const float* x, int64_t m, const InterleavedRows& w, float* y, int64_t ldy, bool accumulate, int num_threads) {
+  using F = FamilyOf<T>;
   thread_local XBlocks xq;  // on the calling thread, before the team starts
-  constexpr bool kQ4kLayout = T == DType::Q4_K || T == DType::Q5_K, kQ2k3k = T == DType::Q2_K || T == DType::Q3_K;
-  constexpr bool kK = kQ4kLayout || kQ2k3k || T == DType::Q6_K;
-  xq.quantize(x, m, w.k,
-              T == DType::Q6_K ? -32 : T == DType::Q3_K ? -4 : kK ? 0 : repack_layout(T).correction);
+  constexpr bool kK = T == DType::Q2_K || T == DType::Q3_K || T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K;
+  xq.quantize(x, m, w.k, T == DType::Q6_K ? -32 : T == DType::Q3_K ? -4 : kK ? 0 : repack_layout(T).correction,
+              num_threads);
   const XBlocks& rows_q = xq;
   const int64_t group_bytes = kK ? w.k / 256 * k_repack_for(T).group : w.k / 32 * repack_layout(T).group_bytes();
   // Runs of contiguous groups, about four per thread: long sequential streams for the prefetchers
   // (runs of 2 groups taken in turn ran at 0.6x on 2 threads), still balanced when a thread is late.
   parallel_ranges(num_threads, w.groups, m * w.groups * kGroupRows * w.k >= 8 * kMinParallelWork,
                   [&](int64_t g_begin, int64_t g_end) {
+    thread_local std::vector<float> partial;
     for (int64_t g = g_begin; g < g_end; ++g) {
       const uint8_t* group = w.bytes.get() + g * group_bytes;
-      float* yg = y + g * kGroupRows;
-      for (int64_t i = 0; i < m;) {
-        const int64_t rows = std::min<int64_t>(4, m - i);
-        const auto run = [&]<int MX>() {
-          if constexpr (kQ2k3k) group_gemv_q2k3k<MX, T == DType::Q3_K>(rows_q, i, w.k, group, yg, ldy, accumulate);
-          else if constexpr (T == DType::Q6_K) group_gemv_q6k<MX>(rows_q, i, w.k, group, yg, ldy, accumulate);
-          else if constexpr (kQ4kLayout) group_gemv_q4k<MX, T == DType::Q5_K>(rows_q, i, w.k, group, yg, ldy, accumulate);
-          else group_gemv<T, MX>(rows_q, i, w.k, group, yg, ldy, accumulate);
-        };
-        switch (rows) {
-          case 1: run.template operator()<1>(); break;
-          case 2: run.template operator()<2>(); break;
-          case 3: run.template operator()<3>(); break;
-          default: run.template operator()<4>(); break;
-        }
-        i += rows;
-      }
+      if (m >= kManyRows) group_many_rows<F>(rows_q, m, w.k, group, y + g * kGroupRows, ldy, accumulate, partial);
+      else group_few_rows<F>(rows_q, m, w.k, group, y + g * kGroupRows, ldy, accumulate);
     }
   });
 }

@@ -12,8 +12,11 @@
 // holds four codes of 16 rows and one vector their scales, and the GEMV broadcasts four codes of x
 // (Q8 activations, q8_activations.h) against them: about 30 instructions per 512 weights, where
 // the rows as stored take about 17 per 64, and each group is one sequential stream.
-// The CPU backend keeps one repacked copy per uploaded matrix of these types of at least 16 rows
-// (the original stays for the embedding gather, the GEMM and the fp32 path).
+// The CPU backend runs every product over a matrix of these types of at least 16 rows on its
+// repacked copy (InterleavedCopies below), decode and prefill alike: its whole 16-row groups
+// here (interleaved_gemv: each unit decoded once per 8 rows of x, or once for all of a prompt's
+// rows), the remaining rows as stored. The original stays for those rows, the embedding gather and
+// the fp32 path.
 // Must never: be used without AVX-512 VNNI (interleaved_rows_supported() is false there), or
 // allocate per call beyond its thread-local x buffer.
 #pragma once
@@ -39,6 +42,9 @@ struct InterleavedRows {
 // Whether `type` has the layout here (one of these ten, and the target has AVX-512 VNNI).
 bool interleaved_rows_supported(DType type);
 
+// The bytes interleave_rows() writes for a [n, k] matrix of `type`.
+size_t interleaved_bytes(DType type, int64_t n, int64_t k);
+
 // The first n / 16 * 16 rows of w [n, k] (packed rows of `type`, k a multiple of its block) repacked, on
 // the calling thread's team of num_threads.
 InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k, int num_threads);
@@ -48,28 +54,36 @@ InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k,
 void interleaved_gemv(const float* x, int64_t m, const InterleavedRows& w, float* y, int64_t ldy, bool accumulate,
                       int num_threads);
 
-// One backend's repacked copies, by the address of the matrix they copy. An entry lives as long as
-// the upload that made it (its buffer's owner removes it), so an address is never matched to a
-// later tensor's. Thread-safe: the ranks of an in-process job may share nothing else.
+// One backend's repacked copies, by the address of the matrix they copy. A matrix is registered at
+// upload and repacked at its first product (warm-up's, usually): a matrix only ever gathered from
+// (a token embedding table that is not the head too) costs no copy. Once repacked, the whole pages
+// of its repacked rows are released from the resident set (release_resident_pages: a mapped
+// GGUF's pages are read again from the file only if touched, by the embedding gather or the
+// GPU/CPU split's offload copy), so a model costs about one copy of its weights. An entry lives
+// as long as the upload that registered it (its buffer's owner removes it), so an address is never
+// matched to a later tensor's. Thread-safe: the ranks of an in-process job may share nothing else.
 class InterleavedCopies {
  public:
-  std::shared_ptr<const InterleavedRows> find(const void* data) const {
-    std::lock_guard lock(mutex_);
-    const auto it = copies_.find(data);
-    return it == copies_.end() ? nullptr : it->second;
-  }
-  void add(const void* data, std::shared_ptr<const InterleavedRows> rows) {
-    std::lock_guard lock(mutex_);
-    copies_[data] = std::move(rows);
-  }
-  void remove(const void* data) {
-    std::lock_guard lock(mutex_);
-    copies_.erase(data);
-  }
+  void add(const void* data, DType type, int64_t n, int64_t k);
+  // Bytes the registered matrices not repacked yet will take: host memory the backend reports as
+  // taken already (memory_info), so that what is planned before warm-up (the KV cache) leaves room.
+  int64_t pending_bytes() const;
+  // The repacked copy of the matrix at `data` (made now, on the calling thread's team of
+  // num_threads, if this is its first product); null when none was registered there.
+  std::shared_ptr<const InterleavedRows> get(const void* data, int num_threads);
+  void remove(const void* data);
 
  private:
+  struct Entry {
+    DType type;
+    int64_t n, k;
+    int64_t bytes;  // its repacked size
+    std::once_flag repacked;
+    std::shared_ptr<const InterleavedRows> rows;
+  };
   mutable std::mutex mutex_;
-  std::unordered_map<const void*, std::shared_ptr<const InterleavedRows>> copies_;
+  int64_t pending_bytes_ = 0;
+  std::unordered_map<const void*, std::shared_ptr<Entry>> entries_;
 };
 
 }  // namespace splitflow::cpu
