@@ -283,6 +283,8 @@ void CpuBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids,
              "cpu embed: pos_table has shape {}, expected [positions, {}]", shape_str(pos_table.shape), hidden);
     check_shape(positions, {tokens}, "embed", "positions");
   }
+  // A tied head's rows are read here as stored: its original stays resident once repacked.
+  if (q8_activations_ && interleaved_rows_supported(table.dtype)) interleaved_->keep_resident(table.data);
   const int32_t* ids = token_ids.as<int32_t>();
   for (int64_t t = 0; t < tokens; ++t) {
     SF_CHECK(ids[t] >= 0 && ids[t] < vocab, "cpu embed: token id {} at row {} is outside the vocabulary [0, {})", ids[t],

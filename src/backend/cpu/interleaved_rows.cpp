@@ -241,6 +241,11 @@ void InterleavedCopies::add(const void* data, DType type, int64_t n, int64_t k) 
   entries_[data] = std::move(entry);
 }
 
+void InterleavedCopies::keep_resident(const void* data) {
+  std::lock_guard lock(mutex_);
+  if (const auto it = entries_.find(data); it != entries_.end()) it->second->gathered = true;
+}
+
 int64_t InterleavedCopies::pending_bytes() const {
   std::lock_guard lock(mutex_);
   return pending_bytes_;
@@ -256,8 +261,9 @@ std::shared_ptr<const InterleavedRows> InterleavedCopies::get(const void* data, 
   }
   std::call_once(entry->repacked, [&] {
     auto rows = std::make_shared<const InterleavedRows>(interleave_rows(data, entry->type, entry->n, entry->k, num_threads));
-    release_resident_pages(data, static_cast<size_t>(rows->groups * kGroupRows) * dtype_row_bytes(entry->type, entry->k));
     std::lock_guard lock(mutex_);
+    if (!entry->gathered)
+      release_resident_pages(data, static_cast<size_t>(rows->groups * kGroupRows) * dtype_row_bytes(entry->type, entry->k));
     entry->rows = std::move(rows);
     pending_bytes_ -= entry->bytes;
   });

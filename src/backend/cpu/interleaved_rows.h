@@ -58,8 +58,8 @@ void interleaved_gemv(const float* x, int64_t m, const InterleavedRows& w, float
 // upload and repacked at its first product (warm-up's, usually): a matrix only ever gathered from
 // (a token embedding table that is not the head too) costs no copy. Once repacked, the whole pages
 // of its repacked rows are released from the resident set (release_resident_pages: a mapped
-// GGUF's pages are read again from the file only if touched, by the embedding gather or the
-// GPU/CPU split's offload copy), so a model costs about one copy of its weights. An entry lives
+// GGUF's pages are read again from the file only if touched, by the GPU/CPU split's offload copy),
+// so a mapped matrix costs about one copy; a tied head's are kept (keep_resident). An entry lives
 // as long as the upload that registered it (its buffer's owner removes it), so an address is never
 // matched to a later tensor's. Thread-safe: the ranks of an in-process job may share nothing else.
 class InterleavedCopies {
@@ -72,12 +72,17 @@ class InterleavedCopies {
   // num_threads, if this is its first product); null when none was registered there.
   std::shared_ptr<const InterleavedRows> get(const void* data, int num_threads);
   void remove(const void* data);
+  // The matrix at `data` is an embedding table too (a tied head): its rows are read as stored at
+  // every step, so its pages stay resident when it is repacked (released, each gathered row would
+  // be a page fault and a read of the file). Called by the gather, which runs before the head.
+  void keep_resident(const void* data);
 
  private:
   struct Entry {
     DType type;
     int64_t n, k;
     int64_t bytes;  // its repacked size
+    bool gathered = false;
     std::once_flag repacked;
     std::shared_ptr<const InterleavedRows> rows;
   };
