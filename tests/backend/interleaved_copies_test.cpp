@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -90,8 +91,27 @@ TEST(InterleavedCopies, RepackedAtTheFirstProductAndCountedUntilThen) {
   EXPECT_EQ(copies.pending_bytes(), 0);
 }
 
+// The calling thread kept on its CPU for the test: a page just faulted in waits in that CPU's
+// batch before it joins the LRU lists, and MADV_PAGEOUT drains only its own CPU's batch (a page
+// faulted on another CPU may be skipped, which made the count flaky under a loaded ctest).
+class PinnedToThisCpu {
+ public:
+  PinnedToThisCpu() {
+    sched_getaffinity(0, sizeof saved_, &saved_);
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    sched_setaffinity(0, sizeof one, &one);
+  }
+  ~PinnedToThisCpu() { sched_setaffinity(0, sizeof saved_, &saved_); }
+
+ private:
+  cpu_set_t saved_;
+};
+
 TEST(InterleavedCopies, MappedOriginalLeavesTheResidentSetUnlessGathered) {
   if (!cpu::interleaved_rows_supported(DType::Q4_K)) GTEST_SKIP() << "no AVX-512 VNNI on this host: nothing is repacked";
+  const PinnedToThisCpu pinned;
   {
     MappedMatrix matrix;
     ASSERT_EQ(matrix.resident_pages(), matrix.whole_pages()) << "read once, every page is resident";

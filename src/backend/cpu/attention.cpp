@@ -34,6 +34,7 @@ constexpr int64_t kScorePass = 64;
 struct F32Rows {
   const float* data;
   int64_t stride;
+  const void* raw = nullptr;  // instead: an f16 / bf16 cache's rows, read in place (widened as loaded)
 };
 
 // Per-thread scratch (grows, never shrinks): one chunk's keys transposed, its scores, its values
@@ -98,7 +99,9 @@ inline void transpose16(__m512 r[16]) {
 // keys_t[d * padded + column0 + j] = keys[j * stride + d] for j < rows, d < head_dim: a block's
 // keys into the chunk's transposed layout. 16 x 16 tiles in registers on AVX-512 (a decode step's
 // few query rows do not amortize a scalar transpose), scalar for what is left.
-void transpose_keys(const float* keys, int64_t stride, int64_t rows, int head_dim, float* keys_t, int64_t padded,
+// Keys stored as f32, f16 or bf16 (T) are widened as they are loaded.
+template <typename T>
+void transpose_keys(const T* keys, int64_t stride, int64_t rows, int head_dim, float* keys_t, int64_t padded,
                     int64_t column0) {
   int64_t j0 = 0;
 #ifdef SPLITFLOW_CPU_AVX512
@@ -106,16 +109,16 @@ void transpose_keys(const float* keys, int64_t stride, int64_t rows, int head_di
     int d0 = 0;
     for (; d0 + 16 <= head_dim; d0 += 16) {
       __m512 r[16];
-      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(keys + (j0 + i) * stride + d0);
+      for (int i = 0; i < 16; ++i) r[i] = load16(keys + (j0 + i) * stride + d0);
       transpose16(r);
       for (int c = 0; c < 16; ++c) _mm512_storeu_ps(keys_t + (d0 + c) * padded + column0 + j0, r[c]);
     }
     for (int64_t j = j0; j < j0 + 16; ++j)
-      for (int d = d0; d < head_dim; ++d) keys_t[d * padded + column0 + j] = keys[j * stride + d];
+      for (int d = d0; d < head_dim; ++d) keys_t[d * padded + column0 + j] = to_f32(keys[j * stride + d]);
   }
 #endif
   for (int64_t j = j0; j < rows; ++j)
-    for (int d = 0; d < head_dim; ++d) keys_t[d * padded + column0 + j] = keys[j * stride + d];
+    for (int d = 0; d < head_dim; ++d) keys_t[d * padded + column0 + j] = to_f32(keys[j * stride + d]);
 }
 
 // The largest of x[0..n), n >= 1.
@@ -332,6 +335,8 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
   // columns are zeros, scored like the others rather than by a slower remainder loop.
   const int64_t padded = (chunk_keys + kScorePass - 1) / kScorePass * kScorePass;
   const float scale = params.scale;
+  // 16-bit values are read in place and widened as they are loaded; fp8 is converted a block at a time.
+  const bool values_in_place = v_cache.dtype == DType::F16 || v_cache.dtype == DType::BF16;
   // Items are the team's chunks (backend/cpu/thread_team.h), each thread with its own scratch.
   parallel_chunks(items > 1 && work >= kMinParallelWork ? num_threads_ : 1, items, [&](int64_t item) {
     thread_local AttentionScratch scratch;
@@ -370,10 +375,17 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
         for (int64_t b = b0; b < b1; ++b) {
           const int64_t offset = b * block_size - key0, rows_here = std::min(block_size, count - offset);
           const int64_t first = int64_t{table[b]} * block_size * kv_dim + int64_t{kv_head} * head_dim;
-          const F32Rows keys = f32_rows(k_cache, first, rows_here, head_dim, kv_dim, scratch.key_rows.data());
-          transpose_keys(keys.data, keys.stride, rows_here, head_dim, keys_t, padded, offset);
-          value_runs[b - b0] =
-              f32_rows(v_cache, first, rows_here, head_dim, kv_dim, scratch.values.data() + offset * head_dim);
+          if (k_cache.dtype == DType::F16) {
+            transpose_keys(static_cast<const F16Bits*>(k_cache.data) + first, kv_dim, rows_here, head_dim, keys_t, padded, offset);
+          } else if (k_cache.dtype == DType::BF16) {
+            transpose_keys(static_cast<const BF16Bits*>(k_cache.data) + first, kv_dim, rows_here, head_dim, keys_t, padded, offset);
+          } else {  // f32 in place; fp8 converted a block at a time first
+            const F32Rows keys = f32_rows(k_cache, first, rows_here, head_dim, kv_dim, scratch.key_rows.data());
+            transpose_keys(keys.data, keys.stride, rows_here, head_dim, keys_t, padded, offset);
+          }
+          value_runs[b - b0] = values_in_place
+                                   ? F32Rows{nullptr, kv_dim, static_cast<const char*>(v_cache.data) + first * dtype_size(v_cache.dtype)}
+                                   : f32_rows(v_cache, first, rows_here, head_dim, kv_dim, scratch.values.data() + offset * head_dim);
         }
         for (int d = 0; d < head_dim; ++d) std::fill(keys_t + d * padded + count, keys_t + (d + 1) * padded, 0.0f);
         const int64_t scored = (count + kScorePass - 1) / kScorePass * kScorePass;  // whole passes
@@ -406,8 +418,13 @@ void CpuBackend::paged_attention(const float* q_rows, int64_t q_stride, int64_t 
             for (int64_t j = j_lo, end = j_lo + j_count; j < end;) {  // block by block
               const int64_t block = j / block_size, block_end = std::min(end, (block + 1) * block_size);
               const F32Rows& run = value_runs[block];
-              add_weighted_rows(live + (j - j_lo), block_end - j, run.data + (j - block * block_size) * run.stride,
-                                run.stride, acc, head_dim);
+              const int64_t skip = (j - block * block_size) * run.stride;
+              if (v_cache.dtype == DType::F16)
+                add_weighted_rows(live + (j - j_lo), block_end - j, static_cast<const F16Bits*>(run.raw) + skip, run.stride, acc, head_dim);
+              else if (v_cache.dtype == DType::BF16)
+                add_weighted_rows(live + (j - j_lo), block_end - j, static_cast<const BF16Bits*>(run.raw) + skip, run.stride, acc, head_dim);
+              else
+                add_weighted_rows(live + (j - j_lo), block_end - j, run.data + skip, run.stride, acc, head_dim);
               j = block_end;
             }
           };

@@ -130,7 +130,9 @@ inline void axpy(float alpha, const float* x, float* y, int64_t n) {
 // acc[d] += sum_j weights[j] * rows[j * stride + d], for d < n: a softmax-weighted sum of value
 // rows. Keys are the inner loop so acc stays in registers; enough independent chains (columns x
 // even / odd keys) to hide the FMA latency: eight on AVX-512 (64 columns at a time), two on AVX2.
-inline void add_weighted_rows(const float* weights, int64_t count, const float* rows, int64_t stride, float* acc,
+// Rows of f16 or bf16 (W) are widened as they are loaded.
+template <typename W>
+inline void add_weighted_rows(const float* weights, int64_t count, const W* rows, int64_t stride, float* acc,
                               int64_t n) {
   int64_t d = 0;
 #ifdef SPLITFLOW_CPU_AVX512
@@ -140,25 +142,25 @@ inline void add_weighted_rows(const float* weights, int64_t count, const float* 
     __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
     int64_t j = 0;
     for (; j + 2 <= count; j += 2) {
-      const float* even_row = rows + j * stride + d;
-      const float* odd_row = even_row + stride;
+      const W* even_row = rows + j * stride + d;
+      const W* odd_row = even_row + stride;
       const __m512 we = _mm512_set1_ps(weights[j]), wo = _mm512_set1_ps(weights[j + 1]);
-      e0 = _mm512_fmadd_ps(we, _mm512_loadu_ps(even_row), e0);
-      e1 = _mm512_fmadd_ps(we, _mm512_loadu_ps(even_row + 16), e1);
-      e2 = _mm512_fmadd_ps(we, _mm512_loadu_ps(even_row + 32), e2);
-      e3 = _mm512_fmadd_ps(we, _mm512_loadu_ps(even_row + 48), e3);
-      o0 = _mm512_fmadd_ps(wo, _mm512_loadu_ps(odd_row), o0);
-      o1 = _mm512_fmadd_ps(wo, _mm512_loadu_ps(odd_row + 16), o1);
-      o2 = _mm512_fmadd_ps(wo, _mm512_loadu_ps(odd_row + 32), o2);
-      o3 = _mm512_fmadd_ps(wo, _mm512_loadu_ps(odd_row + 48), o3);
+      e0 = _mm512_fmadd_ps(we, load16(even_row), e0);
+      e1 = _mm512_fmadd_ps(we, load16(even_row + 16), e1);
+      e2 = _mm512_fmadd_ps(we, load16(even_row + 32), e2);
+      e3 = _mm512_fmadd_ps(we, load16(even_row + 48), e3);
+      o0 = _mm512_fmadd_ps(wo, load16(odd_row), o0);
+      o1 = _mm512_fmadd_ps(wo, load16(odd_row + 16), o1);
+      o2 = _mm512_fmadd_ps(wo, load16(odd_row + 32), o2);
+      o3 = _mm512_fmadd_ps(wo, load16(odd_row + 48), o3);
     }
     if (j < count) {
-      const float* row = rows + j * stride + d;
+      const W* row = rows + j * stride + d;
       const __m512 w = _mm512_set1_ps(weights[j]);
-      e0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(row), e0);
-      e1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(row + 16), e1);
-      e2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(row + 32), e2);
-      e3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(row + 48), e3);
+      e0 = _mm512_fmadd_ps(w, load16(row), e0);
+      e1 = _mm512_fmadd_ps(w, load16(row + 16), e1);
+      e2 = _mm512_fmadd_ps(w, load16(row + 32), e2);
+      e3 = _mm512_fmadd_ps(w, load16(row + 48), e3);
     }
     _mm512_storeu_ps(acc + d, _mm512_add_ps(e0, o0));
     _mm512_storeu_ps(acc + d + 16, _mm512_add_ps(e1, o1));
@@ -171,16 +173,16 @@ inline void add_weighted_rows(const float* weights, int64_t count, const float* 
     __m256 even = _mm256_loadu_ps(acc + d), odd = _mm256_setzero_ps();
     int64_t j = 0;
     for (; j + 2 <= count; j += 2) {
-      even = _mm256_fmadd_ps(_mm256_set1_ps(weights[j]), _mm256_loadu_ps(rows + j * stride + d), even);
-      odd = _mm256_fmadd_ps(_mm256_set1_ps(weights[j + 1]), _mm256_loadu_ps(rows + (j + 1) * stride + d), odd);
+      even = _mm256_fmadd_ps(_mm256_set1_ps(weights[j]), load8(rows + j * stride + d), even);
+      odd = _mm256_fmadd_ps(_mm256_set1_ps(weights[j + 1]), load8(rows + (j + 1) * stride + d), odd);
     }
-    if (j < count) even = _mm256_fmadd_ps(_mm256_set1_ps(weights[j]), _mm256_loadu_ps(rows + j * stride + d), even);
+    if (j < count) even = _mm256_fmadd_ps(_mm256_set1_ps(weights[j]), load8(rows + j * stride + d), even);
     _mm256_storeu_ps(acc + d, _mm256_add_ps(even, odd));
   }
 #endif
   for (; d < n; ++d) {
     float sum = acc[d];
-    for (int64_t j = 0; j < count; ++j) sum += weights[j] * rows[j * stride + d];
+    for (int64_t j = 0; j < count; ++j) sum += weights[j] * to_f32(rows[j * stride + d]);
     acc[d] = sum;
   }
 }
@@ -199,6 +201,9 @@ inline void scale(float alpha, float* y, int64_t n) {
 template <typename W>
 inline void to_f32_row(const W* src, float* dst, int64_t n) {
   int64_t i = 0;
+#ifdef SPLITFLOW_CPU_AVX512
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load16(src + i));
+#endif
 #ifdef SPLITFLOW_CPU_AVX2
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8(src + i));
 #endif
