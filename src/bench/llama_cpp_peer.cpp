@@ -66,20 +66,21 @@ nlohmann::json run_llama_bench(const LlamaBenchRequest& request) {
            request.llama_bench);
   WholeMachineAffinity whole_machine;
   const std::string mask = cpu_mask(request.threads);
-  const std::string command = fmt::format(
-      "{} -m {} -t {} -p {} -n {} -r {} -ngl {}{} -o json 2>/dev/null", shell_quote(request.llama_bench),
-      shell_quote(request.model_path), request.threads, request.prompt_tokens, request.generated_tokens,
-      request.repetitions, request.gpu_layers, mask.empty() ? "" : fmt::format(" -C {} --cpu-strict 1", mask));
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  SF_CHECK(pipe != nullptr, "cannot run '{}'", command);
-  std::string output;
-  char buffer[4096];
-  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe.get())) output.append(buffer, n);
-  const int status = pclose(pipe.release());
-  SF_CHECK(status == 0, "'{}' failed (status {}): {}", command, status, output.substr(0, 400));
-  nlohmann::json runs = nlohmann::json::parse(output, nullptr, false);
-  SF_CHECK(runs.is_array() && !runs.empty(), "'{}' printed no JSON result: {}", command, output.substr(0, 400));
-  nlohmann::json peer = {{"tool", "llama-bench"}, {"command", command}, {"gpu_layers", request.gpu_layers}};
+  // Two runs: the prompt from an empty cache, then the decode at a depth of the prompt's tokens
+  // (-d), as splitflow's decode steps run after the prompt. (llama-bench's -n alone decodes from
+  // an empty cache: at a 2K prompt that compared our decode at 2K tokens of context with its at 0.)
+  const auto command_for = [&](const std::string& test) {
+    return fmt::format("{} -m {} -t {} {} -r {} -ngl {}{} -o json 2>/dev/null", shell_quote(request.llama_bench),
+                       shell_quote(request.model_path), request.threads, test, request.repetitions, request.gpu_layers,
+                       mask.empty() ? "" : fmt::format(" -C {} --cpu-strict 1", mask));
+  };
+  const std::string prefill_command = command_for(fmt::format("-p {} -n 0", request.prompt_tokens));
+  const std::string decode_command =
+      command_for(fmt::format("-p 0 -n {} -d {}", request.generated_tokens, request.prompt_tokens));
+  nlohmann::json peer = {{"tool", "llama-bench"},
+                         {"command", prefill_command + "; " + decode_command},
+                         {"gpu_layers", request.gpu_layers},
+                         {"decode_depth", request.prompt_tokens}};
   // What bench/build_llama_cpp.sh built (llama-bench's own build number is git's, and the source
   // package has no repository of its own).
   const std::filesystem::path source = std::filesystem::path(request.llama_bench).parent_path() / "BUILD_SOURCE";
@@ -88,15 +89,26 @@ nlohmann::json run_llama_bench(const LlamaBenchRequest& request) {
     while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
     peer["source"] = text;
   }
-  for (const auto& run : runs) {
-    peer["build"] = fmt::format("b{} ({})", run.value("build_number", 0), run.value("build_commit", ""));
-    peer["threads"] = run.value("n_threads", 0);
-    const char* kind = run.value("n_gen", 0) > 0 ? "decode" : "prefill";
-    peer[fmt::format("{}_tokens_per_s", kind)] = run.value("avg_ts", 0.0);
-    peer[fmt::format("{}_stddev", kind)] = run.value("stddev_ts", 0.0);
+  for (const std::string& command : {prefill_command, decode_command}) {
+    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+    SF_CHECK(pipe != nullptr, "cannot run '{}'", command);
+    std::string output;
+    char buffer[4096];
+    while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe.get())) output.append(buffer, n);
+    const int status = pclose(pipe.release());
+    SF_CHECK(status == 0, "'{}' failed (status {}): {}", command, status, output.substr(0, 400));
+    const nlohmann::json runs = nlohmann::json::parse(output, nullptr, false);
+    SF_CHECK(runs.is_array() && !runs.empty(), "'{}' printed no JSON result: {}", command, output.substr(0, 400));
+    for (const auto& run : runs) {
+      peer["build"] = fmt::format("b{} ({})", run.value("build_number", 0), run.value("build_commit", ""));
+      peer["threads"] = run.value("n_threads", 0);
+      const char* kind = run.value("n_gen", 0) > 0 ? "decode" : "prefill";
+      peer[fmt::format("{}_tokens_per_s", kind)] = run.value("avg_ts", 0.0);
+      peer[fmt::format("{}_stddev", kind)] = run.value("stddev_ts", 0.0);
+    }
   }
   SF_CHECK(peer.contains("decode_tokens_per_s") && peer.contains("prefill_tokens_per_s"),
-           "'{}' did not report both a prompt and a generation run", command);
+           "'{}' did not report both a prompt and a generation run", peer["command"].get<std::string>());
   return peer;
 }
 

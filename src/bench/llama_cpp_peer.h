@@ -15,13 +15,13 @@ struct LlamaBenchRequest {
   std::string model_path;    // a .gguf
   int threads = 0;
   int prompt_tokens = 512;   // llama-bench -p (prefill speed)
-  int generated_tokens = 128;  // llama-bench -n (decode speed)
+  int generated_tokens = 128;  // llama-bench -n (decode speed, at a depth -d of prompt_tokens)
   int repetitions = 3;
   int gpu_layers = 0;        // -ngl: layers on the GPU (99: all of them; 0: a CPU run)
 };
 
 // {"tool": "llama-bench", "build": ..., "prefill_tokens_per_s": ..., "decode_tokens_per_s": ...,
-//  "prefill_stddev", "decode_stddev", "command": ...}. Throws naming the command when it fails or
+//  "prefill_stddev", "decode_stddev", "command": both runs', "decode_depth"}. Throws naming the command when it fails or
 // prints no result (a model llama.cpp cannot load, a missing binary).
 nlohmann::json run_llama_bench(const LlamaBenchRequest& request);
 

@@ -26,11 +26,12 @@ class LlamaCppPeer : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // A llama-bench stand-in: records its arguments and how many CPUs it may use, then runs `body`.
+  // A llama-bench stand-in: records its arguments (a line per run) and how many CPUs it may use,
+// then runs `body`.
   std::string fake(const std::string& body) {
     const fs::path path = dir_ / "llama-bench";
     std::ofstream(path) << "#!/bin/sh\n"
-                        << "echo \"$@\" > '" << (dir_ / "args").string() << "'\n"
+                        << "echo \"$@\" >> '" << (dir_ / "args").string() << "'\n"
                         << "nproc > '" << (dir_ / "cpus").string() << "'\n"
                         << body << "\n";
     fs::permissions(path, fs::perms::owner_all);
@@ -69,7 +70,10 @@ TEST_F(LlamaCppPeer, ReadsBothRunsAndPassesTheRequest) {
   EXPECT_EQ(peer["build"], "b11434 (abc)");
   EXPECT_EQ(peer["threads"], 2);
   const std::string args = read("args");
-  EXPECT_NE(args.find("-m /models/a b.gguf -t 1 -p 64 -n 32 -r 3 -ngl 0"), std::string::npos) << args;
+  // The prompt from an empty cache, then the decode after as many tokens as the prompt's.
+  EXPECT_NE(args.find("-m /models/a b.gguf -t 1 -p 64 -n 0 -r 3 -ngl 0"), std::string::npos) << args;
+  EXPECT_NE(args.find("-m /models/a b.gguf -t 1 -p 0 -n 32 -d 64 -r 3 -ngl 0"), std::string::npos) << args;
+  EXPECT_EQ(peer["decode_depth"], 64);
   EXPECT_FALSE(peer.contains("source"));  // no BUILD_SOURCE beside this one
 }
 
