@@ -577,7 +577,16 @@ TEST(HttpServer, ModelsHealthAndMetrics) {
   EXPECT_EQ(list["data"][0]["id"], "stories");
   EXPECT_EQ(list["data"][0]["max_model_len"], 512);
   ASSERT_TRUE(server.post("/v1/completions", R"({"prompt": "hi", "max_tokens": 4})"));
-  const auto metrics = server.client().Get("/metrics");
+  // The client may read the answer before the server has seen its last byte written (the exchange
+  // closes then) and recorded the request's latency: ask again until both show, for up to 2 s.
+  auto metrics = server.client().Get("/metrics");
+  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+       metrics && std::chrono::steady_clock::now() < deadline &&
+       (metrics->body.find("splitflow_http_open_requests 1\n") == std::string::npos ||
+        metrics->body.find("splitflow_e2e_request_latency_seconds_count 1\n") == std::string::npos);) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    metrics = server.client().Get("/metrics");
+  }
   ASSERT_TRUE(metrics);
   EXPECT_EQ(metrics->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
   for (const char* name : {"splitflow_time_to_first_token_seconds_bucket", "splitflow_inter_token_latency_seconds_count",
