@@ -1,7 +1,9 @@
 // The CPU backend's repacked copies (backend/cpu/interleaved_rows.h): made at a matrix's first
-// product, counted as taken memory until then, and the mapped original's pages released afterwards
-// unless the matrix is an embedding table too. Residency is read with mincore(2) on a real file
-// mapping (core/mapped_file.h), as the GGUF loader maps checkpoints.
+// product, counted as taken memory until then, the mapped original's pages released afterwards
+// (residency read with mincore(2) on a real file mapping, as the GGUF loader maps checkpoints), and
+// every row restorable from the copy byte for byte, which the embedding gather of a tied head reads.
+#include "backend/backend.h"
+#include "backend/backend_test_util.h"
 #include "backend/cpu/interleaved_rows.h"
 #include "core/mapped_file.h"
 #include "quant/quant.h"
@@ -14,6 +16,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <cstring>
 #include <random>
 
 using namespace splitflow;
@@ -109,7 +112,7 @@ class PinnedToThisCpu {
   cpu_set_t saved_;
 };
 
-TEST(InterleavedCopies, MappedOriginalLeavesTheResidentSetUnlessGathered) {
+TEST(InterleavedCopies, MappedOriginalLeavesTheResidentSet) {
   if (!cpu::interleaved_rows_supported(DType::Q4_K)) GTEST_SKIP() << "no AVX-512 VNNI on this host: nothing is repacked";
   const PinnedToThisCpu pinned;
   {
@@ -123,10 +126,57 @@ TEST(InterleavedCopies, MappedOriginalLeavesTheResidentSetUnlessGathered) {
     EXPECT_EQ(matrix.resident_pages(), 0) << "the repacked rows' pages were released";
 #endif
   }
-  MappedMatrix tied;
-  cpu::InterleavedCopies copies;
-  copies.add(tied.file->data(), DType::Q4_K, MappedMatrix::kRows, MappedMatrix::kCols);
-  copies.keep_resident(tied.file->data());  // the embedding gather ran first
-  ASSERT_NE(copies.get(tied.file->data(), 1), nullptr);
-  EXPECT_EQ(tied.resident_pages(), tied.whole_pages()) << "an embedding table's pages stay";
+}
+
+// Every repacked type: each row restored from the copy equals the row as stored, byte for byte
+// (scales, minima, fifth bits, the K-quants' packed 6-bit scales and codes), in both groups.
+TEST(InterleavedCopies, RestoreRowInvertsTheRepacking) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  const int64_t n = 40, k = 512;  // two whole groups and 8 rows left as stored
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+                     DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    Tensor values = Tensor::zeros(DType::F32, {n, k});
+    for (int64_t i = 0; i < n * k; ++i) values.as<float>()[i] = uniform(rng) * (1.0f + static_cast<float>(i / k % 5));
+    const Tensor packed = quant::quantize(values, type);
+    const cpu::InterleavedRows rows = cpu::interleave_rows(packed.data, type, n, k, 1);
+    ASSERT_EQ(rows.groups, 2);
+    const size_t row_bytes = dtype_row_bytes(type, k);
+    std::vector<uint8_t> restored(row_bytes);
+    for (int64_t r = 0; r < 32; ++r) {
+      cpu::restore_row(rows, r, restored.data());
+      const auto* original = static_cast<const uint8_t*>(packed.data) + r * row_bytes;
+      ASSERT_EQ(std::memcmp(restored.data(), original, row_bytes), 0) << dtype_name(type) << " row " << r;
+    }
+    EXPECT_THROW(cpu::restore_row(rows, 32, restored.data()), Error) << "row 32 is not in the copy";
+  }
+}
+
+// A tied head: the embedding gather after the head's first product (the copy made, the original's
+// pages released) still gives the table's rows exactly.
+TEST(InterleavedCopies, TiedHeadGathersTheSameRowsFromTheCopy) {
+  if (!cpu::interleaved_rows_supported(DType::Q4_K)) GTEST_SKIP() << "no AVX-512 VNNI on this host: nothing is repacked";
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::unique_ptr<Backend> backend = make_cpu_backend(2);
+  const int64_t vocab = 40, hidden = 256;
+  const std::vector<int32_t> ids = {0, 39, 17, 31, 32, 5};  // 32 and 39: rows past the copy's two groups
+  for (DType type : {DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    Tensor values = Tensor::zeros(DType::F32, {vocab, hidden});
+    for (int64_t i = 0; i < vocab * hidden; ++i) values.as<float>()[i] = uniform(rng);
+    const Tensor table = quant::quantize(values, type);
+    const Tensor want = quant::dequantize(table);
+    DeviceBuffer d_table = backend->upload(table);
+    DeviceBuffer d_ids = test::to_device(*backend, ids, {static_cast<int64_t>(ids.size())});
+    DeviceBuffer out = backend->allocate(DType::F32, {static_cast<int64_t>(ids.size()), hidden});
+    DeviceBuffer x = test::to_device(*backend, std::vector<float>(hidden, 0.5f), {1, hidden});
+    DeviceBuffer logits = backend->allocate(DType::F32, {1, vocab});
+    backend->matmul(x.view(), d_table.view(), DeviceTensor{}, logits.view(), false);  // the head: repacked now
+    backend->embed(d_table.view(), d_ids.view(), 2.0f, DeviceTensor{}, DeviceTensor{}, out.view());
+    const std::vector<float> got = test::to_host(*backend, out.view());
+    for (size_t t = 0; t < ids.size(); ++t)
+      for (int64_t i = 0; i < hidden; ++i)
+        ASSERT_EQ(got[t * hidden + i], 2.0f * want.as<float>()[ids[t] * hidden + i])
+            << dtype_name(type) << " token " << ids[t] << " element " << i;
+  }
 }

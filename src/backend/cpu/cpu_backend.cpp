@@ -283,8 +283,9 @@ void CpuBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids,
              "cpu embed: pos_table has shape {}, expected [positions, {}]", shape_str(pos_table.shape), hidden);
     check_shape(positions, {tokens}, "embed", "positions");
   }
-  // A tied head's rows are read here as stored: its original stays resident once repacked.
-  if (q8_activations_ && interleaved_rows_supported(table.dtype)) interleaved_->keep_resident(table.data);
+  // A tied head repacked already: its rows restored from the copy (the original's pages were released).
+  const std::shared_ptr<const InterleavedRows> repacked =
+      q8_activations_ && interleaved_rows_supported(table.dtype) ? interleaved_->find(table.data) : nullptr;
   const int32_t* ids = token_ids.as<int32_t>();
   for (int64_t t = 0; t < tokens; ++t) {
     SF_CHECK(ids[t] >= 0 && ids[t] < vocab, "cpu embed: token id {} at row {} is outside the vocabulary [0, {})", ids[t],
@@ -297,9 +298,16 @@ void CpuBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids,
   float* y = out.as<float>();
   parallel_ranges(num_threads_, tokens, tokens * hidden >= kMinParallelWork, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> row;
+    thread_local std::vector<uint8_t> stored;
     row.resize(hidden);
     for (int64_t t = begin; t < end; ++t) {
-      row_to_f32(table.data, table.dtype, ids[t], hidden, multiplier, y + t * hidden);
+      if (repacked && ids[t] < repacked->groups * 16) {
+        stored.resize(dtype_row_bytes(table.dtype, hidden));
+        restore_row(*repacked, ids[t], stored.data());
+        row_to_f32(stored.data(), table.dtype, 0, hidden, multiplier, y + t * hidden);
+      } else {
+        row_to_f32(table.data, table.dtype, ids[t], hidden, multiplier, y + t * hidden);
+      }
       if (add_positions) {
         row_to_f32(pos_table.data, pos_table.dtype, positions.as<int32_t>()[t], hidden, 1.0f, row.data());
         axpy(1.0f, row.data(), y + t * hidden, hidden);

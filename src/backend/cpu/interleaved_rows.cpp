@@ -176,7 +176,8 @@ size_t interleaved_bytes(DType type, int64_t n, int64_t k) {
   return static_cast<size_t>(n / kGroupRows * (k / (k_quant ? 256 : 32)) * block_bytes);
 }
 
-InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k, int num_threads) {
+InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k, int num_threads,
+                                const std::function<void(int64_t first_row, int64_t rows)>& rows_done) {
   SF_CHECK(repackable(type), "interleave_rows: {} has no interleaved layout", dtype_name(type));
   const KRepack k_repack = k_repack_for(type);
   const bool k_quant = k_repack.repack != nullptr;
@@ -225,8 +226,116 @@ InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k,
           }
         }
       }
+    if (rows_done) rows_done(g_begin * kGroupRows, (g_end - g_begin) * kGroupRows);
   });
   return out;
+}
+
+namespace {
+
+// The stored fifth bits from the repacked layout's 4 bytes (rearranged_high_bits inverted).
+uint32_t stored_high_bits(uint32_t rearranged) {
+  uint32_t bits = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t byte = (rearranged >> (8 * i)) & 0xFF;
+    bits |= (byte & 0xF) << (4 * i) | (byte >> 4) << (4 * i + 16);
+  }
+  return bits;
+}
+
+// Q4_K / Q5_K's 12 bytes of 6-bit scales and minima (quant_blocks::scale_min_k4 inverted).
+void pack_scale_min_k4(const uint8_t scale[8], const uint8_t min[8], uint8_t* q) {
+  for (int j = 0; j < 4; ++j) {
+    q[j] = static_cast<uint8_t>((scale[j] & 63) | (scale[j + 4] >> 4) << 6);
+    q[j + 4] = static_cast<uint8_t>((min[j] & 63) | (min[j + 4] >> 4) << 6);
+    q[j + 8] = static_cast<uint8_t>((scale[j + 4] & 0xF) | (min[j + 4] & 0xF) << 4);
+  }
+}
+
+// Q3_K's 12 bytes of 16 6-bit scales, biased by 32 (Codec<Q3_K>::unpack_scales inverted): low
+// nibbles of scales 0-7 in bytes 0-7, of 8-15 in their high nibbles, the top two bits of scale
+// 4w + p at bits 2w of byte 8 + p.
+void pack_q3k_scales(const uint8_t biased[16], uint8_t* q) {
+  for (int i = 0; i < 12; ++i) q[i] = 0;
+  for (int i = 0; i < 16; ++i) {
+    q[i % 8] |= static_cast<uint8_t>((biased[i] & 0xF) << (i < 8 ? 0 : 4));
+    q[8 + i % 4] |= static_cast<uint8_t>((biased[i] >> 4 & 3) << (2 * (i / 4)));
+  }
+}
+
+}  // namespace
+
+void restore_row(const InterleavedRows& rows, int64_t row, uint8_t* stored) {
+  SF_CHECK(row >= 0 && row < rows.groups * kGroupRows, "restore_row: row {} outside the {} repacked rows", row,
+           rows.groups * kGroupRows);
+  const KRepack k_repack = k_repack_for(rows.type);
+  const bool k_quant = k_repack.repack != nullptr;
+  const RepackLayout layout = repack_layout(rows.type);
+  const int64_t blocks = rows.k / (k_quant ? 256 : 32), block_bytes = k_quant ? k_repack.group : layout.group_bytes();
+  const int64_t stored_bytes = k_quant ? k_repack.stored : layout.stored_bytes;
+  const int r = static_cast<int>(row % kGroupRows);
+  const auto copy4 = [&](uint8_t* dst, const uint8_t* blk, int64_t at) { std::memcpy(dst, blk + at + 4 * r, 4); };
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = rows.bytes.get() + (row / kGroupRows * blocks + b) * block_bytes;
+    uint8_t* dst = stored + b * stored_bytes;
+    switch (rows.type) {
+      case DType::Q2_K:
+        std::memcpy(dst + 80, blk + 2 * r, 2);
+        std::memcpy(dst + 82, blk + 32 + 2 * r, 2);
+        for (int sub = 0; sub < 16; ++sub) dst[sub] = blk[kQ2kScalesAt + 16 * sub + r];
+        for (int c = 0; c < 16; ++c) copy4(dst + 16 + 4 * c, blk, kQ2kLowAt + 64 * c);
+        break;
+      case DType::Q3_K: {
+        std::memcpy(dst + 108, blk + 2 * r, 2);
+        uint8_t biased[16];
+        for (int sub = 0; sub < 16; ++sub) biased[sub] = static_cast<uint8_t>(blk[kQ3kScalesAt + 16 * sub + r] + 32);
+        pack_q3k_scales(biased, dst + 96);
+        for (int c = 0; c < 16; ++c) copy4(dst + 32 + 4 * c, blk, kQ3kLowAt + 64 * c);
+        for (int c = 0; c < 8; ++c) copy4(dst + 4 * c, blk, kQ3kHighAt + 64 * c);
+        break;
+      }
+      case DType::Q4_K:
+      case DType::Q5_K: {
+        const bool q5k = rows.type == DType::Q5_K;
+        std::memcpy(dst, blk + 2 * r, 2);
+        std::memcpy(dst + 2, blk + 32 + 2 * r, 2);
+        uint8_t scale[8], min[8];
+        for (int sub = 0; sub < 8; ++sub) {
+          scale[sub] = blk[kQ4kScalesAt + 16 * sub + r];
+          min[sub] = blk[kQ4kMinsAt + 16 * sub + r];
+        }
+        pack_scale_min_k4(scale, min, dst + 4);
+        const int codes_at = q5k ? 48 : 16;
+        for (int g = 0; g < 4; ++g)
+          for (int i = 0; i < 8; ++i) copy4(dst + codes_at + 32 * g + 4 * i, blk, kQ4kCodesAt + (8 * g + i) * 64);
+        if (q5k)
+          for (int i = 0; i < 8; ++i) copy4(dst + 16 + 4 * i, blk, kQ5kHighAt + 64 * i);
+        break;
+      }
+      case DType::Q6_K:
+        std::memcpy(dst + 208, blk + 2 * r, 2);
+        for (int sub = 0; sub < 16; ++sub) dst[192 + sub] = blk[kQ6kScalesAt + 16 * sub + r];
+        for (int c = 0; c < 32; ++c) copy4(dst + 4 * c, blk, kQ6kLowAt + 64 * c);
+        for (int c = 0; c < 16; ++c) copy4(dst + 128 + 4 * c, blk, kQ6kHighAt + 64 * c);
+        break;
+      default: {  // the 32-element types
+        std::memcpy(dst, blk + 2 * r, 2);
+        if (layout.min) std::memcpy(dst + 2, blk + 32 + 2 * r, 2);
+        if (layout.high_at >= 0) {
+          uint32_t bits;
+          std::memcpy(&bits, blk + layout.high_group_at() + 4 * r, 4);
+          bits = stored_high_bits(bits);
+          std::memcpy(dst + layout.high_at, &bits, 4);
+        }
+        for (int u = 0; u < layout.loads; ++u) {
+          uint32_t codes;
+          std::memcpy(&codes, blk + layout.codes_group_at() + 64 * u + 4 * r, 4);
+          codes ^= layout.bias;
+          std::memcpy(dst + layout.codes_at + 4 * u, &codes, 4);
+        }
+      }
+    }
+  }
 }
 
 void InterleavedCopies::add(const void* data, DType type, int64_t n, int64_t k) {
@@ -241,9 +350,10 @@ void InterleavedCopies::add(const void* data, DType type, int64_t n, int64_t k) 
   entries_[data] = std::move(entry);
 }
 
-void InterleavedCopies::keep_resident(const void* data) {
+std::shared_ptr<const InterleavedRows> InterleavedCopies::find(const void* data) const {
   std::lock_guard lock(mutex_);
-  if (const auto it = entries_.find(data); it != entries_.end()) it->second->gathered = true;
+  const auto it = entries_.find(data);
+  return it == entries_.end() ? nullptr : it->second->rows;
 }
 
 int64_t InterleavedCopies::pending_bytes() const {
@@ -260,10 +370,17 @@ std::shared_ptr<const InterleavedRows> InterleavedCopies::get(const void* data, 
     entry = it->second;
   }
   std::call_once(entry->repacked, [&] {
-    auto rows = std::make_shared<const InterleavedRows>(interleave_rows(data, entry->type, entry->n, entry->k, num_threads));
+    // The original's pages go as each range of rows is repacked (the copy's pages are written one
+    // range at a time too), so the resident peak is not the original plus the whole copy; then the
+    // pages the ranges' ragged ends left.
+    const size_t row_bytes = dtype_row_bytes(entry->type, entry->k);
+    const auto* original = static_cast<const uint8_t*>(data);
+    auto rows = std::make_shared<const InterleavedRows>(
+        interleave_rows(data, entry->type, entry->n, entry->k, num_threads, [&](int64_t first_row, int64_t count) {
+          release_resident_pages(original + first_row * row_bytes, static_cast<size_t>(count) * row_bytes);
+        }));
+    release_resident_pages(data, static_cast<size_t>(rows->groups * kGroupRows) * row_bytes);
     std::lock_guard lock(mutex_);
-    if (!entry->gathered)
-      release_resident_pages(data, static_cast<size_t>(rows->groups * kGroupRows) * dtype_row_bytes(entry->type, entry->k));
     entry->rows = std::move(rows);
     pending_bytes_ -= entry->bytes;
   });

@@ -24,6 +24,7 @@
 #include "core/dtype.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -46,8 +47,14 @@ bool interleaved_rows_supported(DType type);
 size_t interleaved_bytes(DType type, int64_t n, int64_t k);
 
 // The first n / 16 * 16 rows of w [n, k] (packed rows of `type`, k a multiple of its block) repacked, on
-// the calling thread's team of num_threads.
-InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k, int num_threads);
+// the calling thread's team of num_threads; rows_done(first_row, rows) after each range of rows is
+// written (on the thread that wrote it).
+InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k, int num_threads,
+                                const std::function<void(int64_t first_row, int64_t rows)>& rows_done = nullptr);
+
+// Row `row` (< 16 * rows.groups) of the matrix as stored, written to `stored` (its row bytes): the
+// repacking inverted, byte for byte.
+void restore_row(const InterleavedRows& rows, int64_t row, uint8_t* stored);
 
 // y[i * ldy + j] (+)= x'[i] . w[j] for i < m and j < 16 * w.groups, x' being x quantized per
 // 32-element block as q8_gemv does.
@@ -59,7 +66,8 @@ void interleaved_gemv(const float* x, int64_t m, const InterleavedRows& w, float
 // (a token embedding table that is not the head too) costs no copy. Once repacked, the whole pages
 // of its repacked rows are released from the resident set (release_resident_pages: a mapped
 // GGUF's pages are read again from the file only if touched, by the GPU/CPU split's offload copy),
-// so a mapped matrix costs about one copy; a tied head's are kept (keep_resident). An entry lives
+// so a mapped matrix costs about one copy; a tied head's embedding rows are then read from the
+// copy (restore_row), which would otherwise fault its pages back in one gathered row at a time. An entry lives
 // as long as the upload that registered it (its buffer's owner removes it), so an address is never
 // matched to a later tensor's. Thread-safe: the ranks of an in-process job may share nothing else.
 class InterleavedCopies {
@@ -72,17 +80,15 @@ class InterleavedCopies {
   // num_threads, if this is its first product); null when none was registered there.
   std::shared_ptr<const InterleavedRows> get(const void* data, int num_threads);
   void remove(const void* data);
-  // The matrix at `data` is an embedding table too (a tied head): its rows are read as stored at
-  // every step, so its pages stay resident when it is repacked (released, each gathered row would
-  // be a page fault and a read of the file). Called by the gather, which runs before the head.
-  void keep_resident(const void* data);
+  // The repacked copy of the matrix at `data` if it was made already (no repacking here): the
+  // embedding gather reads a tied head's rows from it (restore_row), not from released pages.
+  std::shared_ptr<const InterleavedRows> find(const void* data) const;
 
  private:
   struct Entry {
     DType type;
     int64_t n, k;
     int64_t bytes;  // its repacked size
-    bool gathered = false;
     std::once_flag repacked;
     std::shared_ptr<const InterleavedRows> rows;
   };
