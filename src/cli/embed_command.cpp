@@ -15,7 +15,6 @@
 #include <chrono>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,22 +34,6 @@ struct EmbedFlags {
   int block_size = 16;
   int repeat = 0;                    // > 0: time this many more passes over the inputs
 };
-
-std::vector<int32_t> parse_id_list(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    try {
-      size_t used = 0;
-      ids.push_back(std::stoi(item, &used));
-      SF_CHECK(used == item.size(), "--ids: '{}' is not an integer", item);
-    } catch (const std::logic_error&) {
-      fail("--ids: '{}' is not an integer", item);
-    }
-  }
-  return ids;
-}
 
 void run_embed(const EmbedFlags& flags) {
   std::vector<std::string> texts = flags.texts;
@@ -88,7 +71,7 @@ void run_embed(const EmbedFlags& flags) {
     for (const std::string& text : texts)
       inputs.push_back(encode_for_embedding(*model.tokenizer, frame, text, engine.max_input_tokens()));
   }
-  for (const std::string& list : flags.ids) inputs.push_back(parse_id_list(list));
+  for (const std::string& list : flags.ids) inputs.push_back(parse_id_list(list, "--ids"));
 
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::vector<float>> embeddings = engine.embed(inputs);

@@ -14,7 +14,6 @@
 #include <span>
 #include <vector>
 #include <memory>
-#include <sstream>
 
 namespace splitflow::cli {
 
@@ -48,22 +47,6 @@ void write_npy(const std::string& path, const std::vector<float>& values, int64_
   SF_CHECK(std::fclose(file) == 0, "--logits-out: writing '{}' failed", path);
 }
 
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    try {
-      size_t used = 0;
-      ids.push_back(std::stoi(item, &used));
-      SF_CHECK(used == item.size(), "--prompt-ids: '{}' is not an integer", item);
-    } catch (const std::logic_error&) {
-      fail("--prompt-ids: '{}' is not an integer", item);
-    }
-  }
-  return ids;
-}
-
 void run_generate(const GenerateFlags& flags) {
   SamplingParams params = flags.sampling.resolve();
   // llama.cpp's -n -1: until the context is full, settled once the prompt's length is known.
@@ -83,7 +66,7 @@ void run_generate(const GenerateFlags& flags) {
   if (!ranks.leader()) return ranks.follow(model.spec, std::move(model.weights), *backend);
   std::vector<int32_t> prompt_ids;
   if (!flags.prompt_ids.empty()) {
-    prompt_ids = parse_ids(flags.prompt_ids);
+    prompt_ids = parse_id_list(flags.prompt_ids, "--prompt-ids");
   } else {
     SF_CHECK(model.tokenizer != nullptr, "this model has no tokenizer: pass --tokenizer or --prompt-ids");
     prompt_ids = model.tokenizer->encode(flags.prompt, !flags.no_special);

@@ -11,6 +11,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 
 namespace splitflow::cli {
 
@@ -245,6 +246,22 @@ std::optional<DType> parse_kv_cache_dtype_flag(const std::string& kv_cache_dtype
   if (kv_cache_dtype == "fp16") return DType::F16;
   if (kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3") return DType::F8E4M3;
   fail("--kv-cache-dtype must be auto, bf16, fp16 or fp8 (fp8_e4m3), not '{}'", kv_cache_dtype);
+}
+
+std::vector<int32_t> parse_id_list(const std::string& text, const char* flag) {
+  std::vector<int32_t> ids;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    try {
+      size_t used = 0;
+      ids.push_back(std::stoi(item, &used));
+      SF_CHECK(used == item.size(), "{}: '{}' is not an integer", flag, item);
+    } catch (const std::logic_error&) {
+      fail("{}: '{}' is not an integer", flag, item);
+    }
+  }
+  return ids;
 }
 
 SamplingParams SamplingFlags::resolve() const {

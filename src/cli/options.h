@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace splitflow::cli {
 
@@ -76,6 +77,10 @@ void add_kv_cache_dtype_flag(CLI::App& command, std::string& kv_cache_dtype);
 // The flag's value as KvCacheConfig::dtype (nullopt: auto); throws naming the flag and the
 // accepted values.
 std::optional<DType> parse_kv_cache_dtype_flag(const std::string& kv_cache_dtype);
+
+// "101,2023,102" (a flag's comma-separated token ids) as integers; throws naming `flag` and the
+// first item that is not one.
+std::vector<int32_t> parse_id_list(const std::string& text, const char* flag);
 
 struct SamplingFlags {
   SamplingParams params;
