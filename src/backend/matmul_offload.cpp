@@ -1,5 +1,6 @@
 #include "backend/matmul_offload.h"
 
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 
 #include <fmt/format.h>
@@ -50,6 +51,9 @@ MatmulOffloadBackend::MatmulOffloadBackend(std::unique_ptr<Backend> cpu, std::un
   SF_CHECK(inner().activation_dtype() == DType::F32, "matmul offload: the CPU side's activations are {}, expected f32",
            dtype_name(inner().activation_dtype()));
   helper_dtype_ = helper_->activation_dtype();
+  // The CPU side must keep each matrix's bytes as stored: this reads them at its first product of
+  // the matrix, which may come after the CPU's own first product (its repack).
+  if (auto* cpu = dynamic_cast<cpu::CpuBackend*>(&inner())) cpu->set_discard_repacked_originals(false);
   SF_CHECK(helper_dtype_ == DType::F32 || helper_dtype_ == DType::BF16,
            "matmul offload: the helper's activations are {}; expected f32 or bf16", dtype_name(helper_dtype_));
 }

@@ -232,7 +232,7 @@ DeviceBuffer CpuBackend::upload(const Tensor& tensor) {
   }
   // A matrix the products read faster repacked, at its first one: the copy lives as long as this buffer.
   if (q8_activations_ && view.shape.size() == 2 && view.dim(0) >= 16 && interleaved_rows_supported(view.dtype)) {
-    interleaved_->add(view.data, view.dtype, view.dim(0), view.dim(1));
+    interleaved_->add(view.data, view.dtype, view.dim(0), view.dim(1), owner);
     owner = std::shared_ptr<void>(owner.get(),
                                   [owner, copies = interleaved_, key = view.data](void*) { copies->remove(key); });
   }
@@ -507,6 +507,8 @@ void CpuBackend::pool_rows(const DeviceTensor& x, const DeviceTensor& offsets, P
     for (int64_t c = 0; c < cols; ++c) pooled[c] = static_cast<float>(sum[c] / static_cast<double>(end - begin));
   }
 }
+
+void CpuBackend::set_discard_repacked_originals(bool on) { interleaved_->set_discard_exclusive(on); }
 
 DeviceMemoryInfo CpuBackend::memory_info() const {
   DeviceMemoryInfo memory = read_host_memory();

@@ -39,6 +39,10 @@ class CpuBackend final : public Backend {
   // references turn them off).
   bool q8_activations() const { return q8_activations_; }
   void set_q8_activations(bool on) { q8_activations_ = on; }
+  // Whether a repacked matrix's original, held by nothing but its upload, may be discarded
+  // (backend/cpu/interleaved_rows.h; on by default). Off under a GPU/CPU split's offload, which
+  // reads originals after the products began.
+  void set_discard_repacked_originals(bool on);
 
   DeviceBuffer allocate(DType dtype, Shape shape) override;
   DeviceBuffer upload(const Tensor& host) override;

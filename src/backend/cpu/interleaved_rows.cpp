@@ -6,6 +6,9 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -233,6 +236,15 @@ InterleavedRows interleave_rows(const void* w, DType type, int64_t n, int64_t k,
 
 namespace {
 
+// The whole pages inside [data, data + bytes) returned to the system (MADV_DONTNEED: private
+// anonymous pages read as zeros afterwards). Only for bytes nothing will read again.
+void discard_pages(const void* data, size_t bytes) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t begin = (start + page - 1) / page * page, end = (start + bytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 // The stored fifth bits from the repacked layout's 4 bytes (rearranged_high_bits inverted).
 uint32_t stored_high_bits(uint32_t rearranged) {
   uint32_t bits = 0;
@@ -338,8 +350,9 @@ void restore_row(const InterleavedRows& rows, int64_t row, uint8_t* stored) {
   }
 }
 
-void InterleavedCopies::add(const void* data, DType type, int64_t n, int64_t k) {
+void InterleavedCopies::add(const void* data, DType type, int64_t n, int64_t k, std::weak_ptr<void> storage) {
   auto entry = std::make_shared<Entry>();
+  entry->storage = std::move(storage);
   entry->type = type;
   entry->n = n;
   entry->k = k;
@@ -356,6 +369,11 @@ std::shared_ptr<const InterleavedRows> InterleavedCopies::find(const void* data)
   return it == entries_.end() ? nullptr : it->second->rows;
 }
 
+InterleavedCopies::Released InterleavedCopies::released() const {
+  std::lock_guard lock(mutex_);
+  return released_;
+}
+
 int64_t InterleavedCopies::pending_bytes() const {
   std::lock_guard lock(mutex_);
   return pending_bytes_;
@@ -370,6 +388,15 @@ std::shared_ptr<const InterleavedRows> InterleavedCopies::get(const void* data, 
     entry = it->second;
   }
   std::call_once(entry->repacked, [&] {
+    // Held by nothing but the upload (our lock and the upload's reference): heap memory only we
+    // can reach, so its pages may go for good; otherwise (a mapped file's, or bytes a caller still
+    // holds) they only leave the resident set.
+    const std::shared_ptr<void> storage = entry->storage.lock();
+    const bool exclusive = discard_exclusive_ && storage != nullptr && storage.use_count() == 2;
+    const auto release = [exclusive](const uint8_t* bytes, size_t count) {
+      if (exclusive) discard_pages(bytes, count);
+      else release_resident_pages(bytes, count);
+    };
     // The original's pages go as each range of rows is repacked (the copy's pages are written one
     // range at a time too), so the resident peak is not the original plus the whole copy; then the
     // pages the ranges' ragged ends left.
@@ -377,10 +404,12 @@ std::shared_ptr<const InterleavedRows> InterleavedCopies::get(const void* data, 
     const auto* original = static_cast<const uint8_t*>(data);
     auto rows = std::make_shared<const InterleavedRows>(
         interleave_rows(data, entry->type, entry->n, entry->k, num_threads, [&](int64_t first_row, int64_t count) {
-          release_resident_pages(original + first_row * row_bytes, static_cast<size_t>(count) * row_bytes);
+          release(original + first_row * row_bytes, static_cast<size_t>(count) * row_bytes);
         }));
-    release_resident_pages(data, static_cast<size_t>(rows->groups * kGroupRows) * row_bytes);
+    const size_t original_bytes = static_cast<size_t>(rows->groups * kGroupRows) * row_bytes;
+    release(original, original_bytes);
     std::lock_guard lock(mutex_);
+    (exclusive ? released_.discarded : released_.paged_out) += static_cast<int64_t>(original_bytes);
     entry->rows = std::move(rows);
     pending_bytes_ -= entry->bytes;
   });

@@ -23,6 +23,7 @@
 
 #include "core/dtype.h"
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,13 +67,29 @@ void interleaved_gemv(const float* x, int64_t m, const InterleavedRows& w, float
 // (a token embedding table that is not the head too) costs no copy. Once repacked, the whole pages
 // of its repacked rows are released from the resident set (release_resident_pages: a mapped
 // GGUF's pages are read again from the file only if touched, by the GPU/CPU split's offload copy),
-// so a mapped matrix costs about one copy; a tied head's embedding rows are then read from the
-// copy (restore_row), which would otherwise fault its pages back in one gathered row at a time. An entry lives
+// and where the original is heap memory nothing but the upload holds (a fused q/k/v or gate/up
+// matrix made at load, once the runner has dropped the host weights) its pages are discarded
+// (reads would give zeros: nothing reads them, as the products use the copy, the embedding gather
+// restores rows from it (restore_row) and rows past the last group are not discarded). So a
+// model costs about one copy of its weights. An entry lives
 // as long as the upload that registered it (its buffer's owner removes it), so an address is never
 // matched to a later tensor's. Thread-safe: the ranks of an in-process job may share nothing else.
 class InterleavedCopies {
  public:
-  void add(const void* data, DType type, int64_t n, int64_t k);
+  // `storage`: what owns the matrix's bytes (the uploaded tensor's storage), watched to tell
+  // whether anything beside the upload still holds them.
+  void add(const void* data, DType type, int64_t n, int64_t k, std::weak_ptr<void> storage = {});
+  // Whether a repacked original held by nothing but its upload may be discarded (on by default;
+  // off where something reads the original's bytes after the products began: the GPU/CPU split's
+  // offload copies them at its first product).
+  void set_discard_exclusive(bool on) { discard_exclusive_ = on; }
+  // Bytes of repacked originals this object asked the kernel to take out of the resident set
+  // (mapped or shared: read again from the file or kept, if touched) and to discard (exclusive
+  // heap bytes): what it decided, whatever the kernel then did.
+  struct Released {
+    int64_t paged_out = 0, discarded = 0;
+  };
+  Released released() const;
   // Bytes the registered matrices not repacked yet will take: host memory the backend reports as
   // taken already (memory_info), so that what is planned before warm-up (the KV cache) leaves room.
   int64_t pending_bytes() const;
@@ -89,11 +106,14 @@ class InterleavedCopies {
     DType type;
     int64_t n, k;
     int64_t bytes;  // its repacked size
+    std::weak_ptr<void> storage;
     std::once_flag repacked;
     std::shared_ptr<const InterleavedRows> rows;
   };
   mutable std::mutex mutex_;
   int64_t pending_bytes_ = 0;
+  Released released_;
+  std::atomic<bool> discard_exclusive_{true};
   std::unordered_map<const void*, std::shared_ptr<Entry>> entries_;
 };
 
