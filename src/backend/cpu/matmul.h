@@ -33,5 +33,8 @@ void matmul_gemm(const float* x, int64_t m, int64_t k, const void* w, DType w_dt
 // Rows of x from which matmul() takes the GEMM path. Below it the GEMV's repeated passes over W
 // (one per 4 rows) cost less than packing W (measured on TinyLlama shapes, F16, 2 cores).
 constexpr int64_t kGemmMinRows = 10;
+// From this many rows, a product over a repacked matrix (interleaved_rows.h) runs the stored-rows
+// integer GEMM (q8_gemm.h) on rows restored from the copy rather than the copy's own kernel.
+constexpr int64_t kRestoredGemmRows = 256;
 
 }  // namespace splitflow::cpu

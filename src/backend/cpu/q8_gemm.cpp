@@ -286,7 +286,7 @@ TypeKernel type_kernel(DType type) {
 }  // namespace
 
 void q8_gemm(const float* x, int64_t m, int64_t k, const void* w, DType type, int64_t n, float* y, int64_t ldy,
-             bool accumulate, int num_threads) {
+             bool accumulate, int num_threads, const std::function<const uint8_t*(int64_t row)>& stored_row) {
   const TypeKernel kind = type_kernel(type);
   SF_CHECK(k % kind.block_elems == 0, "cpu q8 gemm: rows of {} elements (not whole {}-element blocks)", k,
            kind.block_elems);
@@ -318,8 +318,8 @@ void q8_gemm(const float* x, int64_t m, int64_t k, const void* w, DType type, in
     const int64_t j_begin = item / tile_blocks * kChunkColumns, j_end = std::min(n, j_begin + kChunkColumns);
     const int64_t t_begin = item % tile_blocks * kBlockTiles, t_end = std::min(tiles.tiles, t_begin + kBlockTiles);
     for (int64_t c = 0; c < j_end - j_begin; ++c)
-      kind.decode(bytes + (j_begin + c) * row_bytes, k, codes_buf.data() + c * k, scale_buf.data() + c * groups,
-                  offset_buf.data() + c * groups);
+      kind.decode(stored_row ? stored_row(j_begin + c) : bytes + (j_begin + c) * row_bytes, k,
+                  codes_buf.data() + c * k, scale_buf.data() + c * groups, offset_buf.data() + c * groups);
     for (int64_t t = t_begin; t < t_end; t += kMaxTiles) {
       const int count = static_cast<int>(std::min<int64_t>(kMaxTiles, t_end - t));
       for (int64_t g = 0; g < groups; g += slice_groups) {
@@ -359,7 +359,8 @@ void q8_gemm(const float* x, int64_t m, int64_t k, const void* w, DType type, in
 
 #else
 
-void q8_gemm(const float*, int64_t, int64_t, const void*, DType type, int64_t, float*, int64_t, bool, int) {
+void q8_gemm(const float*, int64_t, int64_t, const void*, DType type, int64_t, float*, int64_t, bool, int,
+             const std::function<const uint8_t*(int64_t)>&) {
   SF_CHECK(false, "cpu q8 gemm: {} needs AVX-512 VNNI, which this build does not target", dtype_name(type));
 }
 

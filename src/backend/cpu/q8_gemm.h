@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 
 #include <cstdint>
+#include <functional>
 
 namespace splitflow::cpu {
 
@@ -24,7 +25,10 @@ bool q8_gemm_supported(DType type);
 
 // y[i * ldy + j] (+)= x'[i] . w[j] for i < m, j < n, x' being x quantized per 32-element block;
 // w [n, k] packed rows of `type`, k a multiple of its block (32 or 256).
+// stored_row(j), when given, supplies row j of w as stored instead of w + j * row bytes (w is then
+// unused): the CPU backend restores rows from a repacked copy whose original is gone. It may
+// return the calling thread's scratch, read before its next call on that thread.
 void q8_gemm(const float* x, int64_t m, int64_t k, const void* w, DType type, int64_t n, float* y, int64_t ldy,
-             bool accumulate, int num_threads);
+             bool accumulate, int num_threads, const std::function<const uint8_t*(int64_t row)>& stored_row = nullptr);
 
 }  // namespace splitflow::cpu
