@@ -15,7 +15,10 @@ inline std::string shared_dir() {
   return SPLITFLOW_DEFAULT_SHARED_DIR;
 }
 inline std::string shared_path(const std::string& relative) { return shared_dir() + "/" + relative; }
+// tests/fixtures; SPLITFLOW_TEST_FIXTURES_DIR overrides the build's path (a test binary built on
+// another machine and run from another checkout: scripts/carry_prebuilt.sh).
 inline std::string fixture_path(const std::string& relative) {
+  if (const char* env = std::getenv("SPLITFLOW_TEST_FIXTURES_DIR")) return std::string(env) + "/" + relative;
   return std::string(SPLITFLOW_TEST_FIXTURES) + "/" + relative;
 }
 inline std::string splitflow_binary() { return SPLITFLOW_BINARY; }
