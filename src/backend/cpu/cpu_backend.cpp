@@ -369,8 +369,12 @@ void CpuBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Devi
   // A repacked matrix (decode and prefill alike): its whole 16-row groups from the copy, then the
   // rest as stored.
   if (q8_activations_ && interleaved_rows_supported(w.dtype)) {
-    if (const std::shared_ptr<const InterleavedRows> rows = interleaved_->get(w.data, num_threads_); rows && rows->k == k) {
-      const int64_t done = std::min(n, rows->groups * 16);
+    if (const std::shared_ptr<const InterleavedRows> rows = interleaved_->get(w.data, num_threads_)) {
+      // The original's pages may be gone: a view other than the uploaded matrix cannot fall back to them.
+      SF_CHECK(rows->k == k && n >= rows->groups * 16,
+               "cpu matmul: w at this address was uploaded as a matrix of rows of {} (its first {} repacked); a view of "
+               "{} x {} of it cannot be read", rows->k, rows->groups * 16, n, k);
+      const int64_t done = rows->groups * 16;
       // A long prompt's rows: the stored-rows GEMM over rows restored from the copy (its tiles of x
       // reused across 18 weight rows beat the copy's own kernel from about 256 rows: Q6_K prefill
       // at 512 tokens 289-306 -> 319-353 tok/s; at 64 tokens the copy's kernel is 1.2-1.35x faster).
