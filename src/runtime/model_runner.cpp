@@ -816,12 +816,25 @@ WarmupReport ModelRunner::warm_up(bool device_sampling) {
     call.device_sampling = device_sampling;
     publish_call(encode_step_call(call));
   }
+  const auto start = std::chrono::steady_clock::now();
+  if (!backend_.can_record() && !encoder() && limits_.warm_up_steps) {
+    // Nothing to record, but one eager decode step makes what a backend prepares at a matrix's
+    // first product (the CPU's repacked copies: seconds for a large model) before the first request.
+    ForwardBatch batch;
+    batch.token_ids.assign(1, 0);
+    batch.spans.assign(1, SequenceSpan{1, 0, {0}, true});
+    issue_warmup_step(batch, false);
+    report.decode_buckets = {1};
+    report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    spdlog::info("warm-up: one eager decode step on the {} backend (its weights prepared at their first product): {:.2f} s",
+                 backend_.name(), report.seconds);
+    return report;
+  }
   if (!backend_.can_record() || encoder() || !limits_.warm_up_steps) {
     spdlog::info("warm-up: nothing to prepare on the {} backend{}", backend_.name(),
                  limits_.warm_up_steps ? "" : " (a pipeline over different backends warms up none of its stages)");
     return report;
   }
-  const auto start = std::chrono::steady_clock::now();
   // Decode: every bucket, each span one token at position 0 of block 0.
   report.decode_buckets = decode_buckets();
   for (const int32_t bucket : report.decode_buckets) {

@@ -1,4 +1,4 @@
-// ModelRunner::warm_up on the CPU. The CPU backend cannot record, so warm-up runs nothing there;
+// ModelRunner::warm_up on the CPU. The CPU backend cannot record, so warm-up runs one eager decode step there;
 // the recording path runs on RecordingCpuBackend, the CPU kernels behind recording the way a CUDA
 // graph does (kernel calls kept with their buffer views, run again at replay on what the buffers
 // then hold). Warm-up must record every decode bucket, and leave the KV cache and every later
@@ -106,14 +106,22 @@ bool same_logits(const Tensor& a, const Tensor& b) {
   return a.shape == b.shape && std::memcmp(a.data, b.data, a.nbytes()) == 0;
 }
 
-TEST(WarmUp, CpuBackendHasNothingToPrepare) {
-  auto backend = make_cpu_backend(1);
+// The CPU records nothing; one eager decode step makes what it prepares at a matrix's first
+// product (its repacked copies of quantized matrices), and changes no later output.
+TEST(WarmUp, CpuBackendRunsOneEagerDecodeStep) {
+  auto backend = make_cpu_backend(1), cold_backend = make_cpu_backend(1);
   const ModelSpec spec = tiny_spec();
-  ModelRunner runner(spec, random_weights(spec, DType::F32, 31), *backend, {16, 4}, {32, 8});
+  const ModelWeights weights = random_weights(spec, DType::F32, 31);
+  ModelRunner runner(spec, weights, *backend, {16, 4}, {32, 8});
+  ModelRunner cold(spec, weights, *cold_backend, {16, 4}, {32, 8});
   const WarmupReport report = runner.warm_up();
-  EXPECT_TRUE(report.decode_buckets.empty());
+  EXPECT_EQ(report.decode_buckets, (std::vector<int32_t>{1}));
   EXPECT_EQ(report.decode_recordings, 0);
   EXPECT_EQ(report.prefill_tokens, 0);
+  std::mt19937_64 rng(35);
+  const std::vector<int32_t> tokens = random_tokens(rng, 12, spec.vocab_size);
+  const ForwardBatch prompt = single_span(tokens, 0, 12, iota_blocks(4, 0), LogitsMode::All);
+  EXPECT_TRUE(same_logits(runner.forward(prompt), cold.forward(prompt)));
 }
 
 TEST(WarmUp, RecordsEveryDecodeBucketOnce) {
