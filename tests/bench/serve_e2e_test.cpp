@@ -502,7 +502,7 @@ TEST(BenchThroughputCommand, EightRequestsOnStories260K) {
     EXPECT_TRUE(result.contains(key)) << key;
   }
   EXPECT_EQ(result["backend"], "cpu");
-  EXPECT_EQ(result["warmup_s"], 0.0);  // the CPU backend has nothing to warm up
+  EXPECT_GT(result["warmup_s"].get<double>(), 0.0);  // the CPU backend's one eager decode step
   EXPECT_EQ(result["swap_min_tokens"], 256);
   EXPECT_EQ(result["output_tokens"], 8 * 16);
   EXPECT_EQ(result["expected_output_tokens"], 8 * 16);
