@@ -15,8 +15,9 @@
 // The CPU backend runs every product over a matrix of these types of at least 16 rows on its
 // repacked copy (InterleavedCopies below), decode and prefill alike: its whole 16-row groups
 // here (interleaved_gemv: each unit decoded once per 8 rows of x, or once for all of a prompt's
-// rows), the remaining rows as stored. The original stays for those rows, the embedding gather and
-// the fp32 path.
+// rows) or, from 256 rows of x, through the stored-rows GEMM on rows restored from the copy
+// (restore_row); the rows past the last group as stored. The original is then released; only
+// those last rows, and the fp32 path (no copy is made there), read it.
 // Must never: be used without AVX-512 VNNI (interleaved_rows_supported() is false there), or
 // allocate per call beyond its thread-local x buffer.
 #pragma once
