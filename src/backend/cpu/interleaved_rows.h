@@ -19,7 +19,8 @@
 // (restore_row); the rows past the last group as stored. The original is then released; only
 // those last rows, and the fp32 path (no copy is made there), read it.
 // Must never: be used without AVX-512 VNNI (interleaved_rows_supported() is false there), or
-// allocate per call beyond its thread-local x buffer.
+// allocate per product beyond its thread-local buffers (x's codes, a prompt's partial sums) once
+// the copy exists.
 #pragma once
 
 #include "core/dtype.h"
