@@ -60,7 +60,18 @@ void AsyncEmbedder::finish(EmbeddingJob& job, std::string error) {
   int32_t dropped = static_cast<int32_t>(job.remaining_);
   const bool answered = !job.cancelled_ && job.done_ != nullptr;
   const int64_t tokens = job.num_tokens();
-  if (!job.cancelled_ && job.done_) {
+  {
+    // Counted before the answer goes out: a client that reads it and then /metrics sees it counted.
+    std::lock_guard lock(mutex_);
+    if (answered && error.empty()) {
+      ++requests_total_;
+      inputs_total_ += static_cast<int64_t>(job.inputs_.size());
+      tokens_total_ += tokens;
+    } else if (answered) {
+      ++failed_total_;
+    }
+  }
+  if (answered) {
     if (error.empty()) job.done_(std::move(job.results_), "");
     else job.done_({}, std::move(error));
   }
@@ -69,13 +80,6 @@ void AsyncEmbedder::finish(EmbeddingJob& job, std::string error) {
     std::lock_guard lock(mutex_);
     queued_inputs_ -= dropped;
     --in_flight_;
-    if (answered && error.empty()) {
-      ++requests_total_;
-      inputs_total_ += static_cast<int64_t>(job.inputs_.size());
-      tokens_total_ += tokens;
-    } else if (answered) {
-      ++failed_total_;
-    }
   }
   idle_.notify_all();
 }
