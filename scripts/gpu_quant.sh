@@ -4,8 +4,11 @@
 # runs the CUDA quantized-weight tests (*CudaQuant*: both GEMV paths, plus FILTER, default the bf16 matmul/embed
 # tests next to them), the decode-GEMV micro-benchmark of every quantized type against bf16
 # (CudaQuantBench, "[quant bench]" lines: time, GB/s of packed bytes, speedup over bf16), and with
-# BENCH_LATENCY=1 `splitflow bench latency --dummy-weights --quantization TYPE` on CONFIG for TYPES.
-# Logs go to $OUT when set.
+# BENCH_LATENCY=1 `splitflow bench latency --dummy-weights --quantization TYPE` on CONFIG for TYPES,
+# each quantized type with int8 activations (the default) and fp32 ones
+# (SPLITFLOW_CUDA_Q8_ACTIVATIONS=0), bf16 beside them; BATCHES (default 1) the batch sizes. TESTS=0
+# skips the tests, SPEED=0 the micro-benchmark. With OUT set, the logs and the latency JSON are packed
+# into $OUT/quant.tgz (the device tool brings back few files).
 set -uo pipefail
 source "$(dirname "$0")/gpu_common.sh"
 targets=(test_backend_cuda)
@@ -13,11 +16,13 @@ targets=(test_backend_cuda)
 gpu_build "${targets[@]}"
 
 rc=0
+if [[ ${TESTS:-1} == 1 ]]; then
 filter="*CudaQuant*:${FILTER:-CudaKernels.Matmul*:CudaKernels.Embed*:CudaKernels.*Gated*}"
 timeout 300 "$build/tests/test_backend_cuda" --gtest_filter="$filter" >"$logs/quant_tests.log" 2>&1
 rc=$?
 echo "tests ($filter) exit $rc: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$logs/quant_tests.log" | tr '\n' ' ')"
 grep -E "^\[  FAILED  \]|Failure|Expected|Which is|actual|m [0-9]+ k|error" "$logs/quant_tests.log" | head -60
+fi
 
 if [[ ${SPEED:-1} == 1 ]]; then
   timeout 300 "$build/tests/test_backend_cuda" --gtest_also_run_disabled_tests --gtest_filter='*QuantGemvSpeed*' \
@@ -28,13 +33,22 @@ fi
 
 if [[ ${BENCH_LATENCY:-0} == 1 ]]; then
   config=${CONFIG:-bench/configs/tinyllama-1.1b.json}
-  for type in bf16 ${TYPES:-q4_0 q4_k q8_0 f8_channel}; do
-    quant=()
-    [[ $type != bf16 ]] && quant=(--quantization "$type")
-    timeout 150 "$build/splitflow" bench latency --backend cuda --dummy-weights --config "$config" --input-len 128 \
-      --output-len 64 --batch 1 --results-dir /tmp/quant-results "${quant[@]}" >"$logs/latency-$type.log" 2>&1
-    echo "=== $type (exit $?) ==="
-    grep -E "load|decode tokens|TPOT|error" "$logs/latency-$type.log" | head -6
+  for batch in ${BATCHES:-1}; do
+    for type in bf16 ${TYPES:-q4_0 q4_k q8_0 f8_channel}; do
+      for q8 in 1 0; do
+        quant=()
+        [[ $type != bf16 ]] && quant=(--quantization "$type")
+        [[ $type == bf16 || $type == f8* || $type == q3h* ]] && [[ $q8 == 0 ]] && continue  # no int8-x path
+        SPLITFLOW_CUDA_Q8_ACTIVATIONS=$q8 timeout 240 "$build/splitflow" bench latency --backend cuda --dummy-weights \
+          --config "$config" --input-len "${INPUT_LEN:-128}" --output-len "${OUTPUT_LEN:-64}" --batch "$batch" \
+          --results-dir "$logs/results/q8x-$q8" "${quant[@]}" >"$logs/latency-$type-b$batch-q8x$q8.log" 2>&1
+        echo "=== $type batch $batch int8-x $q8 (exit $?) ==="
+        grep -E "decode tokens|fraction of bandwidth|load \(s\)|rror" "$logs/latency-$type-b$batch-q8x$q8.log" | tr -s " |" " " | tr "\n" ";"; echo
+      done
+    done
   done
+fi
+if [[ -n ${OUT:-} && $logs != "$OUT" ]]; then
+  tar czf "$OUT/quant.tgz" -C "$logs" . && echo "logs and results: quant.tgz"
 fi
 exit $rc

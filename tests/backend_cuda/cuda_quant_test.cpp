@@ -1,15 +1,21 @@
 // Quantized weights on the CUDA backend (backend/cuda/quant_*.cu): every quantized type of
 // core/dtype.h, uploaded packed, against the CPU reference codecs (quant::dequantize, fp64 dots).
-// The decode GEMVs (m <= 8) decode blocks in registers with fp32 sums; prefill (m = 100) goes
-// through a bf16 dequantization scratch and cuBLASLt. Skips without a GPU.
+// The decode GEMVs (m <= 8) decode blocks in registers; prefill (m = 100) goes through a bf16
+// dequantization scratch and cuBLASLt. Skips without a GPU. Each test runs on the three GEMV paths:
+// int8 activations (the default: x quantized per 32 elements, dp4a), fp32 activations
+// (SPLITFLOW_CUDA_Q8_ACTIVATIONS=0) and the tensor-core path (SPLITFLOW_QUANT_MMA=1).
 //
 // Tolerances: f32 outputs of the GEMVs differ from the fp64 product of the CPU-dequantized weights
 // only by fp32 summation (and an fma where the CPU multiplies then adds), so ‖err‖/‖ref‖ < 1e-5;
-// a wrong scale or code anywhere in a row is far above that. bf16 outputs round once (kOneRounding);
-// prefill rounds the weights to bf16 too (kBf16Compute). embed() from a quantized table rounds
-// each dequantized value to bf16 once: within 2^-8 relative of the CPU value (bf16's half ulp,
-// with slack for the fma).
+// a wrong scale or code anywhere in a row is far above that. On the int8-activation path the
+// reference multiplies the same weights with x quantized by the same rule (q8_rows: this test's
+// own code, d = max |v| / 127, codes rounded to nearest even, as the CPU backend's rule), so the
+// same bound holds. bf16 outputs round once (kOneRounding); prefill rounds the weights to bf16 too
+// (kBf16Compute). embed() from a quantized table rounds each dequantized value to bf16 once: within
+// 2^-8 relative of the CPU value (bf16's half ulp, with slack for the fma).
 #include "backend_cuda/cuda_test_util.h"
+
+#include "backend/cuda/quant_kernels.h"
 
 #include "quant/quant.h"
 
@@ -26,19 +32,51 @@ using namespace splitflow::test;
 
 namespace {
 
-// Each test runs twice: on the one-warp-per-row GEMVs (the default) and on the tensor-core path
-// (quant_mma.cuh, SPLITFLOW_QUANT_MMA=1) for the types it decodes.
-class CudaQuant : public ::testing::TestWithParam<bool> {
+enum class GemvPath { Q8Activations, Fp32Activations, TensorCore };
+
+class CudaQuant : public ::testing::TestWithParam<GemvPath> {
  protected:
   void SetUp() override {
     SF_REQUIRE_GPU();
-    if (GetParam()) setenv("SPLITFLOW_QUANT_MMA", "1", 1);
+    if (GetParam() != GemvPath::Q8Activations) setenv("SPLITFLOW_CUDA_Q8_ACTIVATIONS", "0", 1);
+    if (GetParam() == GemvPath::TensorCore) setenv("SPLITFLOW_QUANT_MMA", "1", 1);
     backend = make_test_cuda_backend();
   }
-  void TearDown() override { unsetenv("SPLITFLOW_QUANT_MMA"); }
+  void TearDown() override {
+    unsetenv("SPLITFLOW_QUANT_MMA");
+    unsetenv("SPLITFLOW_CUDA_Q8_ACTIVATIONS");
+  }
+  // Whether a GEMV of m rows on `packed` multiplies with int8 x (every run's type has that path).
+  bool q8(const Tensor& packed, int64_t m) const {
+    if (GetParam() != GemvPath::Q8Activations || m > 8) return false;
+    if (packed.dtype != DType::Mixed) return cuda::quant_q8_activations(packed.dtype);
+    for (const RowRun& run : *packed.row_runs)
+      if (!cuda::quant_q8_activations(run.dtype)) return false;
+    return true;
+  }
   std::unique_ptr<Backend> backend;
   std::mt19937_64 rng{20261128};
 };
+
+// x as the int8-activation GEMVs see it: each 32-element block of v = x (times offset + g, with
+// a weight) quantized with d = max |v| / 127 and codes v * (1 / d) rounded to nearest even, then
+// d * code; in fp32, as the kernel computes v, d and the codes.
+std::vector<double> q8_rows(const std::vector<float>& x, int64_t m, int64_t k, const std::vector<float>* g,
+                            float offset) {
+  std::vector<double> out(x.size());
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t b = 0; b < k; b += 32) {
+      float v[32], amax = 0.0f;
+      for (int e = 0; e < 32; ++e) {
+        v[e] = x[r * k + b + e];
+        if (g != nullptr) v[e] *= offset + (*g)[b + e];
+        amax = std::max(amax, std::fabs(v[e]));
+      }
+      const float d = amax / 127.0f, inverse = d != 0.0f ? 1.0f / d : 0.0f;
+      for (int e = 0; e < 32; ++e) out[r * k + b + e] = double{d} * std::nearbyint(v[e] * inverse);
+    }
+  return out;
+}
 
 // A quantized host matrix and its CPU dequantization.
 struct QuantCase {
@@ -97,7 +135,7 @@ std::vector<DType> all_quantized() {
 
 // y = x w^T (+ bias) (+ y0) through matmul() against the fp64 product of the CPU-dequantized w.
 void check_matmul(Backend& backend, std::mt19937_64& rng, const QuantCase& w, int64_t m, bool bias_on,
-                  bool accumulate, bool f32_out, const std::string& what) {
+                  bool accumulate, bool f32_out, bool q8, const std::string& what) {
   const int64_t n = w.packed.dim(0), k = w.packed.dim(1);
   std::vector<float> x = random_values(rng, m * k);
   const std::vector<float> bias = random_values(rng, n);
@@ -107,16 +145,18 @@ void check_matmul(Backend& backend, std::mt19937_64& rng, const QuantCase& w, in
   DeviceBuffer d_bias = to_device_f32(backend, bias, {n});
   DeviceBuffer y = f32_out ? to_device_f32(backend, y0, {m, n}) : to_device_bf16(backend, y0, {m, n});
   backend.matmul(d_x.view(), d_w.view(), bias_on ? d_bias.view() : DeviceTensor{}, y.view(), accumulate);
+  const std::vector<double> xin = q8 ? q8_rows(x, m, k, nullptr, 0.0f) : std::vector<double>(x.begin(), x.end());
   std::vector<double> ref(m * n);
   for (int64_t r = 0; r < m; ++r)
     for (int64_t j = 0; j < n; ++j) {
       double sum = (bias_on ? bias[j] : 0.0) + (accumulate ? y0[r * n + j] : 0.0);
-      for (int64_t c = 0; c < k; ++c) sum += double{x[r * k + c]} * w.dequantized[j * k + c];
+      for (int64_t c = 0; c < k; ++c) sum += xin[r * k + c] * w.dequantized[j * k + c];
       ref[r * n + j] = sum;
     }
   const double tolerance = m > 8 ? kBf16Compute : f32_out ? 1e-5 : kOneRounding;
   EXPECT_LE(relative_error(to_host(backend, y.view()), ref), tolerance)
-      << what << " m " << m << " k " << k << (f32_out ? " f32" : " bf16") << (accumulate ? " accumulate" : "");
+      << what << " m " << m << " k " << k << (f32_out ? " f32" : " bf16") << (accumulate ? " accumulate" : "")
+      << (q8 ? " q8 x" : "");
 }
 
 TEST_P(CudaQuant, WeightDtypesListEveryQuantizedType) {
@@ -145,12 +185,12 @@ TEST_P(CudaQuant, MatmulEveryTypeDecodeAndPrefill) {
     for (int64_t k : {256, 768}) {
       const QuantCase w = make_quant(rng, type, 40, k);
       const std::string what(dtype_name(type));
-      check_matmul(*backend, rng, w, 1, true, false, true, what);
-      check_matmul(*backend, rng, w, 1, false, false, false, what);
-      check_matmul(*backend, rng, w, 3, true, true, true, what);
-      check_matmul(*backend, rng, w, 4, false, false, true, what);
-      check_matmul(*backend, rng, w, 8, true, true, false, what);
-      check_matmul(*backend, rng, w, 100, true, k == 256, k == 768, what);
+      check_matmul(*backend, rng, w, 1, true, false, true, q8(w.packed, 1), what);
+      check_matmul(*backend, rng, w, 1, false, false, false, q8(w.packed, 1), what);
+      check_matmul(*backend, rng, w, 3, true, true, true, q8(w.packed, 3), what);
+      check_matmul(*backend, rng, w, 4, false, false, true, q8(w.packed, 4), what);
+      check_matmul(*backend, rng, w, 8, true, true, false, q8(w.packed, 8), what);
+      check_matmul(*backend, rng, w, 100, true, k == 256, k == 768, q8(w.packed, 100), what);
     }
 }
 
@@ -160,7 +200,7 @@ TEST_P(CudaQuant, MatmulMixedRowRuns) {
                                                   {{DType::Q4_K, 24}, {DType::Q6_K, 8}, {DType::Q4_K, 8}}};
   for (const auto& runs : cases) {
     const QuantCase w = make_mixed(rng, runs, 512);
-    for (int64_t m : {1, 4, 100}) check_matmul(*backend, rng, w, m, m != 4, m == 4, m != 100, "mixed");
+    for (int64_t m : {1, 4, 100}) check_matmul(*backend, rng, w, m, m != 4, m == 4, m != 100, q8(w.packed, m), "mixed");
   }
 }
 
@@ -186,15 +226,17 @@ TEST_P(CudaQuant, EmbedDequantizesEveryTypeAsTheCpu) {
 }
 
 // The input rows a fused GEMV multiplies, in fp64: x / rms(x) * (offset + g) (unit: g = 1, offset 0).
+// With int8 activations (q8) the kernel quantizes x * (offset + g) and applies 1 / rms(x) to the
+// product: so does this.
 std::vector<double> normed_rows(const std::vector<float>& x, int64_t m, int64_t k, const std::vector<float>& g,
-                                float offset, bool on) {
-  std::vector<double> out(x.begin(), x.end());
+                                float offset, bool on, bool q8) {
+  std::vector<double> out = q8 ? q8_rows(x, m, k, on ? &g : nullptr, offset) : std::vector<double>(x.begin(), x.end());
   if (!on) return out;
   for (int64_t r = 0; r < m; ++r) {
     double squares = 0.0;
     for (int64_t c = 0; c < k; ++c) squares += double{x[r * k + c]} * x[r * k + c];
     const double inv = 1.0 / std::sqrt(squares / static_cast<double>(k) + 1e-5);
-    for (int64_t c = 0; c < k; ++c) out[r * k + c] = x[r * k + c] * inv * (offset + g[c]);
+    for (int64_t c = 0; c < k; ++c) out[r * k + c] = q8 ? out[r * k + c] * inv : x[r * k + c] * inv * (offset + g[c]);
   }
   return out;
 }
@@ -222,7 +264,7 @@ TEST_P(CudaQuant, GatedMlpFusedWithNormWeight) {
           input = {d_g.view(), {}, NormParams{NormType::RMSNorm, 1e-5f, offset}, normed.view(), norm == Norm::Unit};
         backend->matmul_activation(input, d_x.view(), d_w.view(), d_bias.view(), Activation::SiLU, true,
                                    product.view(), out.view());
-        const std::vector<double> xin = normed_rows(x, m, k, g, offset, norm != Norm::None);
+        const std::vector<double> xin = normed_rows(x, m, k, g, offset, norm != Norm::None, q8(w.packed, m));
         std::vector<double> ref(m * inner);
         for (int64_t r = 0; r < m; ++r)
           for (int64_t j = 0; j < inner; ++j) {
@@ -242,7 +284,7 @@ TEST_P(CudaQuant, GatedMlpFusedWithNormWeight) {
 // on Mixed ones), with a weighted input norm; qkv and the caches against the fp64 reference (bf16 cache) or the host
 // encoder of the kernel's qkv values (fp8 cache).
 void check_qkv(Backend& backend, std::mt19937_64& rng, const QuantCase& w, int64_t m, Norm norm, DType cache_dtype,
-               const std::string& what) {
+               bool q8, const std::string& what) {
   const int heads = 4, kv_heads = 2, head_dim = 32, rotary_dim = 32, half = rotary_dim / 2, block_size = 4, blocks = 3;
   const int64_t k = w.packed.dim(1), width = (heads + 2 * kv_heads) * head_dim, q_dim = heads * head_dim;
   const int64_t kv_dim = kv_heads * head_dim, table_len = 10;
@@ -269,7 +311,8 @@ void check_qkv(Backend& backend, std::mt19937_64& rng, const QuantCase& w, int64
                                RopeParams{heads, kv_heads, head_dim, rotary_dim, RopeStyle::Half}, d_slots.view(),
                                AttentionParams{heads, kv_heads, head_dim, block_size, 1.0f, 0}, k_cache.view(),
                                v_cache.view());
-  const std::vector<double> xin = normed_rows(x, m, k, g, 1.0f, norm != Norm::None);
+  // A Mixed w runs unfused: its int8 x is the bf16 normalized x's, within kBf16Compute of this.
+  const std::vector<double> xin = normed_rows(x, m, k, g, 1.0f, norm != Norm::None, q8 && w.packed.dtype != DType::Mixed);
   std::vector<double> ref(m * width), k_ref(blocks * block_size * kv_dim, 0.0), v_ref(k_ref.size(), 0.0);
   for (int64_t r = 0; r < m; ++r) {
     double* row = ref.data() + r * width;
@@ -301,11 +344,14 @@ void check_qkv(Backend& backend, std::mt19937_64& rng, const QuantCase& w, int64
 
 TEST_P(CudaQuant, QkvRopeWriteKvFusedOnQuantizedAndMixed) {
   const int64_t width = 256, k = 512;
-  check_qkv(*backend, rng, make_quant(rng, DType::Q8_0, width, k), 1, Norm::Weighted, DType::BF16, "q8_0");
-  check_qkv(*backend, rng, make_quant(rng, DType::Q5_K, width, k), 3, Norm::None, DType::BF16, "q5_k");
-  check_qkv(*backend, rng, make_quant(rng, DType::F8_CHANNEL, width, k), 2, Norm::Weighted, DType::F8E4M3, "f8_channel");
+  const QuantCase q8_0 = make_quant(rng, DType::Q8_0, width, k), q5_k = make_quant(rng, DType::Q5_K, width, k);
+  const QuantCase f8 = make_quant(rng, DType::F8_CHANNEL, width, k), q6_k = make_quant(rng, DType::Q6_K, width, k);
+  check_qkv(*backend, rng, q8_0, 1, Norm::Weighted, DType::BF16, q8(q8_0.packed, 1), "q8_0");
+  check_qkv(*backend, rng, q5_k, 3, Norm::None, DType::BF16, q8(q5_k.packed, 3), "q5_k");
+  check_qkv(*backend, rng, q6_k, 8, Norm::Weighted, DType::BF16, q8(q6_k.packed, 8), "q6_k");
+  check_qkv(*backend, rng, f8, 2, Norm::Weighted, DType::F8E4M3, q8(f8.packed, 2), "f8_channel");
   const QuantCase mixed = make_mixed(rng, {{DType::Q5_0, 192}, {DType::Q8_0, 64}}, k);
-  for (int64_t m : {1, 4}) check_qkv(*backend, rng, mixed, m, Norm::Weighted, DType::BF16, "mixed q5_0/q8_0");
+  for (int64_t m : {1, 4}) check_qkv(*backend, rng, mixed, m, Norm::Weighted, DType::BF16, q8(mixed.packed, m), "mixed q5_0/q8_0");
 }
 
 }  // namespace
@@ -315,7 +361,8 @@ namespace {
 // Decode GEMV speed of every quantized type against the bf16 GEMV on Llama-shaped matrices (run on
 // purpose: --gtest_also_run_disabled_tests --gtest_filter='*QuantGemvSpeed*'). Each timing replays
 // a recorded graph of matmuls cycling over copies of the weight that together exceed the L2, so
-// every call streams its weight from memory. Prints "[quant bench] type n k m us GB/s vs-bf16".
+// every call streams its weight from memory. Prints "[quant bench] type n k m us GB/s vs-bf16", on
+// the default path (int8 x where the type has it) and with fp32 x.
 double seconds_per_matmul(Backend& backend, const Tensor& weight, int64_t m) {
   const int64_t n = weight.dim(0), k = weight.dim(1);
   const int copies = static_cast<int>(std::max<size_t>(2, (size_t{160} << 20) / weight.nbytes() + 1));
@@ -374,15 +421,23 @@ TEST(CudaQuantBench, DISABLED_QuantGemvSpeed) {
                   bf16.nbytes() / base / 1e9);
       for (DType type : all_quantized()) {
         const Tensor w = tiled_quantized(type, n, k);
-        const double t = seconds_per_matmul(*backend, w, m);
-        std::printf("[quant bench] %-10s n %5lld k %5lld m %lld %8.2f us %7.0f GB/s  %.2f\n",
+        const double t = seconds_per_matmul(*backend, w, m);  // int8 x where the type has it
+        setenv("SPLITFLOW_CUDA_Q8_ACTIVATIONS", "0", 1);
+        const double t_f32 = seconds_per_matmul(*backend, w, m);
+        unsetenv("SPLITFLOW_CUDA_Q8_ACTIVATIONS");
+        std::printf("[quant bench] %-10s n %5lld k %5lld m %lld %8.2f us %7.0f GB/s  %.2f  (fp32 x: %8.2f us, %.2f)\n",
                     std::string(dtype_name(type)).c_str(), static_cast<long long>(n), static_cast<long long>(k),
-                    static_cast<long long>(m), t * 1e6, w.nbytes() / t / 1e9, base / t);
+                    static_cast<long long>(m), t * 1e6, w.nbytes() / t / 1e9, base / t, t_f32 * 1e6, base / t_f32);
       }
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Gemv, CudaQuant, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "TensorCore" : "WarpPerRow"; });
+INSTANTIATE_TEST_SUITE_P(Gemv, CudaQuant,
+                         ::testing::Values(GemvPath::Q8Activations, GemvPath::Fp32Activations, GemvPath::TensorCore),
+                         [](const auto& info) {
+                           return info.param == GemvPath::Q8Activations     ? "Q8Activations"
+                                  : info.param == GemvPath::Fp32Activations ? "Fp32Activations"
+                                                                             : "TensorCore";
+                         });
 
 }  // namespace

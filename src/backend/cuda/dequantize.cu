@@ -3,6 +3,7 @@
 // GEMM dequantizes its weight into a scratch this way (chunks of rows) and runs cuBLASLt on it;
 // embed() gathers token rows of a quantized table through the same kernel.
 #include "backend/cuda/quant_decode.cuh"
+#include "backend/cuda/quant_q8x.cuh"
 #include "backend/cuda/quant_kernels.h"
 
 #include <cuda_bf16.h>
@@ -67,6 +68,15 @@ bool quant_mma_enabled() {
   // Read at every launch (a getenv) so a test can switch paths; off by default (quant_kernels.h).
   const char* value = std::getenv("SPLITFLOW_QUANT_MMA");
   return value != nullptr && std::string_view(value) == "1";
+}
+
+bool quant_q8_activations_enabled() {
+  const char* value = std::getenv("SPLITFLOW_CUDA_Q8_ACTIVATIONS");
+  return value == nullptr || std::string_view(value) != "0";
+}
+
+bool quant_q8_activations(DType dtype) {
+  return quant_q8x::with_q8_decoder(dtype, [](auto) {});
 }
 
 int quant_alignment(DType dtype) {

@@ -23,16 +23,14 @@ cudaError_t launch_quant_gemv_gated(const QuantMatrix& w, const bf16_bits* x, co
         err = cudaGetLastError();
       }))
     return err;
-  quant_decode::with_decoder(run.dtype, [&](auto dec) {
-    err = with_row_bound(m, [&](auto bound) {
-      constexpr int M = decltype(bound)::value;
-      constexpr int warps = kWarps<decltype(dec), 2>;
-      quant_gemv_gated_kernel<decltype(dec), M><<<blocks_for(w.n / 2, warps), warps * 32, 0, stream>>>(
-          run, xo, bias, act, y);
-      return cudaGetLastError();
-    });
+  return with_dot<2>(run.dtype, m, w.k, [&](auto tag) {
+    using Dot = typename decltype(tag)::type;
+    const int64_t shared = Dot::shared_bytes(w.k);
+    if (const cudaError_t e = allow_shared_bytes<quant_gemv_gated_kernel<Dot>>(shared); e != cudaSuccess) return e;
+    quant_gemv_gated_kernel<Dot><<<blocks_for(w.n / 2, Dot::kWarps), Dot::kWarps * 32, shared, stream>>>(
+        run, xo, bias, act, y);
+    return cudaGetLastError();
   });
-  return err;
 }
 
 }  // namespace splitflow::cuda

@@ -26,14 +26,13 @@ cudaError_t launch_quant_gemv(const QuantMatrix& w, const bf16_bits* x, const fl
       if (err != cudaSuccess) return err;
       continue;
     }
-    quant_decode::with_decoder(run.dtype, [&](auto dec) {
-      err = with_row_bound(m, [&](auto bound) {
-        constexpr int M = decltype(bound)::value;
-        constexpr int warps = kWarps<decltype(dec), 1>;
-        quant_gemv_kernel<decltype(dec), M><<<blocks_for(run.end_row - run.first_row, warps), warps * 32, 0,
-                                              stream>>>(run, w.n, xo, bias, y_bf16, y_f32, accumulate);
-        return cudaGetLastError();
-      });
+    err = with_dot<1>(run.dtype, m, w.k, [&](auto tag) {
+      using Dot = typename decltype(tag)::type;
+      const int64_t shared = Dot::shared_bytes(w.k);
+      if (const cudaError_t e = allow_shared_bytes<quant_gemv_kernel<Dot>>(shared); e != cudaSuccess) return e;
+      quant_gemv_kernel<Dot><<<blocks_for(run.end_row - run.first_row, Dot::kWarps), Dot::kWarps * 32, shared,
+                               stream>>>(run, w.n, xo, bias, y_bf16, y_f32, accumulate);
+      return cudaGetLastError();
     });
     if (err != cudaSuccess) return err;
   }

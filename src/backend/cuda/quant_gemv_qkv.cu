@@ -25,16 +25,13 @@ cudaError_t launch_quant_gemv_qkv_rope(const QuantMatrix& w, const QkvRopeLaunch
         err = cudaGetLastError();
       }))
     return err;
-  quant_decode::with_decoder(run.dtype, [&](auto dec) {
-    err = with_row_bound(a.m, [&](auto bound) {
-      constexpr int M = decltype(bound)::value;
-      constexpr int warps = kWarps<decltype(dec), 2>;
-      quant_gemv_qkv_rope_kernel<decltype(dec), M><<<blocks_for(tasks, warps), warps * 32, 0, stream>>>(
-          run, xo, a);
-      return cudaGetLastError();
-    });
+  return with_dot<2>(run.dtype, a.m, w.k, [&](auto tag) {
+    using Dot = typename decltype(tag)::type;
+    const int64_t shared = Dot::shared_bytes(w.k);
+    if (const cudaError_t e = allow_shared_bytes<quant_gemv_qkv_rope_kernel<Dot>>(shared); e != cudaSuccess) return e;
+    quant_gemv_qkv_rope_kernel<Dot><<<blocks_for(tasks, Dot::kWarps), Dot::kWarps * 32, shared, stream>>>(run, xo, a);
+    return cudaGetLastError();
   });
-  return err;
 }
 
 }  // namespace splitflow::cuda

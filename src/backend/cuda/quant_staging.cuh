@@ -1,0 +1,140 @@
+// backend/cuda/quant_staging.cuh — how the decode GEMVs on quantized weights (quant_gemv.cuh) read a
+// warp's rows: chunks of kChunkUnits 32-element units copied global -> shared memory with cp.async
+// in coalesced 16-byte words (one warp instruction reads 512 contiguous bytes, whatever the block
+// size), double-buffered (one chunk's copies in flight while the previous one is decoded), each
+// lane then handed its units of the staged chunk. Shared by the two dots of quant_gemv.cuh (fp32
+// activations, and int8 activations with dp4a: quant_q8x.cuh) and by quant_mma.cuh. Decoding
+// straight from global memory instead (each lane 2-byte loads of its own 18-byte block) ran at
+// 0.6x bf16's tokens/s on TinyLlama: many narrow loads per byte, and the second row of a pair only
+// after the first. Owns no kernel.
+#pragma once
+
+#include "backend/cuda/quant_kernels.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace splitflow::cuda::quant_gemv_detail {
+
+// Units of a row staged at a time (two per lane), double-buffered.
+constexpr int kChunkUnits = 64;
+
+template <typename Dec>
+struct Staging {
+  static constexpr int kBlocksPerChunk = kChunkUnits / Dec::kUnitsPerBlock;
+  static constexpr int kChunkBytes = kBlocksPerChunk * Dec::kBytes;
+  // Whole 16-byte words around a chunk at any address: up to 15 bytes more at each end.
+  static constexpr int kStageBytes = (kChunkBytes + 30) / 16 * 16;
+};
+
+// Warps a block: as many of 8, 4, 2 as keep the block's stages within 40 KiB of shared memory.
+template <typename Dec, int R>
+constexpr int kWarps = 2 * R * Staging<Dec>::kStageBytes * 8 <= 40960   ? 8
+                       : 2 * R * Staging<Dec>::kStageBytes * 4 <= 40960 ? 4
+                                                                         : 2;
+
+// Blocks an SM must hold (a register cap for ptxas): a decode matrix has few rows per SM (4096 rows
+// on 132 SMs: 31), and with 80 registers only 24 warps of one row each fit, so the rows took two
+// rounds of memory latency instead of one.
+template <int R>
+constexpr int kMinBlocks = R == 1 ? 4 : 3;
+
+template <typename Dec, int R>
+using StageBuffers = uint8_t[2][R][Staging<Dec>::kStageBytes];
+
+__device__ __forceinline__ float warp_total(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ void unpack8(const uint4& word, float (&out)[8]) {
+  const uint32_t halves[4] = {word.x, word.y, word.z, word.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 pair = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&halves[i]));
+    out[2 * i] = pair.x;
+    out[2 * i + 1] = pair.y;
+  }
+}
+
+// cp.async: global -> shared without registers; .cg: weights bypass L1 (each is read once a step).
+__device__ __forceinline__ void copy16_async(void* smem, uintptr_t gmem) {
+  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+}
+__device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void wait_async_but_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+// The 16-byte words covering global bytes [begin, end) into `stage`, word by word across the warp:
+// byte begin lands at stage + begin % 16, so every address keeps its alignment modulo 16.
+__device__ __forceinline__ void stage_words(uint8_t* stage, const uint8_t* begin, const uint8_t* end, int lane) {
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(begin) & ~uintptr_t{15};
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(end) + 15) & ~uintptr_t{15};
+  const int words = static_cast<int>((hi - lo) / 16);
+  for (int i = lane; i < words; i += 32) copy16_async(stage + 16 * i, lo + 16 * i);
+}
+
+// The x operand: m rows of k bf16, and the input norm.
+struct XOperand {
+  const bf16_bits* x;
+  int m;
+  int64_t k;
+  QuantNorm norm;
+};
+
+// For the warp's R rows of w (rows[i]), stages them a chunk at a time and calls
+//   unit(lu, u, staged, row_at)
+// for each 32-element unit u this lane decodes (lane + 32 j of each chunk): staged[i] is row i's
+// chunk in shared memory (a run of whole blocks holding u as its lu-th unit), row_at[i] the row's
+// first byte in global memory (F8 / I8 read their scales there).
+template <typename Dec, int R, typename Unit>
+__device__ __forceinline__ void for_each_staged_unit(const QuantRun& w, const int64_t (&rows)[R], int64_t k,
+                                                     StageBuffers<Dec, R>& stage, Unit&& unit) {
+  using S = Staging<Dec>;
+  const int lane = threadIdx.x % 32;
+  const int64_t units = k / 32, row_blocks = units / Dec::kUnitsPerBlock;
+  const int64_t chunks = (row_blocks + S::kBlocksPerChunk - 1) / S::kBlocksPerChunk;
+  const uint8_t* row_at[R];
+  const uint8_t* blocks_at[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    row_at[i] = w.data + (rows[i] - w.first_row) * w.row_bytes;
+    blocks_at[i] = row_at[i] + Dec::data_offset(k);
+  }
+  const auto issue = [&](int64_t c) {
+    const int64_t first = c * S::kBlocksPerChunk, last = min(first + S::kBlocksPerChunk, row_blocks);
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+      stage_words(stage[c & 1][i], blocks_at[i] + first * Dec::kBytes, blocks_at[i] + last * Dec::kBytes, lane);
+    commit_async();
+  };
+  issue(0);
+#pragma unroll 1
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (c + 1 < chunks) {
+      issue(c + 1);
+    } else {
+      commit_async();  // an empty group keeps "all but the newest group" meaning chunk c
+    }
+    wait_async_but_one();
+    __syncwarp();
+    const int64_t first_unit = c * kChunkUnits;
+#pragma unroll
+    for (int j = 0; j < kChunkUnits / 32; ++j) {
+      const int lu = lane + 32 * j;
+      const int64_t u = first_unit + lu;
+      if (u >= units) break;
+      const uint8_t* staged[R];
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const uint8_t* chunk = blocks_at[i] + c * S::kBlocksPerChunk * Dec::kBytes;
+        staged[i] = stage[c & 1][i] + (reinterpret_cast<uintptr_t>(chunk) & 15);
+      }
+      unit(lu, u, staged, row_at);
+    }
+    __syncwarp();  // this chunk's stage is refilled by the next iteration's issue(c + 2)
+  }
+}
+
+}  // namespace splitflow::cuda::quant_gemv_detail
