@@ -5,8 +5,8 @@
 # tests next to them), the decode-GEMV micro-benchmark of every quantized type against bf16
 # (CudaQuantBench, "[quant bench]" lines: time, GB/s of packed bytes, speedup over bf16), and with
 # BENCH_LATENCY=1 `splitflow bench latency --dummy-weights --quantization TYPE` on CONFIG for TYPES,
-# each quantized type with int8 activations (the default) and fp32 ones
-# (SPLITFLOW_CUDA_Q8_ACTIVATIONS=0), bf16 beside them; BATCHES (default 1) the batch sizes. TESTS=0
+# each quantized type with int8 activations (fp16 for FP8; the default) and fp32 ones
+# (SPLITFLOW_CUDA_Q8_ACTIVATIONS=0 SPLITFLOW_CUDA_F16_ACTIVATIONS=0), bf16 beside them; BATCHES (default 1) the batch sizes. TESTS=0
 # skips the tests, SPEED=0 the micro-benchmark. With OUT set, the logs and the latency JSON are packed
 # into $OUT/quant.tgz (the device tool brings back few files).
 set -uo pipefail
@@ -28,7 +28,7 @@ if [[ ${SPEED:-1} == 1 ]]; then
   timeout 300 "$build/tests/test_backend_cuda" --gtest_also_run_disabled_tests --gtest_filter='*QuantGemvSpeed*' \
     >"$logs/quant_bench.log" 2>&1
   echo "speed exit $?"
-  grep "\[quant bench\]" "$logs/quant_bench.log" | sed 's/^\[quant bench\] //'
+  grep "\[quant bench\]" "$logs/quant_bench.log" | sed "s/^\[quant bench\] //" | grep -E "${SPEED_SHOW:-.}"  # SPEED_SHOW: a regex of the lines to print
 fi
 
 if [[ ${BENCH_LATENCY:-0} == 1 ]]; then
@@ -38,8 +38,8 @@ if [[ ${BENCH_LATENCY:-0} == 1 ]]; then
       for q8 in 1 0; do
         quant=()
         [[ $type != bf16 ]] && quant=(--quantization "$type")
-        [[ $type == bf16 || $type == f8* || $type == q3h* ]] && [[ $q8 == 0 ]] && continue  # no int8-x path
-        SPLITFLOW_CUDA_Q8_ACTIVATIONS=$q8 timeout 240 "$build/splitflow" bench latency --backend cuda --dummy-weights \
+        [[ $type == bf16 || $type == q3h* ]] && [[ $q8 == 0 ]] && continue  # no int8 / fp16-x path
+        SPLITFLOW_CUDA_Q8_ACTIVATIONS=$q8 SPLITFLOW_CUDA_F16_ACTIVATIONS=$q8 timeout 240 "$build/splitflow" bench latency --backend cuda --dummy-weights \
           --config "$config" --input-len "${INPUT_LEN:-128}" --output-len "${OUTPUT_LEN:-64}" --batch "$batch" \
           --results-dir "$logs/results/q8x-$q8" "${quant[@]}" >"$logs/latency-$type-b$batch-q8x$q8.log" 2>&1
         echo "=== $type batch $batch int8-x $q8 (exit $?) ==="

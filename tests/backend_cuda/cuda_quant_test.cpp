@@ -10,7 +10,8 @@
 // a wrong scale or code anywhere in a row is far above that. On the int8-activation path the
 // reference multiplies the same weights with x quantized by the same rule (q8_rows: this test's
 // own code, d = max |v| / 127, codes rounded to nearest even, as the CPU backend's rule), so the
-// same bound holds. bf16 outputs round once (kOneRounding); prefill rounds the weights to bf16 too
+// same bound holds. FP8 weights multiply fp16 x by default (quant_f8x.cuh): f32 outputs within
+// kF16Activations. bf16 outputs round once (kOneRounding); prefill rounds the weights to bf16 too
 // (kBf16Compute). embed() from a quantized table rounds each dequantized value to bf16 once: within
 // 2^-8 relative of the CPU value (bf16's half ulp, with slack for the fma).
 #include "backend_cuda/cuda_test_util.h"
@@ -34,17 +35,23 @@ namespace {
 
 enum class GemvPath { Q8Activations, Fp32Activations, TensorCore };
 
+constexpr double kF16Activations = 2e-3;
+
 class CudaQuant : public ::testing::TestWithParam<GemvPath> {
  protected:
   void SetUp() override {
     SF_REQUIRE_GPU();
-    if (GetParam() != GemvPath::Q8Activations) setenv("SPLITFLOW_CUDA_Q8_ACTIVATIONS", "0", 1);
+    if (GetParam() != GemvPath::Q8Activations) {
+      setenv("SPLITFLOW_CUDA_Q8_ACTIVATIONS", "0", 1);
+      setenv("SPLITFLOW_CUDA_F16_ACTIVATIONS", "0", 1);
+    }
     if (GetParam() == GemvPath::TensorCore) setenv("SPLITFLOW_QUANT_MMA", "1", 1);
     backend = make_test_cuda_backend();
   }
   void TearDown() override {
     unsetenv("SPLITFLOW_QUANT_MMA");
     unsetenv("SPLITFLOW_CUDA_Q8_ACTIVATIONS");
+    unsetenv("SPLITFLOW_CUDA_F16_ACTIVATIONS");
   }
   // Whether a GEMV of m rows on `packed` multiplies with int8 x (every run's type has that path).
   bool q8(const Tensor& packed, int64_t m) const {
@@ -53,6 +60,11 @@ class CudaQuant : public ::testing::TestWithParam<GemvPath> {
     for (const RowRun& run : *packed.row_runs)
       if (!cuda::quant_q8_activations(run.dtype)) return false;
     return true;
+  }
+  // Whether it multiplies with fp16 x (FP8 weights): fp16 rounding of x and of 8-term partial sums,
+  // about 2^-11 relative, so f32 outputs are held to kF16Activations instead of 1e-5.
+  bool f16(const Tensor& packed, int64_t m) const {
+    return GetParam() == GemvPath::Q8Activations && m <= 8 && cuda::quant_f16_activations(packed.dtype);
   }
   std::unique_ptr<Backend> backend;
   std::mt19937_64 rng{20261128};
@@ -135,7 +147,7 @@ std::vector<DType> all_quantized() {
 
 // y = x w^T (+ bias) (+ y0) through matmul() against the fp64 product of the CPU-dequantized w.
 void check_matmul(Backend& backend, std::mt19937_64& rng, const QuantCase& w, int64_t m, bool bias_on,
-                  bool accumulate, bool f32_out, bool q8, const std::string& what) {
+                  bool accumulate, bool f32_out, bool q8, bool f16, const std::string& what) {
   const int64_t n = w.packed.dim(0), k = w.packed.dim(1);
   std::vector<float> x = random_values(rng, m * k);
   const std::vector<float> bias = random_values(rng, n);
@@ -153,10 +165,10 @@ void check_matmul(Backend& backend, std::mt19937_64& rng, const QuantCase& w, in
       for (int64_t c = 0; c < k; ++c) sum += xin[r * k + c] * w.dequantized[j * k + c];
       ref[r * n + j] = sum;
     }
-  const double tolerance = m > 8 ? kBf16Compute : f32_out ? 1e-5 : kOneRounding;
+  const double tolerance = m > 8 ? kBf16Compute : f32_out ? (f16 ? kF16Activations : 1e-5) : kOneRounding;
   EXPECT_LE(relative_error(to_host(backend, y.view()), ref), tolerance)
       << what << " m " << m << " k " << k << (f32_out ? " f32" : " bf16") << (accumulate ? " accumulate" : "")
-      << (q8 ? " q8 x" : "");
+      << (q8 ? " q8 x" : "") << (f16 ? " f16 x" : "");
 }
 
 TEST_P(CudaQuant, WeightDtypesListEveryQuantizedType) {
@@ -185,12 +197,12 @@ TEST_P(CudaQuant, MatmulEveryTypeDecodeAndPrefill) {
     for (int64_t k : {256, 768}) {
       const QuantCase w = make_quant(rng, type, 40, k);
       const std::string what(dtype_name(type));
-      check_matmul(*backend, rng, w, 1, true, false, true, q8(w.packed, 1), what);
-      check_matmul(*backend, rng, w, 1, false, false, false, q8(w.packed, 1), what);
-      check_matmul(*backend, rng, w, 3, true, true, true, q8(w.packed, 3), what);
-      check_matmul(*backend, rng, w, 4, false, false, true, q8(w.packed, 4), what);
-      check_matmul(*backend, rng, w, 8, true, true, false, q8(w.packed, 8), what);
-      check_matmul(*backend, rng, w, 100, true, k == 256, k == 768, q8(w.packed, 100), what);
+      check_matmul(*backend, rng, w, 1, true, false, true, q8(w.packed, 1), f16(w.packed, 1), what);
+      check_matmul(*backend, rng, w, 1, false, false, false, q8(w.packed, 1), f16(w.packed, 1), what);
+      check_matmul(*backend, rng, w, 3, true, true, true, q8(w.packed, 3), f16(w.packed, 3), what);
+      check_matmul(*backend, rng, w, 4, false, false, true, q8(w.packed, 4), f16(w.packed, 4), what);
+      check_matmul(*backend, rng, w, 8, true, true, false, q8(w.packed, 8), f16(w.packed, 8), what);
+      check_matmul(*backend, rng, w, 100, true, k == 256, k == 768, q8(w.packed, 100), f16(w.packed, 100), what);
     }
 }
 
@@ -200,7 +212,7 @@ TEST_P(CudaQuant, MatmulMixedRowRuns) {
                                                   {{DType::Q4_K, 24}, {DType::Q6_K, 8}, {DType::Q4_K, 8}}};
   for (const auto& runs : cases) {
     const QuantCase w = make_mixed(rng, runs, 512);
-    for (int64_t m : {1, 4, 100}) check_matmul(*backend, rng, w, m, m != 4, m == 4, m != 100, q8(w.packed, m), "mixed");
+    for (int64_t m : {1, 4, 100}) check_matmul(*backend, rng, w, m, m != 4, m == 4, m != 100, q8(w.packed, m), f16(w.packed, m), "mixed");
   }
 }
 
@@ -421,10 +433,12 @@ TEST(CudaQuantBench, DISABLED_QuantGemvSpeed) {
                   bf16.nbytes() / base / 1e9);
       for (DType type : all_quantized()) {
         const Tensor w = tiled_quantized(type, n, k);
-        const double t = seconds_per_matmul(*backend, w, m);  // int8 x where the type has it
+        const double t = seconds_per_matmul(*backend, w, m);  // int8 (fp16 for FP8) x where the type has it
         setenv("SPLITFLOW_CUDA_Q8_ACTIVATIONS", "0", 1);
+        setenv("SPLITFLOW_CUDA_F16_ACTIVATIONS", "0", 1);
         const double t_f32 = seconds_per_matmul(*backend, w, m);
         unsetenv("SPLITFLOW_CUDA_Q8_ACTIVATIONS");
+        unsetenv("SPLITFLOW_CUDA_F16_ACTIVATIONS");
         std::printf("[quant bench] %-10s n %5lld k %5lld m %lld %8.2f us %7.0f GB/s  %.2f  (fp32 x: %8.2f us, %.2f)\n",
                     std::string(dtype_name(type)).c_str(), static_cast<long long>(n), static_cast<long long>(k),
                     static_cast<long long>(m), t * 1e6, w.nbytes() / t / 1e9, base / t, t_f32 * 1e6, base / t_f32);

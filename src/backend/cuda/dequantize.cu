@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
 #include <string_view>
+#include <vector>
 
 namespace splitflow::cuda {
 namespace {
@@ -70,10 +72,45 @@ bool quant_mma_enabled() {
   return value != nullptr && std::string_view(value) == "1";
 }
 
+namespace quant_gemv_detail {
+
+int resident_blocks(const void* kernel, int threads, int64_t shared_bytes) {
+  struct Entry {
+    const void* kernel;
+    int threads, device;
+    int64_t shared_bytes;
+    int blocks;
+  };
+  static std::mutex mutex;
+  static std::vector<Entry> cache;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const Entry& e : cache)
+    if (e.kernel == kernel && e.threads == threads && e.device == device && e.shared_bytes == shared_bytes)
+      return e.blocks;
+  int per_sm = 0, sms = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, static_cast<size_t>(shared_bytes)) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 0;
+  cache.push_back({kernel, threads, device, shared_bytes, per_sm * sms});
+  return per_sm * sms;
+}
+
+}  // namespace quant_gemv_detail
+
 bool quant_q8_activations_enabled() {
   const char* value = std::getenv("SPLITFLOW_CUDA_Q8_ACTIVATIONS");
   return value == nullptr || std::string_view(value) != "0";
 }
+
+bool quant_f16_activations_enabled() {
+  const char* value = std::getenv("SPLITFLOW_CUDA_F16_ACTIVATIONS");
+  return value == nullptr || std::string_view(value) != "0";
+}
+
+bool quant_f16_activations(DType dtype) { return dtype == DType::F8_CHANNEL || dtype == DType::F8_G128; }
 
 bool quant_q8_activations(DType dtype) {
   return quant_q8x::with_q8_decoder(dtype, [](auto) {});

@@ -330,6 +330,7 @@ __device__ __forceinline__ float2 e4m3x2_to_half2_floats(uint32_t pair) {  // by
 template <bool kGrouped>
 struct F8 {
   static constexpr int kBytes = 32, kUnitsPerBlock = 1;
+  static constexpr bool kPerGroup = kGrouped;
   __device__ static int64_t data_offset(int64_t k) { return kGrouped ? (4 * (k / 128) + 15) / 16 * 16 : 16; }
   __device__ static void unit(const uint8_t* blocks, int64_t lu, const uint8_t* row, int64_t, int64_t u,
                               float (&w)[32]) {

@@ -1,10 +1,11 @@
 // backend/cuda/quant_gemv.cuh — the decode GEMVs on quantized weights (quant_kernels.h): one warp per
 // output row (or per pair: gate and up, a RoPE pair), as gemv.cu, reading its rows through
-// quant_staging.cuh's shared-memory chunks. Two dots: int8 activations with dp4a (Q8Dot,
+// quant_staging.cuh's shared-memory chunks. Three dots: int8 activations with dp4a (Q8Dot,
 // quant_q8x.cuh; the default for the types with a Q8 decoder, as llama.cpp's GPU and this
-// project's CPU backend run them) and fp32 activations (FloatDot below: each lane decodes a unit
-// into fp32 registers (quant_decode.cuh) and multiplies it with the bf16 x rows; every type, and
-// the whole path with SPLITFLOW_CUDA_Q8_ACTIVATIONS=0). Only the packed bytes cross the memory bus
+// project's CPU backend run them), fp16 activations with fp16 pair FMAs for FP8 (F16Dot,
+// quant_f8x.cuh), and fp32 activations (FloatDot below: each lane decodes a unit into fp32
+// registers (quant_decode.cuh) and multiplies it with the bf16 x rows; every type, and the whole
+// path with SPLITFLOW_CUDA_Q8_ACTIVATIONS=0 SPLITFLOW_CUDA_F16_ACTIVATIONS=0). Only the packed bytes cross the memory bus
 // (4.5 bits per weight for Q4_0 instead of bf16's 16). Kernels are instantiated per decoder: one
 // kernel holding every decoder behind a switch took the register count of the largest. A Mixed
 // matrix is one plain GEMV launch per run, into its output columns; the fused gated and QKV kernels
@@ -21,25 +22,30 @@
 #include "backend/cuda/activation.cuh"
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/quant_decode.cuh"
+#include "backend/cuda/quant_f8x.cuh"
 #include "backend/cuda/quant_kernels.h"
 #include "backend/cuda/quant_q8x.cuh"
 #include "backend/cuda/quant_staging.cuh"
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 namespace splitflow::cuda::quant_gemv_detail {
 
-// The dot of a warp's R rows with M bf16 rows of x in fp32: acc[i][r] = dot(row rows[i] of w, x row
-// r (times the norm weight)), the total in every lane; with want_rms (the norm on), inv_rms[r] = x
-// row r's 1 / rms from the same pass over x. Shared memory: the warps' stages.
+// The dot of a warp's tasks (R rows of w each) with M bf16 rows of x in fp32 (the Dot interface,
+// with Q8Dot in quant_q8x.cuh): stream(w, tasks, rows_of, end) runs stream_tasks and calls
+// end(task, acc, inv_rms) with acc[i][r] = dot(row i of the task, x row r (times the norm
+// weight)), the total in every lane, and with want_rms (the norm on) inv_rms[r] = x row r's
+// 1 / rms, here from the same pass over x. Shared memory: the warps' stages.
 template <typename Dec, int M_, int R_>
 struct FloatDot {
   static constexpr int M = M_, R = R_;
   static constexpr int kWarps = quant_gemv_detail::kWarps<Dec, R>;
-  static constexpr int kMinBlocks = quant_gemv_detail::kMinBlocks<R>;
+  // fp32 units take more registers than int8 codes: a lower cap than Q8Dot's rather than spills.
+  static constexpr int kMinBlocks = M >= 4 ? 2 : 3;
   static constexpr int64_t shared_bytes(int64_t) { return kWarps * static_cast<int64_t>(sizeof(StageBuffers<Dec, R>)); }
 
   XOperand x;
@@ -49,17 +55,21 @@ struct FloatDot {
   __device__ FloatDot(uint8_t* shared_memory, const XOperand& x_operand, bool rms)
       : x(x_operand), want_rms(rms), stages(reinterpret_cast<StageBuffers<Dec, R>*>(shared_memory)) {}
 
-  __device__ void rows(const QuantRun& w, const int64_t (&rows)[R], float (&acc)[R][M], float (&inv_rms)[M]) {
+  template <typename RowsOf, typename End>
+  __device__ void stream(const QuantRun& w, int64_t tasks, RowsOf&& rows_of, End&& end) {
     const int64_t k = x.k;
-    float squares[M];
+    float acc[R][M], squares[M];
+    const auto clear = [&] {
 #pragma unroll
-    for (int r = 0; r < M; ++r) {
-      squares[r] = 0.0f;
+      for (int r = 0; r < M; ++r) {
+        squares[r] = 0.0f;
 #pragma unroll
-      for (int i = 0; i < R; ++i) acc[i][r] = 0.0f;
-    }
+        for (int i = 0; i < R; ++i) acc[i][r] = 0.0f;
+      }
+    };
+    clear();
     const float* gw = x.norm.weight;
-    for_each_staged_unit<Dec, R>(w, rows, k, stages[threadIdx.x / 32], [&](int lu, int64_t u, auto& staged, auto& row_at) {
+    const auto unit = [&](int lu, int64_t u, auto& staged, auto& row_at) {
       float wv[R][32];
 #pragma unroll
       for (int i = 0; i < R; ++i) Dec::unit(staged[i], lu, row_at[i], k, u, wv[i]);
@@ -93,27 +103,24 @@ struct FloatDot {
             for (int e = 0; e < 8; ++e) acc[i][r] = fmaf(wv[i][8 * word + e], xf[e], acc[i][r]);
         }
       }
+    };
+    stream_tasks<Dec, R>(w, k, stages[threadIdx.x / 32], tasks, rows_of, [] {}, unit, [&](int64_t task) {
+      float inv_rms[M];
+#pragma unroll
+      for (int r = 0; r < M; ++r) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) acc[i][r] = warp_total(acc[i][r]);
+        inv_rms[r] = want_rms ? rsqrtf(warp_total(squares[r]) / static_cast<float>(k) + x.norm.eps) : 1.0f;
+      }
+      end(task, acc, inv_rms);
+      clear();
     });
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-#pragma unroll
-      for (int i = 0; i < R; ++i) acc[i][r] = warp_total(acc[i][r]);
-      if (want_rms) inv_rms[r] = rsqrtf(warp_total(squares[r]) / static_cast<float>(k) + x.norm.eps);
-    }
   }
 };
 
-// The normalized product of a row: scaled by the given inv_rms (norm on).
-template <int M>
-__device__ __forceinline__ void scale_rows(float (&acc)[M], const float (&inv_rms)[M], bool on) {
-  if (!on) return;
-#pragma unroll
-  for (int r = 0; r < M; ++r) acc[r] *= inv_rms[r];
-}
-
-// Rows [w.first_row, w.end_row) of y's n columns (one run of the matrix).
 // Dot: FloatDot or Q8Dot (R = 1 here, 2 in the gated and QKV kernels); shared memory as its
-// shared_bytes(k) says, given at launch.
+// shared_bytes(k) says, given at launch. The grid holds at most the blocks that fit the GPU at once
+// (resident_blocks()); warps take tasks in turn (stream_tasks).
 extern __shared__ __align__(16) uint8_t quant_gemv_shared[];
 
 template <typename Dot>
@@ -122,24 +129,23 @@ __global__ void __launch_bounds__(Dot::kWarps * 32, Dot::kMinBlocks)
                       float* y_f32, bool accumulate) {
   constexpr int M = Dot::M;
   Dot dot(quant_gemv_shared, x, false);
-  const int warp = threadIdx.x / 32;
-  const int64_t row = w.first_row + static_cast<int64_t>(blockIdx.x) * Dot::kWarps + warp;
-  if (row >= w.end_row) return;
-  float dots[1][M], unused[M];
-  dot.rows(w, {row}, dots, unused);
-  const float(&acc)[M] = dots[0];
-  if (threadIdx.x % 32 != 0) return;
-  const float b = bias != nullptr ? bias[row] : 0.0f;
+  dot.stream(
+      w, w.end_row - w.first_row, [&](int64_t task, int64_t(&rows)[1]) { rows[0] = w.first_row + task; },
+      [&](int64_t task, const float(&dots)[1][M], const float(&)[M]) {
+        if (threadIdx.x % 32 != 0) return;
+        const int64_t row = w.first_row + task;
+        const float b = bias != nullptr ? bias[row] : 0.0f;
 #pragma unroll
-  for (int r = 0; r < M; ++r) {
-    if (r >= x.m) break;
-    if (y_f32 != nullptr) {
-      y_f32[r * n + row] = acc[r] + b + (accumulate ? y_f32[r * n + row] : 0.0f);
-    } else {
-      __nv_bfloat16* y = reinterpret_cast<__nv_bfloat16*>(y_bf16) + r * n + row;
-      *y = __float2bfloat16(acc[r] + b + (accumulate ? __bfloat162float(*y) : 0.0f));
-    }
-  }
+        for (int r = 0; r < M; ++r) {
+          if (r >= x.m) break;
+          if (y_f32 != nullptr) {
+            y_f32[r * n + row] = dots[0][r] + b + (accumulate ? y_f32[r * n + row] : 0.0f);
+          } else {
+            __nv_bfloat16* y = reinterpret_cast<__nv_bfloat16*>(y_bf16) + r * n + row;
+            *y = __float2bfloat16(dots[0][r] + b + (accumulate ? __bfloat162float(*y) : 0.0f));
+          }
+        }
+      });
 }
 
 template <typename Dot>
@@ -147,24 +153,23 @@ __global__ void __launch_bounds__(Dot::kWarps * 32, Dot::kMinBlocks)
     quant_gemv_gated_kernel(QuantRun w, XOperand x, const float* __restrict__ bias, int act, bf16_bits* y) {
   constexpr int M = Dot::M;
   Dot dot(quant_gemv_shared, x, x.norm.on);
-  const int warp = threadIdx.x / 32;
   const int64_t inner = w.end_row / 2;
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * Dot::kWarps + warp;
-  if (j >= inner) return;
-  float dots[2][M], inv_rms[M];
-  dot.rows(w, {j, inner + j}, dots, inv_rms);
-  float(&gate)[M] = dots[0];
-  float(&up)[M] = dots[1];
-  if (threadIdx.x % 32 != 0) return;
-  scale_rows(gate, inv_rms, x.norm.on);
-  scale_rows(up, inv_rms, x.norm.on);
-  const float gate_bias = bias != nullptr ? bias[j] : 0.0f, up_bias = bias != nullptr ? bias[inner + j] : 0.0f;
+  dot.stream(
+      w, inner,
+      [&](int64_t j, int64_t(&rows)[2]) {
+        rows[0] = j;
+        rows[1] = inner + j;
+      },
+      [&](int64_t j, const float(&dots)[2][M], const float(&inv_rms)[M]) {
+        if (threadIdx.x % 32 != 0) return;
+        const float gate_bias = bias != nullptr ? bias[j] : 0.0f, up_bias = bias != nullptr ? bias[inner + j] : 0.0f;
 #pragma unroll
-  for (int r = 0; r < M; ++r) {
-    if (r >= x.m) break;
-    reinterpret_cast<__nv_bfloat16*>(y)[r * inner + j] =
-        __float2bfloat16(activate(gate[r] + gate_bias, act) * (up[r] + up_bias));
-  }
+        for (int r = 0; r < M; ++r) {
+          if (r >= x.m) break;
+          const float gate = dots[0][r] * inv_rms[r] + gate_bias, up = dots[1][r] * inv_rms[r] + up_bias;
+          reinterpret_cast<__nv_bfloat16*>(y)[r * inner + j] = __float2bfloat16(activate(gate, act) * up);
+        }
+      });
 }
 
 // gemv.cu's gemv_qkv_rope_kernel on a quantized w: the same tasks (a pair of rotated rows per q or
@@ -174,15 +179,28 @@ __global__ void __launch_bounds__(Dot::kWarps * 32, Dot::kMinBlocks)
     quant_gemv_qkv_rope_kernel(QuantRun w, XOperand x, QkvRopeLaunch a) {
   constexpr int M = Dot::M;
   Dot dot(quant_gemv_shared, x, x.norm.on);
-  const int warp = threadIdx.x / 32;
-  const int64_t task = static_cast<int64_t>(blockIdx.x) * Dot::kWarps + warp;
-  const int lane = threadIdx.x % 32;
   const int d = a.head_dim, half = a.rotary_dim / 2, rotated_heads = a.heads + a.kv_heads;
   const int64_t q_dim = static_cast<int64_t>(a.heads) * d, kv_dim = static_cast<int64_t>(a.kv_heads) * d;
   const int64_t width = q_dim + 2 * kv_dim, pair_tasks = static_cast<int64_t>(rotated_heads) * half;
   const int64_t plain_per_head = d - 2 * half;
   const int64_t plain_rows = rotated_heads * plain_per_head + kv_dim;
-  if (task >= pair_tasks + (plain_rows + 1) / 2) return;
+  const auto plain_row = [&](int64_t plain) {
+    return plain < rotated_heads * plain_per_head ? plain / plain_per_head * d + 2 * half + plain % plain_per_head
+                                                  : q_dim + kv_dim + (plain - rotated_heads * plain_per_head);
+  };
+  // A task's two rows: a rotated pair, or two plain rows (a lone last one staged twice rather than
+  // giving the kernel a one-row path).
+  const auto rows_of = [&](int64_t task, int64_t(&rows)[2]) {
+    if (task < pair_tasks) {
+      const int64_t head = task / half, i = task % half;
+      rows[0] = head * d + (a.interleaved ? 2 * i : i);
+      rows[1] = head * d + (a.interleaved ? 2 * i + 1 : i + half);
+      return;
+    }
+    const int64_t first_plain = 2 * (task - pair_tasks);
+    rows[0] = plain_row(first_plain);
+    rows[1] = first_plain + 1 < plain_rows ? plain_row(first_plain + 1) : rows[0];
+  };
   const auto store = [&](int64_t row, int r, float value) {
     const bf16_bits rounded = __bfloat16_as_ushort(__float2bfloat16(value));
     a.qkv[r * width + row] = rounded;
@@ -196,50 +214,30 @@ __global__ void __launch_bounds__(Dot::kWarps * 32, Dot::kMinBlocks)
       store_kv(static_cast<bf16_bits*>(cache) + at, rounded);
     }
   };
-  const bool norm = x.norm.on;
-  if (task < pair_tasks) {
-    const int64_t head = task / half, i = task % half;
-    const int64_t row1 = head * d + (a.interleaved ? 2 * i : i), row2 = head * d + (a.interleaved ? 2 * i + 1 : i + half);
-    float dots[2][M], inv_rms[M];
-    dot.rows(w, {row1, row2}, dots, inv_rms);
-    float(&first)[M] = dots[0];
-    float(&second)[M] = dots[1];
-    scale_rows(first, inv_rms, norm);
-    scale_rows(second, inv_rms, norm);
-    if (lane != 0) return;
-    const float bias1 = a.bias != nullptr ? a.bias[row1] : 0.0f, bias2 = a.bias != nullptr ? a.bias[row2] : 0.0f;
+  dot.stream(w, pair_tasks + (plain_rows + 1) / 2, rows_of,
+             [&](int64_t task, const float(&dots)[2][M], const float(&inv_rms)[M]) {
+               if (threadIdx.x % 32 != 0) return;
+               int64_t rows[2];
+               rows_of(task, rows);
+               const float bias1 = a.bias != nullptr ? a.bias[rows[0]] : 0.0f;
+               const float bias2 = a.bias != nullptr ? a.bias[rows[1]] : 0.0f;
+               const bool pair = task < pair_tasks, two = pair || 2 * (task - pair_tasks) + 1 < plain_rows;
 #pragma unroll
-    for (int r = 0; r < M; ++r) {
-      if (r >= x.m) break;
-      const float* cos = a.cos_sin + static_cast<int64_t>(a.table_rows[r]) * 2 * half;
-      const float x1 = first[r] + bias1, x2 = second[r] + bias2, c = cos[i], s = cos[half + i];
-      store(row1, r, x1 * c - x2 * s);
-      store(row2, r, x2 * c + x1 * s);
-    }
-    return;
-  }
-  const auto plain_row = [&](int64_t plain) {
-    return plain < rotated_heads * plain_per_head ? plain / plain_per_head * d + 2 * half + plain % plain_per_head
-                                                  : q_dim + kv_dim + (plain - rotated_heads * plain_per_head);
-  };
-  const int64_t first_plain = 2 * (task - pair_tasks);
-  const bool two = first_plain + 1 < plain_rows;
-  const int64_t row1 = plain_row(first_plain), row2 = two ? plain_row(first_plain + 1) : row1;
-  // A lone last row is staged twice (row2 = row1) rather than giving the kernel a one-row path.
-  float dots[2][M], inv_rms[M];
-  dot.rows(w, {row1, row2}, dots, inv_rms);
-  float(&acc1)[M] = dots[0];
-  float(&acc2)[M] = dots[1];
-  if (lane != 0) return;
-  scale_rows(acc1, inv_rms, norm);
-  if (two) scale_rows(acc2, inv_rms, norm);
-  const float bias1 = a.bias != nullptr ? a.bias[row1] : 0.0f, bias2 = a.bias != nullptr ? a.bias[row2] : 0.0f;
-#pragma unroll
-  for (int r = 0; r < M; ++r) {
-    if (r >= x.m) break;
-    store(row1, r, acc1[r] + bias1);
-    if (two) store(row2, r, acc2[r] + bias2);
-  }
+               for (int r = 0; r < M; ++r) {
+                 if (r >= x.m) break;
+                 const float x1 = dots[0][r] * inv_rms[r] + bias1, x2 = dots[1][r] * inv_rms[r] + bias2;
+                 if (pair) {
+                   const int64_t i = task % half;
+                   const float* cos = a.cos_sin + static_cast<int64_t>(a.table_rows[r]) * 2 * half;
+                   const float c = cos[i], s = cos[half + i];
+                   store(rows[0], r, x1 * c - x2 * s);
+                   store(rows[1], r, x2 * c + x1 * s);
+                 } else {
+                   store(rows[0], r, x1);
+                   if (two) store(rows[1], r, x2);
+                 }
+               }
+             });
 }
 
 // launch(std::integral_constant<int, M>{}) for the smallest M in {1, 2, 4, 8} >= m.
@@ -254,16 +252,28 @@ cudaError_t with_row_bound(int64_t m, Launch&& launch) {
 
 inline unsigned blocks_for(int64_t tasks, int warps) { return static_cast<unsigned>((tasks + warps - 1) / warps); }
 
-// Most shared memory a Q8Dot block may take (x's codes grow with m and k: a Llama-3-8B down
-// projection, k = 14336, at m = 4 takes 72 KiB); past it the fp32 dot runs. Two blocks an SM fit.
-constexpr int64_t kQ8MaxSharedBytes = 112 * 1024;
+// The blocks of `kernel` (threads, shared bytes) that fit the current GPU at once (occupancy times
+// SMs), asked once per kernel and size.
+int resident_blocks(const void* kernel, int threads, int64_t shared_bytes);
 
-// Lifts the kernel's dynamic shared-memory limit (48 KiB by default) to kQ8MaxSharedBytes, once.
+// The grid for `tasks` tasks of a Dot kernel: a block per kWarps tasks, at most the resident ones.
+template <typename Dot>
+unsigned grid_for(const void* kernel, int64_t tasks, int64_t shared_bytes) {
+  const unsigned wanted = blocks_for(tasks, Dot::kWarps);
+  const int resident = resident_blocks(kernel, Dot::kWarps * 32, shared_bytes);
+  return resident > 0 ? std::min<unsigned>(wanted, static_cast<unsigned>(resident)) : wanted;
+}
+
+// Most shared memory a Q8Dot / F16Dot block may take (x grows with m and k: a Llama-3-8B down
+// projection, k = 14336, at m = 4 takes 72 KiB); past it the fp32 dot runs. Two blocks an SM fit.
+constexpr int64_t kMaxDotSharedBytes = 112 * 1024;
+
+// Lifts the kernel's dynamic shared-memory limit (48 KiB by default) to kMaxDotSharedBytes, once.
 template <auto kKernel>
 cudaError_t allow_shared_bytes(int64_t bytes) {
   if (bytes <= 48 * 1024) return cudaSuccess;
   static const cudaError_t result =
-      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kQ8MaxSharedBytes));
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxDotSharedBytes));
   return result;
 }
 
@@ -272,22 +282,27 @@ struct DotTag {
   using type = Dot;
 };
 
-// launch(DotTag<Dot>{}) with the dot for a run of `dtype` and m rows of x of k: Q8Dot
-// where the type has a Q8 decoder, SPLITFLOW_CUDA_Q8_ACTIVATIONS is not 0 and x fits
-// kQ8MaxSharedBytes; FloatDot otherwise.
+// launch(DotTag<Dot>{}) with the dot for a run of `dtype` and m rows of x of k: Q8Dot where the
+// type has a Q8 decoder, F16Dot for FP8, each unless switched off (quant_kernels.h) or x outgrows
+// kMaxDotSharedBytes; FloatDot otherwise.
 template <int R, typename Launch>
 cudaError_t with_dot(DType dtype, int64_t m, int64_t k, Launch&& launch) {
   return with_row_bound(m, [&](auto bound) {
     constexpr int M = decltype(bound)::value;
     cudaError_t err = cudaErrorInvalidValue;
     bool launched = false;
+    const auto try_launch = [&](auto tag) {
+      using Dot = typename decltype(tag)::type;
+      if (Dot::shared_bytes(k) > kMaxDotSharedBytes) return;
+      launched = true;
+      err = launch(tag);
+    };
     if (quant_q8_activations_enabled())
-      quant_q8x::with_q8_decoder(dtype, [&](auto dec) {
-        using Dot = Q8Dot<decltype(dec), M, R>;
-        if (Dot::shared_bytes(k) > kQ8MaxSharedBytes) return;
-        launched = true;
-        err = launch(DotTag<Dot>{});
-      });
+      quant_q8x::with_q8_decoder(dtype, [&](auto dec) { try_launch(DotTag<Q8Dot<decltype(dec), M, R>>{}); });
+    if (!launched && quant_f16_activations_enabled()) {
+      if (dtype == DType::F8_CHANNEL) try_launch(DotTag<F16Dot<quant_decode::F8<false>, M, R>>{});
+      if (dtype == DType::F8_G128) try_launch(DotTag<F16Dot<quant_decode::F8<true>, M, R>>{});
+    }
     if (!launched)
       quant_decode::with_decoder(dtype, [&](auto dec) { err = launch(DotTag<FloatDot<decltype(dec), M, R>>{}); });
     return err;

@@ -27,7 +27,7 @@ cudaError_t launch_quant_gemv_gated(const QuantMatrix& w, const bf16_bits* x, co
     using Dot = typename decltype(tag)::type;
     const int64_t shared = Dot::shared_bytes(w.k);
     if (const cudaError_t e = allow_shared_bytes<quant_gemv_gated_kernel<Dot>>(shared); e != cudaSuccess) return e;
-    quant_gemv_gated_kernel<Dot><<<blocks_for(w.n / 2, Dot::kWarps), Dot::kWarps * 32, shared, stream>>>(
+    quant_gemv_gated_kernel<Dot><<<grid_for<Dot>(reinterpret_cast<const void*>(&quant_gemv_gated_kernel<Dot>), w.n / 2, shared), Dot::kWarps * 32, shared, stream>>>(
         run, xo, bias, act, y);
     return cudaGetLastError();
   });

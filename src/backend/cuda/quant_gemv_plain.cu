@@ -30,8 +30,8 @@ cudaError_t launch_quant_gemv(const QuantMatrix& w, const bf16_bits* x, const fl
       using Dot = typename decltype(tag)::type;
       const int64_t shared = Dot::shared_bytes(w.k);
       if (const cudaError_t e = allow_shared_bytes<quant_gemv_kernel<Dot>>(shared); e != cudaSuccess) return e;
-      quant_gemv_kernel<Dot><<<blocks_for(run.end_row - run.first_row, Dot::kWarps), Dot::kWarps * 32, shared,
-                               stream>>>(run, w.n, xo, bias, y_bf16, y_f32, accumulate);
+      quant_gemv_kernel<Dot><<<grid_for<Dot>(reinterpret_cast<const void*>(&quant_gemv_kernel<Dot>), run.end_row - run.first_row, shared),
+                               Dot::kWarps * 32, shared, stream>>>(run, w.n, xo, bias, y_bf16, y_f32, accumulate);
       return cudaGetLastError();
     });
     if (err != cudaSuccess) return err;

@@ -29,7 +29,7 @@ cudaError_t launch_quant_gemv_qkv_rope(const QuantMatrix& w, const QkvRopeLaunch
     using Dot = typename decltype(tag)::type;
     const int64_t shared = Dot::shared_bytes(w.k);
     if (const cudaError_t e = allow_shared_bytes<quant_gemv_qkv_rope_kernel<Dot>>(shared); e != cudaSuccess) return e;
-    quant_gemv_qkv_rope_kernel<Dot><<<blocks_for(tasks, Dot::kWarps), Dot::kWarps * 32, shared, stream>>>(run, xo, a);
+    quant_gemv_qkv_rope_kernel<Dot><<<grid_for<Dot>(reinterpret_cast<const void*>(&quant_gemv_qkv_rope_kernel<Dot>), tasks, shared), Dot::kWarps * 32, shared, stream>>>(run, xo, a);
     return cudaGetLastError();
   });
 }

@@ -66,6 +66,10 @@ bool quant_mma_enabled();
 // integer types, Inferflow's 4- and 8-bit blocks, int8 groups; not FP8, Q3H or 2/3/5/6-bit B32/B64).
 bool quant_q8_activations_enabled();
 bool quant_q8_activations(DType dtype);
+// The same for FP8 weights (F8_CHANNEL, F8_G128) and x as fp16 (quant_f8x.cuh): on by default, off
+// with SPLITFLOW_CUDA_F16_ACTIVATIONS=0.
+bool quant_f16_activations_enabled();
+bool quant_f16_activations(DType dtype);
 
 // Largest m the quantized GEMVs take (decode steps; larger m: dequantize + cuBLASLt).
 constexpr int64_t kMaxQuantGemvRows = 8;

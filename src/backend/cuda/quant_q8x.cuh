@@ -320,29 +320,35 @@ __device__ __forceinline__ uint32_t pack_codes(float a, float b, float c, float 
 
 namespace splitflow::cuda::quant_gemv_detail {
 
-// The dot of a warp's R weight rows with M rows of x quantized to int8 (see the top of this file).
-// Built by every thread of the block (it quantizes x into shared memory and syncs the block), then
-// rows() per warp. Shared memory: M rows of x (x_row_bytes), the norm's M inverse rms, the warps'
-// stages, 16 bytes of padding (words_a2 may read one word past a stage).
+// The dot of a warp's tasks (R weight rows each) with M rows of x quantized to int8 (see the top
+// of this file); FloatDot's interface (quant_gemv.cuh). stream()'s prologue, run by every thread
+// while the first weight chunks are in flight, quantizes x into shared memory and syncs the block.
+// Shared memory: M rows of x (x_row_bytes), the M inverse rms, the warps' stages, 16 bytes of
+// padding (words_a2 may read one word past a stage).
 template <typename Dec, int M_, int R_>
 struct Q8Dot {
   static constexpr int M = M_, R = R_;
   static constexpr int kWarps = quant_gemv_detail::kWarps<Dec, R>;
-  static constexpr int kMinBlocks = quant_gemv_detail::kMinBlocks<R>;
-  __host__ __device__ static constexpr int64_t x_bytes(int64_t k) { return (M * quant_q8x::x_row_bytes(k) + 15) / 16 * 16; }
+  static constexpr int kMinBlocks = quant_gemv_detail::kMinBlocks<R, M>;
+  __host__ __device__ static constexpr int64_t x_bytes(int64_t k) { return M * quant_q8x::x_row_bytes(k); }
   __host__ __device__ static constexpr int64_t shared_bytes(int64_t k) {
     return x_bytes(k) + 16 + kWarps * static_cast<int64_t>(sizeof(StageBuffers<Dec, R>)) + 16;
   }
 
+  XOperand x;
+  bool want_rms;
   uint8_t* shared;
-  int64_t k;
   float* inv_rms_at;
   StageBuffers<Dec, R>* stages;
 
-  __device__ Q8Dot(uint8_t* shared_memory, const XOperand& x, bool want_rms)
-      : shared(shared_memory), k(x.k), inv_rms_at(reinterpret_cast<float*>(shared_memory + x_bytes(x.k))),
-        stages(reinterpret_cast<StageBuffers<Dec, R>*>(shared_memory + x_bytes(x.k) + 16)) {
-    const int64_t units = k / 32;
+  __device__ Q8Dot(uint8_t* shared_memory, const XOperand& x_operand, bool rms)
+      : x(x_operand), want_rms(rms), shared(shared_memory),
+        inv_rms_at(reinterpret_cast<float*>(shared_memory + x_bytes(x_operand.k))),
+        stages(reinterpret_cast<StageBuffers<Dec, R>*>(shared_memory + x_bytes(x_operand.k) + 16)) {}
+
+  // Every thread: x's rows as codes, d and half sums per unit; inv_rms_at[r] (1 without the norm).
+  __device__ void quantize_x() {
+    const int64_t k = x.k, units = k / 32;
     if (threadIdx.x < M) inv_rms_at[threadIdx.x] = 0.0f;
     __syncthreads();
     const float* gw = x.norm.weight;
@@ -379,7 +385,8 @@ struct Q8Dot {
         for (int j = 0; j < 8; ++j) sums[j / 4] = quant_q8x::dot4(0x01010101u, q[j], sums[j / 4], true);
         reinterpret_cast<uint4*>(codes + 32 * u)[0] = make_uint4(q[0], q[1], q[2], q[3]);
         reinterpret_cast<uint4*>(codes + 32 * u)[1] = make_uint4(q[4], q[5], q[6], q[7]);
-        info[u] = make_int2(__float_as_int(d), static_cast<int>((sums[0] & 0xffff) | (static_cast<uint32_t>(sums[1]) << 16)));
+        info[u] = make_int2(__float_as_int(d),
+                            static_cast<int>((sums[0] & 0xffff) | (static_cast<uint32_t>(sums[1]) << 16)));
       }
       if (want_rms) {
         squares = warp_total(squares);
@@ -387,58 +394,67 @@ struct Q8Dot {
       }
     }
     __syncthreads();
-    if (want_rms && threadIdx.x < M)
-      inv_rms_at[threadIdx.x] = rsqrtf(inv_rms_at[threadIdx.x] / static_cast<float>(k) + x.norm.eps);
+    if (threadIdx.x < M)
+      inv_rms_at[threadIdx.x] = want_rms ? rsqrtf(inv_rms_at[threadIdx.x] / static_cast<float>(k) + x.norm.eps) : 1.0f;
     __syncthreads();
   }
 
-  __device__ void rows(const QuantRun& w, const int64_t (&rows)[R], float (&acc)[R][M], float (&inv_rms)[M]) {
+  template <typename RowsOf, typename End>
+  __device__ void stream(const QuantRun& w, int64_t tasks, RowsOf&& rows_of, End&& end) {
     using namespace quant_q8x;
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      inv_rms[r] = inv_rms_at[r];
-#pragma unroll
-      for (int i = 0; i < R; ++i) acc[i][r] = 0.0f;
-    }
-    const int64_t k_ = k;
+    const int64_t k = x.k;
     const uint8_t* x_shared = shared;
-    for_each_staged_unit<Dec, R>(
-        w, rows, k_, stages[threadIdx.x / 32],
-        [&](int lu, int64_t u, auto& staged, auto& row_at) {
-          uint32_t q[R][8];
-          float scale[R][2], min[R][2];
+    float acc[R][M];
+    const auto clear = [&] {
 #pragma unroll
-          for (int i = 0; i < R; ++i) Dec::codes(staged[i], lu, row_at[i], k_, u, q[i], scale[i], min[i]);
+      for (int r = 0; r < M; ++r)
 #pragma unroll
-          for (int r = 0; r < M; ++r) {
-            const uint8_t* codes = x_shared + r * x_row_bytes(k_);
-            const uint4 a = reinterpret_cast<const uint4*>(codes + 32 * u)[0];
-            const uint4 b = reinterpret_cast<const uint4*>(codes + 32 * u)[1];
-            const int2 info = reinterpret_cast<const int2*>(codes + k_)[u];
-            const uint32_t xq[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            const int sums[2] = {static_cast<int16_t>(info.y & 0xffff), info.y >> 16};
-            const float dx = __int_as_float(info.x);
+        for (int i = 0; i < R; ++i) acc[i][r] = 0.0f;
+    };
+    clear();
+    const auto unit = [&](int lu, int64_t u, auto& staged, auto& row_at) {
+      uint32_t q[R][8];
+      float scale[R][2], min[R][2];
 #pragma unroll
-            for (int i = 0; i < R; ++i) {
-              float t = 0.0f;
+      for (int i = 0; i < R; ++i) Dec::codes(staged[i], lu, row_at[i], k, u, q[i], scale[i], min[i]);
 #pragma unroll
-              for (int h = 0; h < Dec::kHalves; ++h) {
-                constexpr int kWords = 8 / Dec::kHalves;
-                int dot = 0;
+      for (int r = 0; r < M; ++r) {
+        const uint8_t* codes = x_shared + r * x_row_bytes(k);
+        const uint4 a = reinterpret_cast<const uint4*>(codes + 32 * u)[0];
+        const uint4 b = reinterpret_cast<const uint4*>(codes + 32 * u)[1];
+        const int2 info = reinterpret_cast<const int2*>(codes + k)[u];
+        const uint32_t xq[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        const int sums[2] = {static_cast<int16_t>(info.y & 0xffff), info.y >> 16};
+        const float dx = __int_as_float(info.x);
 #pragma unroll
-                for (int j = 0; j < kWords; ++j) dot = dot4(q[i][kWords * h + j], xq[kWords * h + j], dot, Dec::kSigned);
-                const int sum = Dec::kHalves == 1 ? sums[0] + sums[1] : sums[h];
-                t = fmaf(scale[i][h], static_cast<float>(dot - Dec::kCodeOffset * sum), t);
-                if constexpr (Dec::kMin) t = fmaf(min[i][h], static_cast<float>(sum), t);
-              }
-              acc[i][r] = fmaf(dx, t, acc[i][r]);
-            }
+        for (int i = 0; i < R; ++i) {
+          float t = 0.0f;
+#pragma unroll
+          for (int h = 0; h < Dec::kHalves; ++h) {
+            constexpr int kWords = 8 / Dec::kHalves;
+            int dot = 0;
+#pragma unroll
+            for (int j = 0; j < kWords; ++j) dot = dot4(q[i][kWords * h + j], xq[kWords * h + j], dot, Dec::kSigned);
+            const int sum = Dec::kHalves == 1 ? sums[0] + sums[1] : sums[h];
+            t = fmaf(scale[i][h], static_cast<float>(dot - Dec::kCodeOffset * sum), t);
+            if constexpr (Dec::kMin) t = fmaf(min[i][h], static_cast<float>(sum), t);
           }
-        });
+          acc[i][r] = fmaf(dx, t, acc[i][r]);
+        }
+      }
+    };
+    stream_tasks<Dec, R>(w, k, stages[threadIdx.x / 32], tasks, rows_of, [&] { quantize_x(); }, unit,
+                         [&](int64_t task) {
+                           float inv_rms[M];
 #pragma unroll
-    for (int r = 0; r < M; ++r)
+                           for (int r = 0; r < M; ++r) {
+                             inv_rms[r] = inv_rms_at[r];
 #pragma unroll
-      for (int i = 0; i < R; ++i) acc[i][r] = warp_total(acc[i][r]);
+                             for (int i = 0; i < R; ++i) acc[i][r] = warp_total(acc[i][r]);
+                           }
+                           end(task, acc, inv_rms);
+                           clear();
+                         });
   }
 };
 

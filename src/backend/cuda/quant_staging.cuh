@@ -1,8 +1,8 @@
 // backend/cuda/quant_staging.cuh — how the decode GEMVs on quantized weights (quant_gemv.cuh) read a
 // warp's rows: chunks of kChunkUnits 32-element units copied global -> shared memory with cp.async
 // in coalesced 16-byte words (one warp instruction reads 512 contiguous bytes, whatever the block
-// size), double-buffered (one chunk's copies in flight while the previous one is decoded), each
-// lane then handed its units of the staged chunk. Shared by the two dots of quant_gemv.cuh (fp32
+// size), double-buffered (one chunk's copies in flight while the previous one is decoded) across
+// the warp's rows, each lane then handed its units of the staged chunk. Shared by the two dots of quant_gemv.cuh (fp32
 // activations, and int8 activations with dp4a: quant_q8x.cuh) and by quant_mma.cuh. Decoding
 // straight from global memory instead (each lane 2-byte loads of its own 18-byte block) ran at
 // 0.6x bf16's tokens/s on TinyLlama: many narrow loads per byte, and the second row of a pair only
@@ -36,9 +36,10 @@ constexpr int kWarps = 2 * R * Staging<Dec>::kStageBytes * 8 <= 40960   ? 8
 
 // Blocks an SM must hold (a register cap for ptxas): a decode matrix has few rows per SM (4096 rows
 // on 132 SMs: 31), and with 80 registers only 24 warps of one row each fit, so the rows took two
-// rounds of memory latency instead of one.
-template <int R>
-constexpr int kMinBlocks = R == 1 ? 4 : 3;
+// rounds of memory latency instead of one. More rows of x need more accumulators: a lower cap
+// (128 registers at 2 blocks of 8 warps) instead of spilling them.
+template <int R, int M = 1>
+constexpr int kMinBlocks = M >= 8 ? 2 : M >= 4 ? (R == 1 ? 3 : 2) : (R == 1 ? 4 : 3);
 
 template <typename Dec, int R>
 using StageBuffers = uint8_t[2][R][Staging<Dec>::kStageBytes];
@@ -83,43 +84,61 @@ struct XOperand {
   QuantNorm norm;
 };
 
-// For the warp's R rows of w (rows[i]), stages them a chunk at a time and calls
-//   unit(lu, u, staged, row_at)
-// for each 32-element unit u this lane decodes (lane + 32 j of each chunk): staged[i] is row i's
-// chunk in shared memory (a run of whole blocks holding u as its lu-th unit), row_at[i] the row's
-// first byte in global memory (F8 / I8 read their scales there).
-template <typename Dec, int R, typename Unit>
-__device__ __forceinline__ void for_each_staged_unit(const QuantRun& w, const int64_t (&rows)[R], int64_t k,
-                                                     StageBuffers<Dec, R>& stage, Unit&& unit) {
+// The warp's tasks (a task: R rows of w, rows_of(task, rows)) are first, first + stride, ... below
+// `tasks`, with first = blockIdx.x * warps + warp and stride = gridDim.x * warps (a grid of at most
+// the blocks that fit the GPU at once: each block pays its prologue once). Their rows' chunks are
+// streamed through the two stages as one sequence, so the next task's first chunk is in flight
+// while the current task's last one is decoded. Calls
+//   prologue()                            once, by every thread, after the first chunk's copies
+//                                         were issued (so they overlap it; it may sync the block),
+//   unit(lu, u, staged, row_at)           for each 32-element unit u this lane decodes (lane + 32 j
+//                                         of each chunk): staged[i] is row i's chunk in shared
+//                                         memory (a run of whole blocks holding u as its lu-th
+//                                         unit), row_at[i] the row's first byte in global memory
+//                                         (F8 / I8 read their scales there),
+//   end(task)                             after a task's last chunk, by every lane.
+template <typename Dec, int R, typename RowsOf, typename Prologue, typename Unit, typename End>
+__device__ __forceinline__ void stream_tasks(const QuantRun& w, int64_t k, StageBuffers<Dec, R>& stage, int64_t tasks,
+                                             RowsOf&& rows_of, Prologue&& prologue, Unit&& unit, End&& end) {
   using S = Staging<Dec>;
-  const int lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * warps;
+  const int64_t mine = first < tasks ? (tasks - first + stride - 1) / stride : 0;
   const int64_t units = k / 32, row_blocks = units / Dec::kUnitsPerBlock;
-  const int64_t chunks = (row_blocks + S::kBlocksPerChunk - 1) / S::kBlocksPerChunk;
-  const uint8_t* row_at[R];
-  const uint8_t* blocks_at[R];
+  const int64_t chunks = (row_blocks + S::kBlocksPerChunk - 1) / S::kBlocksPerChunk, items = mine * chunks;
+  // Item t: chunk t % chunks of the warp's task t / chunks.
+  const auto rows_at = [&](int64_t item, const uint8_t* (&row_at)[R]) {
+    int64_t rows[R];
+    rows_of(first + item / chunks * stride, rows);
 #pragma unroll
-  for (int i = 0; i < R; ++i) {
-    row_at[i] = w.data + (rows[i] - w.first_row) * w.row_bytes;
-    blocks_at[i] = row_at[i] + Dec::data_offset(k);
-  }
-  const auto issue = [&](int64_t c) {
-    const int64_t first = c * S::kBlocksPerChunk, last = min(first + S::kBlocksPerChunk, row_blocks);
+    for (int i = 0; i < R; ++i) row_at[i] = w.data + (rows[i] - w.first_row) * w.row_bytes;
+  };
+  const auto issue = [&](int64_t item) {
+    const uint8_t* row_at[R];
+    rows_at(item, row_at);
+    const int64_t from = item % chunks * S::kBlocksPerChunk, to = min(from + S::kBlocksPerChunk, row_blocks);
 #pragma unroll
-    for (int i = 0; i < R; ++i)
-      stage_words(stage[c & 1][i], blocks_at[i] + first * Dec::kBytes, blocks_at[i] + last * Dec::kBytes, lane);
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* blocks = row_at[i] + Dec::data_offset(k);
+      stage_words(stage[item & 1][i], blocks + from * Dec::kBytes, blocks + to * Dec::kBytes, lane);
+    }
     commit_async();
   };
-  issue(0);
+  if (items > 0) issue(0);
+  prologue();
 #pragma unroll 1
-  for (int64_t c = 0; c < chunks; ++c) {
-    if (c + 1 < chunks) {
-      issue(c + 1);
+  for (int64_t t = 0; t < items; ++t) {
+    if (t + 1 < items) {
+      issue(t + 1);
     } else {
-      commit_async();  // an empty group keeps "all but the newest group" meaning chunk c
+      commit_async();  // an empty group keeps "all but the newest group" meaning item t
     }
     wait_async_but_one();
     __syncwarp();
-    const int64_t first_unit = c * kChunkUnits;
+    const uint8_t* row_at[R];
+    rows_at(t, row_at);
+    const int64_t c = t % chunks, first_unit = c * kChunkUnits;
 #pragma unroll
     for (int j = 0; j < kChunkUnits / 32; ++j) {
       const int lu = lane + 32 * j;
@@ -128,12 +147,13 @@ __device__ __forceinline__ void for_each_staged_unit(const QuantRun& w, const in
       const uint8_t* staged[R];
 #pragma unroll
       for (int i = 0; i < R; ++i) {
-        const uint8_t* chunk = blocks_at[i] + c * S::kBlocksPerChunk * Dec::kBytes;
-        staged[i] = stage[c & 1][i] + (reinterpret_cast<uintptr_t>(chunk) & 15);
+        const uint8_t* chunk = row_at[i] + Dec::data_offset(k) + c * S::kBlocksPerChunk * Dec::kBytes;
+        staged[i] = stage[t & 1][i] + (reinterpret_cast<uintptr_t>(chunk) & 15);
       }
       unit(lu, u, staged, row_at);
     }
-    __syncwarp();  // this chunk's stage is refilled by the next iteration's issue(c + 2)
+    if (c == chunks - 1) end(first + t / chunks * stride);
+    __syncwarp();  // this item's stage is refilled by the next iteration's issue(t + 2)
   }
 }
 
