@@ -1,7 +1,8 @@
 // Quantized weights on the CUDA backend (backend/cuda/quant_*.cu): every quantized type of
 // core/dtype.h, uploaded packed, against the CPU reference codecs (quant::dequantize, fp64 dots).
-// The decode GEMVs (m <= 8) decode blocks in registers; prefill (m = 100) goes through a bf16
-// dequantization scratch and cuBLASLt. Skips without a GPU. Each test runs on the three GEMV paths:
+// The decode GEMVs (m <= 8) decode blocks in registers; 9 to 64 rows go through the int8
+// tensor-core GEMM for Q4_0, Q5_0, Q8_0, Q4_K and Q6_K (same reference as the int8 GEMVs); prefill
+// (m = 100, and the other types) through a bf16 dequantization scratch and cuBLASLt. Skips without a GPU. Each test runs on the three GEMV paths:
 // int8 activations (the default: x quantized per 32 elements, dp4a), fp32 activations
 // (SPLITFLOW_CUDA_Q8_ACTIVATIONS=0) and the tensor-core path (SPLITFLOW_QUANT_MMA=1).
 //
@@ -54,11 +55,15 @@ class CudaQuant : public ::testing::TestWithParam<GemvPath> {
     unsetenv("SPLITFLOW_CUDA_F16_ACTIVATIONS");
   }
   // Whether a GEMV of m rows on `packed` multiplies with int8 x (every run's type has that path).
+  // Up to 8 rows the GEMVs, 9 to 64 the int8 tensor-core GEMM for its types (quant_gemm_q8.cu).
   bool q8(const Tensor& packed, int64_t m) const {
-    if (GetParam() != GemvPath::Q8Activations || m > 8) return false;
-    if (packed.dtype != DType::Mixed) return cuda::quant_q8_activations(packed.dtype);
+    if (GetParam() != GemvPath::Q8Activations || m > cuda::kMaxQuantGemmRows) return false;
+    const auto has_path = [&](DType type) {
+      return m <= cuda::kMaxQuantGemvRows ? cuda::quant_q8_activations(type) : cuda::quant_q8_gemm_type(type);
+    };
+    if (packed.dtype != DType::Mixed) return has_path(packed.dtype);
     for (const RowRun& run : *packed.row_runs)
-      if (!cuda::quant_q8_activations(run.dtype)) return false;
+      if (!has_path(run.dtype)) return false;
     return true;
   }
   // Whether it multiplies with fp16 x (FP8 weights): fp16 rounding of x and of 8-term partial sums,
@@ -165,7 +170,7 @@ void check_matmul(Backend& backend, std::mt19937_64& rng, const QuantCase& w, in
       for (int64_t c = 0; c < k; ++c) sum += xin[r * k + c] * w.dequantized[j * k + c];
       ref[r * n + j] = sum;
     }
-  const double tolerance = m > 8 ? kBf16Compute : f32_out ? (f16 ? kF16Activations : 1e-5) : kOneRounding;
+  const double tolerance = m > 8 && !q8 ? kBf16Compute : f32_out ? (f16 ? kF16Activations : 1e-5) : kOneRounding;
   EXPECT_LE(relative_error(to_host(backend, y.view()), ref), tolerance)
       << what << " m " << m << " k " << k << (f32_out ? " f32" : " bf16") << (accumulate ? " accumulate" : "")
       << (q8 ? " q8 x" : "") << (f16 ? " f16 x" : "");
@@ -202,6 +207,9 @@ TEST_P(CudaQuant, MatmulEveryTypeDecodeAndPrefill) {
       check_matmul(*backend, rng, w, 3, true, true, true, q8(w.packed, 3), f16(w.packed, 3), what);
       check_matmul(*backend, rng, w, 4, false, false, true, q8(w.packed, 4), f16(w.packed, 4), what);
       check_matmul(*backend, rng, w, 8, true, true, false, q8(w.packed, 8), f16(w.packed, 8), what);
+      check_matmul(*backend, rng, w, 16, false, true, true, q8(w.packed, 16), f16(w.packed, 16), what);
+      check_matmul(*backend, rng, w, 37, true, false, k == 768, q8(w.packed, 37), f16(w.packed, 37), what);
+      check_matmul(*backend, rng, w, 64, true, true, true, q8(w.packed, 64), f16(w.packed, 64), what);
       check_matmul(*backend, rng, w, 100, true, k == 256, k == 768, q8(w.packed, 100), f16(w.packed, 100), what);
     }
 }
@@ -212,7 +220,8 @@ TEST_P(CudaQuant, MatmulMixedRowRuns) {
                                                   {{DType::Q4_K, 24}, {DType::Q6_K, 8}, {DType::Q4_K, 8}}};
   for (const auto& runs : cases) {
     const QuantCase w = make_mixed(rng, runs, 512);
-    for (int64_t m : {1, 4, 100}) check_matmul(*backend, rng, w, m, m != 4, m == 4, m != 100, q8(w.packed, m), f16(w.packed, m), "mixed");
+    for (int64_t m : {1, 4, 20, 100})
+      check_matmul(*backend, rng, w, m, m != 4, m == 4, m != 100, q8(w.packed, m), f16(w.packed, m), "mixed");
   }
 }
 
@@ -370,11 +379,12 @@ TEST_P(CudaQuant, QkvRopeWriteKvFusedOnQuantizedAndMixed) {
 
 namespace {
 
-// Decode GEMV speed of every quantized type against the bf16 GEMV on Llama-shaped matrices (run on
+// Decode matmul speed of every quantized type against bf16 on Llama-shaped matrices, m = 1 and 4
+// (the GEMVs), 16 and 64 (the int8 GEMM, or dequantize + cuBLASLt; bf16: cuBLASLt) (run on
 // purpose: --gtest_also_run_disabled_tests --gtest_filter='*QuantGemvSpeed*'). Each timing replays
 // a recorded graph of matmuls cycling over copies of the weight that together exceed the L2, so
 // every call streams its weight from memory. Prints "[quant bench] type n k m us GB/s vs-bf16", on
-// the default path (int8 x where the type has it) and with fp32 x.
+// the default path (int8 x, fp16 for FP8, where the type has it) and with fp32 x.
 double seconds_per_matmul(Backend& backend, const Tensor& weight, int64_t m) {
   const int64_t n = weight.dim(0), k = weight.dim(1);
   const int copies = static_cast<int>(std::max<size_t>(2, (size_t{160} << 20) / weight.nbytes() + 1));
@@ -423,7 +433,7 @@ TEST(CudaQuantBench, DISABLED_QuantGemvSpeed) {
   std::unique_ptr<Backend> backend = make_test_cuda_backend();
   const std::pair<int64_t, int64_t> shapes[] = {{4096, 4096}, {11008, 4096}, {4096, 11008}};
   for (const auto& [n, k] : shapes)
-    for (int64_t m : {1, 4}) {
+    for (int64_t m : {1, 4, 16, 64}) {
       std::mt19937_64 rng{3};
       std::vector<float> values = random_values(rng, n * k, -0.5f, 0.5f);
       const Tensor bf16 = to_dtype(f32_matrix(values, n, k), DType::BF16);

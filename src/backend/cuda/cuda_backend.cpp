@@ -123,6 +123,7 @@ CudaBackend::~CudaBackend() {
   if (attention_partials_) cudaFree(attention_partials_);
   if (partition_counters_) cudaFree(partition_counters_);
   if (scratch_) cudaFree(scratch_);
+  if (x_codes_) cudaFree(x_codes_);
   if (lt_handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_handle_));
   if (stream_) cudaStreamDestroy(stream_);
 }

@@ -156,6 +156,8 @@ class CudaBackend final : public Backend {
                    const DeviceTensor& pos_table, const DeviceTensor& positions, const DeviceTensor& out);
   void* scratch_ = nullptr;  // bf16 dequantization scratch of scratch_elems_, grown by upload_quantized
   int64_t scratch_elems_ = 0;
+  void* x_codes_ = nullptr;  // x as int8 codes for quant_gemm_q8.cu, x_codes_bytes_, grown by upload_quantized
+  int64_t x_codes_bytes_ = 0;
 
   // Index of the fastest of `count` cuBLASLt heuristic results (cublasLtMatmulHeuristicResult_t[])
   // on x and w, timed into a scratch output of y_bytes.

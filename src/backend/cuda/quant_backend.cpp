@@ -1,6 +1,7 @@
 // backend/cuda/quant_backend.cpp — CudaBackend's quantized weights (cuda_backend.h): upload of the
-// packed bytes as they are, the decode GEMVs that read them (quant_gemv.cu), prefill GEMMs through a
-// bf16 scratch (dequantize.cu, then cuBLASLt), embed() from a quantized table.
+// packed bytes as they are, the decode GEMVs that read them (quant_gemv.cu), the int8 tensor-core GEMM
+// for 9 to 64 rows (quant_gemm_q8.cu), prefill GEMMs through a bf16 scratch (dequantize.cu, then
+// cuBLASLt), embed() from a quantized table.
 #include "backend/argument_checks.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.h"
@@ -94,6 +95,15 @@ DeviceBuffer CudaBackend::upload_quantized(const Tensor& host) {
                         fmt::format("allocate the {}-element dequantization scratch", want));
     scratch_elems_ = want;
   }
+  if (const int64_t x_bytes = quant_q8_gemm_scratch_bytes(host.dim(1)); x_bytes > x_codes_bytes_) {
+    synchronize();
+    if (x_codes_ != nullptr) SF_QUANT_CUDA_CHECK(cudaFree(x_codes_), "free the int8 x scratch");
+    x_codes_ = nullptr;
+    x_codes_bytes_ = 0;
+    SF_QUANT_CUDA_CHECK(cudaMalloc(&x_codes_, static_cast<size_t>(x_bytes)),
+                        fmt::format("allocate the {}-byte int8 x scratch", x_bytes));
+    x_codes_bytes_ = x_bytes;
+  }
   return buffer;
 }
 
@@ -117,6 +127,13 @@ void CudaBackend::quant_matmul(const DeviceTensor& x, const DeviceTensor& w, con
     SF_QUANT_CUDA_CHECK(launch_quant_gemv(matrix, bf16_ptr(x), bias_f32, f32_out ? nullptr : bf16_ptr(y),
                                           f32_out ? y.as<float>() : nullptr, m, accumulate, stream_),
                         "matmul (quantized gemv)");
+    return;
+  }
+  if (aligned_to(x.data, 16) && quant_q8_gemm_supported(matrix, m) && x_codes_bytes_ >= quant_q8_gemm_scratch_bytes(k)) {
+    SF_QUANT_CUDA_CHECK(launch_quant_q8_gemm(matrix, bf16_ptr(x), m, bias_f32, f32_out ? nullptr : bf16_ptr(y),
+                                             f32_out ? y.as<float>() : nullptr, accumulate, x_codes_, x_codes_bytes_,
+                                             stream_),
+                        "matmul (quantized int8 gemm)");
     return;
   }
   SF_CHECK(scratch_ != nullptr && scratch_elems_ >= k,

@@ -74,6 +74,20 @@ bool quant_f16_activations(DType dtype);
 // Largest m the quantized GEMVs take (decode steps; larger m: dequantize + cuBLASLt).
 constexpr int64_t kMaxQuantGemvRows = 8;
 
+// Rows of x the int8 tensor-core GEMM takes (quant_gemm_q8.cu: kMaxQuantGemvRows < m <= this, for
+// Q4_0, Q5_0, Q8_0, Q4_K and Q6_K runs, with int8 activations on); larger m, or other types: the
+// dequantize + cuBLASLt path.
+constexpr int64_t kMaxQuantGemmRows = 64;
+bool quant_q8_gemm_type(DType dtype);
+bool quant_q8_gemm_supported(const QuantMatrix& w, int64_t m);
+// Scratch the GEMM needs for x's codes at k (for kMaxQuantGemmRows rows).
+int64_t quant_q8_gemm_scratch_bytes(int64_t k);
+// y[m, n] = x[m, k] w^T + bias (accumulate: y += ...) through the int8 tensor cores; x quantized into
+// `scratch` first. cudaErrorInvalidValue when !quant_q8_gemm_supported or the scratch is short.
+cudaError_t launch_quant_q8_gemm(const QuantMatrix& w, const bf16_bits* x, int64_t m, const float* bias,
+                                 bf16_bits* y_bf16, float* y_f32, bool accumulate, void* scratch, int64_t scratch_bytes,
+                                 cudaStream_t stream);
+
 // y[m, n] = x[m, k] w^T + bias (one launch per run of w) (accumulate: y += ...), y bf16 (y_f32 null) or f32 (y_bf16 null),
 // bias f32 or null; x bf16, 16-byte aligned rows (k % 32 == 0).
 cudaError_t launch_quant_gemv(const QuantMatrix& w, const bf16_bits* x, const float* bias, bf16_bits* y_bf16,

@@ -316,6 +316,22 @@ __device__ __forceinline__ uint32_t pack_codes(float a, float b, float c, float 
   return __byte_perm(lo, hi, 0x5410);
 }
 
+// One 32-element unit of x (max |v| = amax) as codes (out[0..1]: 32 bytes) and its info (d as
+// bits; the code sums of elements 0..15 and 16..31 as two int16).
+__device__ __forceinline__ void quantize_unit(const float (&v)[32], float amax, uint4* out, int2& info) {
+  const float d = amax / 127.0f, inverse = d != 0.0f ? 1.0f / d : 0.0f;
+  uint32_t q[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    q[j] = pack_codes(v[4 * j] * inverse, v[4 * j + 1] * inverse, v[4 * j + 2] * inverse, v[4 * j + 3] * inverse);
+  int sums[2] = {0, 0};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) sums[j / 4] = dot4(0x01010101u, q[j], sums[j / 4], true);
+  out[0] = make_uint4(q[0], q[1], q[2], q[3]);
+  out[1] = make_uint4(q[4], q[5], q[6], q[7]);
+  info = make_int2(__float_as_int(d), static_cast<int>((sums[0] & 0xffff) | (static_cast<uint32_t>(sums[1]) << 16)));
+}
+
 }  // namespace splitflow::cuda::quant_q8x
 
 namespace splitflow::cuda::quant_gemv_detail {
@@ -374,19 +390,7 @@ struct Q8Dot {
           if (gw != nullptr) v[e] *= x.norm.offset + __ldg(gw + 32 * u + e);
           amax = fmaxf(amax, fabsf(v[e]));
         }
-        const float d = amax / 127.0f, inverse = d != 0.0f ? 1.0f / d : 0.0f;
-        uint32_t q[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          q[j] = quant_q8x::pack_codes(v[4 * j] * inverse, v[4 * j + 1] * inverse, v[4 * j + 2] * inverse,
-                                       v[4 * j + 3] * inverse);
-        int sums[2] = {0, 0};
-#pragma unroll
-        for (int j = 0; j < 8; ++j) sums[j / 4] = quant_q8x::dot4(0x01010101u, q[j], sums[j / 4], true);
-        reinterpret_cast<uint4*>(codes + 32 * u)[0] = make_uint4(q[0], q[1], q[2], q[3]);
-        reinterpret_cast<uint4*>(codes + 32 * u)[1] = make_uint4(q[4], q[5], q[6], q[7]);
-        info[u] = make_int2(__float_as_int(d),
-                            static_cast<int>((sums[0] & 0xffff) | (static_cast<uint32_t>(sums[1]) << 16)));
+        quant_q8x::quantize_unit(v, amax, reinterpret_cast<uint4*>(codes + 32 * u), info[u]);
       }
       if (want_rms) {
         squares = warp_total(squares);
