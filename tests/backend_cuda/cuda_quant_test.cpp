@@ -1,7 +1,8 @@
 // Quantized weights on the CUDA backend (backend/cuda/quant_*.cu): every quantized type of
 // core/dtype.h, uploaded packed, against the CPU reference codecs (quant::dequantize, fp64 dots).
 // The decode GEMVs (m <= 8) decode blocks in registers; 9 to 64 rows go through the int8
-// tensor-core GEMM for Q4_0, Q5_0, Q8_0, Q4_K and Q6_K (same reference as the int8 GEMVs); prefill
+// tensor-core GEMM for Q4_0, Q5_0, Q8_0, Q4_K and Q6_K (opt-in, switched on for the int8 path's
+// run; same reference as the int8 GEMVs); prefill
 // (m = 100, and the other types) through a bf16 dequantization scratch and cuBLASLt. Skips without a GPU. Each test runs on the three GEMV paths:
 // int8 activations (the default: x quantized per 32 elements, dp4a), fp32 activations
 // (SPLITFLOW_CUDA_Q8_ACTIVATIONS=0) and the tensor-core path (SPLITFLOW_QUANT_MMA=1).
@@ -47,10 +48,12 @@ class CudaQuant : public ::testing::TestWithParam<GemvPath> {
       setenv("SPLITFLOW_CUDA_F16_ACTIVATIONS", "0", 1);
     }
     if (GetParam() == GemvPath::TensorCore) setenv("SPLITFLOW_QUANT_MMA", "1", 1);
+    if (GetParam() == GemvPath::Q8Activations) setenv("SPLITFLOW_QUANT_GEMM", "1", 1);  // opt-in, tested here
     backend = make_test_cuda_backend();
   }
   void TearDown() override {
     unsetenv("SPLITFLOW_QUANT_MMA");
+    unsetenv("SPLITFLOW_QUANT_GEMM");
     unsetenv("SPLITFLOW_CUDA_Q8_ACTIVATIONS");
     unsetenv("SPLITFLOW_CUDA_F16_ACTIVATIONS");
   }
@@ -380,7 +383,7 @@ TEST_P(CudaQuant, QkvRopeWriteKvFusedOnQuantizedAndMixed) {
 namespace {
 
 // Decode matmul speed of every quantized type against bf16 on Llama-shaped matrices, m = 1 and 4
-// (the GEMVs), 16 and 64 (the int8 GEMM, or dequantize + cuBLASLt; bf16: cuBLASLt) (run on
+// (the GEMVs), 16 and 64 (the opt-in int8 GEMM, or dequantize + cuBLASLt; bf16: cuBLASLt) (run on
 // purpose: --gtest_also_run_disabled_tests --gtest_filter='*QuantGemvSpeed*'). Each timing replays
 // a recorded graph of matmuls cycling over copies of the weight that together exceed the L2, so
 // every call streams its weight from memory. Prints "[quant bench] type n k m us GB/s vs-bf16", on
@@ -443,7 +446,9 @@ TEST(CudaQuantBench, DISABLED_QuantGemvSpeed) {
                   bf16.nbytes() / base / 1e9);
       for (DType type : all_quantized()) {
         const Tensor w = tiled_quantized(type, n, k);
+        setenv("SPLITFLOW_QUANT_GEMM", "1", 1);
         const double t = seconds_per_matmul(*backend, w, m);  // int8 (fp16 for FP8) x where the type has it
+        unsetenv("SPLITFLOW_QUANT_GEMM");
         setenv("SPLITFLOW_CUDA_Q8_ACTIVATIONS", "0", 1);
         setenv("SPLITFLOW_CUDA_F16_ACTIVATIONS", "0", 1);
         const double t_f32 = seconds_per_matmul(*backend, w, m);

@@ -39,10 +39,11 @@ struct F16Dot {
   static constexpr int M = M_, R = R_;
   static constexpr int kWarps = quant_gemv_detail::kWarps<Dec, R>;
   static constexpr int kMinBlocks = quant_gemv_detail::kMinBlocks<R, M>;
+  static constexpr int kInvRmsBytes = (4 * M + 15) / 16 * 16;  // the M inverse rms after x
   static constexpr bool kGrouped = Dec::kPerGroup;
   __host__ __device__ static constexpr int64_t x_bytes(int64_t k) { return M * quant_f8x::x_row_bytes(k); }
   __host__ __device__ static constexpr int64_t shared_bytes(int64_t k) {
-    return x_bytes(k) + 16 + kWarps * static_cast<int64_t>(sizeof(StageBuffers<Dec, R>));
+    return x_bytes(k) + kInvRmsBytes + kWarps * static_cast<int64_t>(sizeof(StageBuffers<Dec, R>));
   }
 
   XOperand x;
@@ -54,7 +55,7 @@ struct F16Dot {
   __device__ F16Dot(uint8_t* shared_memory, const XOperand& x_operand, bool rms)
       : x(x_operand), want_rms(rms), shared(shared_memory),
         inv_rms_at(reinterpret_cast<float*>(shared_memory + x_bytes(x_operand.k))),
-        stages(reinterpret_cast<StageBuffers<Dec, R>*>(shared_memory + x_bytes(x_operand.k) + 16)) {}
+        stages(reinterpret_cast<StageBuffers<Dec, R>*>(shared_memory + x_bytes(x_operand.k) + kInvRmsBytes)) {}
 
   // Every thread: x's rows as scaled fp16 units; inv_rms_at[r] (1 without the norm).
   __device__ void convert_x() {

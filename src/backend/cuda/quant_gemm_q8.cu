@@ -7,8 +7,14 @@
 // codes are the B operand (mma.sync m16n8k32, or two m16n8k16 where a unit has a scale per half),
 // and each unit's int32 results are scaled in fp32 (weight scale and minimum, x's d and code sums).
 // The decode GEMVs (quant_gemv.cuh) go up to 8 rows; past 64 the dequantize + cuBLASLt path runs,
-// as it does for the types without a fragment decoder here. Before this, 9+ rows dequantized the
-// whole matrix to bf16 at every call: more bytes than the bf16 matrix itself.
+// as it does for the types without a fragment decoder here.
+//
+// Status (H100, 2026-12-07): correct (CudaQuant tests at 16 to 64 rows), opt-in
+// (SPLITFLOW_QUANT_GEMM=1) and slower than the dequantize + cuBLASLt path it would replace: 4096 x
+// 4096 Q4_0 at m = 16 27 us, m = 64 49 us (dequantize + cuBLASLt 38 and 37 us; bf16 cuBLASLt 15.6
+// and 14.1 us). Each lane loads x's B fragments from global memory per unit and n-tile (8 rows of x
+// behind each 4-byte load), and 4096 rows make only 256 blocks of 4 warps. Next: x's chunk staged
+// once per block in shared memory in the B layout, more rows per block, k split across blocks.
 #include "backend/cuda/quant_decode.cuh"
 #include "backend/cuda/quant_kernels.h"
 #include "backend/cuda/quant_q8x.cuh"
@@ -17,6 +23,8 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 namespace splitflow::cuda {
 namespace quant_gemm_q8_detail {
@@ -315,8 +323,14 @@ using namespace quant_gemm_q8_detail;
 
 bool quant_q8_gemm_type(DType dtype) { return with_fragment_decoder(dtype, [](auto) {}); }
 
+bool quant_q8_gemm_enabled() {
+  const char* value = std::getenv("SPLITFLOW_QUANT_GEMM");
+  return value != nullptr && std::string_view(value) == "1";
+}
+
 bool quant_q8_gemm_supported(const QuantMatrix& w, int64_t m) {
-  if (m <= kMaxQuantGemvRows || m > kMaxQuantGemmRows || !quant_q8_activations_enabled()) return false;
+  if (m <= kMaxQuantGemvRows || m > kMaxQuantGemmRows || !quant_q8_activations_enabled() || !quant_q8_gemm_enabled())
+    return false;
   for (int i = 0; i < w.count; ++i)
     if (!quant_q8_gemm_type(w.runs[i].dtype)) return false;
   return true;

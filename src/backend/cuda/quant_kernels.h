@@ -75,8 +75,8 @@ bool quant_f16_activations(DType dtype);
 constexpr int64_t kMaxQuantGemvRows = 8;
 
 // Rows of x the int8 tensor-core GEMM takes (quant_gemm_q8.cu: kMaxQuantGemvRows < m <= this, for
-// Q4_0, Q5_0, Q8_0, Q4_K and Q6_K runs, with int8 activations on); larger m, or other types: the
-// dequantize + cuBLASLt path.
+// Q4_0, Q5_0, Q8_0, Q4_K and Q6_K runs, with int8 activations on and SPLITFLOW_QUANT_GEMM=1: opt-in
+// while it is slower than the path it replaces); otherwise the dequantize + cuBLASLt path.
 constexpr int64_t kMaxQuantGemmRows = 64;
 bool quant_q8_gemm_type(DType dtype);
 bool quant_q8_gemm_supported(const QuantMatrix& w, int64_t m);

@@ -316,9 +316,10 @@ __device__ __forceinline__ uint32_t pack_codes(float a, float b, float c, float 
   return __byte_perm(lo, hi, 0x5410);
 }
 
-// One 32-element unit of x (max |v| = amax) as codes (out[0..1]: 32 bytes) and its info (d as
-// bits; the code sums of elements 0..15 and 16..31 as two int16).
-__device__ __forceinline__ void quantize_unit(const float (&v)[32], float amax, uint4* out, int2& info) {
+// One 32-element unit of x (max |v| = amax) as codes (out[0..1]: 32 bytes; swapped: elements
+// 16..31 first) and its info (d as bits; the code sums of elements 0..15 and 16..31 as two int16).
+__device__ __forceinline__ void quantize_unit(const float (&v)[32], float amax, uint4* out, int2& info,
+                                              bool swapped = false) {
   const float d = amax / 127.0f, inverse = d != 0.0f ? 1.0f / d : 0.0f;
   uint32_t q[8];
 #pragma unroll
@@ -327,8 +328,8 @@ __device__ __forceinline__ void quantize_unit(const float (&v)[32], float amax, 
   int sums[2] = {0, 0};
 #pragma unroll
   for (int j = 0; j < 8; ++j) sums[j / 4] = dot4(0x01010101u, q[j], sums[j / 4], true);
-  out[0] = make_uint4(q[0], q[1], q[2], q[3]);
-  out[1] = make_uint4(q[4], q[5], q[6], q[7]);
+  out[swapped ? 1 : 0] = make_uint4(q[0], q[1], q[2], q[3]);
+  out[swapped ? 0 : 1] = make_uint4(q[4], q[5], q[6], q[7]);
   info = make_int2(__float_as_int(d), static_cast<int>((sums[0] & 0xffff) | (static_cast<uint32_t>(sums[1]) << 16)));
 }
 
@@ -346,9 +347,10 @@ struct Q8Dot {
   static constexpr int M = M_, R = R_;
   static constexpr int kWarps = quant_gemv_detail::kWarps<Dec, R>;
   static constexpr int kMinBlocks = quant_gemv_detail::kMinBlocks<R, M>;
+  static constexpr int kInvRmsBytes = (4 * M + 15) / 16 * 16;  // the M inverse rms after x
   __host__ __device__ static constexpr int64_t x_bytes(int64_t k) { return M * quant_q8x::x_row_bytes(k); }
   __host__ __device__ static constexpr int64_t shared_bytes(int64_t k) {
-    return x_bytes(k) + 16 + kWarps * static_cast<int64_t>(sizeof(StageBuffers<Dec, R>)) + 16;
+    return x_bytes(k) + kInvRmsBytes + kWarps * static_cast<int64_t>(sizeof(StageBuffers<Dec, R>)) + 16;
   }
 
   XOperand x;
@@ -360,7 +362,11 @@ struct Q8Dot {
   __device__ Q8Dot(uint8_t* shared_memory, const XOperand& x_operand, bool rms)
       : x(x_operand), want_rms(rms), shared(shared_memory),
         inv_rms_at(reinterpret_cast<float*>(shared_memory + x_bytes(x_operand.k))),
-        stages(reinterpret_cast<StageBuffers<Dec, R>*>(shared_memory + x_bytes(x_operand.k) + 16)) {}
+        stages(reinterpret_cast<StageBuffers<Dec, R>*>(shared_memory + x_bytes(x_operand.k) + kInvRmsBytes)) {}
+
+  // Units 4..7 of every 8 store their two 16-byte halves swapped: lanes read consecutive units, and
+  // a quarter-warp's 16-byte loads at a 32-byte stride would otherwise meet two to a bank.
+  __device__ static bool swapped_unit(int64_t u) { return (u >> 2) & 1; }
 
   // Every thread: x's rows as codes, d and half sums per unit; inv_rms_at[r] (1 without the norm).
   __device__ void quantize_x() {
@@ -390,7 +396,7 @@ struct Q8Dot {
           if (gw != nullptr) v[e] *= x.norm.offset + __ldg(gw + 32 * u + e);
           amax = fmaxf(amax, fabsf(v[e]));
         }
-        quant_q8x::quantize_unit(v, amax, reinterpret_cast<uint4*>(codes + 32 * u), info[u]);
+        quant_q8x::quantize_unit(v, amax, reinterpret_cast<uint4*>(codes + 32 * u), info[u], swapped_unit(u));
       }
       if (want_rms) {
         squares = warp_total(squares);
@@ -424,8 +430,9 @@ struct Q8Dot {
 #pragma unroll
       for (int r = 0; r < M; ++r) {
         const uint8_t* codes = x_shared + r * x_row_bytes(k);
-        const uint4 a = reinterpret_cast<const uint4*>(codes + 32 * u)[0];
-        const uint4 b = reinterpret_cast<const uint4*>(codes + 32 * u)[1];
+        const bool swapped = swapped_unit(u);
+        const uint4 a = reinterpret_cast<const uint4*>(codes + 32 * u)[swapped ? 1 : 0];
+        const uint4 b = reinterpret_cast<const uint4*>(codes + 32 * u)[swapped ? 0 : 1];
         const int2 info = reinterpret_cast<const int2*>(codes + k)[u];
         const uint32_t xq[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
         const int sums[2] = {static_cast<int16_t>(info.y & 0xffff), info.y >> 16};
