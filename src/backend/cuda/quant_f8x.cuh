@@ -57,6 +57,11 @@ struct F16Dot {
         inv_rms_at(reinterpret_cast<float*>(shared_memory + x_bytes(x_operand.k))),
         stages(reinterpret_cast<StageBuffers<Dec, R>*>(shared_memory + x_bytes(x_operand.k) + kInvRmsBytes)) {}
 
+  // Where quarter q (16 bytes) of unit u's 64 bytes is stored: rotated by u / 2, so the 8 lanes of a
+  // quarter-warp (consecutive units, 64 bytes apart) load from 8 different bank groups (unrotated,
+  // four of them met in each).
+  __device__ static int slot(int64_t u, int q) { return (q + static_cast<int>(u >> 1)) & 3; }
+
   // Every thread: x's rows as scaled fp16 units; inv_rms_at[r] (1 without the norm).
   __device__ void convert_x() {
     const int64_t k = x.k, units = k / 32;
@@ -96,7 +101,7 @@ struct F16Dot {
         }
         uint4* out = reinterpret_cast<uint4*>(row + 64 * u);
 #pragma unroll
-        for (int q = 0; q < 4; ++q) out[q] = make_uint4(h[4 * q], h[4 * q + 1], h[4 * q + 2], h[4 * q + 3]);
+        for (int q = 0; q < 4; ++q) out[slot(u, q)] = make_uint4(h[4 * q], h[4 * q + 1], h[4 * q + 2], h[4 * q + 3]);
         powers[u] = ldexpf(1.0f, exponent);
       }
       if (want_rms) {
@@ -142,7 +147,7 @@ struct F16Dot {
         __half2 xh[16];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          const uint4 v = reinterpret_cast<const uint4*>(row + 64 * u)[q];
+          const uint4 v = reinterpret_cast<const uint4*>(row + 64 * u)[slot(u, q)];
           xh[4 * q] = *reinterpret_cast<const __half2*>(&v.x);
           xh[4 * q + 1] = *reinterpret_cast<const __half2*>(&v.y);
           xh[4 * q + 2] = *reinterpret_cast<const __half2*>(&v.z);
