@@ -1,7 +1,7 @@
 // backend/cuda/quant_backend.cpp — CudaBackend's quantized weights (cuda_backend.h): upload of the
-// packed bytes as they are, the decode GEMVs that read them (quant_gemv.cu), the int8 tensor-core GEMM
-// for 9 to 64 rows (quant_gemm_q8.cu), prefill GEMMs through a bf16 scratch (dequantize.cu, then
-// cuBLASLt), embed() from a quantized table.
+// packed bytes as they are, the decode GEMVs that read them (quant_gemv.cu), the opt-in int8
+// tensor-core GEMM for 9 to 64 rows (quant_gemm_q8.cu), prefill GEMMs through a bf16 scratch
+// (dequantize.cu, then cuBLASLt), embed() from a quantized table.
 #include "backend/argument_checks.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.h"

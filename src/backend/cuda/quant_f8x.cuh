@@ -64,69 +64,30 @@ struct F16Dot {
 
   // Every thread: x's rows as scaled fp16 units; inv_rms_at[r] (1 without the norm).
   __device__ void convert_x() {
-    const int64_t k = x.k, units = k / 32;
-    if (threadIdx.x < M) inv_rms_at[threadIdx.x] = 0.0f;
-    __syncthreads();
-    const float* gw = x.norm.weight;
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      const int64_t xr = r < x.m ? r : x.m - 1;
+    const int64_t k = x.k;
+    convert_x_rows<M>(x, want_rms, inv_rms_at, [&](int r, int64_t u, const float(&v)[32], float amax) {
       uint8_t* row = shared + r * quant_f8x::x_row_bytes(k);
-      float* powers = reinterpret_cast<float*>(row + 2 * k);
-      float squares = 0.0f;
-      for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
-        float v[32];
+      int exponent = 0;
+      frexpf(amax, &exponent);  // amax < 2^exponent
+      const float down = ldexpf(1.0f, -exponent);
+      uint32_t h[16];
 #pragma unroll
-        for (int word = 0; word < 4; ++word) {
-          float part[8];
-          unpack8(__ldg(reinterpret_cast<const uint4*>(x.x + xr * k + 32 * u) + word), part);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) v[8 * word + e] = part[e];
-        }
-        float amax = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 32; ++e) {
-          if (want_rms) squares = fmaf(v[e], v[e], squares);
-          if (gw != nullptr) v[e] *= x.norm.offset + __ldg(gw + 32 * u + e);
-          amax = fmaxf(amax, fabsf(v[e]));
-        }
-        int exponent = 0;
-        frexpf(amax, &exponent);  // amax < 2^exponent
-        const float down = ldexpf(1.0f, -exponent);
-        uint32_t h[16];
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const __half2 pair = __floats2half2_rn(v[2 * j] * down, v[2 * j + 1] * down);
-          h[j] = *reinterpret_cast<const uint32_t*>(&pair);
-        }
-        uint4* out = reinterpret_cast<uint4*>(row + 64 * u);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) out[slot(u, q)] = make_uint4(h[4 * q], h[4 * q + 1], h[4 * q + 2], h[4 * q + 3]);
-        powers[u] = ldexpf(1.0f, exponent);
+      for (int j = 0; j < 16; ++j) {
+        const __half2 pair = __floats2half2_rn(v[2 * j] * down, v[2 * j + 1] * down);
+        h[j] = *reinterpret_cast<const uint32_t*>(&pair);
       }
-      if (want_rms) {
-        squares = warp_total(squares);
-        if (threadIdx.x % 32 == 0) atomicAdd(inv_rms_at + r, squares);
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x < M)
-      inv_rms_at[threadIdx.x] = want_rms ? rsqrtf(inv_rms_at[threadIdx.x] / static_cast<float>(k) + x.norm.eps) : 1.0f;
-    __syncthreads();
+      uint4* out = reinterpret_cast<uint4*>(row + 64 * u);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) out[slot(u, q)] = make_uint4(h[4 * q], h[4 * q + 1], h[4 * q + 2], h[4 * q + 3]);
+      reinterpret_cast<float*>(row + 2 * k)[u] = ldexpf(1.0f, exponent);
+    });
   }
 
   template <typename RowsOf, typename End>
   __device__ void stream(const QuantRun& w, int64_t tasks, RowsOf&& rows_of, End&& end) {
     const int64_t k = x.k;
     const uint8_t* x_shared = shared;
-    float acc[R][M];
-    const auto clear = [&] {
-#pragma unroll
-      for (int r = 0; r < M; ++r)
-#pragma unroll
-        for (int i = 0; i < R; ++i) acc[i][r] = 0.0f;
-    };
-    clear();
+    float acc[R][M] = {};
     const auto unit = [&](int lu, int64_t u, auto& staged, auto& row_at) {
       __half2 wh[R][16];
       float scale[R];
@@ -165,17 +126,7 @@ struct F16Dot {
       }
     };
     stream_tasks<Dec, R>(w, k, stages[threadIdx.x / 32], tasks, rows_of, [&] { convert_x(); }, unit,
-                         [&](int64_t task) {
-                           float inv_rms[M];
-#pragma unroll
-                           for (int r = 0; r < M; ++r) {
-                             inv_rms[r] = inv_rms_at[r];
-#pragma unroll
-                             for (int i = 0; i < R; ++i) acc[i][r] = warp_total(acc[i][r]);
-                           }
-                           end(task, acc, inv_rms);
-                           clear();
-                         });
+                         [&](int64_t task) { end_task(acc, inv_rms_at, task, end); });
   }
 };
 

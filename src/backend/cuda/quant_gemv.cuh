@@ -301,9 +301,11 @@ cudaError_t with_dot(DType dtype, int64_t m, int64_t k, Launch&& launch) {
       quant_q8x::with_q8_decoder(dtype, [&](auto dec) { try_launch(DotTag<Q8Dot<decltype(dec), M, R>>{}); });
     // fp16 x only pays at one or two rows: at four its x traffic and shared memory made it slower
     // than the fp32 dot (H100, 2026-12-07: 4096 x 4096, 32.5 against 25.5 us).
-    if (!launched && M <= 2 && quant_f16_activations_enabled()) {
-      if (dtype == DType::F8_CHANNEL) try_launch(DotTag<F16Dot<quant_decode::F8<false>, M, R>>{});
-      if (dtype == DType::F8_G128) try_launch(DotTag<F16Dot<quant_decode::F8<true>, M, R>>{});
+    if constexpr (M <= 2) {
+      if (!launched && quant_f16_activations_enabled()) {
+        if (dtype == DType::F8_CHANNEL) try_launch(DotTag<F16Dot<quant_decode::F8<false>, M, R>>{});
+        if (dtype == DType::F8_G128) try_launch(DotTag<F16Dot<quant_decode::F8<true>, M, R>>{});
+      }
     }
     if (!launched)
       quant_decode::with_decoder(dtype, [&](auto dec) { err = launch(DotTag<FloatDot<decltype(dec), M, R>>{}); });

@@ -370,43 +370,12 @@ struct Q8Dot {
 
   // Every thread: x's rows as codes, d and half sums per unit; inv_rms_at[r] (1 without the norm).
   __device__ void quantize_x() {
-    const int64_t k = x.k, units = k / 32;
-    if (threadIdx.x < M) inv_rms_at[threadIdx.x] = 0.0f;
-    __syncthreads();
-    const float* gw = x.norm.weight;
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      const int64_t xr = r < x.m ? r : x.m - 1;
+    const int64_t k = x.k;
+    convert_x_rows<M>(x, want_rms, inv_rms_at, [&](int r, int64_t u, const float(&v)[32], float amax) {
       uint8_t* codes = shared + r * quant_q8x::x_row_bytes(k);
-      int2* info = reinterpret_cast<int2*>(codes + k);
-      float squares = 0.0f;
-      for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
-        float v[32];
-#pragma unroll
-        for (int word = 0; word < 4; ++word) {
-          float part[8];
-          unpack8(__ldg(reinterpret_cast<const uint4*>(x.x + xr * k + 32 * u) + word), part);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) v[8 * word + e] = part[e];
-        }
-        float amax = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 32; ++e) {
-          if (want_rms) squares = fmaf(v[e], v[e], squares);
-          if (gw != nullptr) v[e] *= x.norm.offset + __ldg(gw + 32 * u + e);
-          amax = fmaxf(amax, fabsf(v[e]));
-        }
-        quant_q8x::quantize_unit(v, amax, reinterpret_cast<uint4*>(codes + 32 * u), info[u], swapped_unit(u));
-      }
-      if (want_rms) {
-        squares = warp_total(squares);
-        if (threadIdx.x % 32 == 0) atomicAdd(inv_rms_at + r, squares);
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x < M)
-      inv_rms_at[threadIdx.x] = want_rms ? rsqrtf(inv_rms_at[threadIdx.x] / static_cast<float>(k) + x.norm.eps) : 1.0f;
-    __syncthreads();
+      quant_q8x::quantize_unit(v, amax, reinterpret_cast<uint4*>(codes + 32 * u), reinterpret_cast<int2*>(codes + k)[u],
+                               swapped_unit(u));
+    });
   }
 
   template <typename RowsOf, typename End>
@@ -414,14 +383,7 @@ struct Q8Dot {
     using namespace quant_q8x;
     const int64_t k = x.k;
     const uint8_t* x_shared = shared;
-    float acc[R][M];
-    const auto clear = [&] {
-#pragma unroll
-      for (int r = 0; r < M; ++r)
-#pragma unroll
-        for (int i = 0; i < R; ++i) acc[i][r] = 0.0f;
-    };
-    clear();
+    float acc[R][M] = {};
     const auto unit = [&](int lu, int64_t u, auto& staged, auto& row_at) {
       uint32_t q[R][8];
       float scale[R][2], min[R][2];
@@ -455,17 +417,7 @@ struct Q8Dot {
       }
     };
     stream_tasks<Dec, R>(w, k, stages[threadIdx.x / 32], tasks, rows_of, [&] { quantize_x(); }, unit,
-                         [&](int64_t task) {
-                           float inv_rms[M];
-#pragma unroll
-                           for (int r = 0; r < M; ++r) {
-                             inv_rms[r] = inv_rms_at[r];
-#pragma unroll
-                             for (int i = 0; i < R; ++i) acc[i][r] = warp_total(acc[i][r]);
-                           }
-                           end(task, acc, inv_rms);
-                           clear();
-                         });
+                         [&](int64_t task) { end_task(acc, inv_rms_at, task, end); });
   }
 };
 

@@ -157,4 +157,66 @@ __device__ __forceinline__ void stream_tasks(const QuantRun& w, int64_t k, Stage
   }
 }
 
+// The prologue of the dots that convert x once per block (Q8Dot, F16Dot), by every thread: for
+// each of the M rows of x (rows past m read row m - 1) and each 32-element unit u, store(r, u, v,
+// amax) with v the unit's values times (offset + norm weight) (x alone without a weight) and amax =
+// max |v|; inv_rms[r] (M floats of shared memory) = 1 / rms of x row r before the weight with
+// want_rms, else 1. Syncs the block.
+template <int M, typename Store>
+__device__ __forceinline__ void convert_x_rows(const XOperand& x, bool want_rms, float* inv_rms, Store&& store) {
+  const int64_t k = x.k, units = k / 32;
+  if (threadIdx.x < M) inv_rms[threadIdx.x] = 0.0f;
+  __syncthreads();
+  const float* gw = x.norm.weight;
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    const int64_t xr = r < x.m ? r : x.m - 1;
+    float squares = 0.0f;
+    for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+      float v[32];
+#pragma unroll
+      for (int word = 0; word < 4; ++word) {
+        float part[8];
+        unpack8(__ldg(reinterpret_cast<const uint4*>(x.x + xr * k + 32 * u) + word), part);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[8 * word + e] = part[e];
+      }
+      float amax = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 32; ++e) {
+        if (want_rms) squares = fmaf(v[e], v[e], squares);
+        if (gw != nullptr) v[e] *= x.norm.offset + __ldg(gw + 32 * u + e);
+        amax = fmaxf(amax, fabsf(v[e]));
+      }
+      store(r, u, v, amax);
+    }
+    if (want_rms) {
+      squares = warp_total(squares);
+      if (threadIdx.x % 32 == 0) atomicAdd(inv_rms + r, squares);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < M)
+    inv_rms[threadIdx.x] = want_rms ? rsqrtf(inv_rms[threadIdx.x] / static_cast<float>(k) + x.norm.eps) : 1.0f;
+  __syncthreads();
+}
+
+// A task's end for those dots: the warp's sums totalled in every lane, end(task, acc, inv_rms) with
+// the prologue's inv_rms, then the sums cleared for the next task.
+template <int R, int M, typename End>
+__device__ __forceinline__ void end_task(float (&acc)[R][M], const float* inv_rms_shared, int64_t task, End&& end) {
+  float inv_rms[M];
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    inv_rms[r] = inv_rms_shared[r];
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i][r] = warp_total(acc[i][r]);
+  }
+  end(task, acc, inv_rms);
+#pragma unroll
+  for (int r = 0; r < M; ++r)
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i][r] = 0.0f;
+}
+
 }  // namespace splitflow::cuda::quant_gemv_detail
