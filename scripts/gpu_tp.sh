@@ -19,7 +19,8 @@
 #   6. AUTO_CAP=F: `serve -ngl auto --gpu-memory-utilization F` on HYBRID_CONFIG (dummy weights): the
 #      split the engine picks where the model does not fit that share, and one completion.
 #   7. EMBED_SERVE=1: `serve` of the all-MiniLM-L6-v2 shape (dummy weights) and `bench serve
-#      --endpoint embeddings` against it: 32-token inputs, EMBED_BATCH per request (default 64),
+#      --endpoint embeddings` against it: EMBED_LENS-token inputs (default 32; "32 512" both),
+#      EMBED_BATCH per request (default 64),
 #      float and base64 answers, EMBED_CONCURRENCY requests in flight (default 64): the
 #      /v1/embeddings throughput issue 28 asks for, HTTP and JSON included.
 #   PEER_BUILD=1 first builds llama.cpp's llama-bench / llama-quantize with CUDA (bench/build_llama_cpp.sh;
@@ -134,14 +135,17 @@ if [[ ${EMBED_SERVE:-0} == 1 ]]; then
     --max-batch-tokens 65536 --max-seqs 2048 --max-queue 65536 >"$logs/embed_serve.log" 2>&1 &
   for _ in $(seq 100); do curl -sf localhost:18124/health >/dev/null && break; sleep 1; done
   batch=${EMBED_BATCH:-64}
-  for format in float base64; do
-    timeout 200 "$build/splitflow" bench serve --url http://127.0.0.1:18124 --endpoint embeddings --rate 100000 \
-      --num-requests $((262144 / batch)) --input-len 32 --inputs-per-request "$batch" --prompt-vocab 30000 \
-      --encoding-format "$format" --max-concurrency "${EMBED_CONCURRENCY:-64}" --label "embeddings-$format" \
-      --results-dir "$results" >"$logs/embed_serve_$format.log" 2>&1
-    echo "=== /v1/embeddings, 32-token inputs, $batch a request, $format (exit $?) ==="
-    grep -E "failed|error" "$logs/embed_serve_$format.log" | head -3
-    python3 -c "import json,glob; d=json.load(open(sorted(glob.glob('$results/serve-*.json'))[-1])); s=d['runs'][0]['summary']; print({k: s.get(k) for k in ('num_completed','num_failed','duration_s','request_throughput_rps','total_token_throughput_tps')})"
+  for len in ${EMBED_LENS:-32}; do
+    for format in float base64; do
+      # As many inputs as 8M tokens (32-token inputs: 4,096 requests of 64).
+      timeout 200 "$build/splitflow" bench serve --url http://127.0.0.1:18124 --endpoint embeddings --rate 100000 \
+        --num-requests $((8388608 / len / batch)) --input-len "$len" --inputs-per-request "$batch" --prompt-vocab 30000 \
+        --encoding-format "$format" --max-concurrency "${EMBED_CONCURRENCY:-64}" --label "embeddings-$len-$format" \
+        --results-dir "$results" >"$logs/embed_serve_${len}_$format.log" 2>&1
+      echo "=== /v1/embeddings, $len-token inputs, $batch a request, $format (exit $?) ==="
+      grep -E "failed|error" "$logs/embed_serve_${len}_$format.log" | head -3
+      python3 -c "import json,glob; d=json.load(open(sorted(glob.glob('$results/serve-*.json'))[-1])); s=d['runs'][0]['summary']; print({k: s.get(k) for k in ('num_completed','num_failed','duration_s','request_throughput_rps','total_token_throughput_tps')})"
+    done
   done
   pkill -INT -f "splitflow serve --dummy-weights --config bench/configs/all-minilm" ; sleep 3
 fi
