@@ -38,6 +38,7 @@ struct ChatFlags {
   int context = 2048;
   std::string kv_cache_dtype = "auto";
   bool verbose_prompt = false;
+  bool no_warmup = false;
 };
 
 // SIGINT while a reply is generated asks it to stop; a second one before it stops, or one at the
@@ -111,6 +112,9 @@ void run_chat(const ChatFlags& flags) {
   const int32_t block_size = 16;
   KvCacheConfig kv{blocks_for_tokens(context, block_size), block_size, 0, kv_cache_dtype};
   ModelRunner runner(model.spec, std::move(model.weights), *backend, kv, RunnerLimits{512, 1});
+  // The one-time costs (decode graphs recorded, the CPU's repacked weights) before the first turn,
+  // not inside its reply.
+  if (!flags.no_warmup) runner.warm_up(false);
   Generator generator(runner, model.tokenizer.get());
 
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
@@ -210,6 +214,8 @@ void register_chat(CLI::App& app) {
                       "tokens of conversation kept (capped by the model's context); older exchanges are dropped")
       ->capture_default_str();
   command->add_flag("--verbose-prompt", flags->verbose_prompt, "print each turn's rendered prompt to stderr");
+  command->add_flag("--no-warmup", flags->no_warmup,
+                    "skip the warm-up before the first turn (decode graphs recorded, weights prepared during it instead)");
   add_kv_cache_dtype_flag(*command, flags->kv_cache_dtype);
   command->callback([flags] { run_chat(*flags); });
 }

@@ -35,6 +35,16 @@ TEST(Cli, GenerateStreamsTheReferenceGreedyText) {
   EXPECT_NE(result.err.find("tok/s"), std::string::npos) << result.err;
 }
 
+// generate warms up by default (one eager decode step on the CPU, its KV write at block 0): the
+// text must be the reference's with and without it.
+TEST(Cli, GenerateWarmUpLeavesTheTextUnchanged) {
+  const nlohmann::json expected = read_json_file(test::shared_path("models/stories260K/golden.json")).at("prompt_greedy");
+  const CommandResult result = run_splitflow({"generate", "--model", kStories, "--prompt", "Once upon a time",
+                                              "--temperature", "0", "--max-tokens", "64", "--no-warmup"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, expected.at("generated_text").get<std::string>() + "\n");
+}
+
 TEST(Cli, GenerateWithSamplingIsReproducibleBySeed) {
   const std::vector<std::string> args = {"generate", "--model", kStories, "--prompt", "Once upon a time", "--temperature",
                                          "0.9", "--top-p", "0.9", "--seed", "7", "--max-tokens", "40"};

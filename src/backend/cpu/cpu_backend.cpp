@@ -114,29 +114,6 @@ void activate_row(const float* x, const float* up, Activation act, float* out, i
   for (; j < n; ++j) out[j] = up != nullptr ? activate(x[j], act) * up[j] : activate(x[j], act);
 }
 
-// Pins the OpenMP team of the calling thread (libgomp keeps one team per master thread) to
-// distinct CPUs of the process's affinity mask, thread t on the t-th CPU, once per master thread.
-// On a shared machine an unpinned team can have two threads time-slice one core while the other
-// runs someone else's job; every barrier then waits a scheduler tick (measured here: a 2-thread
-// GEMV at 0.5 GB/s instead of 9-40 with another build running; docs/cpu.md).
-void pin_team(int num_threads) {
-  thread_local int pinned_for = 0;
-  if (pinned_for == num_threads) return;
-  pinned_for = num_threads;
-  cpu_set_t allowed;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < num_threads) return;
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-#pragma omp parallel num_threads(num_threads)
-  {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpus[static_cast<size_t>(omp_get_thread_num())], &one);
-    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-  }
-}
-
 }  // namespace
 
 CpuBackend::CpuBackend(int num_threads, CpuJobPlace place)
@@ -147,9 +124,6 @@ CpuBackend::CpuBackend(int num_threads, CpuJobPlace place)
     q8_activations_ = std::string_view(q8) != "0";
   // Ranks or stages of an in-process job each run a team: pinning them would stack the teams on
   // the same CPUs.
-  const char* pin = std::getenv("SPLITFLOW_CPU_PIN");
-  pin_threads_ = place_.group == nullptr && place_.mailboxes == nullptr && num_threads_ > 1 &&
-                 (pin == nullptr || std::string_view(pin) != "0");
   if (place_.group != nullptr || place_.mailboxes != nullptr) set_team_pinning(false);
   SF_CHECK(place_.group == nullptr || (place_.group_rank >= 0 && place_.group_rank < place_.group->size()),
            "cpu backend: rank {} outside a group of {}", place_.group_rank, place_.group ? place_.group->size() : 0);
@@ -364,7 +338,6 @@ void CpuBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Devi
     check_shape(bias, {n}, "matmul", "bias");
   }
   if (m == 0 || n == 0) return;
-  if (pin_threads_) pin_team(num_threads_);
   float* out = y.as<float>();
   // A repacked matrix (decode and prefill alike): its whole 16-row groups from the copy, then the
   // rest as stored.

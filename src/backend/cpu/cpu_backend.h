@@ -11,8 +11,8 @@
 // keeps x in fp32, the exact path the fp32-reference tests use): over a repacked copy of each
 // matrix, made at its first product, whose original pages are then released
 // (backend/cpu/interleaved_rows.h), decode and prefill alike; rows outside its 16-row groups and
-// matrices it does not take run the GEMV (q8_activations.h) and GEMM (q8_gemm.h) as stored. The OpenMP team of each thread that runs
-// kernels is pinned to distinct CPUs at its first matmul (SPLITFLOW_CPU_PIN=0: not).
+// matrices it does not take run the GEMV (q8_activations.h) and GEMM (q8_gemm.h) as stored. Each
+// kernel-running thread's team pins its threads to distinct CPUs (thread_team.h; SPLITFLOW_CPU_PIN=0: not).
 #pragma once
 
 #include "backend/backend.h"
@@ -104,9 +104,6 @@ class CpuBackend final : public Backend {
   int num_threads_;
   CpuJobPlace place_;
   bool q8_activations_ = true;  // SPLITFLOW_CPU_Q8_ACTIVATIONS, read once at construction
-  // The calling thread's team pinned to distinct CPUs at its first matmul (not in in-process jobs;
-  // SPLITFLOW_CPU_PIN=0 turns it off).
-  bool pin_threads_ = false;
   // Bytes of allocate_host areas alive: unwritten pages are not resident, so MemAvailable does not
   // count them yet (a swap area before its first swap). Shared with each area's deleter.
   std::shared_ptr<std::atomic<int64_t>> host_area_bytes_ = std::make_shared<std::atomic<int64_t>>(0);

@@ -31,6 +31,18 @@ std::atomic<bool> pinning{[] {
 // of a decode step (norms, sampling), far shorter than a scheduler tick.
 constexpr auto kSpin = std::chrono::microseconds(500);
 
+// The CPUs the process may run on, read once before main() (so before any thread is pinned): a
+// team created after its calling thread was pinned (by an earlier team of another size) would
+// otherwise see one CPU and leave its workers unpinned beside the caller.
+const std::vector<int> process_cpus = [] {
+  std::vector<int> cpus;
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  return cpus;
+}();
+
 void pin_to(int cpu) {
   cpu_set_t one;
   CPU_ZERO(&one);
@@ -41,11 +53,8 @@ void pin_to(int cpu) {
 class Team {
  public:
   explicit Team(int num_threads) {
-    std::vector<int> cpus;
-    cpu_set_t allowed;
-    if (pinning.load() && sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) >= num_threads)
-      for (int c = 0; c < CPU_SETSIZE; ++c)
-        if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    const bool pin = pinning.load() && static_cast<int>(process_cpus.size()) >= num_threads;
+    const std::vector<int> cpus = pin ? process_cpus : std::vector<int>{};
     if (!cpus.empty()) pin_to(cpus[0]);
     for (int t = 1; t < num_threads; ++t)
       workers_.emplace_back([this, cpu = cpus.empty() ? -1 : cpus[static_cast<size_t>(t)]] {
