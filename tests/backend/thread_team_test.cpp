@@ -1,12 +1,16 @@
 // backend/cpu/thread_team.h: every chunk of every job runs exactly once, the caller sees every
 // chunk's writes when parallel_chunks returns, and a job after the workers went to sleep still
-// runs, for team sizes up to more threads than CPUs (pinning then skipped).
+// runs, for team sizes up to more threads than CPUs (pinning then skipped); a team made on a
+// thread already pinned to one CPU still pins its worker to another.
 #include "backend/cpu/thread_team.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -42,6 +46,48 @@ TEST(ThreadTeam, WorkersTakeChunks) {
   });
   for (const std::thread::id& id : seen) distinct += id != seen[0] ? 1 : 0;
   EXPECT_GT(distinct.load(), 0) << "the caller ran every chunk itself";
+}
+
+// Before the fix a team read its caller's CPU mask: on a caller already pinned to one CPU (by an
+// earlier team of another size, or the OpenMP pinning the CPU backend did at its first matmul) it
+// saw one CPU and left its worker unpinned beside the caller, and a 2-thread decode ran at two
+// thirds of its speed. Teams now take the process's CPUs.
+// The process's CPUs, read before main() as the teams read them (the tests above pin this thread).
+const std::vector<int> start_cpus = [] {
+  std::vector<int> cpus;
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  return cpus;
+}();
+
+TEST(ThreadTeam, TeamOfAPinnedCallerPinsItsWorkerToAnotherCpu) {
+  const std::vector<int>& cpus = start_cpus;
+  if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs, the process may use " << cpus.size();
+  std::mutex mutex;
+  std::vector<std::vector<int>> worker_masks;  // the CPU masks of the threads other than the caller
+  std::thread caller([&] {  // a fresh thread: its team is made by the call below
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[0], &one);
+    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+    const std::thread::id self = std::this_thread::get_id();
+    cpu::parallel_chunks(2, 64, [&](int64_t) {
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+      if (std::this_thread::get_id() == self) return;
+      cpu_set_t mask;
+      pthread_getaffinity_np(pthread_self(), sizeof mask, &mask);
+      std::vector<int> on;
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &mask)) on.push_back(c);
+      const std::lock_guard lock(mutex);
+      worker_masks.push_back(on);
+    });
+  });
+  caller.join();
+  ASSERT_FALSE(worker_masks.empty()) << "no chunk ran on the worker";
+  for (const std::vector<int>& on : worker_masks) EXPECT_EQ(on, std::vector<int>{cpus[1]});
 }
 
 }  // namespace
