@@ -13,7 +13,8 @@
 //   codes(blocks, lu, row, k, u, q, scale, min)
 // q[j] the codes of elements 4j .. 4j + 3 as bytes (unsigned unless kSigned), scale[h] / min[h]
 // those of the unit's half h (kHalves 1: one for the 32), kCodeOffset the integer each code is less
-// (Q4_0's 8). Types without one (F8, Q3H, the 2/3/5/6-bit Inferflow blocks) keep the fp32 dot.
+// (Q4_0's 8). FP8 has its own dot (quant_f8x.cuh); Q3H and the 2/3/5/6-bit Inferflow blocks keep
+// the fp32 one. The same unit quantizer feeds the int8 tensor-core GEMM (quant_gemm_q8.cu).
 #pragma once
 
 #include "backend/cuda/quant_decode.cuh"
