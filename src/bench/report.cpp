@@ -75,14 +75,28 @@ std::string utc_timestamp() {
   return text;
 }
 
+nlohmann::json kernel_switches() {
+  // Only these names: the environment may hold secrets (SPLITFLOW_API_KEY).
+  static constexpr const char* kNames[] = {"SPLITFLOW_ALLREDUCE",          "SPLITFLOW_CPU_PIN",
+                                           "SPLITFLOW_CPU_Q8_ACTIVATIONS", "SPLITFLOW_CUDA_F16_ACTIVATIONS",
+                                           "SPLITFLOW_CUDA_Q8_ACTIVATIONS", "SPLITFLOW_GEMV_MAX_ROWS",
+                                           "SPLITFLOW_QUANT_GEMM",         "SPLITFLOW_QUANT_MMA"};
+  nlohmann::json switches = nlohmann::json::object();
+  for (const char* name : kNames)
+    if (const char* value = std::getenv(name); value != nullptr) switches[name] = value;
+  return switches;
+}
+
 std::string write_result(const nlohmann::json& result, const std::string& dir, const std::string& name) {
   std::filesystem::create_directories(dir);
+  nlohmann::json written = result;
+  if (written.is_object() && !written.contains("kernel_switches")) written["kernel_switches"] = kernel_switches();
   std::string stamp = utc_timestamp();
   std::replace(stamp.begin(), stamp.end(), ':', '-');
   const std::string path = dir + "/" + name + "-" + stamp + ".json";
   std::ofstream out(path);
   SF_CHECK(out.good(), "cannot write benchmark result '{}'", path);
-  out << result.dump(2) << "\n";
+  out << written.dump(2) << "\n";
   return path;
 }
 

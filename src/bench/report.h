@@ -18,7 +18,11 @@ double measure_cpu_read_bandwidth_gbps(int threads);
 std::string source_commit();
 // UTC, ISO 8601.
 std::string utc_timestamp();
-// Writes `result` to `dir`/<name>-<timestamp>.json and returns the path.
+// The kernel-path switches set in the environment (SPLITFLOW_CUDA_Q8_ACTIVATIONS,
+// SPLITFLOW_CPU_PIN, ...; docs/quantization.md, docs/cpu.md), by name: {} when every path is the
+// default. So the two sides of an A/B run say which they were.
+nlohmann::json kernel_switches();
+// Writes `result` to `dir`/<name>-<timestamp>.json (with "kernel_switches" added) and returns the path.
 std::string write_result(const nlohmann::json& result, const std::string& dir, const std::string& name);
 
 }  // namespace splitflow::bench
