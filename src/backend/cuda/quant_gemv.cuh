@@ -4,8 +4,9 @@
 // quant_q8x.cuh; the default for the types with a Q8 decoder, as llama.cpp's GPU and this
 // project's CPU backend run them), fp16 activations with fp16 pair FMAs for FP8 (F16Dot,
 // quant_f8x.cuh), and fp32 activations (FloatDot below: each lane decodes a unit into fp32
-// registers (quant_decode.cuh) and multiplies it with the bf16 x rows; every type, and the whole
-// path with SPLITFLOW_CUDA_Q8_ACTIVATIONS=0 SPLITFLOW_CUDA_F16_ACTIVATIONS=0). Only the packed bytes cross the memory bus
+// registers (quant_decode.cuh) and multiplies it with the bf16 x rows; every type can take it: FP8
+// past 2 rows, x too large for the others' shared memory, and everything with
+// SPLITFLOW_CUDA_Q8_ACTIVATIONS=0 SPLITFLOW_CUDA_F16_ACTIVATIONS=0). Only the packed bytes cross the memory bus
 // (4.5 bits per weight for Q4_0 instead of bf16's 16). Kernels are instantiated per decoder: one
 // kernel holding every decoder behind a switch took the register count of the largest. A Mixed
 // matrix is one plain GEMV launch per run, into its output columns; the fused gated and QKV kernels

@@ -62,8 +62,8 @@ bool quant_mma_enabled();
 
 // Whether the decode GEMVs multiply with x quantized to int8 per 32 elements (dp4a; quant_q8x.cuh)
 // rather than in fp32: on by default, off with SPLITFLOW_CUDA_Q8_ACTIVATIONS=0 (read at each launch,
-// so a test can switch). quant_q8_activations(dtype): whether `dtype` has that path (the GGUF
-// integer types, Inferflow's 4- and 8-bit blocks, int8 groups; not FP8, Q3H or 2/3/5/6-bit B32/B64).
+// so a test can switch). quant_q8_activations(dtype): whether `dtype` has that path (every integer
+// type: the GGUF ones, Inferflow's blocks and Q3H, int8 groups; not FP8).
 bool quant_q8_activations_enabled();
 bool quant_q8_activations(DType dtype);
 // The same for FP8 weights (F8_CHANNEL, F8_G128) and x as fp16 (quant_f8x.cuh): on by default, off

@@ -13,8 +13,8 @@
 //   codes(blocks, lu, row, k, u, q, scale, min)
 // q[j] the codes of elements 4j .. 4j + 3 as bytes (unsigned unless kSigned), scale[h] / min[h]
 // those of the unit's half h (kHalves 1: one for the 32), kCodeOffset the integer each code is less
-// (Q4_0's 8). FP8 has its own dot (quant_f8x.cuh); Q3H and the 2/3/5/6-bit Inferflow blocks keep
-// the fp32 one. The same unit quantizer feeds the int8 tensor-core GEMM (quant_gemm_q8.cu).
+// (Q4_0's 8). Every integer-code type has one; FP8 has its own dot (quant_f8x.cuh). The same unit
+// quantizer feeds the int8 tensor-core GEMM (quant_gemm_q8.cu).
 #pragma once
 
 #include "backend/cuda/quant_decode.cuh"
@@ -227,11 +227,11 @@ struct Q6_Kx : Q6_K {
   }
 };
 
-// Inferflow 4- and 8-bit min/max blocks: w = min + q scale; a unit's codes are 4 or 8 32-bit words
-// after the 4-byte header (4-byte aligned). 4-bit codes alternate low and high nibbles.
+// Inferflow min/max blocks: w = min + q scale; a unit's codes are kBits 32-bit words after the
+// 4-byte header (4-byte aligned): 8-bit codes as they are, 4-bit ones alternate low and high
+// nibbles, other widths are a little-endian bit stream (code i at bits [i kBits, (i + 1) kBits)).
 template <int kBits, int kBlockElems>
 struct QBx : QB<kBits, kBlockElems> {
-  static_assert(kBits == 4 || kBits == 8);
   static constexpr int kBytes = QB<kBits, kBlockElems>::kBytes, kUnitsPerBlock = kBlockElems / 32;
   static constexpr int kHalves = 1, kCodeOffset = 0;
   static constexpr bool kSigned = false, kMin = true;
@@ -245,13 +245,63 @@ struct QBx : QB<kBits, kBlockElems> {
     if constexpr (kBits == 8) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) q[j] = ld32(c + 4 * j);
-    } else {
+    } else if constexpr (kBits == 4) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const uint32_t word = ld32(c + 4 * i), lo = word & kNibbles, hi = (word >> 4) & kNibbles;
         q[2 * i] = __byte_perm(lo, hi, 0x5140);
         q[2 * i + 1] = __byte_perm(lo, hi, 0x7362);
       }
+    } else {
+      uint32_t words[kBits + 1];
+#pragma unroll
+      for (int i = 0; i < kBits; ++i) words[i] = ld32(c + 4 * i);
+      words[kBits] = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        uint32_t packed = 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int bit = (4 * j + e) * kBits, word = bit / 32, off = bit % 32;
+          uint32_t v = words[word] >> off;
+          if (off + kBits > 32) v |= words[word + 1] << (32 - off);
+          packed |= (v & ((1u << kBits) - 1)) << (8 * e);
+        }
+        q[j] = packed;
+      }
+    }
+  }
+};
+
+// Q3H_B64: a unit (half block) is 16 7-bit codes c = q1 * 11 + q2 from byte 4 + 14 half (2-byte
+// aligned); elements 2c' and 2c' + 1 of code c' are q1 and q2 (levels 0..10); w = min + q scale.
+struct Q3Hx : Q3H_B64 {
+  static constexpr int kHalves = 1, kCodeOffset = 0;
+  static constexpr bool kSigned = false, kMin = true;
+  __device__ static void codes(const uint8_t* blocks, int64_t lu, const uint8_t*, int64_t, int64_t, uint32_t (&q)[8],
+                               float (&scale)[2], float (&min)[2]) {
+    const uint8_t* b = blocks + (lu / 2) * kBytes;
+    const uint32_t header = ld32(b);
+    min[0] = f16(header & 0xffff);
+    scale[0] = f16(header >> 16);
+    const uint8_t* codes_at = b + 4 + 14 * (lu % 2);
+    uint32_t words[4];
+#pragma unroll
+    for (int i = 0; i < 3; ++i) words[i] = ld32_a2(codes_at + 4 * i);
+    words[3] = ld16(codes_at + 12);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      uint32_t packed = 0;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int bit = 7 * (2 * j + h), word = bit / 32, off = bit % 32;
+        uint32_t code = words[word] >> off;
+        if (off + 7 > 32) code |= words[word + 1] << (32 - off);
+        code &= 0x7f;
+        const uint32_t first = (code * 373) >> 12;  // code / 11 for every 7-bit code
+        packed |= (first | ((code - 11 * first) << 8)) << (16 * h);
+      }
+      q[j] = packed;
     }
   }
 };
@@ -284,10 +334,19 @@ __host__ __device__ __forceinline__ bool with_q8_decoder(DType dtype, F&& f) {
     case DType::Q4_K: f(QK45x<false>{}); return true;
     case DType::Q5_K: f(QK45x<true>{}); return true;
     case DType::Q6_K: f(Q6_Kx{}); return true;
+    case DType::Q2_B32: f(QBx<2, 32>{}); return true;
+    case DType::Q3_B32: f(QBx<3, 32>{}); return true;
     case DType::Q4_B32: f(QBx<4, 32>{}); return true;
+    case DType::Q5_B32: f(QBx<5, 32>{}); return true;
+    case DType::Q6_B32: f(QBx<6, 32>{}); return true;
     case DType::Q8_B32: f(QBx<8, 32>{}); return true;
+    case DType::Q2_B64: f(QBx<2, 64>{}); return true;
+    case DType::Q3_B64: f(QBx<3, 64>{}); return true;
     case DType::Q4_B64: f(QBx<4, 64>{}); return true;
+    case DType::Q5_B64: f(QBx<5, 64>{}); return true;
+    case DType::Q6_B64: f(QBx<6, 64>{}); return true;
     case DType::Q8_B64: f(QBx<8, 64>{}); return true;
+    case DType::Q3H_B64: f(Q3Hx{}); return true;
     case DType::I8_G32: f(I8x<32>{}); return true;
     case DType::I8_G64: f(I8x<64>{}); return true;
     case DType::I8_G128: f(I8x<128>{}); return true;
