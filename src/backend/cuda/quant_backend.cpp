@@ -95,7 +95,9 @@ DeviceBuffer CudaBackend::upload_quantized(const Tensor& host) {
                         fmt::format("allocate the {}-element dequantization scratch", want));
     scratch_elems_ = want;
   }
-  if (const int64_t x_bytes = quant_q8_gemm_scratch_bytes(host.dim(1)); x_bytes > x_codes_bytes_) {
+  // The opt-in int8 GEMM's x scratch, only where it may run (SPLITFLOW_QUANT_GEMM=1 at upload).
+  if (const int64_t x_bytes = quant_q8_gemm_scratch_bytes(host.dim(1));
+      quant_q8_gemm_enabled() && x_bytes > x_codes_bytes_) {
     synchronize();
     if (x_codes_ != nullptr) SF_QUANT_CUDA_CHECK(cudaFree(x_codes_), "free the int8 x scratch");
     x_codes_ = nullptr;

@@ -78,6 +78,7 @@ constexpr int64_t kMaxQuantGemvRows = 8;
 // Q4_0, Q5_0, Q8_0, Q4_K and Q6_K runs, with int8 activations on and SPLITFLOW_QUANT_GEMM=1: opt-in
 // while it is slower than the path it replaces); otherwise the dequantize + cuBLASLt path.
 constexpr int64_t kMaxQuantGemmRows = 64;
+bool quant_q8_gemm_enabled();  // SPLITFLOW_QUANT_GEMM=1
 bool quant_q8_gemm_type(DType dtype);
 bool quant_q8_gemm_supported(const QuantMatrix& w, int64_t m);
 // Scratch the GEMM needs for x's codes at k (for kMaxQuantGemmRows rows).
