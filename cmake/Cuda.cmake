@@ -29,6 +29,10 @@ if(SPLITFLOW_HAS_CUDA)
   target_include_directories(splitflow_cuda PUBLIC ${CMAKE_SOURCE_DIR}/src)
   target_link_libraries(splitflow_cuda PUBLIC CUDA::cudart CUDA::cublasLt fmt::fmt nlohmann_json::nlohmann_json)
   target_compile_options(splitflow_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
+  # quant/block_quantizers.h on the device must round as on the host (quant/ has -ffp-contract=off):
+  # no fused multiply-adds in that file, on either side.
+  set_source_files_properties(${CMAKE_SOURCE_DIR}/src/backend/cuda/quantize_matrix.cu PROPERTIES
+                              COMPILE_OPTIONS "-fmad=false;-Xcompiler=-ffp-contract=off")
   message(STATUS "splitflow: CUDA backend ON (${CMAKE_CUDA_COMPILER}, archs ${CMAKE_CUDA_ARCHITECTURES})")
 
   # Collectives (src/comm/*.cu): NCCL and the custom CUDA-IPC allreduce, in a library of their own

@@ -29,8 +29,14 @@ gpu_build() {
   # PREBUILT=archive (made here by scripts/carry_prebuilt.sh, carried): a binary built on the
   # development machine and the libraries the GPU machine lacks, unpacked instead of a build — for
   # a call whose device time cannot hold the four-minute build.
+  # An archive not carried this call (only what a call names travels) but unpacked by an earlier
+  # call on the same warm machine is reused.
   if [[ -n ${PREBUILT:-} ]]; then
-    mkdir -p "$build" && tar xJf "$PREBUILT" -C "$build" || exit 1
+    if [[ -f $PREBUILT ]]; then
+      mkdir -p "$build" && tar xJf "$PREBUILT" -C "$build" || exit 1
+    else
+      [[ -f $build/commit ]] || { echo "PREBUILT $PREBUILT: not here, and nothing unpacked in $build"; exit 1; }
+    fi
     export LD_LIBRARY_PATH=$root/$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export SPLITFLOW_TEST_FIXTURES_DIR=$root/tests/fixtures  # a test binary's build path is this machine's
     for binary in "$build/splitflow" "$build/tests/test_backend_cuda"; do

@@ -462,6 +462,13 @@ struct CudaJobPlace {
 // The CUDA backend (backend/cuda) on GPU `device`: BF16 activations, a BF16 or F8E4M3 KV cache,
 // fp32 accumulation; throws splitflow::Error when the device cannot be used.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0, CudaJobPlace place = {});
+// --quantization in device memory: `matrix` (f32, f16 or bf16, stored or generated; rows of its
+// last dimension) quantized to `type` on the current CUDA device by quant/block_quantizers.h's
+// code, the packed rows copied back: byte for byte what quant::quantize writes, computed on the
+// GPU (backend/cuda/quantize_matrix.cpp). Other sources go to quant::quantize. Throws naming the
+// CUDA error, or as quant::quantize does. `chunk_elems` (0: 64 Mi) bounds the device memory used:
+// the matrix passes in chunks of whole rows of at most that many elements.
+Tensor quantize_matrix_on_cuda(const Tensor& matrix, DType type, int64_t chunk_elems = 0);
 #endif
 
 }  // namespace splitflow

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <string_view>
 
 namespace splitflow::cli {
 
@@ -33,6 +34,13 @@ ModelLoadOptions ModelFlags::options() const {
     SF_CHECK(is_quantized(dtype), "--quantization: '{}' is not a quantized type (one of: {})", quantization,
              quantized_type_names());
     result.quantization = dtype;
+#ifdef SPLITFLOW_HAS_CUDA
+    // With --device cuda the quantizers run in device memory (the same bytes as the host's, in a
+    // fraction of the time); SPLITFLOW_QUANTIZE_ON_HOST=1 keeps them on the host (for comparison).
+    const char* on_host = std::getenv("SPLITFLOW_QUANTIZE_ON_HOST");
+    if (backend == "cuda" && (on_host == nullptr || std::string_view(on_host) != "1"))
+      result.quantizer = [](const Tensor& matrix, DType type) { return quantize_matrix_on_cuda(matrix, type); };
+#endif
   }
   return result;
 }

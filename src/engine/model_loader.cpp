@@ -44,7 +44,7 @@ LoadedModel load_model(const ModelLoadOptions& options) {
     const std::string& shape_path = options.config_path.empty() ? options.spec_path : options.config_path;
     model.spec = resolve_config_spec(shape_path, options.config_path.empty() ? "" : options.spec_path);
     const DType dtype = options.weight_dtype.value_or(DType::BF16);
-    model.weights = make_dummy_weights(model.spec, dtype, options.seed, options.quantization);
+    model.weights = make_dummy_weights(model.spec, dtype, options.seed, options.quantization, options.quantizer);
     if (!options.tokenizer_path.empty() || !options.model_path.empty()) {
       model.tokenizer = load_tokenizer_for_model(options.model_path, options.tokenizer_path);
     }
@@ -58,7 +58,7 @@ LoadedModel load_model(const ModelLoadOptions& options) {
   std::unique_ptr<WeightSource> source = open_weights(options.model_path);
   model.spec = resolve_source_spec(*source, options.model_path, options.spec_path);
   const DType dtype = options.weight_dtype.value_or(dominant_matrix_dtype(*source));
-  model.weights = bind_weights(model.spec, *source, dtype, options.quantization);
+  model.weights = bind_weights(model.spec, *source, dtype, options.quantization, options.quantizer);
   // A HF directory without tokenizer.json (a test fixture, a bare checkpoint) still runs on token ids.
   const std::filesystem::path path(options.model_path);
   if (options.tokenizer_path.empty() && std::filesystem::is_directory(path) &&

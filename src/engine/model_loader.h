@@ -28,6 +28,9 @@ struct ModelLoadOptions {
   // --quantization: float projection matrices (and an untied lm_head) quantized to this type
   // while loading (model/weights.h); checkpoint matrices already quantized stay as stored.
   std::optional<DType> quantization;
+  // Who does that arithmetic (model/weights.h): empty, quant::quantize on the host; the CLI gives
+  // quantize_matrix_on_cuda with --device cuda (the same bytes, computed in device memory).
+  MatrixQuantizer quantizer;
 };
 
 struct LoadedModel {

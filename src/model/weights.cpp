@@ -28,6 +28,10 @@ void check_matrix_dtype(DType dtype) {
            "weight dtype {} is not supported for matrices (f32, f16 or bf16)", dtype_name(dtype));
 }
 
+Tensor quantize_matrix(const MatrixQuantizer& quantizer, const Tensor& matrix, DType type) {
+  return quantizer ? quantizer(matrix, type) : quant::quantize(matrix, type);
+}
+
 void check_quantization(std::optional<DType> quantization) {
   SF_CHECK(!quantization || is_quantized(*quantization), "quantization type {} is not a quantized type (one of: {})",
            dtype_name(*quantization), quantized_type_names());
@@ -136,8 +140,10 @@ Tensor position_rows(const Tensor& table, int64_t offset, int64_t positions, con
 
 class Binder {
  public:
-  Binder(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype, std::optional<DType> quantization)
-      : spec_(spec), names_(spec.tensors), source_(source), matrix_dtype_(matrix_dtype), quantization_(quantization) {
+  Binder(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype, std::optional<DType> quantization,
+         const MatrixQuantizer& quantizer)
+      : spec_(spec), names_(spec.tensors), source_(source), matrix_dtype_(matrix_dtype), quantization_(quantization),
+        quantizer_(quantizer) {
     for (const TensorInfo& info : source.tensors()) by_name_.emplace(info.name, &info);
   }
 
@@ -184,7 +190,7 @@ class Binder {
       write_rows(info.tensor, false, weights.logits_bias, 0);  // vocab values either way
     }
     if (spec_.network == NetworkType::EncoderDecoder) {
-      Binder encoder(spec_.encoder_spec(), source_, matrix_dtype_, quantization_);
+      Binder encoder(spec_.encoder_spec(), source_, matrix_dtype_, quantization_, quantizer_);
       weights.encoder = std::make_shared<ModelWeights>(encoder.bind(/*warn=*/false));
       used_.insert(encoder.used_.begin(), encoder.used_.end());
     }
@@ -294,10 +300,10 @@ class Binder {
       SF_CHECK(canonical[1] % block == 0,
                "--quantization {}: tensor '{}' ({}) has rows of {} elements, not a whole number of {}-element blocks",
                dtype_name(*quantization_), info.name, describe(field, pattern, layer), canonical[1], block);
-      if (direct && stored.dtype != DType::F64) return quant::quantize(stored, *quantization_);
+      if (direct && stored.dtype != DType::F64) return quantize_matrix(quantizer_, stored, *quantization_);
       Tensor floats = Tensor::zeros(matrix_dtype_, canonical);
       write_rows(stored, transposed, floats, 0);
-      return quant::quantize(floats, *quantization_);
+      return quantize_matrix(quantizer_, floats, *quantization_);
     }
     if (direct && stored.dtype == matrix_dtype_) return stored;
     Tensor out = Tensor::zeros(matrix_dtype_, canonical);
@@ -524,6 +530,7 @@ class Binder {
   const WeightSource& source_;
   DType matrix_dtype_;
   std::optional<DType> quantization_;  // --quantization: plain projection matrices quantized to it
+  const MatrixQuantizer& quantizer_;   // empty: quant::quantize
   std::unordered_map<std::string, const TensorInfo*> by_name_;
   std::unordered_set<std::string> used_;
 };
@@ -554,15 +561,15 @@ class DummyFiller {
 }  // namespace
 
 ModelWeights bind_weights(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype,
-                          std::optional<DType> quantization) {
+                          std::optional<DType> quantization, const MatrixQuantizer& quantizer) {
   check_matrix_dtype(matrix_dtype);
   check_quantization(quantization);
   validate_spec(spec);
-  return Binder(spec, source, matrix_dtype, quantization).bind();
+  return Binder(spec, source, matrix_dtype, quantization, quantizer).bind();
 }
 
 ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint64_t seed,
-                                std::optional<DType> quantization) {
+                                std::optional<DType> quantization, const MatrixQuantizer& quantizer) {
   check_matrix_dtype(matrix_dtype);
   check_quantization(quantization);
   validate_spec(spec);
@@ -629,14 +636,15 @@ ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint6
                                                     DType::F32));
   if (spec.network == NetworkType::EncoderDecoder)
     weights.encoder = std::make_shared<ModelWeights>(
-        make_dummy_weights(spec.encoder_spec(), matrix_dtype, mix64(seed ^ 0x656e636f646572ull), quantization));
+        make_dummy_weights(spec.encoder_spec(), matrix_dtype, mix64(seed ^ 0x656e636f646572ull), quantization,
+                           quantizer));
   if (quantization) {  // the projections (and an untied lm_head), from their generated values
     const auto quantized = [&](const Tensor& matrix, const char* what) {
       const int64_t block = dtype_block_elems(*quantization);
       SF_CHECK(matrix.dim(1) % block == 0,
                "--quantization {}: {} {} has rows of {} elements, not a whole number of {}-element blocks",
                dtype_name(*quantization), what, shape_str(matrix.shape), matrix.dim(1), block);
-      return quant::quantize(matrix, *quantization);
+      return quantize_matrix(quantizer, matrix, *quantization);
     };
     for (LayerWeights& layer : weights.layers) {
       layer.wqkv = quantized(layer.wqkv, "wqkv");

@@ -8,6 +8,7 @@
 #include "model/spec.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -49,20 +50,25 @@ struct ModelWeights {
   std::shared_ptr<ModelWeights> encoder;
 };
 
+// Quantizes a float matrix for --quantization (`type` a quantized dtype). Empty: quant::quantize on
+// the host. A backend may give its own that writes the same bytes (quantize_matrix_on_cuda in
+// backend/backend.h: the arithmetic in device memory).
+using MatrixQuantizer = std::function<Tensor(const Tensor& matrix, DType type)>;
+
 // Matrices (embed, lm_head, projections) are converted to `matrix_dtype` (F32, F16 or BF16);
 // norms and biases are always F32. Quantized checkpoint matrices (core/dtype.h) stay packed as
 // stored (views of the file, scales checked by quant::validate): fused QKV / gate-up concatenate
 // the parts' packed rows, a DType::Mixed matrix with row runs when the parts' types differ (plain
 // parts then in matrix_dtype); a quantized tensor stored transposed is an error. `quantization`
 // (--quantization) quantizes the float projection matrices, and an untied lm_head, to that type
-// while binding (quant::quantize); the embedding stays as it is. Q/K rows stay as stored: the spec's rope.style says how the
+// while binding (`quantizer`, else quant::quantize); the embedding stays as it is. Q/K rows stay as stored: the spec's rope.style says how the
 // checkpoint pairs them (Half for HF, Interleaved for Meta/llama2.c/GGUF layouts).
 // A tensor that needs no conversion, transposition or fusion stays a view into the source's
 // mapped file (read-only memory; the view keeps the mapping alive). Errors name the tensor, the
 // spec field that produced its name and the expected shape; checkpoint tensors no field uses are
 // reported with spdlog::warn.
 ModelWeights bind_weights(const ModelSpec& spec, const WeightSource& source, DType matrix_dtype,
-                          std::optional<DType> quantization = std::nullopt);
+                          std::optional<DType> quantization = std::nullopt, const MatrixQuantizer& quantizer = {});
 
 // Seeded random weights of the spec's shapes (close to normal, std 0.02, biases too; norms 1,
 // norm biases 0), so any shape can be run and timed without a checkpoint. Matrices and biases are
@@ -71,7 +77,8 @@ ModelWeights bind_weights(const ModelSpec& spec, const WeightSource& source, DTy
 // given seed, whatever the thread count or device.
 // `quantization` quantizes the projections (and an untied lm_head) as bind_weights does.
 ModelWeights make_dummy_weights(const ModelSpec& spec, DType matrix_dtype, uint64_t seed,
-                                std::optional<DType> quantization = std::nullopt);
+                                std::optional<DType> quantization = std::nullopt,
+                                const MatrixQuantizer& quantizer = {});
 
 // "q4_0, q4_1, ...": every quantized type's name, for messages and --help.
 std::string quantized_type_names();

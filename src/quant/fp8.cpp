@@ -6,6 +6,7 @@
 // (float32 quotient, round to nearest even, saturating); a group of zeros stores scale 0 and zero
 // codes (0 rebuilds exactly, as any all-zero block does here). Decoding: w' = e4m3_to_f32(e) * scale.
 #include "core/error.h"
+#include "quant/block_quantizers.h"
 #include "quant/codecs.h"
 
 #include <algorithm>
@@ -14,8 +15,6 @@
 namespace splitflow::quant::detail {
 
 namespace {
-
-constexpr float kE4m3Max = 448.0f;
 
 struct Fp8Geometry {
   int64_t group_elems;
@@ -27,7 +26,7 @@ Fp8Geometry geometry_of(DType type, int64_t k) {
   SF_CHECK(type == DType::F8_CHANNEL || type == DType::F8_G128, "dtype {} is not an FP8 row type", dtype_name(type));
   const int64_t group = type == DType::F8_CHANNEL ? k : 128;
   const int64_t groups = k == 0 ? 0 : k / group;
-  return {group, groups, (groups * 4 + 15) / 16 * 16};
+  return {group, groups, blocks::group_scale_bytes(groups)};
 }
 
 }  // namespace
@@ -43,17 +42,10 @@ void dequantize_fp8_row(DType type, const uint8_t* row, float* out, int64_t k) {
 
 void quantize_fp8_row(DType type, const float* in, uint8_t* row, int64_t k) {
   const Fp8Geometry g = geometry_of(type, k);
-  std::fill(row, row + g.scale_bytes + k, uint8_t{0});
-  uint8_t* codes = row + g.scale_bytes;
-  for (int64_t group = 0; group < g.groups; ++group) {
-    const int64_t begin = group * g.group_elems, end = begin + g.group_elems;
-    float absmax = 0.0f;
-    for (int64_t i = begin; i < end; ++i) absmax = std::max(absmax, std::fabs(in[i]));
-    const float scale = absmax / kE4m3Max;
-    std::memcpy(row + 4 * group, &scale, sizeof scale);
-    if (scale == 0.0f) continue;  // all zero (or below the smallest f32 scale): zero codes
-    for (int64_t i = begin; i < end; ++i) codes[i] = f32_to_e4m3(in[i] / scale);
-  }
+  std::fill(row, row + g.scale_bytes, uint8_t{0});
+  for (int64_t group = 0; group < g.groups; ++group)
+    blocks::quantize_fp8_group(in + group * g.group_elems, g.group_elems, row + 4 * group,
+                               row + g.scale_bytes + group * g.group_elems);
 }
 
 std::optional<BadScale> find_bad_fp8_scale(DType type, const uint8_t* row, int64_t k) {

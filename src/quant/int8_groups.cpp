@@ -6,6 +6,7 @@
 // 127 (float32), q = round(w / scale) (float32 quotient, ties to even as torch.round; |q| <= 127);
 // a group of zeros stores scale 0 and zero codes. Decoding: w' = float(q) * scale (one rounding).
 #include "core/error.h"
+#include "quant/block_quantizers.h"
 #include "quant/codecs.h"
 
 #include <algorithm>
@@ -26,7 +27,7 @@ Int8Geometry geometry_of(DType type, int64_t k) {
            dtype_name(type));
   const int64_t group = dtype_block_elems(type);
   const int64_t groups = k / group;
-  return {group, groups, (groups * 4 + 15) / 16 * 16};
+  return {group, groups, blocks::group_scale_bytes(groups)};
 }
 
 }  // namespace
@@ -43,20 +44,10 @@ void dequantize_int8_row(DType type, const uint8_t* row, float* out, int64_t k) 
 
 void quantize_int8_row(DType type, const float* in, uint8_t* row, int64_t k) {
   const Int8Geometry g = geometry_of(type, k);
-  std::fill(row, row + g.scale_bytes + k, uint8_t{0});
-  auto* codes = reinterpret_cast<int8_t*>(row + g.scale_bytes);
-  for (int64_t group = 0; group < g.groups; ++group) {
-    const int64_t begin = group * g.group_elems, end = begin + g.group_elems;
-    float absmax = 0.0f;
-    for (int64_t i = begin; i < end; ++i) absmax = std::max(absmax, std::fabs(in[i]));
-    const float scale = absmax / 127.0f;
-    std::memcpy(row + 4 * group, &scale, sizeof scale);
-    if (scale == 0.0f) continue;  // all zero (or below the smallest f32 scale): zero codes
-    for (int64_t i = begin; i < end; ++i) {
-      const float q = std::nearbyint(in[i] / scale);  // default rounding mode: ties to even
-      codes[i] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
-    }
-  }
+  std::fill(row, row + g.scale_bytes, uint8_t{0});
+  for (int64_t group = 0; group < g.groups; ++group)
+    blocks::quantize_int8_group(in + group * g.group_elems, g.group_elems, row + 4 * group,
+                                row + g.scale_bytes + group * g.group_elems);
 }
 
 std::optional<BadScale> find_bad_int8_scale(DType type, const uint8_t* row, int64_t k) {

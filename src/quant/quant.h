@@ -4,8 +4,10 @@
 // geometry), quantize / dequantize of rows and whole tensors, the validation of packed data
 // (NaN/Inf scales, truncated data), the quantize-at-load transform (`--quantization`), and the
 // packing of FP8 checkpoints' e4m3 weights + scales into F8_CHANNEL / F8_G128.
-// Must never: run on a device, know a model or file format, or be called on a hot path by a
-// backend (backends have their own fused kernels and test them against these references).
+// Must never: run on a device (except quant/block_quantizers.h, the per-block quantizers, which
+// backend/cuda compiles for --quantization in device memory: the same code, the same bytes), know
+// a model or file format, or be called on a hot path by a backend (backends have their own fused
+// kernels and test them against these references).
 //
 // Types (storage layout in core/dtype.h):
 //  - GGUF / llama.cpp Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: dequantization
