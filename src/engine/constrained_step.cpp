@@ -12,8 +12,10 @@ ConstrainedStep::~ConstrainedStep() {
 }
 
 void ConstrainedStep::start(std::vector<TokenConstraint*> constraints, int32_t vocab_size,
-                            std::span<const int32_t> eos_ids) {
+                            std::span<const int32_t> eos_ids, std::vector<std::optional<int32_t>> accept_first) {
   constraints_ = std::move(constraints);
+  accept_first_ = std::move(accept_first);
+  accept_first_.resize(constraints_.size());
   any_ = std::any_of(constraints_.begin(), constraints_.end(), [](TokenConstraint* c) { return c != nullptr; });
   if (!any_) return;
   vocab_size_ = vocab_size;
@@ -30,6 +32,7 @@ void ConstrainedStep::compute() {
   for (size_t row = 0; row < constraints_.size(); ++row) {
     TokenConstraint* constraint = constraints_[row];
     if (!constraint) continue;
+    if (accept_first_[row]) constraint->accept_token(*accept_first_[row]);
     const std::span<uint32_t> mask(masks_.data() + row * words_, words_);
     constraint->fill_next_token_mask(mask);
     const bool none = std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; });

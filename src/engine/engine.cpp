@@ -51,6 +51,9 @@ struct Engine::SequenceState {
   std::optional<StreamDecoder> decoder;
   size_t sent_bytes = 0;  // of stop.text(), already returned in outputs
   std::unique_ptr<TokenConstraint> constraint;  // structured outputs: the tokens allowed next
+  // The token drawn last, not yet accepted by `constraint`: the next step's mask computation
+  // accepts it first, on its helper thread (engine/constrained_step.h).
+  std::optional<int32_t> constraint_pending;
   Request& request;
   int32_t index;
 };
@@ -352,8 +355,12 @@ void Engine::forward_and_sample(const StepPlan& plan, const std::vector<Sequence
   const int64_t vocab = runner_.spec().vocab_size;
   ConstrainedStep constrained;
   std::vector<TokenConstraint*> constraints;
-  for (const SequenceState* state : sampled) constraints.push_back(state->constraint.get());
-  constrained.start(std::move(constraints), static_cast<int32_t>(vocab), config().eos_token_ids);
+  std::vector<std::optional<int32_t>> accept_first;
+  for (SequenceState* state : sampled) {
+    constraints.push_back(state->constraint.get());
+    accept_first.push_back(std::exchange(state->constraint_pending, std::nullopt));
+  }
+  constrained.start(std::move(constraints), static_cast<int32_t>(vocab), config().eos_token_ids, std::move(accept_first));
   if (all_device) {
     std::vector<SamplingRow> rows;
     for (const SequenceState* state : sampled) rows.push_back(state->sampling_row());
@@ -431,7 +438,7 @@ EngineStep Engine::finish_step(const StepPlan& plan, const std::vector<SequenceS
     const int32_t token = output.token.token_id;
     if (state.constraint && std::find(config().eos_token_ids.begin(), config().eos_token_ids.end(), token) ==
                                 config().eos_token_ids.end()) {
-      state.constraint->accept_token(token);
+      state.constraint_pending = token;  // accepted by the next step's mask computation
     }
     state.stop.append(token, state.decoder ? state.decoder->push(token) : std::string());
     finish_output(state, output);
