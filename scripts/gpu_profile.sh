@@ -4,7 +4,8 @@
 # the decode steps collected (bench latency marks them with Backend::profile_region) and prints
 # the kernels by total time: name and grid, launches, mean and total µs, share of the profiled time.
 # Each case in $CASES is config:batch:input_len[:kv_cache_dtype] (default llama-3-8b:1:512
-# llama-3-8b:64:512; the cache dtype defaults to auto);
+# llama-3-8b:64:512; the cache dtype defaults to auto; a config ending in .gguf is a model file,
+# run as it is instead of bench/configs/<config>.json with dummy weights);
 # $STEPS decode steps are collected per case (default 2); PHASE=prefill collects the prompt's
 # prefill instead (input_len tokens in chunks of the 2048-token budget). ncu times each kernel
 # alone (serialized, caches flushed between launches: --cache-control all), so the total is above
@@ -23,7 +24,9 @@ rc=0
 for c in $cases; do
   IFS=: read -r config batch input_len kv_dtype <<<"$c"
   kv_dtype=${kv_dtype:-auto}
-  name=$config-b$batch-in$input_len-kv$kv_dtype
+  source_args=(--dummy-weights --config "bench/configs/$config.json")
+  [[ $config == *.gguf ]] && source_args=(--model "$config")
+  name=$(basename "$config" .gguf)-b$batch-in$input_len-kv$kv_dtype
   phase_args=()
   if [[ ${PHASE:-decode} == prefill ]]; then
     phase_args=(--profile-prefill); name=$name-prefill
@@ -33,8 +36,7 @@ for c in $cases; do
   fi
   # The output length leaves one warm-up step (recording the graph) before the collected ones.
   "$ncu" --profile-from-start off --clock-control none --cache-control all --metrics gpu__time_duration.sum \
-    --csv --page raw "$build/splitflow" bench latency --backend cuda --dummy-weights \
-    --config "bench/configs/$config.json" --batch "$batch" --input-len "$input_len" --output-len $((steps + 1)) --kv-cache-dtype "$kv_dtype" \
+    --csv --page raw "$build/splitflow" bench latency --backend cuda "${source_args[@]}" --batch "$batch" --input-len "$input_len" --output-len $((steps + 1)) --kv-cache-dtype "$kv_dtype" \
     "${phase_args[@]}" --results-dir "$logs/results" >"$logs/$name.csv" 2>"$logs/$name.err" || { rc=1; tail -5 "$logs/$name.err"; continue; }
   python3 - "$logs/$name.csv" <<'PY'
 import csv, sys, collections
@@ -64,7 +66,7 @@ PY
     "$ncu" --profile-from-start off -k "regex:$DETAIL" --launch-count 1 --section SpeedOfLight \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy \
       --section SchedulerStats --section WarpStateStats --section LaunchStats "$build/splitflow" bench latency \
-      --backend cuda --dummy-weights --config "bench/configs/$config.json" --batch "$batch" --input-len "$input_len" \
+      --backend cuda "${source_args[@]}" --batch "$batch" --input-len "$input_len" \
       --output-len $((steps + 1)) --kv-cache-dtype "$kv_dtype" "${phase_args[@]}" --results-dir "$logs/results" \
       2>"$logs/$name-detail.err" | grep -E "^ +[A-Z][^-]* {2,}[^ ]+ {2,}[0-9.,]+$|stall" | cut -c1-200 | head -90
   fi

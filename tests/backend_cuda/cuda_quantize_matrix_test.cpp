@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -61,12 +62,19 @@ void expect_same_bytes(const Tensor& device, const Tensor& host, const std::stri
   const auto* a = static_cast<const uint8_t*>(device.data);
   const auto* b = static_cast<const uint8_t*>(host.data);
   const size_t row_bytes = dtype_row_bytes(host.dtype, host.shape.back());
+  size_t differ = 0, first = 0;
   for (size_t i = 0; i < host.nbytes(); ++i)
-    if (a[i] != b[i]) {
-      ADD_FAILURE() << what << ": byte " << i << " (row " << i / row_bytes << ", byte " << i % row_bytes
-                    << " of the row) is " << int{a[i]} << " on the device, " << int{b[i]} << " on the host";
-      return;
-    }
+    if (a[i] != b[i] && differ++ == 0) first = i;
+  if (differ == 0) return;
+  // The 24 bytes from the first difference on both sides, to tell a field from a layout.
+  std::string device_bytes, host_bytes;
+  for (size_t i = first; i < std::min(first + 24, host.nbytes()); ++i) {
+    device_bytes += fmt::format(" {:02x}", a[i]);
+    host_bytes += fmt::format(" {:02x}", b[i]);
+  }
+  ADD_FAILURE() << what << ": " << differ << " of " << host.nbytes() << " bytes differ, the first at byte " << first
+                << " (row " << first / row_bytes << ", byte " << first % row_bytes << " of the row)\n  device"
+                << device_bytes << "\n  host  " << host_bytes;
 }
 
 // The same values stored as f16 or bf16 (rounded by core/dtype.h's encoders).
