@@ -81,7 +81,7 @@ nlohmann::json kernel_switches() {
                                            "SPLITFLOW_CPU_Q8_ACTIVATIONS", "SPLITFLOW_CUDA_F16_ACTIVATIONS",
                                            "SPLITFLOW_CUDA_Q8_ACTIVATIONS", "SPLITFLOW_GEMV_MAX_ROWS",
                                            "SPLITFLOW_QUANT_GEMM",         "SPLITFLOW_QUANT_MMA",
-                                           "SPLITFLOW_QUANTIZE_ON_HOST"};
+                                           "SPLITFLOW_QUANTIZE_ON_DEVICE"};
   nlohmann::json switches = nlohmann::json::object();
   for (const char* name : kNames)
     if (const char* value = std::getenv(name); value != nullptr) switches[name] = value;

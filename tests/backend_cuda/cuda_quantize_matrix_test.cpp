@@ -11,6 +11,12 @@
 #include "quant/quant.h"
 #include "test_paths.h"
 
+#ifdef SPLITFLOW_HAS_CUDA
+#include "backend/cuda/quantize_matrix.h"
+
+#include <cuda_runtime.h>
+#endif
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -169,4 +175,46 @@ TEST(CudaQuantizeMatrix, DummyWeightsQuantizedOnTheDeviceMatchTheHost) {
     expect_same_bytes(device.layers[0].w_down, host.layers[0].w_down, name + " w_down");
     expect_same_bytes(device.lm_head, host.lm_head, name + " lm_head");
   }
+}
+
+// The two kernels alone, on device buffers this test fills and reads: the f32 widening returns the
+// stored values exactly, and the quantizer, given those values, the host's bytes (a failure here
+// and not above would be in quantize_matrix.cpp's driving; above and not here, in the kernels).
+TEST(CudaQuantizeMatrix, KernelsAloneWidenExactlyAndQuantizeAsTheHost) {
+  SF_REQUIRE_GPU();
+#ifdef SPLITFLOW_HAS_CUDA
+  const Tensor matrix = edge_matrix(256, 6);
+  const size_t count = static_cast<size_t>(matrix.numel());
+  const Tensor bf16 = stored_as(matrix, DType::BF16);
+  void* stored = nullptr;
+  float* values = nullptr;
+  uint8_t* packed = nullptr;
+  unsigned long long* bad = nullptr;
+  ASSERT_EQ(cudaMalloc(&stored, bf16.nbytes()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&values, count * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&packed, 1 << 20), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&bad, sizeof *bad), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(stored, bf16.data, bf16.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cuda::launch_matrix_to_f32(stored, DType::BF16, 0, 0.0f, 0, values, static_cast<int64_t>(count), nullptr),
+            cudaSuccess);
+  std::vector<float> widened(count);
+  ASSERT_EQ(cudaMemcpy(widened.data(), values, count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  const Tensor expected = to_dtype(bf16, DType::F32);
+  EXPECT_EQ(std::memcmp(widened.data(), expected.data, count * sizeof(float)), 0) << "bf16 widened to f32";
+  const int64_t rows = matrix.dim(0), cols = matrix.dim(1);
+  for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q6_K, DType::Q3_K, DType::Q4_B32}) {
+    const size_t bytes = dtype_row_bytes(type, cols) * static_cast<size_t>(rows);
+    ASSERT_EQ(cudaMemset(packed, 0, bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemset(bad, 0xff, sizeof *bad), cudaSuccess);
+    ASSERT_EQ(cuda::launch_quantize_rows(type, values, rows, cols, packed, bad, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    Tensor device = Tensor::zeros(type, matrix.shape);
+    ASSERT_EQ(cudaMemcpy(device.data, packed, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    expect_same_bytes(device, quant::quantize(expected, type), fmt::format("{} by the kernel alone", dtype_name(type)));
+  }
+  cudaFree(stored);
+  cudaFree(values);
+  cudaFree(packed);
+  cudaFree(bad);
+#endif
 }
