@@ -33,7 +33,7 @@ for name in ${MODELS:-smol}; do
   extra=(); [[ $name == gemma ]] && extra=(--long-prompt 512)
   echo "=== $name: logits vs transformers on cuda"
   python3 tests/python/test_gguf_logits.py --splitflow "$bin" --models .cache/models --model "${files[$name]}" \
-    --backend cuda "${extra[@]}" 2>&1 | tail -8
+    --backend cuda "${extra[@]}" 2>&1 | grep -v "Converting\|Loading weights" | tee "$out/$name-logits.log" | tail -8
   echo "=== $name: perplexity (40 chunks of 512)"
   "$bin" perplexity --model "$file" --file .carry/shared/data/wiki.test.raw --ctx 512 --chunks 40 --backend cuda 2>&1 | tail -1
   echo "=== $name: decode speed, quantized vs the same weights in bf16"

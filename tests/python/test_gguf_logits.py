@@ -93,7 +93,11 @@ def main():
         while len(tokenizer(long_text)["input_ids"]) <= args.long_prompt:
             long_text += " " + PROMPTS[1]
         texts.append(long_text)
-    for text in texts + EXTRA_TOKENIZATION:
+    # Tokenization does not depend on the backend: the CPU run (CI, with setup.sh's transformers)
+    # checks it. A CUDA run compares logits only, on transformers' ids: the GPU machine's
+    # transformers converts Gemma's GGUF tokenizer differently (no BOS, other merges), so its ids
+    # are not splitflow's there, but both engines get the same ones.
+    for text in (texts + EXTRA_TOKENIZATION) if not on_cuda else []:
         ours = [int(t) for t in splitflow(args.splitflow, "tokenize", "--model", path, "--text", text,
                                           "--add-special").split()]
         want = tokenizer(text)["input_ids"]
