@@ -4,15 +4,46 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 namespace splitflow {
 
 ConstrainedStep::~ConstrainedStep() {
-  if (pending_.valid()) pending_.wait();
+  {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [this] { return !job_; });
+    stop_ = true;
+  }
+  changed_.notify_all();
+  if (helper_.joinable()) helper_.join();
+}
+
+void ConstrainedStep::helper_loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [this] { return job_ || stop_; });
+    if (stop_) return;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      compute();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    error_ = error;
+    job_ = false;
+    changed_.notify_all();
+  }
 }
 
 void ConstrainedStep::start(std::vector<TokenConstraint*> constraints, int32_t vocab_size,
                             std::span<const int32_t> eos_ids, std::vector<std::optional<int32_t>> accept_first) {
+  {
+    std::unique_lock lock(mutex_);  // a previous step's job, if no one waited for it
+    changed_.wait(lock, [this] { return !job_; });
+    error_ = nullptr;
+  }
   constraints_ = std::move(constraints);
   accept_first_ = std::move(accept_first);
   accept_first_.resize(constraints_.size());
@@ -25,7 +56,12 @@ void ConstrainedStep::start(std::vector<TokenConstraint*> constraints, int32_t v
   for (size_t row = 0; row < constraints_.size(); ++row) {
     if (!constraints_[row]) std::fill_n(masks_.begin() + static_cast<ptrdiff_t>(row * words_), words_, ~0u);
   }
-  pending_ = std::async(std::launch::async, [this] { compute(); });
+  if (!helper_.joinable()) helper_ = std::thread([this] { helper_loop(); });
+  {
+    std::lock_guard lock(mutex_);
+    job_ = true;
+  }
+  changed_.notify_all();
 }
 
 void ConstrainedStep::compute() {
@@ -45,7 +81,15 @@ void ConstrainedStep::compute() {
 }
 
 void ConstrainedStep::wait() {
-  if (pending_.valid()) pending_.get();  // rethrows a constraint's failure on the engine thread
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [this] { return !job_; });
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));  // a constraint's failure, here
+}
+
+void ConstrainedStep::settle() noexcept {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [this] { return !job_; });
+  error_ = nullptr;
 }
 
 std::span<const uint32_t> ConstrainedStep::mask(size_t row) {

@@ -1,6 +1,8 @@
-// engine/constrained_step.h — the masks of one step's constrained sequences (structured
-// outputs, engine/token_constraint.h). start() computes them on a helper thread while the
-// step's forward runs, so a mask that is not cached costs the forward's time, not the step's;
+// engine/constrained_step.h — the masks of each step's constrained sequences (structured
+// outputs, engine/token_constraint.h). The engine keeps one for its life; each step's start()
+// hands the masks to its helper thread (one thread, started at the first constrained step and
+// kept: a thread made per step cost the step's critical path its creation), which computes them
+// while the step's forward runs, so a mask that is not cached costs the forward's time, not the step's;
 // apply() waits for them and sets each disallowed logit of a row to -inf before sampling on the
 // host; all_masks() hands them to the device path (ModelRunner::forward_sample), which applies
 // them there.
@@ -14,21 +16,27 @@
 
 #include "engine/token_constraint.h"
 
+#include <condition_variable>
 #include <cstdint>
-#include <future>
+#include <exception>
+#include <mutex>
 #include <optional>
 #include <span>
+#include <thread>
 #include <vector>
 
 namespace splitflow {
 
 class ConstrainedStep {
  public:
-  ~ConstrainedStep();
+  ConstrainedStep() = default;
+  ConstrainedStep(const ConstrainedStep&) = delete;
+  ConstrainedStep& operator=(const ConstrainedStep&) = delete;
+  ~ConstrainedStep();  // waits for the step's masks, then stops the helper
   // constraints: (sampled rows) null for an unconstrained row. vocab_size: the logits' width.
   // accept_first (empty, or one per row): a token each row's constraint accepts before its mask
   // (the row's previous draw; nullopt: none). A token the constraint refuses is rethrown by the
-  // first wait (apply, mask, all_masks).
+  // first wait (apply, mask, all_masks). A step's masks are the previous start()'s until then.
   void start(std::vector<TokenConstraint*> constraints, int32_t vocab_size, std::span<const int32_t> eos_ids,
              std::vector<std::optional<int32_t>> accept_first = {});
   bool any() const { return any_; }
@@ -40,10 +48,14 @@ class ConstrainedStep {
   // Every row's mask, (rows, ceil(vocab / 32)) words, unconstrained rows all ones: what
   // ModelRunner::forward_sample applies on the device.
   std::span<const uint32_t> all_masks();
+  // Waits for the step's masks without rethrowing their failure: the end of every step, however
+  // it ends, so the helper never outlives the constraints it reads.
+  void settle() noexcept;
 
  private:
   void compute();
   void wait();
+  void helper_loop();
 
   std::vector<TokenConstraint*> constraints_;
   std::vector<std::optional<int32_t>> accept_first_;
@@ -52,7 +64,14 @@ class ConstrainedStep {
   size_t words_ = 0;
   std::vector<uint32_t> masks_;  // (rows, words_)
   bool any_ = false;
-  std::future<void> pending_;
+
+  // The helper: `job_` is set by start() and cleared by the helper when the masks are done.
+  std::thread helper_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool job_ = false;
+  bool stop_ = false;
+  std::exception_ptr error_;  // the job's failure, rethrown by wait()
 };
 
 }  // namespace splitflow

@@ -353,7 +353,7 @@ void Engine::forward_and_sample(const StepPlan& plan, const std::vector<Sequence
       !sampled.empty() && std::all_of(sampled.begin(), sampled.end(), [](const SequenceState* s) { return s->device_sampled; });
   // Structured outputs: the constrained rows' masks, computed on a helper thread while the forward runs.
   const int64_t vocab = runner_.spec().vocab_size;
-  ConstrainedStep constrained;
+  ConstrainedStep& constrained = *constrained_;
   std::vector<TokenConstraint*> constraints;
   std::vector<std::optional<int32_t>> accept_first;
   for (SequenceState* state : sampled) {
@@ -361,6 +361,10 @@ void Engine::forward_and_sample(const StepPlan& plan, const std::vector<Sequence
     accept_first.push_back(std::exchange(state->constraint_pending, std::nullopt));
   }
   constrained.start(std::move(constraints), static_cast<int32_t>(vocab), config().eos_token_ids, std::move(accept_first));
+  struct Settle {
+    ConstrainedStep& step;
+    ~Settle() { step.settle(); }
+  } settle{constrained};
   if (all_device) {
     std::vector<SamplingRow> rows;
     for (const SequenceState* state : sampled) rows.push_back(state->sampling_row());

@@ -30,6 +30,7 @@
 // prompt, as seq2seq/seq2seq_generator.h's do. No prefix caching, resumption or KV import.
 #pragma once
 
+#include "engine/constrained_step.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
@@ -252,6 +253,8 @@ class Engine {
   int64_t next_request_id_ = 0;
   int64_t next_sequence_id_ = 0;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
+  // Structured outputs: the masks of each step's constrained rows, on one helper thread.
+  std::unique_ptr<ConstrainedStep> constrained_ = std::make_unique<ConstrainedStep>();
   std::unordered_map<int64_t, SequenceState*> sequences_;  // by Sequence::id, while unfinished
   int32_t num_deferred_sequences_ = 0;                      // later choices not queued yet
   std::vector<SequenceState*> importing_;  // import_kv requests: waiting for blocks, or reserved until admitted
