@@ -1,6 +1,7 @@
 // backend/cuda/cuda_backend.cpp — CudaBackend: checks, memory, cuBLASLt GEMMs; kernels in kernels.cu.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/upload_bytes.h"
+#include "backend/cuda/cuda_check.h"
 
 #include "backend/argument_checks.h"
 #include "backend/cuda/kernels.h"
@@ -28,11 +29,6 @@ std::unique_ptr<Backend> make_cuda_backend(int device, CudaJobPlace place) {
 namespace cuda {
 namespace {
 
-#define SF_CUDA_CHECK(expr, what)                                                             \
-  do {                                                                                        \
-    const cudaError_t sf_err_ = (expr);                                                       \
-    SF_CHECK(sf_err_ == cudaSuccess, "cuda {}: {}", what, cudaGetErrorString(sf_err_)); \
-  } while (0)
 
 #define SF_CUBLAS_CHECK(expr, what)                                                                       \
   do {                                                                                                    \
@@ -90,16 +86,16 @@ CudaBackend::CudaBackend(int device, CudaJobPlace place)
   if (err != cudaSuccess) cudaGetLastError();
   SF_CHECK(err == cudaSuccess && device >= 0 && device < count, "cuda backend: device {} is not available ({} GPUs{})",
            device, err == cudaSuccess ? count : 0, err == cudaSuccess ? std::string() : fmt::format(": {}", cudaGetErrorString(err)));
-  SF_CUDA_CHECK(cudaSetDevice(device), "set device");
+  SF_CUDA_CALL(cudaSetDevice(device), "set device");
   cudaDeviceProp props{};
-  SF_CUDA_CHECK(cudaGetDeviceProperties(&props, device), "device properties");
+  SF_CUDA_CALL(cudaGetDeviceProperties(&props, device), "device properties");
   device_name_ = props.name;
-  SF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create stream");
+  SF_CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "create stream");
   cublasLtHandle_t handle = nullptr;
   SF_CUBLAS_CHECK(cublasLtCreate(&handle), "create handle");
   lt_handle_ = handle;
   workspace_bytes_ = kWorkspaceBytes;
-  SF_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_), "allocate the cuBLASLt workspace");
+  SF_CUDA_CALL(cudaMalloc(&workspace_, workspace_bytes_), "allocate the cuBLASLt workspace");
   sm_count_ = props.multiProcessorCount;
   l2_bytes_ = props.l2CacheSize;
   // Matmuls of at most this many rows use the GEMV kernel (1..kMaxGemvRows; 0 disables it);
@@ -109,11 +105,11 @@ CudaBackend::CudaBackend(int device, CudaJobPlace place)
     SF_CHECK(value >= 0 && value <= kMaxGemvRows, "SPLITFLOW_GEMV_MAX_ROWS={}: expected 0..{}", rows, kMaxGemvRows);
     gemv_max_rows_ = value;
   }
-  SF_CUDA_CHECK(cudaMalloc(&attention_partials_, attention_partials_floats(sm_count_) * sizeof(float)),
+  SF_CUDA_CALL(cudaMalloc(&attention_partials_, attention_partials_floats(sm_count_) * sizeof(float)),
                 "allocate the split-KV attention scratch");
   const size_t counter_bytes = attention_partition_counters(sm_count_) * sizeof(int32_t);
-  SF_CUDA_CHECK(cudaMalloc(&partition_counters_, counter_bytes), "allocate the split-KV partition counters");
-  SF_CUDA_CHECK(cudaMemset(partition_counters_, 0, counter_bytes), "zero the split-KV partition counters");
+  SF_CUDA_CALL(cudaMalloc(&partition_counters_, counter_bytes), "allocate the split-KV partition counters");
+  SF_CUDA_CALL(cudaMemset(partition_counters_, 0, counter_bytes), "zero the split-KV partition counters");
 }
 
 CudaBackend::~CudaBackend() {
@@ -151,10 +147,10 @@ DeviceBuffer CudaBackend::allocate(DType dtype, Shape shape) {
   DeviceTensor view{nullptr, dtype, std::move(shape)};
   // At least one byte so a zero-sized tensor is still a non-empty view.
   const size_t bytes = std::max<size_t>(view.nbytes(), 1);
-  SF_CUDA_CHECK(cudaMalloc(&view.data, bytes), fmt::format("allocate {} bytes for {} {}", bytes, dtype_name(dtype),
+  SF_CUDA_CALL(cudaMalloc(&view.data, bytes), fmt::format("allocate {} bytes for {} {}", bytes, dtype_name(dtype),
                                                            shape_str(view.shape)));
   std::shared_ptr<void> owner(view.data, [](void* p) { cudaFree(p); });
-  SF_CUDA_CHECK(cudaMemsetAsync(view.data, 0, bytes, stream_), "zero a new buffer");
+  SF_CUDA_CALL(cudaMemsetAsync(view.data, 0, bytes, stream_), "zero a new buffer");
   return DeviceBuffer(std::move(view), std::move(owner));
 }
 
@@ -174,7 +170,7 @@ DeviceBuffer CudaBackend::upload(const Tensor& host) {
     // bf16, or in f32 then converted).
     const DeviceTensor view = buffer.view();
     const bool bf16 = stored == DType::BF16;
-    SF_CUDA_CHECK(launch_fill_generated_normal(host.generated->key, host.generated->stddev,
+    SF_CUDA_CALL(launch_fill_generated_normal(host.generated->key, host.generated->stddev,
                                                bf16 ? bf16_ptr(view) : nullptr, bf16 ? nullptr : view.as<float>(),
                                                view.numel(), stream_),
                   "generate dummy weights");
@@ -200,32 +196,32 @@ DeviceBuffer CudaBackend::upload(const Tensor& host) {
 void CudaBackend::copy_to_device(const void* host, const DeviceTensor& dst) {
   // From pageable memory the copy returns once the host bytes are staged: the caller may reuse them.
   if (dst.nbytes() > 0)
-    SF_CUDA_CHECK(cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "copy to device");
+    SF_CUDA_CALL(cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "copy to device");
 }
 
 void CudaBackend::copy_to_host(const DeviceTensor& src, void* host) {
   if (src.nbytes() > 0)
-    SF_CUDA_CHECK(cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_), "copy to host");
+    SF_CUDA_CALL(cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_), "copy to host");
   synchronize();
 }
 
 void CudaBackend::profile_region(bool on) {
   synchronize();
-  SF_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop(), "profiler region");
+  SF_CUDA_CALL(on ? cudaProfilerStart() : cudaProfilerStop(), "profiler region");
 }
 
-void CudaBackend::synchronize() { SF_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize (a kernel failed)"); }
+void CudaBackend::synchronize() { SF_CUDA_CALL(cudaStreamSynchronize(stream_), "synchronize (a kernel failed)"); }
 
 DeviceMemoryInfo CudaBackend::memory_info() const {
   size_t free_bytes = 0, total_bytes = 0;
-  SF_CUDA_CHECK(cudaSetDevice(device_), "set device");
-  SF_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes), "query device memory");
+  SF_CUDA_CALL(cudaSetDevice(device_), "set device");
+  SF_CUDA_CALL(cudaMemGetInfo(&free_bytes, &total_bytes), "query device memory");
   return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
 }
 
 std::shared_ptr<void> CudaBackend::allocate_host(size_t bytes) {
   void* memory = nullptr;
-  SF_CUDA_CHECK(cudaHostAlloc(&memory, std::max<size_t>(bytes, 1), cudaHostAllocDefault),
+  SF_CUDA_CALL(cudaHostAlloc(&memory, std::max<size_t>(bytes, 1), cudaHostAllocDefault),
                 fmt::format("allocate {} bytes of pinned host memory", bytes));
   return std::shared_ptr<void>(memory, [](void* p) { cudaFreeHost(p); });
 }
@@ -239,7 +235,7 @@ class CudaGraph final : public RecordedWork {
     cudaGraphExecDestroy(exec_);
     cudaGraphDestroy(graph_);
   }
-  void replay() override { SF_CUDA_CHECK(cudaGraphLaunch(exec_, stream_), "replay a recorded graph"); }
+  void replay() override { SF_CUDA_CALL(cudaGraphLaunch(exec_, stream_), "replay a recorded graph"); }
 
  private:
   cudaGraph_t graph_;
@@ -250,7 +246,7 @@ class CudaGraph final : public RecordedWork {
 }  // namespace
 
 std::unique_ptr<RecordedWork> CudaBackend::record(const std::function<void()>& issue) {
-  SF_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin graph capture");
+  SF_CUDA_CALL(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin graph capture");
   cudaGraph_t graph = nullptr;
   try {
     issue();
@@ -260,11 +256,11 @@ std::unique_ptr<RecordedWork> CudaBackend::record(const std::function<void()>& i
     cudaGetLastError();
     throw;
   }
-  SF_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph), "end graph capture");
+  SF_CUDA_CALL(cudaStreamEndCapture(stream_, &graph), "end graph capture");
   cudaGraphExec_t exec = nullptr;
   const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
   if (err != cudaSuccess) cudaGraphDestroy(graph);
-  SF_CUDA_CHECK(err, "instantiate a recorded graph");
+  SF_CUDA_CALL(err, "instantiate a recorded graph");
   auto recorded = std::make_unique<CudaGraph>(graph, exec, stream_);
   // Collective: the custom allreduce's captured calls read their peers' buffers through slots
   // filled here (every rank records the same steps at the same point).
@@ -337,7 +333,7 @@ void CudaBackend::gather_columns(const DeviceTensor& parts, const DeviceTensor& 
   group_->allgather(base + static_cast<size_t>(group_->rank()) * part_count, base, part_count, DType::F32, stream_);
   const size_t width = static_cast<size_t>(shard) * sizeof(float);
   for (int r = 0; r < size; ++r) {
-    SF_CUDA_CHECK(cudaMemcpy2DAsync(full.as<float>() + static_cast<size_t>(r) * shard, static_cast<size_t>(size) * width,
+    SF_CUDA_CALL(cudaMemcpy2DAsync(full.as<float>() + static_cast<size_t>(r) * shard, static_cast<size_t>(size) * width,
                                     base + static_cast<size_t>(r) * part_count, width, width, static_cast<size_t>(rows),
                                     cudaMemcpyDeviceToDevice, stream_),
                   "place a rank's logits columns");
@@ -363,7 +359,7 @@ void CudaBackend::embed(const DeviceTensor& table, const DeviceTensor& token_ids
              "cuda embed: pos_table has shape {}, expected [positions, {}]", shape_str(pos_table.shape), hidden);
     check_shape(positions, {tokens}, "embed", "positions");
   }
-  SF_CUDA_CHECK(launch_embed(bf16_ptr(table), token_ids.as<int32_t>(), multiplier,
+  SF_CUDA_CALL(launch_embed(bf16_ptr(table), token_ids.as<int32_t>(), multiplier,
                              pos_table.empty() ? nullptr : bf16_ptr(pos_table),
                              pos_table.empty() ? nullptr : positions.as<int32_t>(), bf16_ptr(out), tokens, hidden,
                              stream_),
@@ -388,7 +384,7 @@ void CudaBackend::add_norm(const DeviceTensor& residual, const DeviceTensor& del
     check_dtype(bias, DType::F32, "add_norm", "bias");
     check_shape(bias, {hidden}, "add_norm", "bias");
   }
-  SF_CUDA_CHECK(launch_add_norm(bf16_ptr(residual), delta.empty() ? nullptr : bf16_ptr(delta), weight.as<float>(),
+  SF_CUDA_CALL(launch_add_norm(bf16_ptr(residual), delta.empty() ? nullptr : bf16_ptr(delta), weight.as<float>(),
                                 bias.empty() ? nullptr : bias.as<float>(), params.type == NormType::LayerNorm,
                                 params.eps, params.weight_offset, bf16_ptr(out), tokens, hidden, stream_),
                 "add_norm");
@@ -470,8 +466,8 @@ int CudaBackend::fastest_candidate(const GemmPlan& plan, const void* results_ptr
     return 0;
   }
   cudaEvent_t start = nullptr, stop = nullptr;
-  SF_CUDA_CHECK(cudaEventCreate(&start), "GEMM tuning event");
-  SF_CUDA_CHECK(cudaEventCreate(&stop), "GEMM tuning event");
+  SF_CUDA_CALL(cudaEventCreate(&start), "GEMM tuning event");
+  SF_CUDA_CALL(cudaEventCreate(&stop), "GEMM tuning event");
   const float alpha = 1.0f, beta = 0.0f;
   const auto run = [&](int i) {
     return cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_handle_), plan.op, &alpha, w, plan.w, x, plan.x, &beta,
@@ -483,21 +479,21 @@ int CudaBackend::fastest_candidate(const GemmPlan& plan, const void* results_ptr
     if (run(i) != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run this problem
     float total_ms = 0.0f;
     for (int r = 0; r < kTimedRuns; ++r) {
-      SF_CUDA_CHECK(cudaMemsetAsync(flush, r, flush_bytes, stream_), "flush L2");
-      SF_CUDA_CHECK(cudaEventRecord(start, stream_), "GEMM tuning event");
+      SF_CUDA_CALL(cudaMemsetAsync(flush, r, flush_bytes, stream_), "flush L2");
+      SF_CUDA_CALL(cudaEventRecord(start, stream_), "GEMM tuning event");
       run(i);
-      SF_CUDA_CHECK(cudaEventRecord(stop, stream_), "GEMM tuning event");
-      SF_CUDA_CHECK(cudaEventSynchronize(stop), "GEMM tuning");
+      SF_CUDA_CALL(cudaEventRecord(stop, stream_), "GEMM tuning event");
+      SF_CUDA_CALL(cudaEventSynchronize(stop), "GEMM tuning");
       float ms = 0.0f;
-      SF_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop), "GEMM tuning");
+      SF_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop), "GEMM tuning");
       total_ms += ms;
     }
     if (total_ms < best_ms) best_ms = total_ms, best = i;
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  SF_CUDA_CHECK(cudaFree(flush), "free the L2 flush buffer");
-  SF_CUDA_CHECK(cudaFree(scratch), "free the GEMM tuning output");
+  SF_CUDA_CALL(cudaFree(flush), "free the L2 flush buffer");
+  SF_CUDA_CALL(cudaFree(scratch), "free the GEMM tuning output");
   return best;
 }
 
@@ -525,7 +521,7 @@ void CudaBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Dev
   const bool f32_out = y.dtype == DType::F32;
   const float* bias_f32 = bias.empty() ? nullptr : bias.as<float>();
   if (m <= gemv_max_rows_ && gemv_supported(x.data, w.data, m, k)) {
-    SF_CUDA_CHECK(launch_gemv(bf16_ptr(x), bf16_ptr(w), bias_f32, f32_out ? nullptr : bf16_ptr(y),
+    SF_CUDA_CALL(launch_gemv(bf16_ptr(x), bf16_ptr(w), bias_f32, f32_out ? nullptr : bf16_ptr(y),
                               f32_out ? y.as<float>() : nullptr, m, n, k, accumulate, stream_),
                   "matmul (gemv)");
     return;
@@ -535,7 +531,7 @@ void CudaBackend::matmul(const DeviceTensor& x, const DeviceTensor& w, const Dev
   // beta = 1 reads y as C: the residual add happens in cuBLASLt's epilogue, in fp32.
   run_gemm(plan, x.data, w.data, y.data, 1.0f, accumulate ? 1.0f : 0.0f);
   if (bias_f32 != nullptr)
-    SF_CUDA_CHECK(launch_add_bias(f32_out ? nullptr : bf16_ptr(y), f32_out ? y.as<float>() : nullptr, bias_f32, m, n,
+    SF_CUDA_CALL(launch_add_bias(f32_out ? nullptr : bf16_ptr(y), f32_out ? y.as<float>() : nullptr, bias_f32, m, n,
                                   stream_),
                   "matmul bias");
 }
@@ -549,7 +545,7 @@ void CudaBackend::run_gemm(const GemmPlan& plan, const void* x, const void* w, v
 void CudaBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, const DeviceTensor& table_rows,
                        const RopeParams& params) {
   check_rope_args("cuda", DType::BF16, qkv, cos_sin, table_rows, params);
-  SF_CUDA_CHECK(launch_rope(bf16_ptr(qkv), cos_sin.as<float>(), table_rows.as<int32_t>(), qkv.dim(0), params.num_heads,
+  SF_CUDA_CALL(launch_rope(bf16_ptr(qkv), cos_sin.as<float>(), table_rows.as<int32_t>(), qkv.dim(0), params.num_heads,
                             params.num_kv_heads, params.head_dim, params.rotary_dim,
                             params.style == RopeStyle::Interleaved, stream_),
                 "rope");
@@ -558,7 +554,7 @@ void CudaBackend::rope(const DeviceTensor& qkv, const DeviceTensor& cos_sin, con
 void CudaBackend::write_kv(const DeviceTensor& qkv, const DeviceTensor& slots, const AttentionParams& params,
                            const DeviceTensor& k_cache, const DeviceTensor& v_cache) {
   check_write_kv_args("cuda", DType::BF16, kv_cache_dtypes(), qkv, slots, params, k_cache, v_cache);
-  SF_CUDA_CHECK(launch_write_kv(bf16_ptr(qkv), slots.as<int32_t>(), k_cache.data, v_cache.data, is_fp8(k_cache),
+  SF_CUDA_CALL(launch_write_kv(bf16_ptr(qkv), slots.as<int32_t>(), k_cache.data, v_cache.data, is_fp8(k_cache),
                                 qkv.dim(0), params.num_heads, params.num_kv_heads, params.head_dim,
                                 k_cache.dim(0) * params.block_size, stream_),
                 "write_kv");
@@ -570,7 +566,7 @@ void CudaBackend::rope_write_kv(const DeviceTensor& qkv, const DeviceTensor& cos
                                 const DeviceTensor& v_cache) {
   check_rope_write_kv_args("cuda", "rope_write_kv", DType::BF16, kv_cache_dtypes(), qkv, cos_sin, table_rows,
                            rope_params, slots, attention_params, k_cache, v_cache);
-  SF_CUDA_CHECK(launch_rope_write_kv(bf16_ptr(qkv), cos_sin.as<float>(), table_rows.as<int32_t>(), slots.as<int32_t>(),
+  SF_CUDA_CALL(launch_rope_write_kv(bf16_ptr(qkv), cos_sin.as<float>(), table_rows.as<int32_t>(), slots.as<int32_t>(),
                                      k_cache.data, v_cache.data, is_fp8(k_cache), qkv.dim(0), rope_params.num_heads,
                                      rope_params.num_kv_heads, rope_params.head_dim, rope_params.rotary_dim,
                                      rope_params.style == RopeStyle::Interleaved,
@@ -597,7 +593,7 @@ bool CudaBackend::fold_norm_weight(const DeviceTensor& w, const DeviceTensor& no
   check_dtype(norm_weight, DType::F32, "fold_norm_weight", "norm_weight");
   SF_CHECK(w.shape.size() == 2, "cuda fold_norm_weight: w has shape {}, expected a matrix", shape_str(w.shape));
   check_shape(norm_weight, {w.dim(1)}, "fold_norm_weight", "norm_weight");
-  SF_CUDA_CHECK(launch_scale_columns(bf16_ptr(w), w.dim(0), w.dim(1), norm_weight.as<float>(), weight_offset, stream_),
+  SF_CUDA_CALL(launch_scale_columns(bf16_ptr(w), w.dim(0), w.dim(1), norm_weight.as<float>(), weight_offset, stream_),
                 "fold_norm_weight");
   return true;
 }
@@ -646,7 +642,7 @@ void CudaBackend::matmul_rope_write_kv(const InputNorm& norm, const DeviceTensor
                              rope_params.rotary_dim,
                              rope_params.style == RopeStyle::Interleaved,
                              *fused_norm};
-  SF_CUDA_CHECK(launch_gemv_qkv_rope(launch, stream_), "matmul_rope_write_kv (gemv)");
+  SF_CUDA_CALL(launch_gemv_qkv_rope(launch, stream_), "matmul_rope_write_kv (gemv)");
 }
 
 namespace {
@@ -691,7 +687,7 @@ void CudaBackend::attention(const DeviceTensor& qkv, const DeviceTensor& k_cache
       check_attention_args("cuda", DType::BF16, kv_cache_dtypes(), qkv, k_cache, v_cache, batch, params, out);
   AttentionLaunch launch = attention_launch(qkv, k_cache, v_cache, batch, params, out, seqs, sm_count_,
                                             attention_partials_, partition_counters_);
-  SF_CUDA_CHECK(launch_attention(launch, stream_), "attention");
+  SF_CUDA_CALL(launch_attention(launch, stream_), "attention");
 }
 
 void CudaBackend::attention_with_position_bias(const DeviceTensor& qkv, const DeviceTensor& k_cache,
@@ -706,7 +702,7 @@ void CudaBackend::attention_with_position_bias(const DeviceTensor& qkv, const De
   launch.bias_buckets = bias.num_buckets;
   launch.bias_max_distance = bias.max_distance;
   launch.bias_bidirectional = bias.bidirectional;
-  SF_CUDA_CHECK(launch_attention(launch, stream_), "attention with position bias");
+  SF_CUDA_CALL(launch_attention(launch, stream_), "attention with position bias");
 }
 
 void CudaBackend::cross_attention(const DeviceTensor& q, const DeviceTensor& k_cache, const DeviceTensor& v_cache,
@@ -720,7 +716,7 @@ void CudaBackend::cross_attention(const DeviceTensor& q, const DeviceTensor& k_c
   AttentionLaunch launch = attention_launch(q, k_cache, v_cache, batch, all_keys, out, seqs, sm_count_,
                                             attention_partials_, partition_counters_);
   launch.q_stride = q.dim(1);
-  SF_CUDA_CHECK(launch_attention(launch, stream_), "cross attention");
+  SF_CUDA_CALL(launch_attention(launch, stream_), "cross attention");
 }
 
 namespace {
@@ -743,7 +739,7 @@ void CudaBackend::activation(const DeviceTensor& x, Activation act, bool gated, 
   SF_CHECK(out.shape.size() == 2, "cuda activation: out has shape {}, expected [tokens, inner]", shape_str(out.shape));
   const int64_t tokens = out.dim(0), inner = out.dim(1);
   check_shape(x, {tokens, gated ? 2 * inner : inner}, "activation", "x");
-  SF_CUDA_CHECK(launch_activation(bf16_ptr(x), activation_code(act), gated, bf16_ptr(out), tokens, inner, stream_),
+  SF_CUDA_CALL(launch_activation(bf16_ptr(x), activation_code(act), gated, bf16_ptr(out), tokens, inner, stream_),
                 "activation");
 }
 
@@ -766,7 +762,7 @@ void CudaBackend::matmul_activation(const InputNorm& norm, const DeviceTensor& x
     check_dtype(bias, DType::F32, "matmul_activation", "bias");
     check_shape(bias, {2 * inner}, "matmul_activation", "bias");
   }
-  SF_CUDA_CHECK(launch_gemv_gated(bf16_ptr(x), bf16_ptr(w), bias.empty() ? nullptr : bias.as<float>(),
+  SF_CUDA_CALL(launch_gemv_gated(bf16_ptr(x), bf16_ptr(w), bias.empty() ? nullptr : bias.as<float>(),
                                   activation_code(act), bf16_ptr(out), m, inner, k, *fused_norm, stream_),
                 "matmul_activation (gated gemv)");
 }
@@ -789,13 +785,13 @@ int64_t checked_row_bytes(const char* kernel, const DeviceTensor& table, const D
 
 void CudaBackend::gather_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {
   const int64_t row_bytes = checked_row_bytes("gather_rows", x, rows, out, "out");
-  SF_CUDA_CHECK(launch_gather_rows(x.data, rows.as<int32_t>(), out.data, rows.numel(), row_bytes, stream_),
+  SF_CUDA_CALL(launch_gather_rows(x.data, rows.as<int32_t>(), out.data, rows.numel(), row_bytes, stream_),
                 "gather_rows");
 }
 
 void CudaBackend::scatter_rows(const DeviceTensor& x, const DeviceTensor& rows, const DeviceTensor& out) {
   const int64_t row_bytes = checked_row_bytes("scatter_rows", out, rows, x, "x");
-  SF_CUDA_CHECK(launch_scatter_rows(x.data, rows.as<int32_t>(), out.data, rows.numel(), row_bytes, stream_),
+  SF_CUDA_CALL(launch_scatter_rows(x.data, rows.as<int32_t>(), out.data, rows.numel(), row_bytes, stream_),
                 "scatter_rows");
 }
 
@@ -809,7 +805,7 @@ void CudaBackend::pool_rows(const DeviceTensor& x, const DeviceTensor& offsets, 
   SF_CHECK(spans >= 0, "cuda pool_rows: offsets is empty (it holds spans + 1 row starts)");
   check_shape(out, {spans, cols}, "pool_rows", "out");
   const int mode = pooling == Pooling::Cls ? 0 : pooling == Pooling::Mean ? 1 : 2;
-  SF_CUDA_CHECK(launch_pool_rows(x.data, x.dtype == DType::F32, offsets.as<int32_t>(), mode, out.as<float>(), spans,
+  SF_CUDA_CALL(launch_pool_rows(x.data, x.dtype == DType::F32, offsets.as<int32_t>(), mode, out.as<float>(), spans,
                                  cols, stream_),
                 "pool_rows");
 }
@@ -823,7 +819,7 @@ void CudaBackend::sample(const DeviceTensor& logits, const DeviceTensor& rows, c
   const int64_t count = logits.dim(0), vocab = logits.dim(1);
   check_shape(rows, {count, kSamplingRowWords}, "sample", "rows");
   check_shape(tokens, {count}, "sample", "tokens");
-  SF_CUDA_CHECK(launch_sample(logits.as<float>(), static_cast<const SamplingRow*>(rows.data), tokens.as<int32_t>(),
+  SF_CUDA_CALL(launch_sample(logits.as<float>(), static_cast<const SamplingRow*>(rows.data), tokens.as<int32_t>(),
                               count, vocab, stream_),
                 "sample");
 }

@@ -4,6 +4,7 @@
 // (dequantize.cu, then cuBLASLt), embed() from a quantized table.
 #include "backend/argument_checks.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/quant_kernels.h"
 #include "core/error.h"
@@ -15,12 +16,6 @@
 
 namespace splitflow::cuda {
 namespace {
-
-#define SF_QUANT_CUDA_CHECK(expr, what)                                                      \
-  do {                                                                                       \
-    const cudaError_t sf_err_ = (expr);                                                      \
-    SF_CHECK(sf_err_ == cudaSuccess, "cuda {}: {}", what, cudaGetErrorString(sf_err_)); \
-  } while (0)
 
 // The prefill scratch holds at most this many bf16 elements (128 MiB); larger matrices (a 128K-token
 // vocabulary's lm head, a fused 8B gate/up) are dequantized and multiplied in chunks of rows.
@@ -78,7 +73,7 @@ DeviceBuffer CudaBackend::upload_quantized(const Tensor& host) {
   (void)quant_matrix(view, "upload");
   // + kQuantStagingPad: the GEMVs stage rows in whole 16-byte words, so the last one reads past the end.
   const size_t bytes = view.nbytes() + kQuantStagingPad;
-  SF_QUANT_CUDA_CHECK(cudaMalloc(&view.data, bytes),
+  SF_CUDA_CALL(cudaMalloc(&view.data, bytes),
                       fmt::format("allocate {} bytes for {} {}", bytes, dtype_name(host.dtype), shape_str(host.shape)));
   std::shared_ptr<void> owner(view.data, [](void* p) { cudaFree(p); });
   DeviceBuffer buffer(view, std::move(owner));
@@ -88,10 +83,10 @@ DeviceBuffer CudaBackend::upload_quantized(const Tensor& host) {
   const int64_t want = std::min(host.dim(0) * host.dim(1), kScratchMaxElems);
   if (want > scratch_elems_) {
     synchronize();
-    if (scratch_ != nullptr) SF_QUANT_CUDA_CHECK(cudaFree(scratch_), "free the dequantization scratch");
+    if (scratch_ != nullptr) SF_CUDA_CALL(cudaFree(scratch_), "free the dequantization scratch");
     scratch_ = nullptr;
     scratch_elems_ = 0;
-    SF_QUANT_CUDA_CHECK(cudaMalloc(&scratch_, static_cast<size_t>(want) * sizeof(bf16_bits)),
+    SF_CUDA_CALL(cudaMalloc(&scratch_, static_cast<size_t>(want) * sizeof(bf16_bits)),
                         fmt::format("allocate the {}-element dequantization scratch", want));
     scratch_elems_ = want;
   }
@@ -99,10 +94,10 @@ DeviceBuffer CudaBackend::upload_quantized(const Tensor& host) {
   if (const int64_t x_bytes = quant_q8_gemm_scratch_bytes(host.dim(1));
       quant_q8_gemm_enabled() && x_bytes > x_codes_bytes_) {
     synchronize();
-    if (x_codes_ != nullptr) SF_QUANT_CUDA_CHECK(cudaFree(x_codes_), "free the int8 x scratch");
+    if (x_codes_ != nullptr) SF_CUDA_CALL(cudaFree(x_codes_), "free the int8 x scratch");
     x_codes_ = nullptr;
     x_codes_bytes_ = 0;
-    SF_QUANT_CUDA_CHECK(cudaMalloc(&x_codes_, static_cast<size_t>(x_bytes)),
+    SF_CUDA_CALL(cudaMalloc(&x_codes_, static_cast<size_t>(x_bytes)),
                         fmt::format("allocate the {}-byte int8 x scratch", x_bytes));
     x_codes_bytes_ = x_bytes;
   }
@@ -126,13 +121,13 @@ void CudaBackend::quant_matmul(const DeviceTensor& x, const DeviceTensor& w, con
   const bool f32_out = y.dtype == DType::F32;
   const float* bias_f32 = bias.empty() ? nullptr : bias.as<float>();
   if (m <= kMaxQuantGemvRows && aligned_to(x.data, 16)) {
-    SF_QUANT_CUDA_CHECK(launch_quant_gemv(matrix, bf16_ptr(x), bias_f32, f32_out ? nullptr : bf16_ptr(y),
+    SF_CUDA_CALL(launch_quant_gemv(matrix, bf16_ptr(x), bias_f32, f32_out ? nullptr : bf16_ptr(y),
                                           f32_out ? y.as<float>() : nullptr, m, accumulate, stream_),
                         "matmul (quantized gemv)");
     return;
   }
   if (aligned_to(x.data, 16) && quant_q8_gemm_supported(matrix, m) && x_codes_bytes_ >= quant_q8_gemm_scratch_bytes(k)) {
-    SF_QUANT_CUDA_CHECK(launch_quant_q8_gemm(matrix, bf16_ptr(x), m, bias_f32, f32_out ? nullptr : bf16_ptr(y),
+    SF_CUDA_CALL(launch_quant_q8_gemm(matrix, bf16_ptr(x), m, bias_f32, f32_out ? nullptr : bf16_ptr(y),
                                              f32_out ? y.as<float>() : nullptr, accumulate, x_codes_, x_codes_bytes_,
                                              stream_),
                         "matmul (quantized int8 gemm)");
@@ -151,7 +146,7 @@ void CudaBackend::quant_matmul(const DeviceTensor& x, const DeviceTensor& w, con
       const QuantRun& run = matrix.runs[i];
       const int64_t from = std::max(begin, run.first_row), to = std::min(begin + rows, run.end_row);
       if (from >= to) continue;
-      SF_QUANT_CUDA_CHECK(launch_dequantize_rows(run, k, nullptr, from, to - from, 1.0f, nullptr, nullptr,
+      SF_CUDA_CALL(launch_dequantize_rows(run, k, nullptr, from, to - from, 1.0f, nullptr, nullptr,
                                                  scratch + (from - begin) * k, stream_),
                           "matmul (dequantize)");
     }
@@ -161,7 +156,7 @@ void CudaBackend::quant_matmul(const DeviceTensor& x, const DeviceTensor& w, con
     run_gemm(plan, x.data, scratch, y_at, alpha, beta);
   }
   if (bias_f32 != nullptr)
-    SF_QUANT_CUDA_CHECK(launch_add_bias(f32_out ? nullptr : bf16_ptr(y), f32_out ? y.as<float>() : nullptr, bias_f32,
+    SF_CUDA_CALL(launch_add_bias(f32_out ? nullptr : bf16_ptr(y), f32_out ? y.as<float>() : nullptr, bias_f32,
                                         m, n, stream_),
                         "matmul bias");
 }
@@ -226,7 +221,7 @@ bool CudaBackend::quant_matmul_rope_write_kv(const InputNorm& norm, const Device
                              rope_params.rotary_dim,
                              rope_params.style == RopeStyle::Interleaved,
                              GemvNorm{}};
-  SF_QUANT_CUDA_CHECK(launch_quant_gemv_qkv_rope(matrix, launch, *fused_norm, stream_),
+  SF_CUDA_CALL(launch_quant_gemv_qkv_rope(matrix, launch, *fused_norm, stream_),
                       "matmul_rope_write_kv (quantized gemv)");
   return true;
 }
@@ -247,7 +242,7 @@ bool CudaBackend::quant_matmul_activation(const InputNorm& norm, const DeviceTen
   if (!bias.empty())
     SF_CHECK(bias.dtype == DType::F32 && bias.shape == Shape({2 * inner}),
              "cuda matmul_activation: bias must be f32 [{}]", 2 * inner);
-  SF_QUANT_CUDA_CHECK(launch_quant_gemv_gated(matrix, bf16_ptr(x), bias.empty() ? nullptr : bias.as<float>(), act,
+  SF_CUDA_CALL(launch_quant_gemv_gated(matrix, bf16_ptr(x), bias.empty() ? nullptr : bias.as<float>(), act,
                                               bf16_ptr(out), m, *fused_norm, stream_),
                       "matmul_activation (quantized gated gemv)");
   return true;
@@ -267,7 +262,7 @@ void CudaBackend::quant_embed(const DeviceTensor& table, const DeviceTensor& tok
              "cuda embed: pos_table must be bf16 [positions, {}] with i32 positions [{}]", hidden, tokens);
   SF_CHECK(aligned_to(out.data, 16) && (pos_table.empty() || aligned_to(pos_table.data, 16)),
            "cuda embed: out and pos_table must be 16-byte aligned for a quantized table");
-  SF_QUANT_CUDA_CHECK(launch_dequantize_rows(matrix.runs[0], hidden, token_ids.as<int32_t>(), 0, tokens, multiplier,
+  SF_CUDA_CALL(launch_dequantize_rows(matrix.runs[0], hidden, token_ids.as<int32_t>(), 0, tokens, multiplier,
                                              pos_table.empty() ? nullptr : bf16_ptr(pos_table),
                                              pos_table.empty() ? nullptr : positions.as<int32_t>(), bf16_ptr(out),
                                              stream_),

@@ -6,11 +6,13 @@
 // billion weights). What the device path does not take (f64 or fp8 sources, Mixed, a bad shape)
 // goes to quant::quantize, which converts it or throws naming the problem.
 #include "backend/backend.h"
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/quantize_matrix.h"
 #include "core/error.h"
 #include "quant/quant.h"
 
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <memory>
@@ -18,19 +20,13 @@
 namespace splitflow {
 namespace {
 
-#define SF_QUANTIZE_CUDA_CHECK(expr, what)                                                        \
-  do {                                                                                            \
-    const cudaError_t sf_err_ = (expr);                                                           \
-    SF_CHECK(sf_err_ == cudaSuccess, "quantize on the GPU: {}: {}", what, cudaGetErrorString(sf_err_)); \
-  } while (0)
-
 // By default a chunk holds at most this many elements (256 MiB of f32, plus its stored bytes and
 // packed rows).
 constexpr int64_t kChunkElems = int64_t{64} << 20;
 
 std::shared_ptr<void> device_alloc(size_t bytes, const char* what) {
   void* data = nullptr;
-  SF_QUANTIZE_CUDA_CHECK(cudaMalloc(&data, std::max<size_t>(bytes, 1)), what);
+  SF_CUDA_CALL(cudaMalloc(&data, std::max<size_t>(bytes, 1)), what);
   return std::shared_ptr<void>(data, [](void* p) { cudaFree(p); });
 }
 
@@ -50,11 +46,15 @@ Tensor quantize_matrix_on_cuda(const Tensor& matrix, DType type, int64_t chunk_e
   const int64_t chunk_rows = std::clamp<int64_t>((chunk_elems > 0 ? chunk_elems : kChunkElems) / cols, 1, rows);
   const size_t chunk_size = static_cast<size_t>(chunk_rows * cols);
   const std::shared_ptr<void> stored =
-      matrix.generated ? nullptr : device_alloc(chunk_size * source_elem, "allocate the source chunk");
-  const std::shared_ptr<void> values = device_alloc(chunk_size * sizeof(float), "allocate the f32 chunk");
-  const std::shared_ptr<void> packed = device_alloc(static_cast<size_t>(chunk_rows) * row_bytes, "allocate the packed chunk");
-  const std::shared_ptr<void> bad = device_alloc(sizeof(unsigned long long), "allocate the error flag");
-  SF_QUANTIZE_CUDA_CHECK(cudaMemset(bad.get(), 0xff, sizeof(unsigned long long)), "clear the error flag");
+      matrix.generated ? nullptr
+                       : device_alloc(chunk_size * source_elem, "quantize on the GPU: allocate the source chunk");
+  const std::shared_ptr<void> values =
+      device_alloc(chunk_size * sizeof(float), "quantize on the GPU: allocate the f32 chunk");
+  const std::shared_ptr<void> packed =
+      device_alloc(static_cast<size_t>(chunk_rows) * row_bytes, "quantize on the GPU: allocate the packed chunk");
+  const std::shared_ptr<void> bad =
+      device_alloc(sizeof(unsigned long long), "quantize on the GPU: allocate the error flag");
+  SF_CUDA_CALL(cudaMemset(bad.get(), 0xff, sizeof(unsigned long long)), "quantize on the GPU: clear the error flag");
   const uint64_t key = matrix.generated ? matrix.generated->key : 0;
   const float stddev = matrix.generated ? matrix.generated->stddev : 0.0f;
 
@@ -62,24 +62,25 @@ Tensor quantize_matrix_on_cuda(const Tensor& matrix, DType type, int64_t chunk_e
     const int64_t count = std::min(chunk_rows, rows - first);
     const size_t elems = static_cast<size_t>(count * cols);
     if (stored)
-      SF_QUANTIZE_CUDA_CHECK(cudaMemcpy(stored.get(), static_cast<const uint8_t*>(matrix.data) + first * cols * source_elem,
-                                        elems * source_elem, cudaMemcpyHostToDevice),
-                             "copy the matrix");
-    SF_QUANTIZE_CUDA_CHECK(cuda::launch_matrix_to_f32(stored.get(), matrix.dtype, key, stddev, first * cols,
-                                                      static_cast<float*>(values.get()), static_cast<int64_t>(elems),
-                                                      nullptr),
-                           "widen to f32");
-    SF_QUANTIZE_CUDA_CHECK(cudaMemset(packed.get(), 0, static_cast<size_t>(count) * row_bytes), "clear the packed rows");
-    SF_QUANTIZE_CUDA_CHECK(cuda::launch_quantize_rows(type, static_cast<const float*>(values.get()), count, cols,
-                                                      static_cast<uint8_t*>(packed.get()),
-                                                      static_cast<unsigned long long*>(bad.get()), nullptr),
-                           dtype_name(type));
-    SF_QUANTIZE_CUDA_CHECK(cudaMemcpy(out.as<uint8_t>() + first * row_bytes, packed.get(),
-                                      static_cast<size_t>(count) * row_bytes, cudaMemcpyDeviceToHost),
-                           "copy the packed rows back");
+      SF_CUDA_CALL(cudaMemcpy(stored.get(), static_cast<const uint8_t*>(matrix.data) + first * cols * source_elem,
+                              elems * source_elem, cudaMemcpyHostToDevice),
+                   "quantize on the GPU: copy the matrix");
+    SF_CUDA_CALL(cuda::launch_matrix_to_f32(stored.get(), matrix.dtype, key, stddev, first * cols,
+                                            static_cast<float*>(values.get()), static_cast<int64_t>(elems), nullptr),
+                 "quantize on the GPU: widen to f32");
+    SF_CUDA_CALL(cudaMemset(packed.get(), 0, static_cast<size_t>(count) * row_bytes),
+                 "quantize on the GPU: clear the packed rows");
+    SF_CUDA_CALL(cuda::launch_quantize_rows(type, static_cast<const float*>(values.get()), count, cols,
+                                            static_cast<uint8_t*>(packed.get()),
+                                            static_cast<unsigned long long*>(bad.get()), nullptr),
+                 fmt::format("quantize on the GPU to {}", dtype_name(type)));
+    SF_CUDA_CALL(cudaMemcpy(out.as<uint8_t>() + first * row_bytes, packed.get(), static_cast<size_t>(count) * row_bytes,
+                            cudaMemcpyDeviceToHost),
+                 "quantize on the GPU: copy the packed rows back");
   }
   unsigned long long first_bad = 0;
-  SF_QUANTIZE_CUDA_CHECK(cudaMemcpy(&first_bad, bad.get(), sizeof first_bad, cudaMemcpyDeviceToHost), "read the error flag");
+  SF_CUDA_CALL(cudaMemcpy(&first_bad, bad.get(), sizeof first_bad, cudaMemcpyDeviceToHost),
+               "quantize on the GPU: read the error flag");
   // A block whose fp16 min or scale overflowed: the host quantizer fails on the same block and
   // says which row and values.
   if (first_bad != ~0ull) return quant::quantize(matrix, type);
