@@ -37,8 +37,8 @@ for name in ${MODELS:-smol}; do
   echo "=== $name: perplexity (40 chunks of 512)"
   "$bin" perplexity --model "$file" --file .carry/shared/data/wiki.test.raw --ctx 512 --chunks 40 --backend cuda 2>&1 | tail -1
   echo "=== $name: decode speed, quantized vs the same weights in bf16"
-  "$bin" quantize --model "$file" --type bf16 --out "/tmp/$name-bf16.gguf" | tail -1
-  for model in "$file" "/tmp/$name-bf16.gguf"; do
+  "$bin" quantize --model "$file" --type bf16 --out ".cache/models/$name-bf16.gguf" | tail -1
+  for model in "$file" ".cache/models/$name-bf16.gguf"; do
     "$bin" bench latency --backend cuda --model "$model" --input-len 128 --output-len 128 --results-dir "$out/results" \
       ${PEER:+--llama-bench $PEER} 2>/dev/null | grep -E "decode tokens/s|prefill tokens/s|llama.cpp|result:"
   done
