@@ -1,6 +1,7 @@
 #include "core/dtype.h"
 
 #include "core/error.h"
+#include "core/fp16.h"
 
 #include <cctype>
 #include <limits>
@@ -158,49 +159,9 @@ DType parse_dtype(std::string_view name) {
        "types q4_0, q4_1, q5_0, q5_1, q8_0, q2_k .. q6_k, q2_b32 .. q8_b64, q3h_b64, f8_channel, f8_g128, i8_g32, i8_g64, i8_g128)", name);
 }
 
-float f16_to_f32(uint16_t bits) {
-  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
-  uint32_t exponent = (bits >> 10) & 0x1fu;
-  uint32_t mantissa = bits & 0x3ffu;
-  uint32_t word;
-  if (exponent == 0x1f) {
-    word = sign | 0x7f800000u | (mantissa << 13);
-  } else if (exponent != 0) {
-    word = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    word = sign;
-  } else {  // subnormal: normalise
-    exponent = 113;
-    while ((mantissa & 0x400u) == 0) {
-      mantissa <<= 1;
-      --exponent;
-    }
-    word = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
-  }
-  float value;
-  std::memcpy(&value, &word, sizeof value);
-  return value;
-}
+float f16_to_f32(uint16_t bits) { return fp16::to_f32(bits); }
 
-uint16_t f32_to_f16(float value) {
-  uint32_t word;
-  std::memcpy(&word, &value, sizeof word);
-  const uint16_t sign = static_cast<uint16_t>((word >> 16) & 0x8000u);
-  const uint32_t abs = word & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;           // NaN
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;          // overflow (rounds past 65504) -> inf
-  if (abs < 0x33000001u) return sign;                      // below half the smallest subnormal
-  int exponent = static_cast<int>(abs >> 23) - 127;
-  uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
-  int shift = exponent < -14 ? (-14 - exponent) + 13 : 13;  // subnormals shift further
-  uint32_t result = mantissa >> shift;
-  const uint32_t remainder = mantissa & ((1u << shift) - 1);
-  const uint32_t half = 1u << (shift - 1);
-  if (remainder > half || (remainder == half && (result & 1u))) ++result;
-  if (exponent < -14) return static_cast<uint16_t>(sign | result);
-  // normal: result holds the implicit bit at 0x400; a mantissa carry bumps the exponent.
-  return static_cast<uint16_t>(sign | ((static_cast<uint32_t>(exponent + 15) << 10) + (result - 0x400u)));
-}
+uint16_t f32_to_f16(float value) { return fp16::from_f32(value); }
 
 float e4m3_to_f32(uint8_t bits) {
   const uint32_t exponent = (bits >> 3) & 0xfu, mantissa = bits & 0x7u;

@@ -13,6 +13,7 @@
 
 #include "core/counter_hash.h"  // SF_HOST_DEVICE
 #include "core/dtype.h"
+#include "core/fp16.h"
 
 #include <cmath>
 #include <cstdint>
@@ -38,56 +39,11 @@ SF_HOST_DEVICE bool is_finite(double value) { return value - value == 0; }
 // Round to nearest, ties to even (llama.cpp's nearest_int).
 SF_HOST_DEVICE int nearest_int(float value) { return static_cast<int>(nearbyintf(value)); }
 
-// fp16 bits of a float (nearest even, overflow to inf) and back: core/dtype.h's conversions on the
-// host; on the device the same integer algorithm as core/dtype.cpp's (not the cvt instructions:
-// with them, on the H100, the GGUF quantizers' d fields differed from the host's, cause not yet
-// found), so both sides round by one definition.
-SF_HOST_DEVICE uint16_t f16_bits(float value) {
-#ifdef __CUDA_ARCH__
-  uint32_t word;
-  memcpy(&word, &value, sizeof word);
-  const uint16_t sign = static_cast<uint16_t>((word >> 16) & 0x8000u);
-  const uint32_t abs = word & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds past 65504: inf
-  if (abs < 0x33000001u) return sign;              // below half the smallest subnormal
-  const int exponent = static_cast<int>(abs >> 23) - 127;
-  const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
-  const int shift = exponent < -14 ? (-14 - exponent) + 13 : 13;
-  uint32_t result = mantissa >> shift;
-  const uint32_t remainder = mantissa & ((1u << shift) - 1), half = 1u << (shift - 1);
-  if (remainder > half || (remainder == half && (result & 1u))) ++result;
-  if (exponent < -14) return static_cast<uint16_t>(sign | result);
-  return static_cast<uint16_t>(sign | ((static_cast<uint32_t>(exponent + 15) << 10) + (result - 0x400u)));
-#else
-  return f32_to_f16(value);
-#endif
-}
-SF_HOST_DEVICE float f16_value(uint16_t bits) {
-#ifdef __CUDA_ARCH__
-  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
-  uint32_t exponent = (bits >> 10) & 0x1fu, mantissa = bits & 0x3ffu, word;
-  if (exponent == 0x1f) {
-    word = sign | 0x7f800000u | (mantissa << 13);
-  } else if (exponent != 0) {
-    word = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    word = sign;
-  } else {  // subnormal: normalise
-    exponent = 113;
-    while ((mantissa & 0x400u) == 0) {
-      mantissa <<= 1;
-      --exponent;
-    }
-    word = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
-  }
-  float value;
-  memcpy(&value, &word, sizeof value);
-  return value;
-#else
-  return f16_to_f32(bits);
-#endif
-}
+// fp16 bits of a float (nearest even, overflow to inf) and back, by core/fp16.h's integer
+// algorithm on both sides (core/dtype.h's conversions are it too). Not the cvt instructions: with
+// them, on the H100, the GGUF quantizers' d fields differed from the host's (cause not yet found).
+SF_HOST_DEVICE uint16_t f16_bits(float value) { return fp16::from_f32(value); }
+SF_HOST_DEVICE float f16_value(uint16_t bits) { return fp16::to_f32(bits); }
 SF_HOST_DEVICE uint8_t e4m3_bits(float value) {
 #ifdef __CUDA_ARCH__
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(value, __NV_SATFINITE, __NV_E4M3));
