@@ -404,14 +404,9 @@ SF_HOST_DEVICE void quantize_q3_k(const float* x, uint8_t* b) {
   uint8_t* scales = b + 96;
   int8_t levels[kSuperBlock];
   float sub_scales[16];
-  float max_scale = 0, amax = 0;
-  for (int j = 0; j < 16; ++j) {
-    sub_scales[j] = fit_symmetric_scale_refined(16, 4, x + 16 * j, levels + 16 * j);
-    if (fabsf(sub_scales[j]) > amax) {
-      amax = fabsf(sub_scales[j]);
-      max_scale = sub_scales[j];
-    }
-  }
+  for (int j = 0; j < 16; ++j) sub_scales[j] = fit_symmetric_scale_refined(16, 4, x + 16 * j, levels + 16 * j);
+  float max_scale, amax;
+  absmax_of(16, sub_scales, max_scale, amax);
   for (int i = 0; i < 12; ++i) scales[i] = 0;
   if (max_scale != 0) {
     // 6-bit signed sub-block scales (offset 32): low nibbles in bytes 0..7, high 2 bits in 8..11.
@@ -510,14 +505,9 @@ SF_HOST_DEVICE void quantize_q6_k(const float* x, uint8_t* b) {
   auto* scales = reinterpret_cast<int8_t*>(b + 192);
   int8_t levels[kSuperBlock];
   float sub_scales[16];
-  float max_scale = 0, max_abs_scale = 0;
-  for (int j = 0; j < 16; ++j) {
-    sub_scales[j] = fit_symmetric_scale(16, 32, x + 16 * j, levels + 16 * j);
-    if (fabsf(sub_scales[j]) > max_abs_scale) {
-      max_abs_scale = fabsf(sub_scales[j]);
-      max_scale = sub_scales[j];
-    }
-  }
+  for (int j = 0; j < 16; ++j) sub_scales[j] = fit_symmetric_scale(16, 32, x + 16 * j, levels + 16 * j);
+  float max_scale, max_abs_scale;
+  absmax_of(16, sub_scales, max_scale, max_abs_scale);
   if (max_abs_scale < kGroupMaxEps) {
     for (int i = 0; i < 210; ++i) b[i] = 0;
     return;
