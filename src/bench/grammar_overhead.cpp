@@ -33,6 +33,7 @@ std::string endless_json_gbnf() {
 struct DecodeRun {
   double decode_step_s = 0;  // median time of a pure decode step at the full batch (a shared machine has outliers)
   int32_t steps = 0;
+  ConstrainedStepStats masks;  // every constrained step's (prefill's too)
 };
 
 DecodeRun run_engine(ModelRunner& runner, const Tokenizer* tokenizer, const SchedulerConfig& config, int32_t batch,
@@ -61,6 +62,7 @@ DecodeRun run_engine(ModelRunner& runner, const Tokenizer* tokenizer, const Sche
       ++run.steps;
     }
   }
+  run.masks = engine.constrained_step_stats();
   if (step_seconds.empty()) {
     run.decode_step_s = std::numeric_limits<double>::quiet_NaN();
   } else {
@@ -116,7 +118,14 @@ nlohmann::json run_grammar_overhead(LoadedModel model, Backend& backend, const G
       if (w.decode_step_s < warm.decode_step_s) warm = w;
       mask_stats = fresh_grammar->cache_stats();
     }
+    // The masks' host time a step: on the helper (hidden while shorter than the forward) and
+    // waited for by the engine thread once the forward was issued (on the step's critical path).
+    const auto per_step_us = [](double seconds, int64_t steps) { return steps > 0 ? seconds / steps * 1e6 : 0.0; };
     rows.push_back({{"batch", batch},
+                    {"mask_helper_us_per_step_warm", per_step_us(warm.masks.compute_s, warm.masks.steps)},
+                    {"mask_wait_us_per_step_warm", per_step_us(warm.masks.wait_s, warm.masks.steps)},
+                    {"mask_helper_us_per_step_cold", per_step_us(cold.masks.compute_s, cold.masks.steps)},
+                    {"mask_wait_us_per_step_cold", per_step_us(cold.masks.wait_s, cold.masks.steps)},
                     {"unconstrained_step_ms", plain.decode_step_s * 1e3},
                     {"constrained_cold_step_ms", cold.decode_step_s * 1e3},
                     {"constrained_warm_step_ms", warm.decode_step_s * 1e3},

@@ -3,10 +3,16 @@
 #include "sampling/token_mask.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <utility>
 
 namespace splitflow {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+}  // namespace
 
 ConstrainedStep::~ConstrainedStep() {
   {
@@ -24,13 +30,16 @@ void ConstrainedStep::helper_loop() {
     changed_.wait(lock, [this] { return job_ || stop_; });
     if (stop_) return;
     lock.unlock();
+    const auto start = Clock::now();
     std::exception_ptr error;
     try {
       compute();
     } catch (...) {
       error = std::current_exception();
     }
+    const double seconds = seconds_since(start);
     lock.lock();
+    stats_.compute_s += seconds;
     error_ = error;
     job_ = false;
     changed_.notify_all();
@@ -60,6 +69,8 @@ void ConstrainedStep::start(std::vector<TokenConstraint*> constraints, int32_t v
   {
     std::lock_guard lock(mutex_);
     job_ = true;
+    ++stats_.steps;
+    stats_.rows += std::count_if(constraints_.begin(), constraints_.end(), [](TokenConstraint* c) { return c != nullptr; });
   }
   changed_.notify_all();
 }
@@ -81,8 +92,10 @@ void ConstrainedStep::compute() {
 }
 
 void ConstrainedStep::wait() {
+  const auto start = Clock::now();
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [this] { return !job_; });
+  stats_.wait_s += seconds_since(start);
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));  // a constraint's failure, here
 }
 
@@ -90,6 +103,11 @@ void ConstrainedStep::settle() noexcept {
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [this] { return !job_; });
   error_ = nullptr;
+}
+
+ConstrainedStepStats ConstrainedStep::stats() {
+  std::lock_guard lock(mutex_);
+  return stats_;
 }
 
 std::span<const uint32_t> ConstrainedStep::mask(size_t row) {

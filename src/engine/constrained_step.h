@@ -27,6 +27,16 @@
 
 namespace splitflow {
 
+// Where a constrained step's host time goes: `compute_s` on the helper (accepts and masks, hidden
+// behind the forward while shorter), `wait_s` on the caller, blocked for the masks after the
+// forward was issued (on its critical path).
+struct ConstrainedStepStats {
+  int64_t steps = 0;  // steps with a constrained row
+  int64_t rows = 0;   // constrained rows over those steps
+  double compute_s = 0;
+  double wait_s = 0;
+};
+
 class ConstrainedStep {
  public:
   ConstrainedStep() = default;
@@ -51,6 +61,8 @@ class ConstrainedStep {
   // Waits for the step's masks without rethrowing their failure: the end of every step, however
   // it ends, so the helper never outlives the constraints it reads.
   void settle() noexcept;
+  // Totals since construction (a moment's copy; settle() first for the last step's compute).
+  ConstrainedStepStats stats();
 
  private:
   void compute();
@@ -72,6 +84,7 @@ class ConstrainedStep {
   bool job_ = false;
   bool stop_ = false;
   std::exception_ptr error_;  // the job's failure, rethrown by wait()
+  ConstrainedStepStats stats_;  // under mutex_
 };
 
 }  // namespace splitflow

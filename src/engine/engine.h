@@ -205,6 +205,8 @@ class Engine {
   // (its encoder's context, less than one step's tokens, at most the whole cache).
   int32_t max_prompt_tokens() const;
   const Tokenizer* tokenizer() const { return tokenizer_; }
+  // Structured outputs' host time so far: the masks' helper and the steps' wait for it.
+  ConstrainedStepStats constrained_step_stats() const { return constrained_->stats(); }
 
  private:
   struct SequenceState;

@@ -374,6 +374,7 @@ class ModelRunner {
   DeviceBuffer d_step_;
   DeviceBuffer pool_offsets_, pooled_;  // [max_seqs + 1] I32, [max_seqs, hidden] F32, at the first forward_pooled
   DeviceBuffer d_token_masks_;     // [max_seqs, ceil(vocab / 32)] I32, at the first masked step
+  std::shared_ptr<void> token_masks_staging_;  // its allocate_host twin: a pinned copy needs no stream sync
   DeviceBuffer d_sampled_;         // [max_batch_tokens] I32
   std::vector<int32_t> logit_rows_;  // this step's logits rows (host copy, for counts and chunking)
   std::vector<float> step_rope_rows_;  // [max_batch_tokens, rotary_dim] staged length-specific rows
