@@ -61,10 +61,6 @@ void ConstrainedStep::start(std::vector<TokenConstraint*> constraints, int32_t v
   vocab_size_ = vocab_size;
   eos_ids_.assign(eos_ids.begin(), eos_ids.end());
   words_ = static_cast<size_t>(vocab_size + 31) / 32;
-  masks_.assign(constraints_.size() * words_, 0u);
-  for (size_t row = 0; row < constraints_.size(); ++row) {
-    if (!constraints_[row]) std::fill_n(masks_.begin() + static_cast<ptrdiff_t>(row * words_), words_, ~0u);
-  }
   if (!helper_.joinable()) helper_ = std::thread([this] { helper_loop(); });
   {
     std::lock_guard lock(mutex_);
@@ -76,11 +72,17 @@ void ConstrainedStep::start(std::vector<TokenConstraint*> constraints, int32_t v
 }
 
 void ConstrainedStep::compute() {
+  // Sized and filled here, not in start(): start() is on the step's critical path, before the
+  // forward is issued (64 rows of a 49K vocabulary are 393 KB).
+  masks_.resize(constraints_.size() * words_);
   for (size_t row = 0; row < constraints_.size(); ++row) {
     TokenConstraint* constraint = constraints_[row];
-    if (!constraint) continue;
-    if (accept_first_[row]) constraint->accept_token(*accept_first_[row]);
     const std::span<uint32_t> mask(masks_.data() + row * words_, words_);
+    if (!constraint) {
+      std::fill(mask.begin(), mask.end(), ~0u);
+      continue;
+    }
+    if (accept_first_[row]) constraint->accept_token(*accept_first_[row]);
     constraint->fill_next_token_mask(mask);
     const bool none = std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; });
     if (constraint->can_end() || none) {
