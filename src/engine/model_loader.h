@@ -29,7 +29,7 @@ struct ModelLoadOptions {
   // while loading (model/weights.h); checkpoint matrices already quantized stay as stored.
   std::optional<DType> quantization;
   // Who does that arithmetic (model/weights.h): empty, quant::quantize on the host; the CLI gives
-  // quantize_matrix_on_cuda with --device cuda and SPLITFLOW_QUANTIZE_ON_DEVICE=1 (device memory).
+  // quantize_matrix_on_cuda with --device cuda unless SPLITFLOW_QUANTIZE_ON_DEVICE=0 (device memory).
   MatrixQuantizer quantizer;
 };
 
