@@ -246,6 +246,10 @@ class Backend {
   // serving steps of new shapes never stall. The runner turns it on for the eager first step of
   // each decode bucket it records.
   virtual void set_tuning(bool on) {}
+  // W8A8 (`--quantization fp8`): products of more than 8 rows with an f8_channel matrix quantize
+  // x to e4m3 per row and run on FP8 tensor cores; decode-sized ones stay weight-only. Call
+  // before uploading the weights. false (nothing changed) where the backend has no such path.
+  virtual bool set_fp8_activations(bool on) { return !on; }
 
   // --- kernels (shapes: T tokens, H hidden) ----------------------------------------------------
   // out[t] = table[token_ids[t]] * multiplier, plus pos_table[positions[t]] when pos_table is

@@ -87,6 +87,7 @@ class ForwardingBackend : public Backend {
   }
   void profile_region(bool on) override { inner_->profile_region(on); }
   void set_tuning(bool on) override { inner_->set_tuning(on); }
+  bool set_fp8_activations(bool on) override { return inner_->set_fp8_activations(on); }
 
   bool has_encoder_decoder_kernels() const override { return inner_->has_encoder_decoder_kernels(); }
   void attention_with_position_bias(const DeviceTensor& qkv, const DeviceTensor& k_cache, const DeviceTensor& v_cache,

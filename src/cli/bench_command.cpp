@@ -73,6 +73,8 @@ void run_bench_latency(const LatencyFlags& flags) {
   result["device"] = roofline.device;
   result["date"] = bench::utc_timestamp();
   result["commit"] = bench::source_commit();
+  // --quantization as given: fp8 (W8A8) and fp8-weight-only load the same f8_channel matrices.
+  if (!flags.model.quantization.empty()) result["quantization"] = flags.model.quantization;
   if (gpu_layers) {
     result["gpu_layers"] = *gpu_layers;
     const std::optional<MatmulOffloadOptions> offload = flags.model.offload();

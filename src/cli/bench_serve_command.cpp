@@ -235,6 +235,7 @@ void run_bench_throughput(const ThroughputFlags& flags) {
       bench::run_throughput(std::move(model), *backend, options, roofline.bandwidth_gbps, roofline.gemm_tflops);
   result["benchmark"] = "throughput";
   result["model"] = description;
+  if (!flags.model.quantization.empty()) result["quantization"] = flags.model.quantization;  // fp8: W8A8
   result["load_s"] = load_seconds + result["runner_setup_s"].get<double>();
   result["backend"] = backend->name();
   result["device"] = roofline.device;

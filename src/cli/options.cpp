@@ -25,14 +25,17 @@ ModelLoadOptions ModelFlags::options() const {
     result.weight_dtype = dtype;
   }
   if (!quantization.empty()) {
-    DType dtype;
-    try {
-      dtype = parse_dtype(quantization);
-    } catch (const Error&) {
-      fail("--quantization: unknown type '{}' (one of: {})", quantization, quantized_type_names());
+    DType dtype = DType::F8_CHANNEL;  // fp8, fp8-weight-only: vLLM's spellings (make_backend sets W8A8)
+    if (quantization != kFp8W8A8 && quantization != kFp8WeightOnly) {
+      try {
+        dtype = parse_dtype(quantization);
+      } catch (const Error&) {
+        fail("--quantization: unknown type '{}' (one of: {}, {}, {})", quantization, quantized_type_names(), kFp8W8A8,
+             kFp8WeightOnly);
+      }
     }
-    SF_CHECK(is_quantized(dtype), "--quantization: '{}' is not a quantized type (one of: {})", quantization,
-             quantized_type_names());
+    SF_CHECK(is_quantized(dtype), "--quantization: '{}' is not a quantized type (one of: {}, {}, {})", quantization,
+             quantized_type_names(), kFp8W8A8, kFp8WeightOnly);
     result.quantization = dtype;
 #ifdef SPLITFLOW_HAS_CUDA
     // With --device cuda the quantizers run in device memory (the host's bytes, 23x faster on a 7B
@@ -107,6 +110,10 @@ std::unique_ptr<Backend> ModelFlags::make_backend(const ParallelRank* rank) cons
     made = make_cpu_backend(threads);
   }
   check_backend_runs(*made);
+  SF_CHECK(quantization != kFp8W8A8 || made->set_fp8_activations(true),
+           "--quantization fp8 (W8A8: activations quantized to FP8 for the tensor cores) runs with --device cuda on a "
+           "Hopper GPU (sm_90), not on {}; --quantization fp8-weight-only keeps the activations in {}",
+           made->name(), dtype_name(made->activation_dtype()));
   return made;
 }
 
@@ -208,7 +215,9 @@ void add_model_flags(CLI::App& command, ModelFlags& flags) {
   command.add_option("--weight-dtype", flags.weight_dtype, "matrices in memory: auto (as stored), f32, f16, bf16");
   command.add_option("--quantization", flags.quantization,
                      "quantize float projection matrices while loading: " + quantized_type_names() +
-                         " (checkpoints already quantized stay as stored)");
+                         "; fp8 (W8A8 on Hopper: f8_channel weights, activations quantized to FP8 per row in "
+                         "products of more than 8 rows), fp8-weight-only (f8_channel) (checkpoints already "
+                         "quantized stay as stored)");
   command.add_option("--threads,-t", flags.threads, "CPU threads (0: all cores)");
   command.add_option("--backend,--device", flags.backend, "where the model runs: cpu or cuda")->capture_default_str();
   command.add_option("--tensor-parallel-size", flags.tensor_parallel_size,

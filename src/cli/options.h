@@ -18,10 +18,14 @@
 
 namespace splitflow::cli {
 
+// --quantization's vLLM spellings: f8_channel matrices with FP8 activations (W8A8) or without.
+inline constexpr const char* kFp8W8A8 = "fp8";
+inline constexpr const char* kFp8WeightOnly = "fp8-weight-only";
+
 struct ModelFlags {
   ModelLoadOptions load;
   std::string weight_dtype = "auto";  // auto | f32 | f16 | bf16
-  std::string quantization;           // empty, or a quantized dtype name (core/dtype.h)
+  std::string quantization;           // empty, a quantized dtype name (core/dtype.h), or kFp8W8A8 / kFp8WeightOnly
   int threads = 0;                    // 0: OpenMP default
   std::string backend = "cpu";        // cpu | cuda (--backend, or --device as vLLM spells it)
   // llama.cpp's -ngl / --gpu-layers: a count (negative: every layer), or auto (gpu_layers_auto).

@@ -149,6 +149,15 @@ TEST(Cli, QuantizationFlag) {
     EXPECT_EQ(std::filesystem::file_size(logits), 128 + 5 * 320 * sizeof(float));  // .npy header + [5, 320]
   }
   std::filesystem::remove(logits);
+  // vLLM's spellings: fp8-weight-only is f8_channel; fp8 (W8A8) needs a Hopper GPU's FP8 tensor cores.
+  const CommandResult weight_only =
+      run_splitflow({"generate", "--config", small, "--dummy-weights", "--quantization", "fp8-weight-only",
+                     "--prompt-ids", "1,2,3", "--max-tokens", "2", "--temperature", "0"});
+  ASSERT_EQ(weight_only.exit_code, 0) << weight_only.err;
+  EXPECT_NE(weight_only.err.find("projections quantized to f8_channel"), std::string::npos) << weight_only.err;
+  expect_error({"generate", "--config", small, "--dummy-weights", "--quantization", "fp8", "--prompt-ids", "1,2,3"},
+               "--quantization fp8 (W8A8: activations quantized to FP8 for the tensor cores) runs with --device cuda on "
+               "a Hopper GPU (sm_90), not on cpu");
 }
 
 TEST(Cli, UnknownArchitectureNamesTheSpecFieldsToAdd) {

@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_check.h"
 
 #include "backend/argument_checks.h"
+#include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/host_mailboxes.h"
 #include "comm/comm_group.h"
@@ -29,13 +30,6 @@ std::unique_ptr<Backend> make_cuda_backend(int device, CudaJobPlace place) {
 namespace cuda {
 namespace {
 
-
-#define SF_CUBLAS_CHECK(expr, what)                                                                       \
-  do {                                                                                                    \
-    const cublasStatus_t sf_status_ = (expr);                                                             \
-    SF_CHECK(sf_status_ == CUBLAS_STATUS_SUCCESS, "cuda {}: cuBLASLt {}", what,                           \
-             cublasLtGetStatusString(sf_status_));                                                        \
-  } while (0)
 
 constexpr size_t kWorkspaceBytes = 32 << 20;  // cuBLASLt's recommendation for Hopper
 
@@ -98,6 +92,7 @@ CudaBackend::CudaBackend(int device, CudaJobPlace place)
   SF_CUDA_CALL(cudaMalloc(&workspace_, workspace_bytes_), "allocate the cuBLASLt workspace");
   sm_count_ = props.multiProcessorCount;
   l2_bytes_ = props.l2CacheSize;
+  compute_major_ = props.major;
   // Matmuls of at most this many rows use the GEMV kernel (1..kMaxGemvRows; 0 disables it);
   // SPLITFLOW_GEMV_MAX_ROWS overrides the default for benchmarking the crossover.
   if (const char* rows = std::getenv("SPLITFLOW_GEMV_MAX_ROWS"); rows != nullptr && *rows != '\0') {
@@ -115,6 +110,7 @@ CudaBackend::CudaBackend(int device, CudaJobPlace place)
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   gemm_plans_.clear();
+  fp8_.reset();
   if (workspace_) cudaFree(workspace_);
   if (attention_partials_) cudaFree(attention_partials_);
   if (partition_counters_) cudaFree(partition_counters_);
@@ -122,6 +118,16 @@ CudaBackend::~CudaBackend() {
   if (x_codes_) cudaFree(x_codes_);
   if (lt_handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_handle_));
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+bool CudaBackend::set_fp8_activations(bool on) {
+  if (!on) {
+    fp8_.reset();
+    return true;
+  }
+  if (compute_major_ != 9) return false;  // cuBLASLt's outer-vector FP8 scaling is sm_90's alone
+  if (fp8_ == nullptr) fp8_ = std::make_unique<Fp8Gemm>(lt_handle_, workspace_, workspace_bytes_, stream_);
+  return true;
 }
 
 std::string CudaBackend::name() const { return fmt::format("cuda:{} ({})", device_, device_name_); }

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <tuple>
 
 namespace splitflow::comm {
@@ -30,6 +31,8 @@ class CommGroup;
 }
 
 namespace splitflow::cuda {
+
+class Fp8Gemm;
 
 // A quantized or Mixed matrix (the quantized kernels' operand).
 bool is_quant_matrix(const DeviceTensor& w);
@@ -62,6 +65,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<RecordedWork> record(const std::function<void()>& issue) override;
   bool can_record() const override { return true; }
   void set_tuning(bool on) override { tuning_ = on; }
+  // W8A8 for f8_channel matrices (backend/cuda/fp8_gemm.h): Hopper (sm_90) only, whose cuBLASLt
+  // scales FP8 products by row vectors; false elsewhere. Call before uploading the weights.
+  bool set_fp8_activations(bool on) override;
   void profile_region(bool on) override;
 
   void embed(const DeviceTensor& table, const DeviceTensor& token_ids, float multiplier, const DeviceTensor& pos_table,
@@ -158,6 +164,7 @@ class CudaBackend final : public Backend {
   int64_t scratch_elems_ = 0;
   void* x_codes_ = nullptr;  // x as int8 codes for quant_gemm_q8.cu, x_codes_bytes_, grown by upload_quantized
   int64_t x_codes_bytes_ = 0;
+  std::unique_ptr<Fp8Gemm> fp8_;  // set_fp8_activations(true): f8_channel products of more than 8 rows
 
   // Index of the fastest of `count` cuBLASLt heuristic results (cublasLtMatmulHeuristicResult_t[])
   // on x and w, timed into a scratch output of y_bytes.
@@ -176,6 +183,7 @@ class CudaBackend final : public Backend {
   size_t workspace_bytes_ = 0;
   int sm_count_ = 0;
   int l2_bytes_ = 0;
+  int compute_major_ = 0;
   bool tuning_ = false;  // set_tuning()
   // Matmuls with at most this many rows take the GEMV kernel. Measured on H100 (Llama-2-7B decode,
   // fraction of bandwidth, GEMV vs cuBLASLt): 1 row 0.80 vs -, 2 rows 0.762 vs 0.748, 4 rows 0.680 vs

@@ -5,6 +5,7 @@
 #include "backend/argument_checks.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/quant_kernels.h"
 #include "core/error.h"
@@ -78,6 +79,7 @@ DeviceBuffer CudaBackend::upload_quantized(const Tensor& host) {
   std::shared_ptr<void> owner(view.data, [](void* p) { cudaFree(p); });
   DeviceBuffer buffer(view, std::move(owner));
   copy_to_device(host.data, buffer.view());
+  if (fp8_ != nullptr) fp8_->add_matrix(host, view.data);
   // The prefill scratch grows to the largest quantized matrix (capped), here and not at a matmul,
   // which may be recorded into a graph.
   const int64_t want = std::min(host.dim(0) * host.dim(1), kScratchMaxElems);
@@ -126,6 +128,18 @@ void CudaBackend::quant_matmul(const DeviceTensor& x, const DeviceTensor& w, con
                         "matmul (quantized gemv)");
     return;
   }
+  const auto add_bias = [&] {
+    if (bias_f32 != nullptr)
+      SF_CUDA_CALL(launch_add_bias(f32_out ? nullptr : bf16_ptr(y), f32_out ? y.as<float>() : nullptr, bias_f32, m, n,
+                                   stream_),
+                   "matmul bias");
+  };
+  // W8A8 (set_fp8_activations): an f8_channel matrix's larger products on FP8 tensor cores.
+  if (fp8_ != nullptr && matrix.count == 1 &&
+      fp8_->run(matrix.runs[0], n, k, bf16_ptr(x), m, y.data, f32_out, accumulate)) {
+    add_bias();
+    return;
+  }
   if (aligned_to(x.data, 16) && quant_q8_gemm_supported(matrix, m) && x_codes_bytes_ >= quant_q8_gemm_scratch_bytes(k)) {
     SF_CUDA_CALL(launch_quant_q8_gemm(matrix, bf16_ptr(x), m, bias_f32, f32_out ? nullptr : bf16_ptr(y),
                                              f32_out ? y.as<float>() : nullptr, accumulate, x_codes_, x_codes_bytes_,
@@ -155,10 +169,7 @@ void CudaBackend::quant_matmul(const DeviceTensor& x, const DeviceTensor& w, con
                                      scratch);
     run_gemm(plan, x.data, scratch, y_at, alpha, beta);
   }
-  if (bias_f32 != nullptr)
-    SF_CUDA_CALL(launch_add_bias(f32_out ? nullptr : bf16_ptr(y), f32_out ? y.as<float>() : nullptr, bias_f32,
-                                        m, n, stream_),
-                        "matmul bias");
+  add_bias();
 }
 
 namespace {

@@ -110,4 +110,10 @@ cudaError_t launch_dequantize_rows(const QuantRun& run, int64_t k, const int32_t
                                    int64_t count, float multiplier, const bf16_bits* pos_table,
                                    const int32_t* positions, bf16_bits* out, cudaStream_t stream);
 
+// W8A8's activations (fp8_quantize_rows.cu, for fp8_gemm.h): x [m, k] bf16 (16-byte aligned
+// rows, k % 8 == 0) -> codes [m, k] e4m3 and scales [m]: each row's scale is max|x| / 448 (1 for a
+// zero row), its codes e4m3(x * (1 / scale)), nearest even, saturating.
+cudaError_t launch_quantize_rows_e4m3(const bf16_bits* x, int64_t m, int64_t k, uint8_t* codes, float* scales,
+                                      cudaStream_t stream);
+
 }  // namespace splitflow::cuda

@@ -1,0 +1,155 @@
+#include "backend/cuda/fp8_gemm.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "core/dtype.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace splitflow::cuda {
+
+namespace {
+
+// An f8_channel row: its fp32 scale padded to 16 bytes, then k e4m3 codes (quant/, core/dtype.h).
+constexpr int64_t kRowScaleBytes = 16;
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &status) != cudaSuccess || status != cudaStreamCaptureStatusNone;
+}
+
+int64_t round_up(int64_t value, int64_t to) { return (value + to - 1) / to * to; }
+
+}  // namespace
+
+struct Fp8Gemm::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (y) cublasLtMatrixLayoutDestroy(y);
+    if (x) cublasLtMatrixLayoutDestroy(x);
+    if (w) cublasLtMatrixLayoutDestroy(w);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+Fp8Gemm::Fp8Gemm(void* lt_handle, void* workspace, size_t workspace_bytes, cudaStream_t stream)
+    : lt_handle_(lt_handle), workspace_(workspace), workspace_bytes_(workspace_bytes), stream_(stream) {}
+
+Fp8Gemm::~Fp8Gemm() {
+  if (scratch_ != nullptr) cudaFree(scratch_);
+  for (void* old : retired_) cudaFree(old);
+}
+
+void Fp8Gemm::add_matrix(const Tensor& host, const void* device_rows) {
+  if (host.dtype != DType::F8_CHANNEL || host.shape.size() != 2) return;
+  const int64_t n = host.dim(0), k = host.dim(1);
+  const auto row_bytes = static_cast<int64_t>(dtype_row_bytes(DType::F8_CHANNEL, k));
+  std::vector<float> scales(static_cast<size_t>(n));
+  for (int64_t row = 0; row < n; ++row)
+    std::memcpy(&scales[static_cast<size_t>(row)], static_cast<const uint8_t*>(host.data) + row * row_bytes, sizeof(float));
+  void* device = nullptr;
+  SF_CUDA_CALL(cudaMalloc(&device, scales.size() * sizeof(float)), "allocate an f8_channel matrix's scale vector");
+  std::shared_ptr<void> owner(device, [](void* p) { cudaFree(p); });
+  SF_CUDA_CALL(cudaMemcpyAsync(device, scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice, stream_),
+               "copy an f8_channel matrix's scales");
+  SF_CUDA_CALL(cudaStreamSynchronize(stream_), "copy an f8_channel matrix's scales");
+  // Keyed by the rows' address: a matrix freed and another uploaded there replaces the entry.
+  weight_scales_[device_rows] = std::move(owner);
+}
+
+const Fp8Gemm::Plan* Fp8Gemm::plan(const PlanKey& key) {
+  if (auto found = plans_.find(key); found != plans_.end()) return found->second.get();
+  const auto [m, n, k, ldw, f32_out] = key;
+  // As CudaBackend's bf16 GEMM: row-major y[m, n] = x[m, k] w[n, k]^T is, column-major, y^T[n, m]
+  // = op_T(w)[n, k] x^T[k, m]: w a column-major [k, n] matrix of stride ldw, used transposed (the
+  // "TN" layout FP8 needs). A's outer-vector scale is then w's n row scales, B's x's m row scales.
+  auto plan = std::make_unique<Plan>();
+  SF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "fp8 matmul descriptor");
+  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  const int32_t outer_vector = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+  SF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)),
+                  "fp8 matmul transa");
+  SF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)),
+                  "fp8 matmul transb");
+  SF_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer_vector, sizeof(outer_vector)),
+      "fp8 matmul A scale mode");
+  SF_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer_vector, sizeof(outer_vector)),
+      "fp8 matmul B scale mode");
+  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->w, CUDA_R_8F_E4M3, k, n, ldw), "fp8 matmul w layout");
+  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->x, CUDA_R_8F_E4M3, k, m, k), "fp8 matmul x layout");
+  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->y, f32_out ? CUDA_R_32F : CUDA_R_16BF, n, m, n),
+                  "fp8 matmul y layout");
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  SF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), "fp8 matmul preference");
+  const uint64_t workspace = workspace_bytes_;
+  const uint32_t align = 16;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found_count = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_handle_), plan->op, plan->w, plan->x, plan->y,
+                                     plan->y, pref, 1, &result, &found_count);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (status != CUBLAS_STATUS_SUCCESS || found_count == 0) {
+    spdlog::warn("fp8 matmul: cuBLASLt has no FP8 kernel with row scales for m {} n {} k {} ({}); this shape runs "
+                 "weight-only",
+                 m, n, k, status != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(status) : "no algorithm");
+    plan.reset();
+  } else {
+    plan->algo = result.algo;
+  }
+  return plans_.emplace(key, std::move(plan)).first->second.get();
+}
+
+bool Fp8Gemm::run(const QuantRun& w, int64_t n, int64_t k, const bf16_bits* x, int64_t m, void* y, bool f32_out,
+                  bool accumulate) {
+  if (w.dtype != DType::F8_CHANNEL || w.first_row != 0 || w.end_row != n || m == 0) return false;
+  const auto scales = weight_scales_.find(w.data);
+  if (scales == weight_scales_.end()) return false;
+  if (k % 16 != 0 || w.row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(y) % 16 != 0 || reinterpret_cast<uintptr_t>(w.data) % 16 != 0)
+    return false;
+  const int64_t codes_bytes = round_up(m * k, 256), need = codes_bytes + m * static_cast<int64_t>(sizeof(float));
+  if (need > scratch_bytes_) {
+    if (capturing(stream_)) return false;  // a graph cannot allocate: the warm-up's eager step grows it
+    // The old scratch stays allocated: graphs recorded before (decode buckets) still write there.
+    const int64_t bytes = std::max(need, 2 * scratch_bytes_);
+    void* grown = nullptr;
+    SF_CUDA_CALL(cudaMalloc(&grown, static_cast<size_t>(bytes)), fmt::format("allocate the {}-byte fp8 x scratch", bytes));
+    if (scratch_ != nullptr) retired_.push_back(scratch_);
+    scratch_ = grown;
+    scratch_bytes_ = bytes;
+  }
+  const Plan* chosen = plan({m, n, k, w.row_bytes, f32_out});
+  if (chosen == nullptr) return false;
+  auto* codes = static_cast<uint8_t*>(scratch_);
+  auto* x_scales = reinterpret_cast<float*>(codes + codes_bytes);
+  SF_CUDA_CALL(launch_quantize_rows_e4m3(x, m, k, codes, x_scales, stream_), "fp8 matmul (quantize x rows)");
+  const void* w_scales = scales->second.get();
+  SF_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(chosen->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)),
+      "fp8 matmul w scales");
+  SF_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(chosen->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)),
+      "fp8 matmul x scales");
+  // beta = 1 reads y as C: the residual add in cuBLASLt's epilogue, in fp32.
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  SF_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_handle_), chosen->op, &alpha,
+                                 w.data + kRowScaleBytes, chosen->w, codes, chosen->x, &beta, y, chosen->y, y, chosen->y,
+                                 &chosen->algo, workspace_, workspace_bytes_, stream_),
+                  "fp8 matmul");
+  return true;
+}
+
+}  // namespace splitflow::cuda
