@@ -54,7 +54,7 @@ void run_bench_grammar(const GrammarBenchFlags& flags) {
                row["mask_helper_us_per_step_warm"].get<double>(), row["mask_wait_us_per_step_warm"].get<double>());
   }
   fmt::print("(masks: the helper thread's accepts and masks a step, warm cache; waited: the engine thread blocked "
-             "for them after issuing the forward)\n");
+             "for them after issuing the forward; the forward runs meanwhile)\n");
   fmt::print("\nmask over {} tokens ({} trie nodes, built in {:.0f} ms); applying one to a row: {:.1f} us\n",
              result["tokenizer_vocab_size"].get<int>(), result["trie_nodes"].get<int64_t>(),
              result["vocabulary_build_ms"].get<double>(), result["mask_apply_us"].get<double>());

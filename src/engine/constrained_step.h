@@ -27,9 +27,9 @@
 
 namespace splitflow {
 
-// Where a constrained step's host time goes: `compute_s` on the helper (accepts and masks, hidden
-// behind the forward while shorter), `wait_s` on the caller, blocked for the masks after the
-// forward was issued (on its critical path).
+// Where a constrained step's host time goes: `compute_s` on the helper (accepts and masks),
+// `wait_s` on the caller, blocked for the masks after issuing the forward. The device runs the
+// forward meanwhile, so either costs the step only what outlasts the forward.
 struct ConstrainedStepStats {
   int64_t steps = 0;  // steps with a constrained row
   int64_t rows = 0;   // constrained rows over those steps
