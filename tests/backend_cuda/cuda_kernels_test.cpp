@@ -551,6 +551,7 @@ struct AttentionCase {
   int bias_buckets = 0;      // > 0: T5's relative position bias (bidirectional when not causal)
   int bias_max_distance = 0;
   bool cross = false;        // cross_attention: q of its own, every encoder key visible
+  float q_scale = 1.0f;      // q's values times this: above 1 the softmax peaks on a few keys
 };
 
 // transformers' T5Attention._relative_position_bucket, written from its definition in double
@@ -596,6 +597,8 @@ void check_attention(Backend& backend, std::mt19937_64& rng, const AttentionCase
 
   std::vector<float> qkv = random_values(rng, tokens * width), k_cache = random_values(rng, cache_blocks * c.block_size * kv_dim),
                      v_cache = random_values(rng, k_cache.size());
+  for (int64_t t = 0; c.q_scale != 1.0f && t < tokens; ++t)
+    for (int64_t i = 0; i < q_dim; ++i) qkv[t * width + i] *= c.q_scale;
   DeviceBuffer d_qkv = to_device_bf16(backend, qkv, {tokens, width});
   const Shape cache_shape = {cache_blocks, c.block_size, c.kv_heads, c.head_dim};
   DeviceBuffer d_k = cache_to_device(backend, k_cache, cache_shape, cache_dtype);
@@ -813,6 +816,21 @@ TEST_F(CudaKernels, AttentionFp8CacheSplitKvPartitions) {
   check_attention(*backend, rng, {32, 8, 128, 16, 0, {1}, {576}, 4096}, fp8, kOneRounding);
   check_attention(*backend, rng, {8, 2, 64, 16, 0, {1, 1, 1}, {5, 130, 1000}, 8192}, fp8, kOneRounding);
   check_attention(*backend, rng, {4, 1, 64, 16, 300, {1, 1}, {2000, 40}, 4096}, fp8, kOneRounding);
+}
+// 128K-token serving (issue 25): decode rows at 32K and 131,072 keys and a prompt chunk ending at
+// 33K, on both cache dtypes, against the fp64 reference: a flat softmax (every key's value
+// counts, the split-KV merge of hundreds of partitions) and a peaked one (q x 8: a few keys
+// anywhere in the context decide the row, so a misplaced far block shows).
+TEST_F(CudaKernels, AttentionAt32KAnd128KContexts) {
+  for (const DType cache : {DType::BF16, DType::F8E4M3})
+    for (const float q_scale : {1.0f, 8.0f}) {
+      AttentionCase decode{8, 2, 128, 16, 0, {1, 1}, {32768, 131072}};
+      decode.q_scale = q_scale;
+      check_attention(*backend, rng, decode, cache);
+      AttentionCase chunk{4, 1, 128, 16, 0, {32}, {33000}};
+      chunk.q_scale = q_scale;
+      check_attention(*backend, rng, chunk, cache);
+    }
 }
 // Prompt chunks on the tensor-core prefill kernel: head_dim 64/80/96/128, GQA 1 to 8, chunks over
 // cached prefixes, several 64-row tiles, windows, odd block sizes, and SplitFuse mixes (decode rows
