@@ -5,6 +5,7 @@
 
 #include "backend/argument_checks.h"
 #include "backend/cuda/fp8_gemm.h"
+#include "backend/cuda/gemm_plan.h"
 #include "backend/cuda/kernels.h"
 #include "backend/host_mailboxes.h"
 #include "comm/comm_group.h"
@@ -56,18 +57,6 @@ int common_alignment(std::initializer_list<const void*> pointers) {
 }
 
 }  // namespace
-
-struct CudaBackend::GemmPlan {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  ~GemmPlan() {
-    if (y) cublasLtMatrixLayoutDestroy(y);
-    if (x) cublasLtMatrixLayoutDestroy(x);
-    if (w) cublasLtMatrixLayoutDestroy(w);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
 
 CudaBackend::CudaBackend(int device, CudaJobPlace place)
     : device_(device),
@@ -421,34 +410,14 @@ const CudaBackend::GemmPlan& CudaBackend::gemm_plan(const GemmKey& key, const vo
   auto found = gemm_plans_.find(key);
   if (found != gemm_plans_.end()) return *found->second;
   const auto [m, n, k, f32_out, alignment, ldy] = key;
-  // Row-major y[m, n] = x[m, k] w[n, k]^T is, column-major, y^T[n, m] = op_T(w)[n, k] x^T[k, m]:
-  // w is a column-major [k, n] matrix used transposed, x a column-major [k, m] one.
   auto plan = std::make_unique<GemmPlan>();
-  SF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
-  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
-  SF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)),
-                  "matmul transa");
-  SF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)),
-                  "matmul transb");
-  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->w, CUDA_R_16BF, k, n, k), "matmul w layout");
-  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->x, CUDA_R_16BF, k, m, k), "matmul x layout");
-  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->y, f32_out ? CUDA_R_32F : CUDA_R_16BF, n, m, ldy), "matmul y layout");
-
-  cublasLtMatmulPreference_t pref = nullptr;
-  SF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), "matmul preference");
-  const uint64_t workspace = workspace_bytes_;
-  const uint32_t align = static_cast<uint32_t>(alignment);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
+  plan->create(CUDA_R_16BF, f32_out ? CUDA_R_32F : CUDA_R_16BF, m, n, k, k, ldy);
   const bool tune = tuning_ && m <= kTunedMaxRows && !capturing(stream_);
   cublasLtMatmulHeuristicResult_t results[kGemmCandidates] = {};
   int found_count = 0;
   const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_handle_), plan->op, plan->w, plan->x, plan->y,
-                                     plan->y, pref, tune ? kGemmCandidates : 1, results, &found_count);
-  cublasLtMatmulPreferenceDestroy(pref);
+      plan->find_algorithms(static_cast<cublasLtHandle_t>(lt_handle_), workspace_bytes_, static_cast<uint32_t>(alignment),
+                            tune ? kGemmCandidates : 1, results, &found_count);
   SF_CUBLAS_CHECK(status, "matmul heuristic");
   SF_CHECK(found_count > 0, "cuda matmul: cuBLASLt has no algorithm for m {} n {} k {} ({} output, {}-byte alignment)",
            m, n, k, f32_out ? "f32" : "bf16", alignment);

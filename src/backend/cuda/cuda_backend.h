@@ -33,6 +33,7 @@ class CommGroup;
 namespace splitflow::cuda {
 
 class Fp8Gemm;
+struct LtGemmPlan;
 
 // A quantized or Mixed matrix (the quantized kernels' operand).
 bool is_quant_matrix(const DeviceTensor& w);
@@ -130,9 +131,9 @@ class CudaBackend final : public Backend {
   void recv(const DeviceTensor& x, int peer) override;
 
  private:
-  // cuBLASLt descriptors and the algorithm picked for one GEMM shape (opaque here: the cuBLASLt
-  // types stay in cuda_backend.cpp).
-  struct GemmPlan;
+  // cuBLASLt descriptors and the algorithm picked for one GEMM shape (gemm_plan.h; opaque here:
+  // the cuBLASLt types stay in the .cpp files).
+  using GemmPlan = LtGemmPlan;
   // (m, n, k, f32 output, pointer alignment in bytes, y's row stride: n, or more for a column block)
   using GemmKey = std::tuple<int64_t, int64_t, int64_t, bool, int, int64_t>;
   // The plan for `key`, made at the shape's first use; x and w are that call's operands (decode-

@@ -1,6 +1,7 @@
 #include "backend/cuda/fp8_gemm.h"
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm_plan.h"
 #include "core/dtype.h"
 
 #include <spdlog/spdlog.h>
@@ -24,18 +25,6 @@ bool capturing(cudaStream_t stream) {
 int64_t round_up(int64_t value, int64_t to) { return (value + to - 1) / to * to; }
 
 }  // namespace
-
-struct Fp8Gemm::Plan {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  ~Plan() {
-    if (y) cublasLtMatrixLayoutDestroy(y);
-    if (x) cublasLtMatrixLayoutDestroy(x);
-    if (w) cublasLtMatrixLayoutDestroy(w);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
 
 Fp8Gemm::Fp8Gemm(void* lt_handle, void* workspace, size_t workspace_bytes, cudaStream_t stream)
     : lt_handle_(lt_handle), workspace_(workspace), workspace_bytes_(workspace_bytes), stream_(stream) {}
@@ -65,42 +54,21 @@ void Fp8Gemm::add_matrix(const Tensor& host, const void* device_rows) {
 const Fp8Gemm::Plan* Fp8Gemm::plan(const PlanKey& key) {
   if (auto found = plans_.find(key); found != plans_.end()) return found->second.get();
   const auto [m, n, k, ldw, f32_out] = key;
-  // As CudaBackend's bf16 GEMM: row-major y[m, n] = x[m, k] w[n, k]^T is, column-major, y^T[n, m]
-  // = op_T(w)[n, k] x^T[k, m]: w a column-major [k, n] matrix of stride ldw, used transposed (the
-  // "TN" layout FP8 needs). A's outer-vector scale is then w's n row scales, B's x's m row scales.
+  // gemm_plan.h's layout, as the bf16 GEMMs: A's outer-vector scale is then w's n row scales, B's
+  // x's m row scales.
   auto plan = std::make_unique<Plan>();
-  SF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "fp8 matmul descriptor");
-  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  plan->create(CUDA_R_8F_E4M3, f32_out ? CUDA_R_32F : CUDA_R_16BF, m, n, k, ldw, n);
   const int32_t outer_vector = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-  SF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)),
-                  "fp8 matmul transa");
-  SF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)),
-                  "fp8 matmul transb");
   SF_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer_vector, sizeof(outer_vector)),
       "fp8 matmul A scale mode");
   SF_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer_vector, sizeof(outer_vector)),
       "fp8 matmul B scale mode");
-  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->w, CUDA_R_8F_E4M3, k, n, ldw), "fp8 matmul w layout");
-  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->x, CUDA_R_8F_E4M3, k, m, k), "fp8 matmul x layout");
-  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->y, f32_out ? CUDA_R_32F : CUDA_R_16BF, n, m, n),
-                  "fp8 matmul y layout");
-
-  cublasLtMatmulPreference_t pref = nullptr;
-  SF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), "fp8 matmul preference");
-  const uint64_t workspace = workspace_bytes_;
-  const uint32_t align = 16;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
   cublasLtMatmulHeuristicResult_t result{};
   int found_count = 0;
   const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_handle_), plan->op, plan->w, plan->x, plan->y,
-                                     plan->y, pref, 1, &result, &found_count);
-  cublasLtMatmulPreferenceDestroy(pref);
+      plan->find_algorithms(static_cast<cublasLtHandle_t>(lt_handle_), workspace_bytes_, 16, 1, &result, &found_count);
   if (status != CUBLAS_STATUS_SUCCESS || found_count == 0) {
     spdlog::warn("fp8 matmul: cuBLASLt has no FP8 kernel with row scales for m {} n {} k {} ({}); this shape runs "
                  "weight-only",

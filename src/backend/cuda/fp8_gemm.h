@@ -24,6 +24,8 @@
 
 namespace splitflow::cuda {
 
+struct LtGemmPlan;
+
 class Fp8Gemm {
  public:
   // lt_handle: the backend's cublasLtHandle_t; workspace: its cuBLASLt workspace; both outlive this.
@@ -43,7 +45,7 @@ class Fp8Gemm {
            bool accumulate);
 
  private:
-  struct Plan;
+  using Plan = LtGemmPlan;  // gemm_plan.h
   // (m, n, k, w's row stride in bytes, f32 output)
   using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool>;
   const Plan* plan(const PlanKey& key);
