@@ -6,7 +6,9 @@
 # quantized type against bf16 (CudaQuantBench, "[quant bench]" lines: time, GB/s of packed bytes,
 # speedup over bf16, on the default path and with fp32 x; SPEED_SHOW: a regex of the lines to
 # print), and with BENCH_LATENCY=1 `splitflow bench latency --dummy-weights --quantization TYPE` on
-# CONFIG for TYPES (INPUT_LEN, OUTPUT_LEN, BATCHES), bf16 beside them, each quantized type with
+# CONFIG for TYPES (INPUT_LEN, OUTPUT_LEN, BATCHES; TYPES may name fp8 (W8A8) and fp8-weight-only:
+# TYPES="fp8 fp8-weight-only" PATHS=1 INPUT_LEN=2048 CONFIG=bench/configs/llama-3-8b.json is issue
+# 25's prefill comparison), bf16 beside them, each quantized type with
 # int8 activations (fp16 for FP8; the default) and fp32 ones (SPLITFLOW_CUDA_Q8_ACTIVATIONS=0
 # SPLITFLOW_CUDA_F16_ACTIVATIONS=0); PATHS=1: the default path only. TESTS=0 skips the tests,
 # SPEED=0 the micro-benchmark. With OUT set and LOGS elsewhere, the logs and the latency JSON are
@@ -45,7 +47,7 @@ if [[ ${BENCH_LATENCY:-0} == 1 ]]; then
           --config "$config" --input-len "${INPUT_LEN:-128}" --output-len "${OUTPUT_LEN:-64}" --batch "$batch" \
           --results-dir "$logs/results/q8x-$q8" "${quant[@]}" >"$logs/latency-$type-b$batch-q8x$q8.log" 2>&1
         echo "=== $type batch $batch int8-x $q8 (exit $?) ==="
-        grep -E "decode tokens|fraction of bandwidth|load \(s\)|rror" "$logs/latency-$type-b$batch-q8x$q8.log" | tr -s " |" " " | tr "\n" ";"; echo
+        grep -E "prefill tokens|decode tokens|fraction of bandwidth|load \(s\)|rror" "$logs/latency-$type-b$batch-q8x$q8.log" | tr -s " |" " " | tr "\n" ";"; echo
       done
     done
   done

@@ -10,6 +10,7 @@
 # The device lacks the gguf and accelerate packages: carry them in .carry/py (copied from pip with
 # their *.dist-info: transformers checks the gguf version through its metadata).
 #   MODELS="smol gemma" QUALITY=1 scripts/gpu_quant_models.sh
+#   PPL_QUANTIZATIONS="fp8-weight-only fp8": also the bf16 requantization's perplexity with each.
 set -uo pipefail
 source "$(dirname "$0")/gpu_common.sh"
 out=$logs
@@ -38,6 +39,17 @@ for name in ${MODELS:-smol}; do
   "$bin" perplexity --model "$file" --file .carry/shared/data/wiki.test.raw --ctx 512 --chunks 40 --backend cuda 2>&1 | tail -1
   echo "=== $name: decode speed, quantized vs the same weights in bf16"
   "$bin" quantize --model "$file" --type bf16 --out ".cache/models/$name-bf16.gguf" | tail -1
+  # The same weights in bf16 quantized at load (PPL_QUANTIZATIONS, e.g. "fp8-weight-only fp8": FP8's
+  # perplexity cost against the bf16 row).
+  for quantization in ${PPL_QUANTIZATIONS:-}; do
+    for q in none "$quantization"; do
+      [[ $q == none && $quantization != "${PPL_QUANTIZATIONS%% *}" ]] && continue  # the bf16 row once
+      args=(); [[ $q != none ]] && args=(--quantization "$q")
+      echo "=== $name bf16 requant, --quantization $q: perplexity (40 chunks of 512)"
+      "$bin" perplexity --model ".cache/models/$name-bf16.gguf" --file .carry/shared/data/wiki.test.raw --ctx 512 \
+        --chunks 40 --backend cuda "${args[@]}" 2>&1 | tail -1
+    done
+  done
   for model in "$file" ".cache/models/$name-bf16.gguf"; do
     "$bin" bench latency --backend cuda --model "$model" --input-len 128 --output-len 128 --results-dir "$out/results" \
       ${PEER:+--llama-bench $PEER} 2>/dev/null | grep -E "decode tokens/s|prefill tokens/s|llama.cpp|result:"
