@@ -475,4 +475,20 @@ std::unique_ptr<Backend> make_cuda_backend(int device = 0, CudaJobPlace place = 
 Tensor quantize_matrix_on_cuda(const Tensor& matrix, DType type, int64_t chunk_elems = 0);
 #endif
 
+// quantize_matrix_on_cuda for a model's many matrices (defined in CUDA builds; declared in every
+// build, as backend/cuda's own files compile this header without SPLITFLOW_HAS_CUDA): its device
+// buffers are kept and grown across calls (a model load made hundreds of allocations of up to
+// 256 MiB each) and released with the last copy of the object (copies share them, one call at a
+// time: it fits model/weights.h's MatrixQuantizer).
+class CudaMatrixQuantizer {
+ public:
+  explicit CudaMatrixQuantizer(int64_t chunk_elems = 0);
+  Tensor operator()(const Tensor& matrix, DType type) const;
+
+ private:
+  struct Buffers;
+  int64_t chunk_elems_;
+  std::shared_ptr<Buffers> buffers_;
+};
+
 }  // namespace splitflow

@@ -42,7 +42,7 @@ ModelLoadOptions ModelFlags::options() const {
     // model: docs/quantization.md); SPLITFLOW_QUANTIZE_ON_DEVICE=0 keeps them on the host.
     const char* on_device = std::getenv("SPLITFLOW_QUANTIZE_ON_DEVICE");
     if (backend == "cuda" && (on_device == nullptr || std::string_view(on_device) != "0"))
-      result.quantizer = [](const Tensor& matrix, DType type) { return quantize_matrix_on_cuda(matrix, type); };
+      result.quantizer = CudaMatrixQuantizer();  // its buffers live as long as these load options
 #endif
   }
   return result;

@@ -152,6 +152,27 @@ TEST(CudaQuantizeMatrix, BadInputFailsAsOnTheHost) {
   EXPECT_THROW((void)on_device(odd, DType::Q4_K), Error);
 }
 
+// One quantizer for a model's many matrices: its buffers grow (a wider source, a stored matrix
+// after generated ones) and are reused (a smaller one after a larger), bytes unchanged.
+TEST(CudaQuantizeMatrix, OneQuantizerManyMatricesKeepsTheHostBytes) {
+  SF_REQUIRE_GPU();
+#ifdef SPLITFLOW_HAS_CUDA
+  const CudaMatrixQuantizer quantizer(4 * 1024);
+  const CudaMatrixQuantizer copy = quantizer;  // shares the buffers, as a std::function's copies do
+  const Tensor small = edge_matrix(256, 6), wide = edge_matrix(2048, 7);
+  const Tensor generated = Tensor::generated_normal(DType::BF16, {5, 1024}, GeneratedNormal{11, 0.02f});
+  const Tensor stored_bf16 = stored_as(wide, DType::BF16);
+  int step = 0;
+  for (const auto& [matrix, type] : std::vector<std::pair<const Tensor*, DType>>{
+           {&small, DType::Q4_0}, {&generated, DType::Q4_K}, {&wide, DType::Q6_K}, {&stored_bf16, DType::Q8_0},
+           {&small, DType::F8_CHANNEL}, {&wide, DType::Q3H_B64}}) {
+    const CudaMatrixQuantizer& use = step++ % 2 == 0 ? quantizer : copy;
+    expect_same_bytes(use(*matrix, type), quant::quantize(*matrix, type),
+                      fmt::format("step {} {} {}", step, dtype_name(type), shape_str(matrix->shape)));
+  }
+#endif
+}
+
 TEST(CudaQuantizeMatrix, DummyWeightsQuantizedOnTheDeviceMatchTheHost) {
   SF_REQUIRE_GPU();
   ModelSpec spec = resolve_config_spec(fixture_path("model/configs/llama-3.1-8b-instruct/config.json"));
