@@ -29,7 +29,8 @@ struct ModelLoadOptions {
   // while loading (model/weights.h); checkpoint matrices already quantized stay as stored.
   std::optional<DType> quantization;
   // Who does that arithmetic (model/weights.h): empty, quant::quantize on the host; the CLI gives
-  // quantize_matrix_on_cuda with --device cuda unless SPLITFLOW_QUANTIZE_ON_DEVICE=0 (device memory).
+  // a CudaMatrixQuantizer (backend/backend.h: device memory, its buffers kept for the whole load)
+  // with --device cuda unless SPLITFLOW_QUANTIZE_ON_DEVICE=0.
   MatrixQuantizer quantizer;
 };
 
