@@ -24,6 +24,11 @@ bool capturing(cudaStream_t stream) {
 
 int64_t round_up(int64_t value, int64_t to) { return (value + to - 1) / to * to; }
 
+template <typename T>
+void set_attribute(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attribute, const T& value, const char* what) {
+  SF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, attribute, &value, sizeof value), what);
+}
+
 }  // namespace
 
 Fp8Gemm::Fp8Gemm(void* lt_handle, void* workspace, size_t workspace_bytes, cudaStream_t stream)
@@ -59,12 +64,8 @@ const Fp8Gemm::Plan* Fp8Gemm::plan(const PlanKey& key) {
   auto plan = std::make_unique<Plan>();
   plan->create(CUDA_R_8F_E4M3, f32_out ? CUDA_R_32F : CUDA_R_16BF, m, n, k, ldw, n);
   const int32_t outer_vector = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-  SF_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer_vector, sizeof(outer_vector)),
-      "fp8 matmul A scale mode");
-  SF_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer_vector, sizeof(outer_vector)),
-      "fp8 matmul B scale mode");
+  set_attribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, outer_vector, "fp8 matmul A scale mode");
+  set_attribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, outer_vector, "fp8 matmul B scale mode");
   cublasLtMatmulHeuristicResult_t result{};
   int found_count = 0;
   const cublasStatus_t status =
@@ -105,12 +106,8 @@ bool Fp8Gemm::run(const QuantRun& w, int64_t n, int64_t k, const bf16_bits* x, i
   auto* x_scales = reinterpret_cast<float*>(codes + codes_bytes);
   SF_CUDA_CALL(launch_quantize_rows_e4m3(x, m, k, codes, x_scales, stream_), "fp8 matmul (quantize x rows)");
   const void* w_scales = scales->second.get();
-  SF_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(chosen->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)),
-      "fp8 matmul w scales");
-  SF_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(chosen->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)),
-      "fp8 matmul x scales");
+  set_attribute(chosen->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, w_scales, "fp8 matmul w scales");
+  set_attribute(chosen->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, x_scales, "fp8 matmul x scales");
   // beta = 1 reads y as C: the residual add in cuBLASLt's epilogue, in fp32.
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   SF_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_handle_), chosen->op, &alpha,

@@ -1,6 +1,7 @@
 // backend/cuda/roofline.cpp — copy bandwidth and bf16 GEMM rate (see roofline.h).
 #include "backend/cuda/roofline.h"
 
+#include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 
 #include <cublasLt.h>
@@ -16,23 +17,10 @@ namespace splitflow::cuda {
 
 namespace {
 
-#define SF_ROOFLINE_CUDA(expr, what)                                                                  \
-  do {                                                                                                \
-    const cudaError_t sf_err_ = (expr);                                                               \
-    SF_CHECK(sf_err_ == cudaSuccess, "cuda roofline {}: {}", what, cudaGetErrorString(sf_err_));      \
-  } while (0)
-
-#define SF_ROOFLINE_CUBLAS(expr, what)                                                                          \
-  do {                                                                                                          \
-    const cublasStatus_t sf_status_ = (expr);                                                                   \
-    SF_CHECK(sf_status_ == CUBLAS_STATUS_SUCCESS, "cuda roofline {}: cuBLASLt {}", what,                        \
-             cublasLtGetStatusString(sf_status_));                                                              \
-  } while (0)
-
 // Device memory freed on scope exit, so a failed check leaks nothing.
 struct DeviceMemory {
   void* ptr = nullptr;
-  explicit DeviceMemory(size_t bytes) { SF_ROOFLINE_CUDA(cudaMalloc(&ptr, bytes), "allocate"); }
+  explicit DeviceMemory(size_t bytes) { SF_CUDA_CALL(cudaMalloc(&ptr, bytes), "roofline allocate"); }
   ~DeviceMemory() { cudaFree(ptr); }
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
@@ -42,9 +30,9 @@ struct Stream {
   cudaStream_t stream = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
   Stream() {
-    SF_ROOFLINE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "create stream");
-    SF_ROOFLINE_CUDA(cudaEventCreate(&start), "create event");
-    SF_ROOFLINE_CUDA(cudaEventCreate(&stop), "create event");
+    SF_CUDA_CALL(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "roofline create stream");
+    SF_CUDA_CALL(cudaEventCreate(&start), "roofline create event");
+    SF_CUDA_CALL(cudaEventCreate(&stop), "roofline create event");
   }
   ~Stream() {
     cudaEventDestroy(stop);
@@ -54,14 +42,14 @@ struct Stream {
   // Median milliseconds of `launch` over `repeats` event-timed runs, after `warmup` untimed ones.
   double median_ms(const std::function<void()>& launch, int warmup, int repeats) {
     for (int i = 0; i < warmup; ++i) launch();
-    SF_ROOFLINE_CUDA(cudaStreamSynchronize(stream), "warm-up");
+    SF_CUDA_CALL(cudaStreamSynchronize(stream), "roofline warm-up");
     std::vector<float> times(static_cast<size_t>(repeats));
     for (float& ms : times) {
-      SF_ROOFLINE_CUDA(cudaEventRecord(start, stream), "record event");
+      SF_CUDA_CALL(cudaEventRecord(start, stream), "roofline record event");
       launch();
-      SF_ROOFLINE_CUDA(cudaEventRecord(stop, stream), "record event");
-      SF_ROOFLINE_CUDA(cudaEventSynchronize(stop), "timed run");
-      SF_ROOFLINE_CUDA(cudaEventElapsedTime(&ms, start, stop), "elapsed time");
+      SF_CUDA_CALL(cudaEventRecord(stop, stream), "roofline record event");
+      SF_CUDA_CALL(cudaEventSynchronize(stop), "roofline timed run");
+      SF_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop), "roofline elapsed time");
     }
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
@@ -85,31 +73,31 @@ std::vector<uint16_t> random_bf16(size_t count, uint64_t seed) {
 }  // namespace
 
 double measure_copy_bandwidth_gbps(int device) {
-  SF_ROOFLINE_CUDA(cudaSetDevice(device), "set device");
+  SF_CUDA_CALL(cudaSetDevice(device), "roofline set device");
   const size_t bytes = size_t{2} << 30;
   DeviceMemory src(bytes), dst(bytes);
-  SF_ROOFLINE_CUDA(cudaMemset(src.ptr, 0x5a, bytes), "fill source");
+  SF_CUDA_CALL(cudaMemset(src.ptr, 0x5a, bytes), "roofline fill source");
   Stream stream;
   const double ms = stream.median_ms(
-      [&] { SF_ROOFLINE_CUDA(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, stream.stream), "copy"); },
+      [&] { SF_CUDA_CALL(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, stream.stream), "roofline copy"); },
       2, 10);
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
 }
 
 double measure_bf16_gemm_tflops(int device) {
-  SF_ROOFLINE_CUDA(cudaSetDevice(device), "set device");
+  SF_CUDA_CALL(cudaSetDevice(device), "roofline set device");
   constexpr int64_t n = 8192;
   const size_t elements = static_cast<size_t>(n * n);
   const size_t bytes = elements * sizeof(uint16_t);
   DeviceMemory a(bytes), b(bytes), c(bytes);
   const std::vector<uint16_t> a_host = random_bf16(elements, 1), b_host = random_bf16(elements, 2);
-  SF_ROOFLINE_CUDA(cudaMemcpy(a.ptr, a_host.data(), bytes, cudaMemcpyHostToDevice), "upload A");
-  SF_ROOFLINE_CUDA(cudaMemcpy(b.ptr, b_host.data(), bytes, cudaMemcpyHostToDevice), "upload B");
+  SF_CUDA_CALL(cudaMemcpy(a.ptr, a_host.data(), bytes, cudaMemcpyHostToDevice), "roofline upload A");
+  SF_CUDA_CALL(cudaMemcpy(b.ptr, b_host.data(), bytes, cudaMemcpyHostToDevice), "roofline upload B");
   const size_t workspace_bytes = size_t{32} << 20;
   DeviceMemory workspace(workspace_bytes);
 
   cublasLtHandle_t handle = nullptr;
-  SF_ROOFLINE_CUBLAS(cublasLtCreate(&handle), "create handle");
+  SF_CUBLAS_CHECK(cublasLtCreate(&handle), "roofline create handle");
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, c_layout = nullptr;
   cublasLtMatmulPreference_t preference = nullptr;
@@ -127,31 +115,31 @@ double measure_bf16_gemm_tflops(int device) {
   }};
 
   // Column-major C [n, n] = A^T B with A and B stored [k, n]: the "TN" layout of the usual GEMM benchmarks.
-  SF_ROOFLINE_CUBLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
+  SF_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "roofline matmul descriptor");
   const cublasOperation_t transpose = CUBLAS_OP_T;
-  SF_ROOFLINE_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose),
-                     "set transa");
-  SF_ROOFLINE_CUBLAS(cublasLtMatrixLayoutCreate(&a_layout, CUDA_R_16BF, n, n, n), "layout A");
-  SF_ROOFLINE_CUBLAS(cublasLtMatrixLayoutCreate(&b_layout, CUDA_R_16BF, n, n, n), "layout B");
-  SF_ROOFLINE_CUBLAS(cublasLtMatrixLayoutCreate(&c_layout, CUDA_R_16BF, n, n, n), "layout C");
-  SF_ROOFLINE_CUBLAS(cublasLtMatmulPreferenceCreate(&preference), "preference");
-  SF_ROOFLINE_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                          &workspace_bytes, sizeof workspace_bytes),
-                     "set workspace");
+  SF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose),
+                  "roofline set transa");
+  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_layout, CUDA_R_16BF, n, n, n), "roofline layout A");
+  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_layout, CUDA_R_16BF, n, n, n), "roofline layout B");
+  SF_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_layout, CUDA_R_16BF, n, n, n), "roofline layout C");
+  SF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference), "roofline preference");
+  SF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &workspace_bytes, sizeof workspace_bytes),
+                  "roofline set workspace");
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  SF_ROOFLINE_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle, op, a_layout, b_layout, c_layout, c_layout, preference, 1,
-                                                    &heuristic, &found),
-                     "algorithm heuristic");
+  SF_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, op, a_layout, b_layout, c_layout, c_layout, preference, 1,
+                                                 &heuristic, &found),
+                  "roofline algorithm heuristic");
   SF_CHECK(found > 0, "cuda roofline: cuBLASLt has no algorithm for the {}^3 bf16 GEMM", n);
 
   const float alpha = 1.0f, beta = 0.0f;
   Stream stream;
   const double ms = stream.median_ms(
       [&] {
-        SF_ROOFLINE_CUBLAS(cublasLtMatmul(handle, op, &alpha, a.ptr, a_layout, b.ptr, b_layout, &beta, c.ptr, c_layout,
-                                          c.ptr, c_layout, &heuristic.algo, workspace.ptr, workspace_bytes, stream.stream),
-                           "matmul");
+        SF_CUBLAS_CHECK(cublasLtMatmul(handle, op, &alpha, a.ptr, a_layout, b.ptr, b_layout, &beta, c.ptr, c_layout,
+                                       c.ptr, c_layout, &heuristic.algo, workspace.ptr, workspace_bytes, stream.stream),
+                        "roofline matmul");
       },
       5, 30);
   return 2.0 * static_cast<double>(n) * n * n / (ms * 1e-3) / 1e12;
