@@ -11,7 +11,11 @@
 // and 0.016. At b = 2 (a third of the way from 1 to 4) every value is 2/3 row 1 + 1/3 row 4.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <fstream>
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -26,7 +30,11 @@ const char* const kHeader =
     "transfer_time,repetition\n";
 
 std::string write_profile(const std::string& name, const std::string& rows) {
-  const std::string path = ::testing::TempDir() + "/sim_context_" + name + ".csv";
+  // The running test's name and the process in the file name: ctest runs tests as parallel
+  // processes, and two writing one "grid" file read each other's half-written profile.
+  const std::string path = ::testing::TempDir() + "/sim_context_" + name + "_" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+                           std::to_string(::getpid()) + ".csv";
   std::ofstream(path) << kHeader << rows;
   return path;
 }
